@@ -1,0 +1,33 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv demo test lint verify bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PY) examples/wcc_progress.py
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest -q
+
+verify: venv
+	for model in clocks exchange propagation combined; do $(PY) -m pytimely.verify $$model || exit 1; done
+
+bench: venv
+	$(PY) bench/bench_progress.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,208 @@
+"""Exchanging progress between workers, free of I/O.
+
+Each worker records the pointstamp changes its actions cause, and now and then
+*flushes* them as one atomic :class:`ProgressBatch` broadcast to every worker
+(itself included) over FIFO channels. Batches carry per-sender sequence
+numbers, so a receiver can tell a gap or a duplicate from the next batch. A
+worker's view of the system is the accumulation of the batches it received.
+
+The sending policy is the exchange protocol of seed ``000_306a8e6bd5c43d47.txt``
+§4 (Fig. 4, ``send_upd``): a worker may keep back part of its pending changes
+only when what it keeps is ``justified`` by its *own* capabilities.
+
+* :attr:`ProgressMode.EAGER` sends everything pending at every flush.
+* :attr:`ProgressMode.DEMAND` keeps back exactly the increments its own
+  capabilities justify (a message count at ``(target, t)`` while the worker
+  still holds the capability at ``(source, t)`` that produced it) and sends
+  the rest; decrements always go out, so the frontiers of others advance.
+
+Nothing here reads a socket or a queue: transports (in-process queues, TCP, a
+seeded simulator) move :class:`ProgressBatch` values and call these methods.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pytimely.errors import SequenceError, UnjustifiedHoldError
+from pytimely.progress.change_batch import ChangeBatch
+
+__all__ = ["ProgressBatch", "ProgressMode", "ProgressReceiver", "ProgressSender", "justified"]
+
+P = TypeVar("P", bound=Hashable)
+T = TypeVar("T")
+
+Pointstamp = tuple[Any, Any]
+Lt = Callable[[Any, Any], bool]
+
+
+class ProgressMode(enum.Enum):
+    """When a worker sends its pending progress changes."""
+
+    EAGER = "eager"
+    DEMAND = "demand"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressBatch(Generic[T]):
+    """One atomic batch of ``(location, time, diff)`` changes from ``sender``, numbered ``seq``."""
+
+    sender: int
+    seq: int
+    updates: tuple[tuple[Any, T, int], ...]
+
+    def __len__(self) -> int:
+        return len(self.updates)
+
+
+def justified(caps: Mapping[P, int], kept: Mapping[P, int], lt: Callable[[P, P], bool]) -> bool:
+    """Seed 000 §4 ``justified C M``: every positive count in ``kept`` has a justification.
+
+    A positive entry ``p`` is justified when ``kept`` also drops something
+    strictly below ``p`` (``supp``), when ``caps`` holds something strictly below
+    ``p``, or when ``kept``'s count of ``p`` is below ``caps``' count of ``p``.
+    """
+    held = [q for q, c in caps.items() if c > 0]
+    negatives = [q for q, c in kept.items() if c < 0]
+    for p, count in kept.items():
+        if count <= 0:
+            continue
+        if count < caps.get(p, 0):
+            continue
+        if any(lt(q, p) for q in held):
+            continue
+        if any(lt(q, p) for q in negatives):
+            continue
+        return False
+    return True
+
+
+class ProgressSender(Generic[T]):
+    """A worker's outgoing side: pending changes (``temp``), the sending policy, sequence numbers."""
+
+    def __init__(self, worker: int, lt: Lt | None = None, mode: ProgressMode = ProgressMode.EAGER) -> None:
+        if mode is ProgressMode.DEMAND and lt is None:
+            raise ValueError("demand mode needs the could-result-in order (lt) to judge what it may keep")
+        self.worker = worker
+        self.mode = mode
+        self._lt = lt
+        self._pending: ChangeBatch[Pointstamp] = ChangeBatch()
+        self._seq = 0
+
+    def record(self, location: Any, time: T, diff: int) -> None:
+        """Record a pointstamp change caused by this worker's own action."""
+        self._pending.update((location, time), diff)
+
+    def record_batch(self, updates: Iterable[tuple[Any, T, int]]) -> None:
+        """Record the pointstamp changes of one action (kept together until flushed)."""
+        self._pending.extend(((loc, t), d) for loc, t, d in updates)
+
+    def pending(self) -> dict[Pointstamp, int]:
+        """The changes recorded but not yet sent."""
+        return dict(self._pending.items())
+
+    def next_seq(self) -> int:
+        """The sequence number the next batch will carry."""
+        return self._seq
+
+    def flush(self, caps: Mapping[Pointstamp, int] | None = None) -> ProgressBatch[T] | None:
+        """Take the changes to send now as one batch (``None`` if there is nothing to send).
+
+        ``caps`` are this worker's own capabilities (pointstamps it holds, including
+        received messages not yet consumed); demand mode needs them.
+        """
+        pending = self._pending.items()
+        if not pending:
+            return None
+        if self.mode is ProgressMode.EAGER:
+            send = pending
+            self._pending.clear()
+        else:
+            if caps is None:
+                raise ValueError("demand mode needs the worker's own capabilities to decide what to keep")
+            send, keep = self._split(caps, dict(pending))
+            if not send:
+                return None
+            self._pending.clear()
+            self._pending.extend(keep.items())
+        batch = ProgressBatch(self.worker, self._seq, tuple((p[0], p[1], d) for p, d in send))
+        self._seq += 1
+        return batch
+
+    def send_subset(self, chosen: Iterable[Pointstamp], caps: Mapping[Pointstamp, int]) -> ProgressBatch[T] | None:
+        """Send only the pending changes at ``chosen`` pointstamps (Fig. 4 ``send_upd w P``).
+
+        Refuses, with :class:`UnjustifiedHoldError` and nothing changed, when what
+        would stay behind is not justified by ``caps``.
+        """
+        pending = dict(self._pending.items())
+        chosen_set = set(chosen)
+        send = [(p, d) for p, d in pending.items() if p in chosen_set]
+        if not send:
+            return None
+        keep = {p: d for p, d in pending.items() if p not in chosen_set}
+        lt = self._lt if self._lt is not None else (lambda a, b: False)
+        if not justified(caps, keep, lt):
+            raise UnjustifiedHoldError(
+                f"worker {self.worker} would keep back {keep!r}, which its capabilities {dict(caps)!r} "
+                "do not justify; send those changes too"
+            )
+        self._pending.clear()
+        self._pending.extend(keep.items())
+        batch = ProgressBatch(self.worker, self._seq, tuple((p[0], p[1], d) for p, d in send))
+        self._seq += 1
+        return batch
+
+    def _split(
+        self, caps: Mapping[Pointstamp, int], pending: dict[Pointstamp, int]
+    ) -> tuple[list[tuple[Pointstamp, int]], dict[Pointstamp, int]]:
+        lt = self._lt
+        assert lt is not None
+        held = [q for q, c in caps.items() if c > 0]
+        keep: dict[Pointstamp, int] = {}
+        send: list[tuple[Pointstamp, int]] = []
+        for p, d in pending.items():
+            # Decrements always go out; the kept part then has no negatives, so an increment
+            # is justified only by this worker's own capabilities.
+            if d > 0 and (d < caps.get(p, 0) or any(lt(q, p) for q in held)):
+                keep[p] = d
+            else:
+                send.append((p, d))
+        return send, keep
+
+
+class ProgressReceiver:
+    """A worker's incoming side: checks each sender's FIFO order by sequence number."""
+
+    def __init__(self, peers: int | Iterable[int]) -> None:
+        senders = range(peers) if isinstance(peers, int) else peers
+        self._expected: dict[int, int] = {s: 0 for s in senders}
+
+    def accept(self, batch: ProgressBatch[T]) -> tuple[tuple[Any, T, int], ...]:
+        """Check that ``batch`` is its sender's next one and return its updates.
+
+        A gap, a duplicate or an unknown sender raises :class:`SequenceError` and
+        changes nothing.
+        """
+        expected = self._expected.get(batch.sender)
+        if expected is None:
+            raise SequenceError(
+                f"progress batch from unknown worker {batch.sender}", batch.sender, -1, batch.seq
+            )
+        if batch.seq != expected:
+            kind = "duplicate" if batch.seq < expected else "gap"
+            raise SequenceError(
+                f"progress batch {batch.seq} from worker {batch.sender} is a {kind}: expected {expected}",
+                batch.sender,
+                expected,
+                batch.seq,
+            )
+        self._expected[batch.sender] = expected + 1
+        return batch.updates
+
+    def expected(self, sender: int) -> int:
+        """The sequence number expected next from ``sender``."""
+        return self._expected[sender]
