@@ -32,7 +32,7 @@ from pytimely.order import sort_key
 from pytimely.progress.change_batch import ChangeBatch
 from pytimely.progress.frontier import Antichain, MutableAntichain
 from pytimely.progress.location import Location, Source, Target
-from pytimely.progress.timestamp import Increment
+from pytimely.progress.timestamp import Increment, strictly_advances
 
 __all__ = ["Builder", "PointstampOrder", "Tracker"]
 
@@ -183,13 +183,13 @@ class Builder(Generic[T, S]):
         return result
 
     def _find_stuck_cycle(self) -> list[int] | None:
-        """Operators on a cycle that can be travelled with identity summaries only, if one exists."""
+        """Operators on a cycle some timestamp can travel without advancing, if one exists."""
         graph: dict[Location, list[Location]] = {}
         for source, target in self._edges:
             graph.setdefault(source, []).append(target)
         for n, node in enumerate(self._nodes):
             for (i, o), summaries in node.summary.items():
-                if any(s <= self.identity for s in summaries):
+                if not all(strictly_advances(s, self.identity) for s in summaries):
                     graph.setdefault(Target(n, i), []).append(Source(n, o))
         white, grey, black = 0, 1, 2
         colour: dict[Location, int] = {}

@@ -27,6 +27,7 @@ __all__ = [
     "Timestamp",
     "identity_for",
     "minimum_for",
+    "strictly_advances",
 ]
 
 Timestamp = PartialOrder
@@ -101,6 +102,10 @@ class Increment:
     def __lt__(self, other: Increment) -> bool:
         return self != other and self <= other
 
+    def strictly_advances(self) -> bool:
+        """Whether every timestamp that passes comes out strictly later."""
+        return self.by > 0
+
     def __repr__(self) -> str:
         return f"Increment({self.by})" if self.limit is None else f"Increment({self.by}, limit={self.limit})"
 
@@ -142,8 +147,27 @@ class ProductSummary(Generic[S1, S2]):
     def __lt__(self, other: ProductSummary[S1, S2]) -> bool:
         return self != other and self <= other
 
+    def strictly_advances(self) -> bool:
+        """Whether either coordinate strictly advances (then the product does, in the product order)."""
+        return strictly_advances(self.outer) or strictly_advances(self.inner)
+
     def __repr__(self) -> str:
         return f"ProductSummary({self.outer!r}, {self.inner!r})"
+
+
+def strictly_advances(summary: Any, identity: Any = None) -> bool:
+    """Whether ``t < t ⊕ summary`` for every ``t`` that can travel the path.
+
+    Summary types say so with a ``strictly_advances()`` method; for others we fall
+    back to ``identity < summary``, which is right when a summary that differs from
+    the identity changes every timestamp it passes.
+    """
+    method = getattr(summary, "strictly_advances", None)
+    if method is not None:
+        return bool(method())
+    if identity is None:
+        raise TimestampError(f"cannot tell whether {summary!r} advances timestamps without an identity summary")
+    return bool(identity <= summary and not summary <= identity)
 
 
 def minimum_for(t: Any) -> Any:
