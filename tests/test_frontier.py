@@ -91,3 +91,12 @@ def test_change_batch_accumulates_and_drops_zeros(updates: list[tuple[int, int]]
     assert batch == ChangeBatch(updates)
     assert dict(batch.drain()) == expected
     assert batch.is_empty()
+
+
+@given(st.lists(st.tuples(products, st.integers(-2, 2)), max_size=30))
+def test_single_updates_agree_with_batched_updates(updates: list[tuple[Any, int]]) -> None:
+    one: MutableAntichain[Any] = MutableAntichain()
+    many: MutableAntichain[Any] = MutableAntichain()
+    for t, d in updates:
+        assert Counter(dict(one.update(t, d))) == Counter(dict(many.update_iter([(t, d)])))
+        assert set(one.frontier_elements()) == set(many.frontier_elements())

@@ -135,8 +135,37 @@ class MutableAntichain(Generic[T]):
         return changes
 
     def update(self, t: T, diff: int) -> list[tuple[T, int]]:
-        """Apply a single update; see :meth:`update_iter`."""
-        return self.update_iter(((t, diff),))
+        """Apply a single update and return how the frontier changed; see :meth:`update_iter`."""
+        counts = self._counts
+        old = counts.get(t, 0)
+        new = old + diff
+        if new:
+            counts[t] = new
+        elif old:
+            del counts[t]
+        frontier = self._frontier
+        if old <= 0 < new:
+            for f in frontier:
+                if f <= t:  # type: ignore[operator]
+                    return []
+            # Nothing at or below t is positive, so t is minimal and displaces what lies above it.
+            above = [f for f in frontier if t <= f]  # type: ignore[operator]
+            if above:
+                self._frontier = [f for f in frontier if not t <= f]  # type: ignore[operator]
+                self._frontier.append(t)
+                changes = [(f, -1) for f in above]
+                changes.append((t, 1))
+                return changes
+            frontier.append(t)
+            return [(t, 1)]
+        if new <= 0 < old and t in frontier:
+            # Only t leaves; what enters are the positive times t alone was covering.
+            self._frontier = frontier_of(u for u, c in counts.items() if c > 0)
+            old_set = set(frontier)
+            changes = [(t, -1)]
+            changes.extend((u, 1) for u in self._frontier if u not in old_set)
+            return changes
+        return []
 
     def frontier(self) -> Antichain[T]:
         """The current frontier as an :class:`Antichain`."""

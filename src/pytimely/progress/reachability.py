@@ -309,7 +309,8 @@ class Tracker(Generic[T]):
             for lid, updates in grouped.items():
                 for t, d in self._pointstamps[lid].update_iter(updates):
                     push(worklist, (sort_key(t), lid, t, d))
-        pushed: ChangeBatch[tuple[int, T]] = ChangeBatch()
+        # Changes to input ports' implications; other locations' changes only feed the worklist.
+        reported: ChangeBatch[tuple[int, T]] = ChangeBatch()
         implications = self._implications
         internal = self._internal
         edges = self._edges
@@ -323,9 +324,9 @@ class Tracker(Generic[T]):
             processed += 1
             if not d:
                 continue
-            for t2, d2 in implications[lid].update_iter(((t, d),)):
-                pushed.update((lid, t2), d2)
+            for t2, d2 in implications[lid].update(t, d):
                 if lid < num_targets:
+                    reported.update((lid, t2), d2)
                     for s_id, summaries in internal[lid]:
                         for summary in summaries:
                             r = summary.results_in(t2)
@@ -337,9 +338,8 @@ class Tracker(Generic[T]):
                         push(worklist, (k2, t_id, t2, d2))
         self.propagations += processed
         out: dict[Target, list[tuple[T, int]]] = {}
-        for (lid, t), d in pushed.items():
-            if lid < num_targets:
-                out.setdefault(self._locations[lid], []).append((t, d))  # type: ignore[arg-type]
+        for (lid, t), d in reported.items():
+            out.setdefault(self._locations[lid], []).append((t, d))  # type: ignore[arg-type]
         return out
 
     # -- queries ---------------------------------------------------------------------------
