@@ -169,7 +169,8 @@ class ExchangeLockstep(RuleBasedStateMachine):
         for w in range(self.workers):
             assert dict(self.model.caps[w].items()) == dict(+self.caps[w])
             assert dict(self.model.temp[w].items()) == self.senders[w].pending()
-            view = {(loc, t): c for loc in self.builder.locations() for t, c in self.trackers[w].pointstamps(loc).items()}
+            tracker = self.trackers[w]
+            view = {(loc, t): c for loc in self.builder.locations() for t, c in tracker.pointstamps(loc).items()}
             assert dict(self.model.glob[w].items()) == view
 
     @invariant()
