@@ -155,16 +155,17 @@ def compare(name: str, builder: Builder[Any, Any], batches: Callable[[int], Iter
 
 
 def verifier_rate(quick: bool) -> list[dict[str, Any]]:
-    """States per second of the model checker on each model's default configuration."""
-    try:
-        from pytimely.verify import checker
-    except ImportError:
-        return []
+    """States per second of the model checker on each model's default configuration and depth."""
+    from pytimely.verify import MODELS, check, make_model
+    from pytimely.verify.configs import default_depth
+
     out = []
-    for model_name in ("exchange", "propagation", "combined"):
-        result = checker.run_default(model_name, depth=None if not quick else 4)
-        out.append({"model": model_name, "states": result.states, "seconds": round(result.seconds, 2),
-                    "states_per_s": round(result.states / result.seconds) if result.seconds else None})
+    for name in MODELS:
+        model = make_model(name)
+        depth = min(default_depth(model), 4) if quick else default_depth(model)
+        result = check(model, depth)
+        out.append({"model": name, "depth": depth, "states": result.states, "seconds": round(result.seconds, 2),
+                    "states_per_s": round(result.states_per_second), "violation": result.violation})
     return out
 
 
