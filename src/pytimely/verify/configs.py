@@ -1,0 +1,318 @@
+"""Ready-made configurations: small posets, the dataflows of the seed text, and their bounds.
+
+* Posets for the clocks and exchange protocols: ``chain3+1`` (``p0 < p1 < p2`` plus
+  an incomparable ``q``), ``chain2`` and ``diamond``.
+* Dataflows for propagation and the combined protocol (seed
+  ``000_306a8e6bd5c43d47.txt``): ``wcc`` — the weakly-connected-components
+  dataflow of Fig. 2, ``nested`` — a loop with two feedback edges over
+  ``Product(Product(epoch, i), j)``, and ``chain`` — three locations in a row.
+  Loop counters are bounded with ``Increment(1, limit=...)`` so the timestamp
+  universe is finite.
+
+:func:`make_model` builds a model from ``(model, config, workers, mutant)``;
+this is what the command line and the tests use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pytimely.order import Product
+from pytimely.progress.timestamp import Increment, ProductSummary
+from pytimely.verify.clocks import ClocksConfig, ClocksModel
+from pytimely.verify.combined import CombinedConfig, CombinedModel
+from pytimely.verify.exchange import ExchangeConfig, ExchangeModel
+from pytimely.verify.graph import Graph
+from pytimely.verify.model import Model
+from pytimely.verify.mutants import EXCHANGE_MUTANTS, PROPAGATION_MUTANTS, Mutant
+from pytimely.verify.poset import Poset
+from pytimely.verify.propagation import PropagationConfig, PropagationModel, pts_options
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "MODELS",
+    "chain2",
+    "chain3_plus",
+    "chain_graph",
+    "clocks_config",
+    "combined_config",
+    "config_names",
+    "diamond",
+    "exchange_config",
+    "make_model",
+    "mutants_for",
+    "nested_loop_graph",
+    "propagation_config",
+    "wcc_graph",
+]
+
+MODELS = ("clocks", "exchange", "propagation", "combined")
+"""The four protocols, in the order of the seed text (§3–§6)."""
+
+# --- posets -----------------------------------------------------------------------------------------------
+
+
+def chain3_plus() -> Poset:
+    """``p0 < p1 < p2`` and ``q``, incomparable to all three."""
+    return Poset.from_covers(("p0", "p1", "p2", "q"), [("p0", "p1"), ("p1", "p2")], name="chain3+1")
+
+
+def chain2() -> Poset:
+    """``p0 < p1``."""
+    return Poset.from_covers(("p0", "p1"), [("p0", "p1")], name="chain2")
+
+
+def diamond() -> Poset:
+    """``bot < a, b < top`` with ``a`` and ``b`` incomparable."""
+    return Poset.from_covers(
+        ("bot", "a", "b", "top"), [("bot", "a"), ("bot", "b"), ("a", "top"), ("b", "top")], name="diamond"
+    )
+
+
+POSETS: dict[str, Callable[[], Poset]] = {"chain3+1": chain3_plus, "chain2": chain2, "diamond": diamond}
+
+# --- dataflow graphs --------------------------------------------------------------------------------------
+
+ID2 = ProductSummary(Increment(0), Increment(0))
+
+
+def wcc_graph(iterations: int = 1) -> Graph[str]:
+    """Fig. 2: ``a.1 → b.2``, ``b.3 → c.1``, ``c.2 → b.1`` (channels), ``b.1, b.2 → b.3`` (identity)
+    and ``c.1 → c.2`` adding ``(0, 1)``, over ``Product(epoch, iteration)``; the iteration stops at ``iterations``."""
+    step = ProductSummary(Increment(0), Increment(1, limit=iterations))
+    locs = ("a.1", "b.1", "b.2", "b.3", "c.1", "c.2")
+    weights = {
+        ("a.1", "b.2"): {ID2},
+        ("b.3", "c.1"): {ID2},
+        ("c.2", "b.1"): {ID2},
+        ("b.1", "b.3"): {ID2},
+        ("b.2", "b.3"): {ID2},
+        ("c.1", "c.2"): {step},
+    }
+    return Graph(locs, weights, ID2)
+
+
+def wcc_times(epochs: int = 1, iterations: int = 1) -> tuple[Product[int, int], ...]:
+    """``Product(e, i)`` for ``e < epochs`` and ``i ≤ iterations``."""
+    return tuple(Product(e, i) for e in range(epochs) for i in range(iterations + 1))
+
+
+ID3 = ProductSummary(ProductSummary(Increment(0), Increment(0)), Increment(0))
+
+
+def nested_loop_graph(outer: int = 1, inner: int = 1) -> Graph[str]:
+    """A loop in a loop over ``Product(Product(epoch, i), j)``: ``in → x.in → x.out``; the inner feedback
+    ``x.out → fi → x.in`` adds 1 to ``j`` (up to ``inner``), the outer ``x.out → fo → x.in`` adds 1 to ``i``."""
+    inner_step = ProductSummary(ProductSummary(Increment(0), Increment(0)), Increment(1, limit=inner))
+    outer_step = ProductSummary(ProductSummary(Increment(0), Increment(1, limit=outer)), Increment(0))
+    locs = ("in", "x.in", "x.out", "fi", "fo")
+    weights = {
+        ("in", "x.in"): {ID3},
+        ("x.in", "x.out"): {ID3},
+        ("x.out", "fi"): {ID3},
+        ("fi", "x.in"): {inner_step},
+        ("x.out", "fo"): {ID3},
+        ("fo", "x.in"): {outer_step},
+    }
+    return Graph(locs, weights, ID3)
+
+
+def nested_times(outer: int = 1, inner: int = 1) -> tuple[Product[Product[int, int], int], ...]:
+    """``Product(Product(0, i), j)`` for ``i ≤ outer`` and ``j ≤ inner``."""
+    return tuple(Product(Product(0, i), j) for i in range(outer + 1) for j in range(inner + 1))
+
+
+def chain_graph() -> Graph[str]:
+    """``a → b → c`` on integer timestamps; ``b → c`` adds 1."""
+    return Graph(("a", "b", "c"), {("a", "b"): {Increment(0)}, ("b", "c"): {Increment(1)}}, Increment(0))
+
+
+# --- model configurations ---------------------------------------------------------------------------------
+
+
+def clocks_config(name: str = "chain3+1", workers: int = 2) -> ClocksConfig:
+    """The clocks protocol over one of the small posets."""
+    if name not in POSETS:
+        raise ValueError(f"unknown clocks configuration {name!r}; known: {sorted(POSETS)}")
+    return ClocksConfig(POSETS[name](), workers=workers, depth=10, name=name)
+
+
+def exchange_config(name: str = "chain3+1", workers: int = 2, mutant: Mutant | None = None) -> ExchangeConfig:
+    """The exchange protocol over one of the small posets (``-large``: wider bounds for random testing)."""
+    base = name.removesuffix("-large")
+    if base not in POSETS:
+        raise ValueError(f"unknown exchange configuration {name!r}; known: {sorted(POSETS)}")
+    if name.endswith("-large"):
+        return ExchangeConfig(
+            POSETS[base](),
+            workers=workers,
+            init_caps=2,
+            max_caps=3,
+            max_data=3,
+            max_neg=2,
+            max_data_delta=1,
+            max_self=1,
+            queue_bound=4,
+            mutant=mutant,
+            depth=3,
+            name=name,
+        )
+    return ExchangeConfig(
+        POSETS[base](),
+        workers=workers,
+        init_caps=1,
+        init_total=1,
+        max_caps=2,
+        max_data=1,
+        queue_bound=2,
+        mutant=mutant,
+        depth=6,
+        name=name,
+    )
+
+
+def propagation_config(name: str = "wcc", mutant: Mutant | None = None) -> PropagationConfig:
+    """Local propagation on one of the dataflows, starting from small sets of pointstamps."""
+    if name == "wcc":
+        g = wcc_graph(1)
+        times: tuple[Any, ...] = wcc_times(1, 1)
+        init = pts_options([("a.1", Product(0, 0)), ("b.3", Product(0, 0)), ("b.1", Product(0, 1))], 2)
+        return PropagationConfig(g, times, init, mutant=mutant, dropped_edge=("c.1", "c.2"), depth=11, name=name)
+    if name == "nested":
+        g = nested_loop_graph(1, 1)
+        times = nested_times(1, 1)
+        z = Product(Product(0, 0), 0)
+        init = pts_options([("in", z), ("x.out", z), ("fi", Product(Product(0, 0), 1))], 2)
+        return PropagationConfig(g, times, init, mutant=mutant, dropped_edge=("fi", "x.in"), depth=7, name=name)
+    if name == "chain":
+        g = chain_graph()
+        init = pts_options([("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 1)], 2)
+        return PropagationConfig(
+            g, (0, 1, 2), init, mutant=mutant, min_pts=-1, dropped_edge=("b", "c"), depth=9, name=name
+        )
+    raise ValueError(f"unknown propagation configuration {name!r}; known: ['chain', 'nested', 'wcc']")
+
+
+def combined_config(name: str = "chain", workers: int = 2, mutant: Mutant | None = None) -> CombinedConfig:
+    """The combined protocol on one of the dataflows with a small pointstamp universe."""
+    pts: tuple[tuple[str, Any], ...]
+    z: Any
+    if name == "chain":
+        g = chain_graph()
+        pts = (("a", 0), ("b", 0), ("b", 1), ("c", 1))
+        return CombinedConfig(
+            g, (0, 1, 2), pts, workers=workers, init_total=1, mutant=mutant, dropped_edge=("b", "c"), depth=6, name=name
+        )
+    if name == "wcc":
+        g = wcc_graph(1)
+        z, one = Product(0, 0), Product(0, 1)
+        pts = (("a.1", z), ("b.2", z), ("b.3", z), ("b.1", one))
+        return CombinedConfig(
+            g,
+            wcc_times(1, 1),
+            pts,
+            workers=workers,
+            init_total=1,
+            mutant=mutant,
+            dropped_edge=("c.1", "c.2"),
+            depth=5,
+            name=name,
+        )
+    if name == "nested":
+        g = nested_loop_graph(1, 1)
+        z = Product(Product(0, 0), 0)
+        pts = (("in", z), ("x.in", z), ("x.out", z), ("x.in", Product(Product(0, 0), 1)))
+        return CombinedConfig(
+            g,
+            nested_times(1, 1),
+            pts,
+            workers=workers,
+            init_total=1,
+            mutant=mutant,
+            dropped_edge=("fi", "x.in"),
+            depth=5,
+            name=name,
+        )
+    if name == "wcc-large":
+        g = wcc_graph(2)
+        times = wcc_times(1, 2)
+        pts = tuple((l, t) for l in g.locations for t in times)
+        return CombinedConfig(
+            g,
+            times,
+            pts,
+            workers=workers,
+            init_caps=1,
+            init_total=2,
+            max_caps=2,
+            max_data=2,
+            queue_bound=3,
+            mutant=mutant,
+            dropped_edge=("c.1", "c.2"),
+            depth=3,
+            name=name,
+        )
+    if name == "pair":
+        g = Graph(("a", "b"), {("a", "b"): {Increment(0)}}, Increment(0))
+        pts = (("a", 0), ("b", 0))
+        return CombinedConfig(
+            g, (0,), pts, workers=workers, init_total=1, mutant=mutant, dropped_edge=("a", "b"), depth=12, name=name
+        )
+    raise ValueError(f"unknown combined configuration {name!r}; known: ['chain', 'nested', 'pair', 'wcc', 'wcc-large']")
+
+
+DEFAULT_CONFIG = {"clocks": "chain3+1", "exchange": "chain3+1", "propagation": "wcc", "combined": "chain"}
+"""The configuration each model uses when none is named."""
+
+_CONFIG_NAMES = {
+    "clocks": ["chain3+1", "chain2", "diamond"],
+    "exchange": ["chain3+1", "chain2", "diamond", "chain3+1-large", "diamond-large"],
+    "propagation": ["wcc", "nested", "chain"],
+    "combined": ["chain", "wcc", "nested", "pair", "wcc-large"],
+}
+
+
+def config_names(model: str) -> list[str]:
+    """The configuration names ``make_model`` accepts for ``model``."""
+    return list(_CONFIG_NAMES[model])
+
+
+def mutants_for(model: str) -> list[Mutant]:
+    """The mutants that apply to ``model``."""
+    if model == "exchange":
+        return [m for m in Mutant if m in EXCHANGE_MUTANTS]
+    if model == "propagation":
+        return [m for m in Mutant if m in PROPAGATION_MUTANTS]
+    if model == "combined":
+        return list(Mutant)
+    return []
+
+
+def make_model(
+    model: str, config: str | None = None, workers: int | None = None, mutant: Mutant | None = None
+) -> Model[Any]:
+    """Build ``model`` (one of :data:`MODELS`) on configuration ``config`` (default :data:`DEFAULT_CONFIG`)."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {list(MODELS)}")
+    name = config or DEFAULT_CONFIG[model]
+    if mutant is not None and mutant not in mutants_for(model):
+        raise ValueError(f"mutant {mutant} does not apply to {model}")
+    if model == "propagation" and workers is not None:
+        raise ValueError("local propagation runs on a single worker; --workers does not apply")
+    if workers is not None and not 1 <= workers <= 4:
+        raise ValueError("workers must be between 1 and 4")
+    w = 2 if workers is None else workers
+    if model == "clocks":
+        return ClocksModel(clocks_config(name, w))
+    if model == "exchange":
+        return ExchangeModel(exchange_config(name, w, mutant))
+    if model == "propagation":
+        return PropagationModel(propagation_config(name, mutant))
+    return CombinedModel(combined_config(name, w, mutant))
+
+
+def default_depth(m: Model[Any]) -> int:
+    """The depth configured for a model built by :func:`make_model`."""
+    depth: int = m.cfg.depth  # type: ignore[attr-defined]
+    return depth

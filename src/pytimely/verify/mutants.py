@@ -1,0 +1,92 @@
+"""Deliberately broken variants of the protocols, to show that the checker catches real bugs.
+
+Each mutant is a switch read inside the model functions themselves (the
+enabling conditions of seed ``000_306a8e6bd5c43d47.txt`` Fig. 4 and Fig. 6),
+not a copy of them:
+
+* ``send-unjustified`` — ``send_upd`` (Fig. 4) without ``justified (caps c w) (temp c w - γ)``.
+* ``mint-equal`` — ``perf_op`` (Fig. 4) lets a worker send a capability for ``p``
+  to another worker while holding ``p'`` with ``p' ≤ p`` (instead of ``p' < p``).
+* ``mint-by-glob`` — ``perf_op`` checks the ``Δdata`` and ``Δself`` conditions against
+  the worker's ``glob`` instead of its own ``caps``.
+* ``propagate-nonminimal`` — ``propagate`` (Fig. 6) may take any worklist entry, not
+  only a minimal one.
+* ``drop-summary`` — local propagation runs on a graph that forgot one edge
+  weight, while ``Safe`` is judged on the true graph.
+
+:func:`mutant_cases` lists, for each mutant, the model and configuration where
+it shows, the depth needed and the invariant expected to catch it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["Mutant", "MutantCase", "mutant_cases", "parse_mutant"]
+
+
+class Mutant(Enum):
+    """A named deliberate bug in one enabling condition or one input of a model."""
+
+    SEND_UNJUSTIFIED = "send-unjustified"
+    MINT_EQUAL = "mint-equal"
+    MINT_BY_GLOB = "mint-by-glob"
+    PROPAGATE_NONMINIMAL = "propagate-nonminimal"
+    DROP_SUMMARY = "drop-summary"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+EXCHANGE_MUTANTS = frozenset({Mutant.SEND_UNJUSTIFIED, Mutant.MINT_EQUAL, Mutant.MINT_BY_GLOB})
+"""Mutants of the exchange protocol (Fig. 4); they apply to ``exchange`` and ``combined``."""
+
+PROPAGATION_MUTANTS = frozenset({Mutant.PROPAGATE_NONMINIMAL, Mutant.DROP_SUMMARY})
+"""Mutants of local propagation (Fig. 6); they apply to ``propagation`` and ``combined``."""
+
+
+def parse_mutant(name: str) -> Mutant:
+    """The mutant called ``name`` (e.g. ``"mint-equal"``)."""
+    for m in Mutant:
+        if m.value == name:
+            return m
+    raise ValueError(f"unknown mutant {name!r}; known: {', '.join(m.value for m in Mutant)}")
+
+
+@dataclass(frozen=True, slots=True)
+class MutantCase:
+    """Where a mutant shows: model, configuration, exploration depth and the invariant that fails."""
+
+    mutant: Mutant
+    model: str
+    config: str
+    depth: int
+    invariant: str
+    only: tuple[str, ...] = ()
+    """If non-empty, check only these invariants (to show that this one alone catches the mutant)."""
+
+
+def mutant_cases() -> list[MutantCase]:
+    """For every mutant, the runs that catch it, with the (minimal) depth of the counterexample.
+
+    ``propagate-nonminimal`` is never caught by ``Safe``, the ``implied_frontier``
+    lemma or the auxiliary invariants: with the ``work_vacant`` guard they do not
+    depend on the order of propagation. It is caught by ``PropagateMonotone``,
+    the property minimality exists for (see docs/verify.md).
+    """
+    return [
+        MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 3, "Safe", ("Safe",)),
+        MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 2, "InvTempJustified"),
+        MutantCase(Mutant.SEND_UNJUSTIFIED, "combined", "pair", 5, "Safe", ("Safe",)),
+        MutantCase(Mutant.MINT_EQUAL, "exchange", "chain3+1", 5, "Safe", ("Safe",)),
+        MutantCase(Mutant.MINT_EQUAL, "exchange", "chain3+1", 1, "InvTempJustified"),
+        MutantCase(Mutant.MINT_EQUAL, "combined", "pair", 7, "Safe", ("Safe",)),
+        MutantCase(Mutant.MINT_BY_GLOB, "exchange", "chain3+1", 4, "Safe", ("Safe",)),
+        MutantCase(Mutant.MINT_BY_GLOB, "exchange", "chain3+1", 1, "InvTempJustified"),
+        MutantCase(Mutant.MINT_BY_GLOB, "combined", "pair", 6, "Safe", ("Safe",)),
+        MutantCase(Mutant.PROPAGATE_NONMINIMAL, "propagation", "chain", 1, "PropagateMonotone"),
+        MutantCase(Mutant.PROPAGATE_NONMINIMAL, "combined", "nested", 1, "PropagateMonotone"),
+        MutantCase(Mutant.DROP_SUMMARY, "propagation", "wcc", 2, "Safe", ("Safe",)),
+        MutantCase(Mutant.DROP_SUMMARY, "combined", "pair", 1, "Safe", ("Safe",)),
+    ]
