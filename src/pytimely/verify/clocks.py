@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from pytimely.verify.model import Action, Invariant, TransitionInvariant
 from pytimely.verify.poset import Poset
+from pytimely.verify.updates import dequeue_update, enqueue_update
 from pytimely.verify.zmset import (
     ZMSet,
     multisets_upto,
@@ -133,12 +134,7 @@ def send_upd_enabled(cfg: ClocksConfig, c: State, w: int, P: frozenset[Any]) -> 
 
 def send_upd(cfg: ClocksConfig, c: State, w: int, P: frozenset[Any]) -> State:
     """Effect of ``send_upd``: append ``γ`` to every queue ``msg c w w'`` and remove it from ``temp c w``."""
-    gamma = c.temp[w].filter(P.__contains__)
-    msg = list(c.msg)
-    msg[w] = tuple((*q, gamma) for q in c.msg[w])
-    temp = list(c.temp)
-    temp[w] = temp[w] - gamma
-    return c._replace(msg=tuple(msg), temp=tuple(temp))
+    return enqueue_update(c, w, P)
 
 
 def recv_upd_enabled(c: State, w: int, w2: int) -> bool:
@@ -148,15 +144,8 @@ def recv_upd_enabled(c: State, w: int, w2: int) -> bool:
 
 def recv_upd(cfg: ClocksConfig, c: State, w: int, w2: int) -> State:
     """Effect of ``recv_upd``: dequeue the head of ``msg c w w'`` into ``glob c w'`` (and extend the ghost)."""
-    q = c.msg[w][w2]
-    row = list(c.msg[w])
-    row[w2] = q[1:]
-    msg = list(c.msg)
-    msg[w] = tuple(row)
-    glob = list(c.glob)
-    glob[w2] = glob[w2] + q[0]
-    vacated = c.vacated | _vacant_points(cfg, (glob[w2],))
-    return c._replace(msg=tuple(msg), glob=tuple(glob), vacated=vacated)
+    c2 = dequeue_update(c, w, w2)
+    return c2._replace(vacated=c2.vacated | _vacant_points(cfg, (c2.glob[w2],)))
 
 
 def Safe(cfg: ClocksConfig, c: State) -> bool:
