@@ -21,7 +21,7 @@ true ``graph``.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
@@ -327,10 +327,9 @@ def work_vacant(cfg: PropagationConfig, c: State, t: Any) -> bool:
     return not any(u <= t for u in _work_images(cfg, c))
 
 
-def Safe(cfg: PropagationConfig, c: State) -> bool:
-    """``Safe`` (§5): for ``pts c l #z t > 0``, ``s ∈ path_summary l l'`` and ``work_vacant c (t ⊕ s)``,
-    some ``t' ∈ frontier (imp c l')`` has ``t' ≤ t ⊕ s``."""
-    imgs = _work_images(cfg, c)
+def _reflected_downstream(cfg: PropagationConfig, c: State, pending: Sequence[Any]) -> bool:
+    """Every ``t ⊕ s`` reachable from a positive pointstamp, unless some ``x <= t ⊕ s`` is in ``pending``,
+    lies at or beyond ``frontier (imp c l')``."""
     for i, p in enumerate(c.pts):
         for t, n in p.items():
             if n <= 0:
@@ -339,26 +338,22 @@ def Safe(cfg: PropagationConfig, c: State) -> bool:
                 fr = _frontier(c.imp[j])
                 for s in summaries:
                     u = s.results_in(t)
-                    if u is None or any(x <= u for x in imgs):
+                    if u is None or any(x <= u for x in pending):
                         continue
                     if not any(f <= u for f in fr):
                         return False
     return True
 
 
+def Safe(cfg: PropagationConfig, c: State) -> bool:
+    """``Safe`` (§5): for ``pts c l #z t > 0``, ``s ∈ path_summary l l'`` and ``work_vacant c (t ⊕ s)``,
+    some ``t' ∈ frontier (imp c l')`` has ``t' ≤ t ⊕ s``."""
+    return _reflected_downstream(cfg, c, _work_images(cfg, c))
+
+
 def safe_strong(cfg: PropagationConfig, c: State) -> bool:
     """Like ``Safe`` but without the ``work_vacant`` guard (it holds when every worklist is empty)."""
-    for i, p in enumerate(c.pts):
-        for t, n in p.items():
-            if n <= 0:
-                continue
-            for j, summaries in cfg.paths[i]:
-                fr = _frontier(c.imp[j])
-                for s in summaries:
-                    u = s.results_in(t)
-                    if u is not None and not any(f <= u for f in fr):
-                        return False
-    return True
+    return _reflected_downstream(cfg, c, ())
 
 
 def pts_map(cfg: PropagationConfig, c: State) -> dict[Any, ZMSet[Any]]:
