@@ -52,6 +52,7 @@ class ExchangeLockstep(RuleBasedStateMachine):
         super().__init__()
         self.builder, self.locs, self.order, poset, self.graph = setting()
         self.cfg = E.ExchangeConfig(poset, workers=self.workers)
+        self.weights = self.builder.weights()
         n = self.workers
         initial = [(self.locs["a.1"], Product(0, 0)), (self.locs["b.3"], Product(0, 0))]
         self.caps: list[Counter[Any]] = [Counter(initial) for _ in range(n)]
@@ -106,12 +107,13 @@ class ExchangeLockstep(RuleBasedStateMachine):
                     options += [("send", (p, target, w2)) for w2 in range(self.workers)]
         for p in sorted((p for p in self.caps[w] if not isinstance(p[0], Source)), key=repr):
             options.append(("consume", (p, None)))
-            node = p[0].node
-            for (_i, o), summaries in self.builder._nodes[node].summary.items():
+            for (start, output), summaries in self.weights.items():
+                if start != p[0]:
+                    continue
                 for s in summaries:
                     r = s.results_in(p[1])
-                    if r is not None and (Source(node, o), r) in self.cfg.poset.elements:
-                        options.append(("consume", (p, (Source(node, o), r))))
+                    if r is not None and (output, r) in self.cfg.poset.elements:
+                        options.append(("consume", (p, (output, r))))
         if not options:
             return
         kind, arg = data.draw(st.sampled_from(options))
