@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pytimely.errors import SequenceError, UnjustifiedHoldError
+from pytimely.errors import DemandModeError, SequenceError, UnjustifiedHoldError
 from pytimely.progress import Builder, PointstampOrder, ProgressMode, ProgressReceiver, ProgressSender, Source, Target
 from pytimely.progress.broadcast import justified
 
@@ -110,3 +110,15 @@ def test_receiver_checks_fifo_order() -> None:
     assert b is not None
     with pytest.raises(SequenceError, match="unknown worker 9"):
         receiver.accept(b)
+
+
+def test_demand_mode_without_what_it_needs_is_refused_and_keeps_the_changes() -> None:
+    order, _, tgt = two_ops()
+    with pytest.raises(DemandModeError, match="could-result-in"):
+        ProgressSender(0, None, ProgressMode.DEMAND)
+    sender: ProgressSender[int] = ProgressSender(0, order.lt, ProgressMode.DEMAND)
+    sender.record(tgt, 0, 1)
+    with pytest.raises(DemandModeError, match=r"flush\(caps\)"):
+        sender.flush()
+    assert sender.pending() == {(tgt, 0): 1}
+    assert sender.next_seq() == 0

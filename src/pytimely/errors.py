@@ -39,6 +39,10 @@ class UnknownLocationError(ProgressError, GraphError):
     """A progress update names a location outside the tracked graph."""
 
 
+class DemandModeError(ProgressError, ValueError):
+    """Demand mode was asked to judge what to keep back without what it needs to judge it."""
+
+
 class UnjustifiedHoldError(ProgressError):
     """A worker tried to hold back progress changes that its own capabilities do not justify."""
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pytimely.errors import SequenceError, UnjustifiedHoldError
+from pytimely.errors import DemandModeError, SequenceError, UnjustifiedHoldError
 from pytimely.progress.change_batch import ChangeBatch
 
 __all__ = ["ProgressBatch", "ProgressMode", "ProgressReceiver", "ProgressSender", "justified"]
@@ -85,7 +85,7 @@ class ProgressSender(Generic[T]):
 
     def __init__(self, worker: int, lt: Lt | None = None, mode: ProgressMode = ProgressMode.EAGER) -> None:
         if mode is ProgressMode.DEMAND and lt is None:
-            raise ValueError("demand mode needs the could-result-in order (lt) to judge what it may keep")
+            raise DemandModeError("demand mode needs the could-result-in order (lt) to judge what it may keep")
         self.worker = worker
         self.mode = mode
         self._lt = lt
@@ -122,7 +122,10 @@ class ProgressSender(Generic[T]):
             self._pending.clear()
         else:
             if caps is None:
-                raise ValueError("demand mode needs the worker's own capabilities to decide what to keep")
+                raise DemandModeError(
+                    f"worker {self.worker}: demand mode needs the worker's own capabilities to decide what to keep; "
+                    "pass flush(caps)"
+                )
             send, keep = self._split(caps, dict(pending))
             if not send:
                 return None
