@@ -1,6 +1,16 @@
 """pytimely: Timely Dataflow for Python, with progress tracking checked against its formal model."""
 
+from pytimely.dataflow import (
+    Capability,
+    InputCapability,
+    InputHandle,
+    Notificator,
+    ProbeHandle,
+    Scope,
+    Stream,
+)
 from pytimely.errors import PytimelyError
+from pytimely.execute import execute
 from pytimely.order import Product
 from pytimely.progress import (
     Antichain,
@@ -13,20 +23,30 @@ from pytimely.progress import (
     Target,
     Tracker,
 )
+from pytimely.worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Antichain",
     "Builder",
+    "Capability",
     "ChangeBatch",
     "Increment",
+    "InputCapability",
+    "InputHandle",
     "MutableAntichain",
+    "Notificator",
+    "ProbeHandle",
     "Product",
     "ProductSummary",
     "PytimelyError",
+    "Scope",
     "Source",
+    "Stream",
     "Target",
     "Tracker",
+    "Worker",
     "__version__",
+    "execute",
 ]

@@ -55,3 +55,37 @@ class SequenceError(ProgressError):
         self.sender = sender
         self.expected = expected
         self.received = received
+
+
+class DataflowError(PytimelyError):
+    """A dataflow was built or run in a way the runtime cannot honour."""
+
+
+class ScopeError(DataflowError, GraphError):
+    """Streams from different scopes or dataflows were combined, or a scope was used where it does not belong."""
+
+
+class ArityError(DataflowError, ValueError):
+    """An operator was given the wrong number of inputs or outputs, or a route named a port it lacks."""
+
+
+class CapabilityError(DataflowError):
+    """A capability was misused: downgraded backwards, used after being dropped, or used where it is not valid."""
+
+
+class InputError(DataflowError, ValueError):
+    """An input handle was misused: time moved backwards, or data sent after closing."""
+
+
+class OperatorError(DataflowError):
+    """User code inside an operator raised; names the operator, the worker and the timestamp."""
+
+    def __init__(self, message: str, operator: str, worker: int, time: object) -> None:
+        super().__init__(message)
+        self.operator = operator
+        self.worker = worker
+        self.time = time
+
+
+class StalledError(DataflowError):
+    """The computation cannot finish: nothing can happen, yet capabilities or messages remain."""

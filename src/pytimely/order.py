@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["PartialOrder", "Product", "comparable", "less_equal", "less_than", "sort_key"]
+__all__ = ["PartialOrder", "Product", "comparable", "flat_key", "less_equal", "less_than", "sort_key"]
 
 
 @runtime_checkable
@@ -90,6 +90,17 @@ def sort_key(t: Any) -> Any:
     """
     method = getattr(t, "sort_key", None)
     return t if method is None else method()
+
+
+def flat_key(t: Any) -> tuple[Any, ...]:
+    """Like :func:`sort_key`, flattened to one tuple, so timestamps of different nesting compare.
+
+    ``3`` gives ``(3,)`` and ``Product(Product(3, 1), 2)`` gives ``(3, 1, 2)``; a
+    scope's outer time sorts just before the inner times entered from it.
+    """
+    if isinstance(t, Product):
+        return flat_key(t.outer) + flat_key(t.inner)
+    return (sort_key(t),)
 
 
 def less_equal(a: Any, b: Any) -> bool:

@@ -28,7 +28,7 @@ from pytimely.errors import (
     UnknownLocationError,
     UnknownPortError,
 )
-from pytimely.order import sort_key
+from pytimely.order import flat_key, sort_key
 from pytimely.progress.change_batch import ChangeBatch
 from pytimely.progress.frontier import Antichain, MutableAntichain
 from pytimely.progress.location import Location, Source, Target
@@ -64,6 +64,7 @@ class Builder(Generic[T, S]):
         self.identity: Any = Increment(0) if identity is None else identity
         self._nodes: list[_Node] = []
         self._edges: list[tuple[Source, Target]] = []
+        self._mixed = False
 
     def add_node(
         self,
@@ -71,13 +72,19 @@ class Builder(Generic[T, S]):
         outputs: int,
         summary: SummarySpec | None = None,
         name: str | None = None,
+        identity: Any = None,
     ) -> int:
         """Add an operator with ``inputs`` input and ``outputs`` output ports; return its index.
 
         ``summary`` maps ``(input, output)`` to the path summaries from that input to
         that output (one summary or several); pairs left out have no internal path.
         ``None`` means the identity summary from every input to every output.
+        ``identity`` is the identity summary of the operator's own timestamps when
+        they differ from the graph's (operators inside a nested scope).
         """
+        node_identity = self.identity if identity is None else identity
+        if identity is not None and identity != self.identity:
+            self._mixed = True
         index = len(self._nodes)
         label = name if name is not None else f"node {index}"
         if type(inputs) is not int or type(outputs) is not int or inputs < 0 or outputs < 0:
@@ -86,7 +93,7 @@ class Builder(Generic[T, S]):
         if summary is None:
             for i in range(inputs):
                 for o in range(outputs):
-                    compiled[(i, o)] = Antichain([self.identity])
+                    compiled[(i, o)] = Antichain([node_identity])
         else:
             for key, value in summary.items():
                 i, o = key
@@ -97,19 +104,22 @@ class Builder(Generic[T, S]):
                     )
                 summaries = list(value) if isinstance(value, (list, tuple, set, frozenset, Antichain)) else [value]
                 for s in summaries:
-                    self._check_summary(label, i, o, s)
+                    self._check_summary(label, i, o, s, node_identity)
                 if summaries:
                     compiled[(i, o)] = Antichain(summaries)
         self._nodes.append(_Node(label, inputs, outputs, compiled))
         return index
 
-    def _check_summary(self, label: str, i: int, o: int, s: Any) -> None:
+    def _check_summary(self, label: str, i: int, o: int, s: Any, identity: Any) -> None:
+        if getattr(s, "changes_scope", False):
+            self._mixed = True
+            return
         try:
-            advances = self.identity <= s
+            advances = identity <= s
         except (AttributeError, TypeError) as exc:
             raise TimestampError(
                 f"{label}: summary {s!r} (input {i} -> output {o}) is not comparable with the "
-                f"graph's identity summary {self.identity!r}"
+                f"operator's identity summary {identity!r}"
             ) from exc
         if not advances:
             raise SummaryGoesBackError(
@@ -268,6 +278,8 @@ class Tracker(Generic[T]):
         self._pointstamps: list[MutableAntichain[T]] = [MutableAntichain() for _ in range(n)]
         self._implications: list[MutableAntichain[T]] = [MutableAntichain() for _ in range(n)]
         self._pending: list[tuple[int, T, int]] = []
+        # Graphs with nested scopes hold timestamps of several shapes; their worklist keys must compare.
+        self._key: Any = flat_key if builder._mixed else sort_key
         self._worklist: list[tuple[Any, int, T, int]] = []
         self.propagations = 0
         """Worklist entries processed so far (a measure of propagation work)."""
@@ -301,6 +313,7 @@ class Tracker(Generic[T]):
         worklist = self._worklist
         push = heapq.heappush
         pop = heapq.heappop
+        key_of = self._key
         if self._pending:
             grouped: dict[int, list[tuple[T, int]]] = {}
             for lid, t, d in self._pending:
@@ -308,7 +321,7 @@ class Tracker(Generic[T]):
             self._pending = []
             for lid, updates in grouped.items():
                 for t, d in self._pointstamps[lid].update_iter(updates):
-                    push(worklist, (sort_key(t), lid, t, d))
+                    push(worklist, (key_of(t), lid, t, d))
         # Changes to input ports' implications; other locations' changes only feed the worklist.
         reported: ChangeBatch[tuple[int, T]] = ChangeBatch()
         implications = self._implications
@@ -331,9 +344,9 @@ class Tracker(Generic[T]):
                         for summary in summaries:
                             r = summary.results_in(t2)
                             if r is not None:
-                                push(worklist, (sort_key(r), s_id, r, d2))
+                                push(worklist, (key_of(r), s_id, r, d2))
                 else:
-                    k2 = sort_key(t2)
+                    k2 = key_of(t2)
                     for t_id in edges[lid]:
                         push(worklist, (k2, t_id, t2, d2))
         self.propagations += processed
@@ -343,6 +356,19 @@ class Tracker(Generic[T]):
         return out
 
     # -- queries ---------------------------------------------------------------------------
+
+    def live_frontier(self, location: Location) -> MutableAntichain[T]:
+        """The object behind ``location``'s frontier, kept current by :meth:`propagate_all`; read it, never write."""
+        return self._implications[self._id(location)]
+
+    def held(self) -> dict[Location, dict[T, int]]:
+        """Every location with pointstamps present, and their counts."""
+        out: dict[Location, dict[T, int]] = {}
+        for lid, chain in enumerate(self._pointstamps):
+            counts = chain.counts()
+            if counts:
+                out[self._locations[lid]] = counts
+        return out
 
     def frontier(self, location: Location) -> Antichain[T]:
         """The frontier of what could still arrive at ``location`` (as of the last propagation)."""

@@ -21,7 +21,9 @@ from pytimely.errors import SummaryGoesBackError, TimestampError
 from pytimely.order import PartialOrder, Product
 
 __all__ = [
+    "Enter",
     "Increment",
+    "Leave",
     "PathSummary",
     "ProductSummary",
     "Timestamp",
@@ -153,6 +155,55 @@ class ProductSummary(Generic[S1, S2]):
 
     def __repr__(self) -> str:
         return f"ProductSummary({self.outer!r}, {self.inner!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Enter:
+    """Entering a nested scope: ``t`` becomes ``Product(t, inner)`` (``inner`` is the scope's minimum).
+
+    It changes the timestamp's shape, so it is neither above nor below the
+    identity; it never advances a timestamp around a cycle.
+    """
+
+    inner: Any = 0
+    changes_scope = True
+
+    def results_in(self, t: Any, /) -> Product[Any, Any]:
+        """``Product(t, inner)``."""
+        return Product(t, self.inner)
+
+    def followed_by(self, other: Any, /) -> Any:
+        """Composition is only needed within one scope; across scopes it is not offered."""
+        raise TimestampError("summaries that change scope do not compose; track nested scopes location by location")
+
+    def __le__(self, other: Any) -> bool:
+        return bool(self == other)
+
+    def strictly_advances(self) -> bool:
+        """Never: entering keeps the outer time."""
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Leaving a nested scope: ``Product(t, i)`` becomes ``t``."""
+
+    changes_scope = True
+
+    def results_in(self, t: Product[Any, Any], /) -> Any:
+        """The outer coordinate of ``t``."""
+        return t.outer
+
+    def followed_by(self, other: Any, /) -> Any:
+        """See :meth:`Enter.followed_by`."""
+        raise TimestampError("summaries that change scope do not compose; track nested scopes location by location")
+
+    def __le__(self, other: Any) -> bool:
+        return bool(self == other)
+
+    def strictly_advances(self) -> bool:
+        """Never: leaving forgets the inner coordinate."""
+        return False
 
 
 def strictly_advances(summary: Any, identity: Any = None) -> bool:

@@ -1,0 +1,46 @@
+"""Hello, pytimely: the first example of timely dataflow, in Python.
+
+Each worker feeds rounds of data into an input; records are exchanged between
+workers and printed by whichever worker receives them; a probe tells each worker
+when a round has passed through the whole dataflow.
+
+    python examples/hello.py -w 2
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pytimely import Worker, execute
+
+
+def hello(worker: Worker) -> None:
+    """Send ten rounds, each one record from worker 0, and wait for each round to finish."""
+
+    def build(scope):  # type: ignore[no-untyped-def]
+        handle, stream = scope.new_input()
+        probe = (
+            stream.exchange(lambda x: x)
+            .inspect(lambda x: print(f"worker {worker.index}:\thello {x}"))
+            .probe()
+        )
+        return handle, probe
+
+    handle, probe = worker.dataflow(build)
+    for round_ in range(10):
+        if worker.index == 0:
+            handle.send(round_)
+        handle.advance_to(round_ + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+
+
+def main() -> None:
+    """Parse ``-w`` and run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-w", "--workers", type=int, default=1, help="number of workers (default 1)")
+    args = parser.parse_args()
+    execute(hello, workers=args.workers)
+
+
+if __name__ == "__main__":
+    main()

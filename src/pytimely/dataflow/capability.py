@@ -1,0 +1,137 @@
+"""Capabilities: the right to send data at a timestamp, and the pointstamps they stand for.
+
+An operator may send on an output only at a time it holds a capability for.
+Holding a :class:`Capability` is a pointstamp at the operator's output port:
+creating one counts ``+1``, dropping it ``-1``, and downgrading it moves the
+count to the later time. Every change is recorded with the worker's progress
+and broadcast at the end of the step, together with the messages sent under it.
+
+A received message comes with an :class:`InputCapability`: valid while the
+operator handles that message, it lets the operator send at the message's time
+right away, or :meth:`~InputCapability.retain` a capability to send later.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pytimely.errors import CapabilityError
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.operator import OperatorCore
+    from pytimely.dataflow.ports import OutputPort
+
+__all__ = ["Capability", "InputCapability"]
+
+T = TypeVar("T")
+
+
+class Capability(Generic[T]):
+    """The right to send at ``time`` (and later) on one output port of one operator."""
+
+    __slots__ = ("_output", "_time", "_valid")
+
+    def __init__(self, time: T, output: OutputPort[T, Any], *, counted: bool = False) -> None:
+        self._time = time
+        self._output = output
+        self._valid = True
+        if not counted:
+            output._record(output.source, time, 1)
+
+    @property
+    def time(self) -> T:
+        """The earliest time this capability allows sending at."""
+        if not self._valid:
+            raise CapabilityError(f"{self._describe()} was dropped; its time is no longer held")
+        return self._time
+
+    @property
+    def output(self) -> int:
+        """The index of the output port this capability is for."""
+        return self._output.port
+
+    @property
+    def valid(self) -> bool:
+        """Whether the capability is still held (not dropped)."""
+        return self._valid
+
+    def _describe(self) -> str:
+        return f"capability at {self._time!r} for output {self._output.port} of {self._output.operator_name}"
+
+    def _check(self) -> None:
+        if not self._valid:
+            raise CapabilityError(f"{self._describe()} was already dropped and cannot be used")
+
+    def delayed(self, time: T, output: int | None = None) -> Capability[T]:
+        """A new capability at ``time`` (not earlier than this one's), optionally for another output."""
+        self._check()
+        if not self._time <= time:  # type: ignore[operator]
+            raise CapabilityError(
+                f"{self._describe()} cannot be delayed to {time!r}, which is not later than {self._time!r}"
+            )
+        target = self._output if output is None else self._output.sibling(output)
+        return Capability(time, target)
+
+    def downgrade(self, time: T) -> None:
+        """Move this capability forward to ``time``; moving it backwards raises :class:`CapabilityError`."""
+        self._check()
+        old = self._time
+        if not old <= time:  # type: ignore[operator]
+            raise CapabilityError(f"{self._describe()} cannot be downgraded backwards (or sideways) to {time!r}")
+        if old == time:
+            return
+        record = self._output._record
+        source = self._output.source
+        record(source, time, 1)
+        record(source, old, -1)
+        self._time = time
+
+    def drop(self) -> None:
+        """Give the capability up; the time it held may now pass downstream."""
+        self._check()
+        self._valid = False
+        self._output._record(self._output.source, self._time, -1)
+
+    def __repr__(self) -> str:
+        state = "" if self._valid else ", dropped"
+        return f"Capability({self._time!r}, output={self._output.port}{state})"
+
+
+class InputCapability(Generic[T]):
+    """The time of a message being handled; valid only while the operator handles it."""
+
+    __slots__ = ("_op", "_time", "_valid")
+
+    def __init__(self, time: T, op: OperatorCore) -> None:
+        self._time = time
+        self._op = op
+        self._valid = True
+
+    @property
+    def time(self) -> T:
+        """The message's timestamp."""
+        return self._time
+
+    def _check(self) -> None:
+        if not self._valid:
+            raise CapabilityError(
+                f"the input capability at {self._time!r} of {self._op.name} is only valid while its message is "
+                "handled; retain() a Capability to send later"
+            )
+
+    def retain(self, output: int = 0) -> Capability[T]:
+        """A capability at the message's time for output ``output``, held until dropped."""
+        self._check()
+        return Capability(self._time, self._op.output_port(output))
+
+    def delayed(self, time: T, output: int = 0) -> Capability[T]:
+        """A capability at ``time`` (not earlier than the message's) for output ``output``."""
+        self._check()
+        if not self._time <= time:  # type: ignore[operator]
+            raise CapabilityError(
+                f"{self._op.name} cannot hold a capability at {time!r} from a message at {self._time!r}"
+            )
+        return Capability(time, self._op.output_port(output))
+
+    def __repr__(self) -> str:
+        return f"InputCapability({self._time!r})"

@@ -1,0 +1,1 @@
+"""Operator implementations; users reach them as :class:`~pytimely.dataflow.stream.Stream` methods."""

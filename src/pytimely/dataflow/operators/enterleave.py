@@ -1,0 +1,58 @@
+"""Crossing into and out of nested scopes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytimely.errors import ScopeError
+from pytimely.order import Product
+from pytimely.progress.timestamp import Enter, Leave
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.scope import Scope
+    from pytimely.dataflow.stream import Stream
+
+__all__ = ["enter", "leave"]
+
+
+def enter(stream: Stream[Any], inner: Scope[Any], name: str) -> Stream[Any]:
+    """Bring ``stream`` into the nested scope ``inner``: time ``t`` becomes ``(t, 0)``."""
+    from pytimely.dataflow.stream import Stream
+
+    if inner.parent is not stream.scope:
+        raise ScopeError(f"{name}: {inner!r} is not nested directly inside the stream's scope {stream.scope!r}")
+    minimum = inner.minimum
+    assert isinstance(minimum, Product)
+    start = minimum.inner
+    op = inner.subgraph.add_operator(name, inner, 1, 1)
+    inner.subgraph.connect(stream._port, op.inputs[0], None)
+    inner._summaries[op.index] = {(0, 0): Enter(start)}
+    port, out = op.inputs[0], op.outputs[0]
+
+    def logic() -> None:
+        for time, batch in port.batches():
+            out._push(Product(time, start), batch)
+
+    op.logic = logic
+    return Stream(inner, out)
+
+
+def leave(stream: Stream[Any], name: str) -> Stream[Any]:
+    """Take ``stream`` out of its nested scope: time ``(t, i)`` becomes ``t``."""
+    from pytimely.dataflow.stream import Stream
+
+    inner = stream.scope
+    outer = inner.parent
+    if outer is None:
+        raise ScopeError(f"{name}: the stream is in a dataflow's root scope; there is nothing to leave")
+    op = inner.subgraph.add_operator(name, outer, 1, 1)
+    inner.subgraph.connect(stream._port, op.inputs[0], None)
+    outer._summaries[op.index] = {(0, 0): Leave()}
+    port, out = op.inputs[0], op.outputs[0]
+
+    def logic() -> None:
+        for time, batch in port.batches():
+            out._push(time.outer, batch)
+
+    op.logic = logic
+    return Stream(outer, out)

@@ -1,0 +1,178 @@
+"""Keyed aggregation per timestamp: records are grouped by key and time, and each group's result is
+sent once its time is complete (no input frontier can reach it any more)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytimely.dataflow.capability import InputCapability
+from pytimely.dataflow.operators.generic import Notificator, pact_for
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.ports import InputPort, OutputPort
+    from pytimely.dataflow.stream import Stream
+
+__all__ = ["count", "count_by", "fold_by", "reduce_by", "sum_by"]
+
+Absorb = Callable[[Any, Any], None]
+
+
+def _keyed(
+    stream: Stream[Any],
+    name: str,
+    route: Callable[[Any], Any],
+    new_state: Callable[[], Any],
+    absorb: Absorb,
+    finish: Callable[[Any], Any],
+) -> Stream[Any]:
+    """Exchange by ``route``, fold each time's batches into one state, send ``finish(state)`` when complete."""
+    from pytimely.dataflow.stream import Stream
+
+    scope = stream.scope
+    op = scope._operator(name, [(stream, pact_for(route))], 1)
+    op.notify = True
+    port: InputPort[Any, Any] = op.inputs[0]
+    out: OutputPort[Any, Any] = op.outputs[0]
+    states: dict[Any, Any] = {}
+    notificator: Notificator[Any] = Notificator()
+
+    def logic() -> None:
+        cap: InputCapability[Any]
+        for cap, batch in port:
+            t = cap.time
+            state = states.get(t)
+            if state is None:
+                state = states[t] = new_state()
+                notificator.notify_at(cap.retain())
+            absorb(state, batch)
+        for held in notificator.ready(port.frontier):
+            result = finish(states.pop(held.time))
+            if len(result):
+                out.give(held, result)
+            held.drop()
+
+    op.logic = logic
+    return Stream(scope, out)
+
+
+def count_by(stream: Stream[Any], key: Callable[[Any], Any] | None, name: str) -> Stream[Any]:
+    """``(key, count)`` for every key seen at each time (the record itself when ``key`` is None)."""
+    if key is None:
+
+        def absorb(state: Counter[Any], batch: Any) -> None:
+            if hasattr(batch, "dtype"):
+                import numpy as np
+
+                values, counts = np.unique(batch, return_counts=True)
+                state.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+            else:
+                state.update(batch)
+
+        return _keyed(stream, name, hash, Counter, absorb, lambda c: list(c.items()))
+
+    def absorb_keyed(state: Counter[Any], batch: Any) -> None:
+        state.update(map(key, batch))
+
+    return _keyed(stream, name, lambda r: hash(key(r)), Counter, absorb_keyed, lambda c: list(c.items()))
+
+
+def sum_by(stream: Stream[Any], key: Callable[[Any], Any], value: Callable[[Any], Any], name: str) -> Stream[Any]:
+    """``(key, total of value(record))`` per key and time."""
+
+    def absorb(state: dict[Any, Any], batch: Any) -> None:
+        get = state.get
+        for record in batch:
+            k = key(record)
+            state[k] = get(k, 0) + value(record)
+
+    return _keyed(stream, name, lambda r: hash(key(r)), dict, absorb, lambda d: list(d.items()))
+
+
+def fold_by(
+    stream: Stream[Any],
+    key: Callable[[Any], Any],
+    init: Callable[[], Any],
+    step: Callable[[Any, Any], Any],
+    name: str,
+) -> Stream[Any]:
+    """``(key, accumulator)`` per key and time, folding ``step(acc, record)`` from ``init()``."""
+
+    def absorb(state: dict[Any, Any], batch: Any) -> None:
+        for record in batch:
+            k = key(record)
+            acc = state[k] if k in state else init()
+            state[k] = step(acc, record)
+
+    return _keyed(stream, name, lambda r: hash(key(r)), dict, absorb, lambda d: list(d.items()))
+
+
+def reduce_by(
+    stream: Stream[Any], key: Callable[[Any], Any], reducer: Callable[[Any, list[Any]], Any], name: str
+) -> Stream[Any]:
+    """``(key, reducer(key, records))`` per key and time, with all of the time's records for the key."""
+
+    def absorb(state: dict[Any, list[Any]], batch: Any) -> None:
+        for record in batch:
+            k = key(record)
+            group = state.get(k)
+            if group is None:
+                state[k] = [record]
+            else:
+                group.append(record)
+
+    return _keyed(
+        stream, name, lambda r: hash(key(r)), dict, absorb, lambda d: [(k, reducer(k, v)) for k, v in d.items()]
+    )
+
+
+def count(stream: Stream[Any], name: str) -> Stream[int]:
+    """The number of records at each time, summed over workers, sent by worker 0."""
+
+    def absorb(state: list[int], batch: Any) -> None:
+        state[0] += len(batch)
+
+    def partial() -> list[int]:
+        return [0]
+
+    local = _keyed_local(stream, f"{name}.local", partial, absorb, lambda s: s)
+
+    def add(state: list[int], batch: Any) -> None:
+        state[0] += sum(batch)
+
+    return _keyed(local, f"{name}.total", lambda _: 0, partial, add, lambda s: s)
+
+
+def _keyed_local(
+    stream: Stream[Any],
+    name: str,
+    new_state: Callable[[], Any],
+    absorb: Absorb,
+    finish: Callable[[Any], Any],
+) -> Stream[Any]:
+    """Like :func:`_keyed` without the exchange: each worker aggregates what it has."""
+    from pytimely.dataflow.stream import Stream
+
+    scope = stream.scope
+    op = scope._operator(name, [(stream, None)], 1)
+    op.notify = True
+    port = op.inputs[0]
+    out = op.outputs[0]
+    states: dict[Any, Any] = {}
+    notificator: Notificator[Any] = Notificator()
+
+    def logic() -> None:
+        for cap, batch in port:
+            state = states.get(cap.time)
+            if state is None:
+                state = states[cap.time] = new_state()
+                notificator.notify_at(cap.retain())
+            absorb(state, batch)
+        for held in notificator.ready(port.frontier):
+            out.give(held, finish(states.pop(held.time)))
+            held.drop()
+
+    op.logic = logic
+    return Stream(scope, out)
+

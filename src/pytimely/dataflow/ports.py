@@ -1,0 +1,276 @@
+"""Operator ports and the channels between them.
+
+Messages are ``(time, batch)`` pairs: a batch is a list of records, a numpy
+array or an Arrow record batch. Every message is a pointstamp at the input port
+it is bound for: the sender counts ``+1`` when it pushes, the receiver ``-1``
+when it takes it, both in their worker's progress for the step.
+
+Channels follow the *parallelisation contract* of the edge: a pipeline keeps
+data on the worker that produced it; an exchange routes each record to worker
+``route(record) % peers``; a broadcast copies every batch to every worker.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pytimely.dataflow.capability import Capability, InputCapability
+from pytimely.errors import CapabilityError
+from pytimely.progress.frontier import MutableAntichain
+from pytimely.progress.location import Source, Target
+
+if TYPE_CHECKING:
+    from pytimely.communication.allocator import Push
+    from pytimely.dataflow.operator import OperatorCore
+
+__all__ = ["InputPort", "OutputPort", "Session", "take"]
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+Record = Callable[[Any, Any, int], None]
+
+
+def take(batch: Any, indices: Any) -> Any:
+    """The rows of ``batch`` at ``indices``, in the batch's own kind (list, numpy array, Arrow batch)."""
+    if isinstance(batch, list):
+        return [batch[i] for i in indices]
+    if hasattr(batch, "take") and not hasattr(batch, "ndim"):
+        return batch.take(indices)
+    return batch[indices]
+
+
+class InputPort(Generic[T, D]):
+    """An operator's input: queued messages and the frontier of what may still arrive."""
+
+    __slots__ = ("_activate", "_location", "_op", "_queue", "_record", "frontier", "port")
+
+    def __init__(self, op: OperatorCore, port: int, record: Record, activate: Callable[[int], None]) -> None:
+        self._op = op
+        self.port = port
+        self._location = Target(op.index, port)
+        self._queue: deque[tuple[T, D]] = deque()
+        self._record = record
+        self._activate = activate
+        self.frontier: MutableAntichain[T] = MutableAntichain()
+        """Times that may still arrive here (minimal elements); read-only, kept current by the worker."""
+
+    @property
+    def location(self) -> Target:
+        """This port as a progress location."""
+        return self._location
+
+    def _deliver(self, message: tuple[T, D]) -> None:
+        self._queue.append(message)
+        self._activate(self._op.index)
+
+    def __iter__(self) -> Iterator[tuple[InputCapability[T], D]]:
+        """Take each queued message as ``(input capability, batch)``."""
+        queue = self._queue
+        record = self._record
+        location = self._location
+        op = self._op
+        caps = op.input_caps
+        while queue:
+            time, batch = queue.popleft()
+            record(location, time, -1)
+            op.time = time
+            cap = InputCapability(time, op)
+            caps.append(cap)
+            yield cap, batch
+
+    def batches(self) -> Iterator[tuple[T, D]]:
+        """Take each queued message as ``(time, batch)`` (for operators that send at the same time)."""
+        queue = self._queue
+        record = self._record
+        location = self._location
+        op = self._op
+        while queue:
+            time, batch = queue.popleft()
+            record(location, time, -1)
+            op.time = time
+            yield time, batch
+
+    def pending(self) -> int:
+        """How many messages are queued."""
+        return len(self._queue)
+
+
+class _Pipeline:
+    """Hands batches to a port on the same worker."""
+
+    __slots__ = ("_location", "_record", "_target")
+
+    def __init__(self, target: InputPort[Any, Any], record: Record) -> None:
+        self._target = target
+        self._location = target.location
+        self._record = record
+
+    def push(self, time: Any, batch: Any) -> None:
+        self._record(self._location, time, 1)
+        self._target._deliver((time, batch))
+
+
+class _Exchange:
+    """Routes each record to worker ``route(record) % peers``; this worker's share skips the mailbox."""
+
+    __slots__ = ("_index", "_local", "_location", "_peers", "_pushes", "_record", "_route", "_vectorized")
+
+    def __init__(
+        self,
+        target: InputPort[Any, Any],
+        pushes: Sequence[Push[Any]],
+        index: int,
+        route: Callable[[Any], Any],
+        vectorized: bool,
+        record: Record,
+    ) -> None:
+        self._local = target
+        self._location = target.location
+        self._pushes = pushes
+        self._index = index
+        self._peers = len(pushes)
+        self._route = route
+        self._vectorized = vectorized
+        self._record = record
+
+    def push(self, time: Any, batch: Any) -> None:
+        peers = self._peers
+        record = self._record
+        location = self._location
+        if self._vectorized:
+            import numpy as np
+
+            keys = np.asarray(self._route(batch)) % peers
+            if keys.shape != (len(batch),):
+                raise ValueError(f"a vectorized route must give one key per row, got shape {keys.shape}")
+            parts = [take(batch, np.flatnonzero(keys == j)) for j in range(peers)]
+        else:
+            buckets: list[list[Any]] = [[] for _ in range(peers)]
+            appends = [b.append for b in buckets]
+            route = self._route
+            for r in batch:
+                appends[route(r) % peers](r)
+            parts = buckets
+        index = self._index
+        for j, part in enumerate(parts):
+            if len(part):
+                record(location, time, 1)
+                if j == index:
+                    self._local._deliver((time, part))
+                else:
+                    self._pushes[j].push((time, part))
+
+
+class _Broadcast:
+    """Copies every batch to every worker."""
+
+    __slots__ = ("_index", "_local", "_location", "_pushes", "_record")
+
+    def __init__(self, target: InputPort[Any, Any], pushes: Sequence[Push[Any]], index: int, record: Record) -> None:
+        self._local = target
+        self._location = target.location
+        self._pushes = pushes
+        self._index = index
+        self._record = record
+
+    def push(self, time: Any, batch: Any) -> None:
+        for j, push in enumerate(self._pushes):
+            self._record(self._location, time, 1)
+            if j == self._index:
+                self._local._deliver((time, batch))
+            else:
+                push.push((time, batch))
+
+
+class OutputPort(Generic[T, D]):
+    """An operator's output: sends batches to every channel connected to it."""
+
+    __slots__ = ("_channels", "_op", "_record", "port", "source")
+
+    def __init__(self, op: OperatorCore, port: int, record: Record) -> None:
+        self._op = op
+        self.port = port
+        self.source = Source(op.index, port)
+        self._record = record
+        self._channels: list[Any] = []
+
+    @property
+    def operator_name(self) -> str:
+        """The name of the operator this port belongs to."""
+        return self._op.name
+
+    def sibling(self, port: int) -> OutputPort[T, Any]:
+        """Another output port of the same operator."""
+        return self._op.output_port(port)
+
+    def _connect(self, channel: Any) -> None:
+        self._channels.append(channel)
+
+    def _push(self, time: T, batch: D) -> None:
+        for channel in self._channels:
+            channel.push(time, batch)
+
+    def _check(self, cap: Capability[T] | InputCapability[T]) -> T:
+        if type(cap) is InputCapability:
+            cap._check()
+            if cap._op is not self._op:
+                raise CapabilityError(f"{self._op.name} cannot send with an input capability of {cap._op.name}")
+            return cap._time
+        if type(cap) is Capability:
+            cap._check()
+            if cap._output is not self:
+                raise CapabilityError(
+                    f"a capability for output {cap._output.port} of {cap._output.operator_name} cannot send on "
+                    f"output {self.port} of {self._op.name}"
+                )
+            return cap._time
+        raise CapabilityError(f"{self._op.name}: sending needs a Capability or InputCapability, got {cap!r}")
+
+    def give(self, cap: Capability[T] | InputCapability[T], batch: D) -> None:
+        """Send ``batch`` at ``cap``'s time; an empty batch sends nothing."""
+        time = self._check(cap)
+        if len(batch):  # type: ignore[arg-type]
+            self._push(time, batch)
+
+    def session(self, cap: Capability[T] | InputCapability[T], size: int = 4096) -> Session[T]:
+        """A buffer for sending records one by one at ``cap``'s time (use it in a ``with`` block)."""
+        return Session(self, self._check(cap), size)
+
+
+class Session(Generic[T]):
+    """Buffers records given one at a time and sends them as batches."""
+
+    __slots__ = ("_buffer", "_output", "_size", "_time")
+
+    def __init__(self, output: OutputPort[T, Any], time: T, size: int) -> None:
+        self._output = output
+        self._time = time
+        self._size = size
+        self._buffer: list[Any] = []
+
+    def give(self, record: Any) -> None:
+        """Send one record (buffered)."""
+        self._buffer.append(record)
+        if len(self._buffer) >= self._size:
+            self.flush()
+
+    def give_iterable(self, records: Any) -> None:
+        """Send every record of an iterable (buffered)."""
+        self._buffer.extend(records)
+        if len(self._buffer) >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what is buffered."""
+        if self._buffer:
+            self._output._push(self._time, self._buffer)
+            self._buffer = []
+
+    def __enter__(self) -> Session[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()

@@ -1,0 +1,212 @@
+"""Scopes: where streams live and what their timestamps look like.
+
+A dataflow's root scope has the timestamps its inputs use (``int`` epochs by
+default). :meth:`Scope.iterative` opens a nested scope whose timestamps are
+``Product(outer, iteration)``; streams cross into it with ``enter`` and out of it
+with ``leave``, and a :meth:`Scope.feedback` edge carries data back to the top of
+the loop one iteration later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pytimely.dataflow.capability import Capability
+from pytimely.dataflow.operator import OperatorInfo
+from pytimely.dataflow.ports import OutputPort
+from pytimely.errors import ArityError, ScopeError
+from pytimely.order import Product
+from pytimely.progress.timestamp import Increment, ProductSummary, identity_for
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.operators.input import InputHandle
+    from pytimely.dataflow.stream import Stream
+    from pytimely.dataflow.subgraph import Subgraph
+
+__all__ = ["LoopHandle", "Scope"]
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+SourceLogic = Callable[[OutputPort[Any, Any]], None]
+
+
+class Scope(Generic[T]):
+    """A region of a dataflow whose operators share one timestamp type."""
+
+    def __init__(
+        self,
+        subgraph: Subgraph,
+        minimum: T,
+        parent: Scope[Any] | None = None,
+        name: str = "root",
+        summaries: dict[int, dict[tuple[int, int], Any]] | None = None,
+    ) -> None:
+        self.subgraph = subgraph
+        self.minimum = minimum
+        """The least timestamp of this scope."""
+        self.parent = parent
+        self.name = name
+        self._summaries: dict[int, dict[tuple[int, int], Any]] = {} if summaries is None else summaries
+
+    @property
+    def index(self) -> int:
+        """The index of the worker building this scope."""
+        return self.subgraph.worker
+
+    @property
+    def peers(self) -> int:
+        """How many workers run this dataflow."""
+        return self.subgraph.peers
+
+    @property
+    def depth(self) -> int:
+        """0 for a dataflow's root scope, one more per nested loop."""
+        return 0 if self.parent is None else self.parent.depth + 1
+
+    def __repr__(self) -> str:
+        return f"<scope {self.name!r} of dataflow {self.subgraph.name!r}>"
+
+    # -- for operator builders ------------------------------------------------------------
+
+    def _operator(
+        self,
+        name: str,
+        inputs: list[tuple[Stream[Any], Any]],
+        outputs: int,
+        summary: dict[tuple[int, int], Any] | None = None,
+    ) -> Any:
+        """Create an operator fed by ``inputs`` (each a stream and its pact) with ``outputs`` outputs."""
+        for stream, _ in inputs:
+            self._check_owns(stream, name)
+        op = self.subgraph.add_operator(name, self, len(inputs), outputs)
+        for port, (stream, pact) in enumerate(inputs):
+            self.subgraph.connect(stream._port, op.inputs[port], pact)
+        if summary is not None:
+            self._summaries[op.index] = summary
+        return op
+
+    def _check_owns(self, stream: Stream[Any], name: str) -> None:
+        from pytimely.dataflow.stream import Stream
+
+        if not isinstance(stream, Stream):
+            raise ScopeError(f"{name}: expected a Stream, got {type(stream).__name__}")
+        if stream.scope is not self:
+            where = "another dataflow" if stream.scope.subgraph is not self.subgraph else f"scope {stream.scope.name!r}"
+            raise ScopeError(
+                f"{name}: the stream lives in {where}, not in {self.name!r}; "
+                "use enter()/leave() to cross scopes, and build each dataflow from its own streams"
+            )
+
+    def _info(self, op: Any) -> OperatorInfo:
+        return OperatorInfo(op.name, op.index, self.subgraph.worker, self.subgraph.peers)
+
+    # -- sources --------------------------------------------------------------------------
+
+    def new_input(self, name: str = "input") -> tuple[InputHandle[T, Any], Stream[Any]]:
+        """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends."""
+        from pytimely.dataflow.operators.input import new_input
+
+        return new_input(self, name)
+
+    def to_stream(self, iterable: Iterable[D], *, batch_size: int = 4096, name: str = "to_stream") -> Stream[D]:
+        """The records of ``iterable``, at this scope's minimum time, read in batches as the worker steps.
+
+        Each worker runs its own copy: give each worker its share of the data.
+        """
+        from pytimely.dataflow.operators.input import to_stream
+
+        return to_stream(self, iterable, batch_size=batch_size, name=name)
+
+    def source(
+        self,
+        constructor: Callable[[Capability[T], OperatorInfo], Callable[[OutputPort[T, Any]], None]],
+        *,
+        name: str = "source",
+    ) -> Stream[Any]:
+        """A generic source: ``constructor(capability, info)`` returns ``logic(output)``, run when activated.
+
+        The logic is run once when the dataflow starts and again whenever it calls
+        ``output.activate()``-style rescheduling via :meth:`activator`.
+        """
+        from pytimely.dataflow.stream import Stream
+
+        op = self._operator(name, [], 1)
+        op.initial_caps = True
+        output = op.outputs[0]
+        logic = constructor(Capability(self.minimum, output, counted=True), self._info(op))
+        op.logic = lambda: logic(output)
+        return Stream(self, output)
+
+    def activator(self, stream: Stream[Any]) -> Callable[[], None]:
+        """A function that schedules the operator producing ``stream`` again at the next step."""
+        index = stream._port._op.index
+        subgraph = self.subgraph
+        return lambda: subgraph._active.add(index)
+
+    def concat(self, streams: Iterable[Stream[D]], *, name: str = "concat") -> Stream[D]:
+        """One stream with the records of all ``streams``."""
+        from pytimely.dataflow.operators.core import concat
+
+        items = list(streams)
+        if not items:
+            raise ArityError(f"{name}: needs at least one stream")
+        return concat(self, items, name)
+
+    def replay(self, events: Iterable[tuple[T, Any]], *, name: str = "replay") -> Stream[Any]:
+        """A stream that sends captured ``(time, batch)`` events again, each at its own time."""
+        from pytimely.dataflow.operators.capture import replay
+
+        return replay(self, events, name)
+
+    # -- loops ----------------------------------------------------------------------------
+
+    def iterative(self, name: str = "loop") -> Scope[Product[T, int]]:
+        """A nested scope with timestamps ``Product(outer, iteration)``."""
+        return Scope(self.subgraph, Product(self.minimum, 0), parent=self, name=name, summaries=self._summaries)
+
+    def feedback(
+        self, step: int = 1, limit: int | None = None, *, name: str = "feedback"
+    ) -> tuple[LoopHandle, Stream[Any]]:
+        """A loop variable: a stream fed back from :meth:`Stream.connect_loop`, ``step`` iterations later.
+
+        With ``limit``, records that would pass iteration ``limit`` are discarded.
+        """
+        from pytimely.dataflow.stream import Stream
+
+        if self.parent is None or not isinstance(self.minimum, Product):
+            raise ScopeError(f"{name}: feedback edges belong in an iterative scope; open one with scope.iterative()")
+        if type(step) is not int or step < 1:
+            raise ScopeError(f"{name}: a feedback edge must advance the iteration by at least 1, got {step!r}")
+        summary = ProductSummary(identity_for(self.minimum.outer), Increment(step, limit))
+        op = self.subgraph.add_operator(name, self, 1, 1)
+        self._summaries[op.index] = {(0, 0): summary}
+        handle = LoopHandle(self, op, summary)
+        output = op.outputs[0]
+        port = op.inputs[0]
+        results_in = summary.results_in
+
+        def logic() -> None:
+            for time, batch in port.batches():
+                later = results_in(time)
+                if later is not None:
+                    output._push(later, batch)
+
+        op.logic = logic
+        self.subgraph.on_build(handle._check_connected)
+        return handle, Stream(self, output)
+
+
+class LoopHandle:
+    """The far end of a feedback edge; give it to :meth:`Stream.connect_loop` exactly once."""
+
+    def __init__(self, scope: Scope[Any], op: Any, summary: ProductSummary[Any, Any]) -> None:
+        self.scope = scope
+        self._op = op
+        self.summary = summary
+        self.connected = False
+
+    def _check_connected(self) -> None:
+        if not self.connected:
+            raise ScopeError(f"{self._op.name!r} in scope {self.scope.name!r} was never connected; call connect_loop()")

@@ -1,0 +1,229 @@
+"""``Stream[D]``: a typed stream of records in a scope, and the operators that build on it.
+
+Every method adds an operator to the worker's copy of the dataflow and returns
+the stream(s) it produces. Messages are batches; functions given to ``map``,
+``filter`` and the like are applied per record in a tight loop over the batch,
+and ``map_batch`` hands over the whole batch (a list, numpy array or Arrow
+record batch) at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pytimely.dataflow.operators import capture as _capture
+from pytimely.dataflow.operators import core as _core
+from pytimely.dataflow.operators import enterleave as _enterleave
+from pytimely.dataflow.operators import generic as _generic
+from pytimely.dataflow.operators import join as _join
+from pytimely.dataflow.operators import probe as _probe
+from pytimely.dataflow.operators import reduce as _reduce
+from pytimely.errors import ScopeError
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.capability import Capability
+    from pytimely.dataflow.operator import OperatorInfo
+    from pytimely.dataflow.operators.probe import ProbeHandle
+    from pytimely.dataflow.ports import OutputPort
+    from pytimely.dataflow.scope import LoopHandle, Scope
+
+__all__ = ["Stream"]
+
+D = TypeVar("D")
+E = TypeVar("E")
+K = TypeVar("K")
+
+
+class Stream(Generic[D]):
+    """A stream of records of type ``D`` produced by one operator output, inside one scope."""
+
+    __slots__ = ("_port", "scope")
+
+    def __init__(self, scope: Scope[Any], port: OutputPort[Any, Any]) -> None:
+        self.scope = scope
+        self._port = port
+
+    def __repr__(self) -> str:
+        return f"<Stream from {self._port.operator_name!r} output {self._port.port} in {self.scope.name!r}>"
+
+    # -- record at a time -----------------------------------------------------------------
+
+    def map(self, f: Callable[[D], E], *, name: str = "map") -> Stream[E]:
+        """``f(record)`` for every record."""
+        return _core.map_(self, f, name)
+
+    def filter(self, predicate: Callable[[D], bool], *, name: str = "filter") -> Stream[D]:
+        """The records for which ``predicate`` is true."""
+        return _core.filter_(self, predicate, name)
+
+    def flat_map(self, f: Callable[[D], Iterable[E]], *, name: str = "flat_map") -> Stream[E]:
+        """Every record of ``f(record)`` for every record."""
+        return _core.flat_map(self, f, name)
+
+    def map_batch(self, f: Callable[[Any], Any], *, name: str = "map_batch") -> Stream[Any]:
+        """``f(batch)`` for each whole batch (list, numpy array or Arrow batch); empty results vanish."""
+        return _core.map_batch(self, f, name)
+
+    def inspect(self, f: Callable[[D], Any], *, name: str = "inspect") -> Stream[D]:
+        """Call ``f(record)`` on every record and pass the stream on unchanged."""
+        return _core.inspect(self, f, name)
+
+    def inspect_batch(self, f: Callable[[Any, Any], Any], *, name: str = "inspect_batch") -> Stream[D]:
+        """Call ``f(time, batch)`` on every batch and pass the stream on unchanged."""
+        return _core.inspect_batch(self, f, name)
+
+    def sink(self, f: Callable[[Any, Any], Any], *, name: str = "sink") -> None:
+        """Call ``f(time, batch)`` on every batch; the stream ends here."""
+        _core.sink(self, f, name)
+
+    # -- moving data between workers -------------------------------------------------------
+
+    def exchange(self, route: Callable[[Any], Any], *, vectorized: bool = False, name: str = "exchange") -> Stream[D]:
+        """Send each record to worker ``route(record) % peers``.
+
+        With ``vectorized=True`` the route is called once per batch (a numpy array
+        or Arrow batch) and must return one integer key per row.
+        """
+        return _core.exchange(self, route, vectorized, name)
+
+    def broadcast(self, *, name: str = "broadcast") -> Stream[D]:
+        """Send every record to every worker."""
+        return _core.passthrough(self, ("broadcast",), name)
+
+    def concat(self, *others: Stream[D], name: str = "concat") -> Stream[D]:
+        """This stream's records together with those of ``others``."""
+        return _core.concat(self.scope, [self, *others], name)
+
+    def partition(self, parts: int, route: Callable[[D], int], *, name: str = "partition") -> list[Stream[D]]:
+        """``parts`` streams; record ``r`` goes to stream number ``route(r)``."""
+        return _core.partition(self, parts, route, name)
+
+    def branch(self, predicate: Callable[[D], bool], *, name: str = "branch") -> tuple[Stream[D], Stream[D]]:
+        """``(accepted, rejected)``: the records ``predicate`` accepts, and the rest."""
+        return _core.branch(self, predicate, name)
+
+    # -- progress -------------------------------------------------------------------------
+
+    def probe(self, *, name: str = "probe") -> ProbeHandle[Any]:
+        """A handle reporting which times could still appear on this stream."""
+        return _probe.probe(self, name)
+
+    # -- generic operators ----------------------------------------------------------------
+
+    def unary(
+        self,
+        constructor: Callable[[Capability[Any], OperatorInfo], Callable[..., None]],
+        *,
+        name: str = "unary",
+        exchange: Callable[[D], Any] | None = None,
+        vectorized: bool = False,
+    ) -> Stream[Any]:
+        """A custom operator: ``constructor(capability, info)`` returns ``logic(input, output)``.
+
+        ``logic`` runs when data arrives or the input frontier moves; it reads
+        ``for cap, batch in input``, checks ``input.frontier``, and sends with
+        ``output.give(cap, batch)``. ``exchange`` routes records between workers first.
+        """
+        return _generic.unary(self, constructor, name=name, exchange=exchange, vectorized=vectorized)
+
+    def binary(
+        self,
+        other: Stream[E],
+        constructor: Callable[[Capability[Any], OperatorInfo], Callable[..., None]],
+        *,
+        name: str = "binary",
+        exchange1: Callable[[D], Any] | None = None,
+        exchange2: Callable[[E], Any] | None = None,
+        vectorized: bool = False,
+    ) -> Stream[Any]:
+        """A custom two-input operator: ``constructor(capability, info)`` returns ``logic(in1, in2, output)``."""
+        return _generic.binary(
+            self,
+            other,
+            constructor,
+            name=name,
+            exchange1=exchange1,
+            exchange2=exchange2,
+            vectorized=vectorized,
+        )
+
+    # -- keyed, per timestamp --------------------------------------------------------------
+
+    def count(self, *, name: str = "count") -> Stream[int]:
+        """The number of records at each time, across all workers (sent from worker 0)."""
+        return _reduce.count(self, name)
+
+    def count_by(self, key: Callable[[D], K] | None = None, *, name: str = "count_by") -> Stream[tuple[K, int]]:
+        """``(key, count)`` per key at each time; without ``key`` the record is its own key."""
+        return _reduce.count_by(self, key, name)
+
+    def sum_by(
+        self, key: Callable[[D], K], value: Callable[[D], Any], *, name: str = "sum_by"
+    ) -> Stream[tuple[K, Any]]:
+        """``(key, sum of value(record))`` per key at each time."""
+        return _reduce.sum_by(self, key, value, name)
+
+    def fold_by(
+        self,
+        key: Callable[[D], K],
+        init: Callable[[], E],
+        step: Callable[[E, D], E],
+        *,
+        name: str = "fold_by",
+    ) -> Stream[tuple[K, E]]:
+        """``(key, acc)`` per key at each time, with ``acc = step(acc, record)`` starting from ``init()``."""
+        return _reduce.fold_by(self, key, init, step, name)
+
+    def reduce_by(
+        self, key: Callable[[D], K], reducer: Callable[[K, list[D]], E], *, name: str = "reduce_by"
+    ) -> Stream[tuple[K, E]]:
+        """``(key, reducer(key, records))`` per key at each time."""
+        return _reduce.reduce_by(self, key, reducer, name)
+
+    def join(self, other: Stream[Any], *, name: str = "join") -> Stream[tuple[Any, tuple[Any, Any]]]:
+        """For ``(k, a)`` here and ``(k, b)`` in ``other`` at the same time: ``(k, (a, b))``."""
+        return _join.join(self, other, name)
+
+    # -- capture --------------------------------------------------------------------------
+
+    def capture(
+        self, into: list[tuple[Any, list[Any]]] | None = None, *, name: str = "capture"
+    ) -> list[tuple[Any, list[Any]]]:
+        """A list that fills with ``(time, records)`` as batches reach this worker; replay it with ``scope.replay``."""
+        return _capture.capture(self, [] if into is None else into, name)
+
+    # -- loops ----------------------------------------------------------------------------
+
+    def enter(self, inner: Scope[Any], *, name: str = "enter") -> Stream[D]:
+        """This stream inside the nested scope ``inner`` (time ``t`` becomes ``(t, 0)``)."""
+        return _enterleave.enter(self, inner, name)
+
+    def leave(self, *, name: str = "leave") -> Stream[D]:
+        """This stream outside its nested scope (time ``(t, i)`` becomes ``t``)."""
+        return _enterleave.leave(self, name)
+
+    def connect_loop(self, handle: LoopHandle) -> None:
+        """Feed this stream back into the loop variable of ``handle``."""
+        if handle.connected:
+            raise ScopeError(f"{handle._op.name!r} is already connected; a loop variable has one source")
+        handle.scope._check_owns(self, handle._op.name)
+        handle.scope.subgraph.connect(self._port, handle._op.inputs[0], None)
+        handle.connected = True
+
+    def iterate(
+        self,
+        body: Callable[[Stream[D]], Stream[D]],
+        *,
+        limit: int | None = None,
+        name: str = "iterate",
+    ) -> Stream[D]:
+        """Run ``body`` in a loop: what it returns goes round again one iteration later, and leaves.
+
+        The loop ends when ``body`` stops producing records (or after iteration ``limit``).
+        """
+        inner = self.scope.iterative(name)
+        handle, variable = inner.feedback(1, limit, name=f"{name}.feedback")
+        result = body(self.enter(inner, name=f"{name}.enter").concat(variable, name=f"{name}.concat"))
+        result.connect_loop(handle)
+        return result.leave(name=f"{name}.leave")

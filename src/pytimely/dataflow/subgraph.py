@@ -1,0 +1,245 @@
+"""One dataflow on one worker: its operators, its progress tracker, and how a step runs it.
+
+Every worker builds the same dataflow, so operators, ports and channels get the
+same indices everywhere. Nested scopes are laid out flat: their operators sit in
+the same graph, and ``enter``/``leave`` operators change the timestamp's shape
+(see :class:`~pytimely.progress.timestamp.Enter`), so one tracker follows every
+location at once.
+
+A step (:meth:`Subgraph.step`) does, in order:
+
+1. apply the progress batches other workers (and this one) broadcast, and
+   propagate them, scheduling operators whose input frontiers moved;
+2. take data that arrived from other workers;
+3. run each scheduled operator once, in graph order, so a chain of pipelined
+   operators finishes within the step;
+4. broadcast, as one atomic batch, every pointstamp change the step caused:
+   capabilities taken, moved or dropped, messages sent and received.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+from pytimely.dataflow.operator import OperatorCore
+from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Exchange, _Pipeline
+from pytimely.errors import OperatorError, PytimelyError, ScopeError
+from pytimely.progress.broadcast import ProgressReceiver, ProgressSender
+from pytimely.progress.location import Source, Target
+from pytimely.progress.reachability import Builder, Tracker
+from pytimely.progress.timestamp import identity_for
+
+if TYPE_CHECKING:
+    from pytimely.communication.allocator import Allocator, Pull, Push
+    from pytimely.dataflow.scope import Scope
+
+__all__ = ["Pact", "Subgraph"]
+
+Pact = tuple[Any, ...] | None
+"""How an edge moves data: ``None`` (pipeline), ``("exchange", route, vectorized)`` or ``("broadcast",)``."""
+
+
+class Subgraph:
+    """A dataflow as one worker runs it."""
+
+    def __init__(self, allocator: Allocator, ident: int, name: str) -> None:
+        self.allocator = allocator
+        self.ident = ident
+        self.name = name
+        self.worker = allocator.index
+        self.peers = allocator.peers
+        self.operators: list[OperatorCore] = []
+        self.sender: ProgressSender[Any] = ProgressSender(self.worker)
+        self.record = self.sender.record
+        self._receiver = ProgressReceiver(self.peers)
+        self._progress_push: list[Push[Any]]
+        self._progress_push, self._progress_pull = allocator.allocate(("progress", ident))
+        self._channels = 0
+        self._edges: list[tuple[Source, Target]] = []
+        self._remote: list[tuple[Pull[Any], InputPort[Any, Any]]] = []
+        self._active: set[int] = set()
+        self._queue: list[int] = []
+        self._queued: set[int] = set()
+        self._running = -1
+        self._before_step: list[Callable[[], bool]] = []
+        self._finalizers: list[Callable[[], None]] = []
+        self.inputs: list[Any] = []
+        """Input handles, closed for the worker when its function returns."""
+        self.tracker: Tracker[Any] | None = None
+        self.built = False
+
+    # -- building -------------------------------------------------------------------------
+
+    def add_operator(self, name: str, scope: Scope[Any], inputs: int, outputs: int) -> OperatorCore:
+        """Create an operator record with unconnected ports."""
+        if self.built:
+            raise ScopeError(f"dataflow {self.name!r} is already built; add operators inside its build function")
+        op = OperatorCore(len(self.operators), name, scope)
+        op.inputs = [InputPort(op, i, self.record, self.activate) for i in range(inputs)]
+        op.outputs = [OutputPort(op, o, self.record) for o in range(outputs)]
+        self.operators.append(op)
+        return op
+
+    def connect(self, output: OutputPort[Any, Any], target: InputPort[Any, Any], pact: Pact) -> None:
+        """Add an edge from ``output`` to ``target`` moving data by ``pact``."""
+        if self.built:
+            raise ScopeError(f"dataflow {self.name!r} is already built; connect streams inside its build function")
+        if pact is None or (self.peers == 1 and pact[0] in ("exchange", "broadcast")):
+            output._connect(_Pipeline(target, self.record))
+        else:
+            pushes, pull = self.allocator.allocate(("data", self.ident, self._channels))
+            self._channels += 1
+            if pact[0] == "exchange":
+                output._connect(_Exchange(target, pushes, self.worker, pact[1], pact[2], self.record))
+            elif pact[0] == "broadcast":
+                output._connect(_Broadcast(target, pushes, self.worker, self.record))
+            else:  # pragma: no cover - pacts are made by this package only
+                raise ValueError(f"unknown pact {pact!r}")
+            self._remote.append((pull, target))
+        self._edges.append((output.source, target.location))
+
+    def on_step(self, hook: Callable[[], bool]) -> None:
+        """Run ``hook`` at the start of every step (input handles flush there); it says whether it did work."""
+        self._before_step.append(hook)
+
+    def on_build(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when the dataflow is built (checks that need the whole graph)."""
+        self._finalizers.append(hook)
+
+    def build(self, summaries: dict[int, dict[tuple[int, int], Any]]) -> None:
+        """Compile the graph into a tracker; ``summaries`` overrides the identity summaries of some operators."""
+        for hook in self._finalizers:
+            hook()
+        builder: Builder[Any, Any] = Builder()
+        for op in self.operators:
+            identity = identity_for(op.scope.minimum)
+            summary = summaries.get(op.index)
+            if summary is None:
+                summary = {(i, o): identity for i in range(len(op.inputs)) for o in range(len(op.outputs))}
+            builder.add_node(len(op.inputs), len(op.outputs), summary, name=op.name, identity=identity)
+        for source, target in self._edges:
+            builder.add_edge(source, target)
+        tracker: Tracker[Any] = builder.build()
+        # Every worker's copy of an operator starts with a capability per output, so each worker
+        # counts all of them; a worker's drop of its own copy then arrives as an ordinary update.
+        for op in self.operators:
+            if op.initial_caps:
+                for port in op.outputs:
+                    tracker.update(port.source, op.scope.minimum, self.peers)
+        tracker.propagate_all()
+        for op in self.operators:
+            for inport in op.inputs:
+                inport.frontier = tracker.live_frontier(inport.location)
+        self.tracker = tracker
+        self.built = True
+        for op in self.operators:
+            if op.logic is not None:
+                self._active.add(op.index)
+
+    # -- running --------------------------------------------------------------------------
+
+    def activate(self, index: int) -> None:
+        """Schedule operator ``index``: later this step if it comes after the one running, else next step."""
+        if index > self._running:
+            if index not in self._queued:
+                self._queued.add(index)
+                heapq.heappush(self._queue, index)
+        else:
+            self._active.add(index)
+
+    def step(self) -> bool:
+        """Run one step (see the module docstring); return whether anything happened."""
+        tracker = self.tracker
+        assert tracker is not None
+        worked = False
+        for hook in self._before_step:
+            worked = hook() or worked
+        batches = self._progress_pull.drain()
+        if batches:
+            worked = True
+            receiver = self._receiver
+            for batch in batches:
+                tracker.update_batch(receiver.accept(batch))
+            operators = self.operators
+            for target in tracker.propagate_all():
+                if operators[target.node].notify:
+                    self.activate(target.node)
+        for pull, port in self._remote:
+            messages = pull.drain()
+            if messages:
+                port._queue.extend(messages)
+                self.activate(port._op.index)
+        if self._active or self._queue:
+            worked = True
+            self._run()
+        batch = self.sender.flush()
+        if batch is not None:
+            worked = True
+            for push in self._progress_push:
+                push.push(batch)
+        return worked
+
+    def _run(self) -> None:
+        queue = self._queue
+        queued = self._queued
+        for index in self._active:
+            if index not in queued:
+                queued.add(index)
+                queue.append(index)
+        self._active = set()
+        heapq.heapify(queue)
+        operators = self.operators
+        pop = heapq.heappop
+        try:
+            while queue:
+                index = pop(queue)
+                queued.discard(index)
+                self._running = index
+                op = operators[index]
+                logic = op.logic
+                if logic is None:
+                    continue
+                op.time = None
+                try:
+                    logic()
+                except PytimelyError as exc:
+                    exc.add_note(f"in operator {op.name!r} on worker {self.worker} at time {op.time!r}")
+                    raise
+                except Exception as exc:
+                    raise OperatorError(
+                        f"operator {op.name!r} failed on worker {self.worker} at time {op.time!r}: "
+                        f"{type(exc).__name__}: {exc}",
+                        operator=op.name,
+                        worker=self.worker,
+                        time=op.time,
+                    ) from exc
+                finally:
+                    if op.input_caps:
+                        for cap in op.input_caps:
+                            cap._valid = False
+                        op.input_caps.clear()
+        finally:
+            self._running = -1
+
+    @property
+    def complete(self) -> bool:
+        """Whether no capability or message remains anywhere (as far as this worker has heard)."""
+        assert self.tracker is not None
+        return self.tracker.is_idle() and not self.sender.pending()
+
+    def held(self) -> list[str]:
+        """Descriptions of the pointstamps keeping the dataflow alive (for stall reports)."""
+        assert self.tracker is not None
+        out = []
+        for location, counts in self.tracker.held().items():
+            op = self.operators[location.node]
+            kind = "capability on output" if isinstance(location, Source) else "message(s) for input"
+            out.append(f"{op.name!r} {kind} {location.port} at {sorted(counts, key=repr)!r}")
+        return out
+
+    def channel_id(self) -> Hashable:
+        """A fresh identifier for a channel of this dataflow (same on every worker)."""
+        self._channels += 1
+        return ("data", self.ident, self._channels - 1)

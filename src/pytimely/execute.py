@@ -1,0 +1,125 @@
+"""Running a computation: ``execute(func, workers=W)`` runs ``func(worker)`` on W workers in this process.
+
+With one worker, ``func`` runs on the calling thread. With several, each worker
+runs on its own thread but only one runs at a time: a scheduler hands the turn
+to one worker per step, round-robin, or in a seeded random order when ``seed``
+is given, so a run is reproducible and tests can explore interleavings.
+
+When ``func`` returns, the worker closes its open inputs and steps until its
+dataflows finish. If any worker fails, every worker is stopped and the first
+error is raised here.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pytimely.communication.local import LocalAllocator
+from pytimely.worker import Worker
+
+__all__ = ["execute"]
+
+R = TypeVar("R")
+
+
+class _Shutdown(BaseException):
+    """Unwinds a worker thread when the computation is stopped."""
+
+
+class _Turns:
+    """Hands the single turn between worker threads and the scheduler."""
+
+    def __init__(self, workers: int) -> None:
+        self.go = [threading.Semaphore(0) for _ in range(workers)]
+        self.back = threading.Semaphore(0)
+        self.abort = False
+
+    def wait(self, index: int) -> None:
+        self.go[index].acquire()
+        if self.abort:
+            raise _Shutdown
+
+    def pass_turn(self, index: int) -> None:
+        self.back.release()
+        self.wait(index)
+
+
+def execute(func: Callable[[Worker], R], workers: int = 1, *, seed: int | None = None) -> list[R]:
+    """Run ``func(worker)`` on ``workers`` workers; return their results by worker index."""
+    if type(workers) is not int or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    allocators = LocalAllocator.group(workers)
+    if workers == 1:
+        worker = Worker(allocators[0])
+        result = func(worker)
+        worker.finish()
+        return [result]
+    return _run_threads(func, [Worker(a) for a in allocators], seed)
+
+
+def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int | None) -> list[R]:
+    n = len(workers)
+    turns = _Turns(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException | None] = [None] * n
+    done = [False] * n
+    draining = [False] * n
+
+    def body(i: int) -> None:
+        worker = workers[i]
+        try:
+            turns.wait(i)
+            worker._after_step = lambda: turns.pass_turn(i)
+            results[i] = func(worker)
+            draining[i] = True
+            worker.close_inputs()
+            while worker.step():
+                pass
+        except _Shutdown:
+            pass
+        except BaseException as exc:
+            errors[i] = exc
+        finally:
+            done[i] = True
+            turns.back.release()
+
+    threads = [threading.Thread(target=body, args=(i,), name=f"pytimely-worker-{i}", daemon=True) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    rng = random.Random(seed) if seed is not None else None
+    live = list(range(n))
+    failure: BaseException | None = None
+    idle: set[int] = set()
+    turn = 0
+    while live:
+        i = rng.choice(live) if rng is not None else live[turn % len(live)]
+        turn += 1
+        turns.go[i].release()
+        turns.back.acquire()
+        if done[i]:
+            live.remove(i)
+            threads[i].join()
+            if errors[i] is not None and failure is None:
+                failure = errors[i]
+                turns.abort = True
+            idle.discard(i)
+            continue
+        if turns.abort:
+            continue
+        # Once every worker only drains, a full round of steps in which nobody did anything means nothing ever will.
+        if all(draining[j] for j in live):
+            if workers[i].last_step_worked:
+                idle.clear()
+            else:
+                idle.add(i)
+                if idle >= set(live):
+                    failure = workers[i]._stalled()
+                    turns.abort = True
+        else:
+            idle.clear()
+    if failure is not None:
+        raise failure
+    return results
