@@ -89,3 +89,12 @@ class OperatorError(DataflowError):
 
 class StalledError(DataflowError):
     """The computation cannot finish: nothing can happen, yet capabilities or messages remain."""
+
+
+class InputFormatError(PytimelyError, ValueError):
+    """An input file has a malformed line; names the file and the line number."""
+
+    def __init__(self, message: str, path: str, line: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line

@@ -1,0 +1,79 @@
+"""Reading the plain-text inputs the example jobs take, with errors that name the file and line."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from pytimely.errors import InputFormatError
+
+__all__ = ["read_edges", "read_words"]
+
+_HEADERS = {("src", "dst"), ("src", "dst", "epoch")}
+
+
+def read_edges(path: str | os.PathLike[str], *, epochs: bool = False, part: int = 0, parts: int = 1) -> Any:
+    """Integer edges from CSV lines ``src,dst`` (or ``src,dst,epoch``) as an ``(n, 2|3)`` int64 array.
+
+    Blank lines and a ``src,dst[,epoch]`` header are skipped. With ``parts > 1``
+    only every ``parts``-th data line starting at ``part`` is returned, so each
+    worker can read its own share. A malformed line raises
+    :class:`~pytimely.errors.InputFormatError` naming the file and line.
+    """
+    width = 3 if epochs else 2
+    name = os.fspath(path)
+    with open(name, encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    start = 0
+    if lines and tuple(c.strip() for c in lines[0].split(",")) in _HEADERS:
+        start = 1
+    numbers = [i for i in range(start, len(lines)) if lines[i].strip()]
+    mine = numbers[part::parts] if parts > 1 else numbers
+    ok = all(lines[i].count(",") == width - 1 for i in mine)
+    if ok:
+        joined = ",".join([lines[i] for i in mine])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                flat = np.fromstring(joined, dtype=np.int64, sep=",") if mine else np.empty(0, dtype=np.int64)
+            except ValueError:
+                flat = np.empty(0, dtype=np.int64)
+        ok = flat.size == len(mine) * width
+        array = flat.reshape(-1, width)
+    if not ok:
+        for i in mine:
+            fields = lines[i].split(",")
+            problem = None
+            if len(fields) != width:
+                problem = f"expected {width} comma-separated integers, found {len(fields)} field(s)"
+            else:
+                try:
+                    [int(f) for f in fields]
+                except ValueError:
+                    problem = "fields must be integers"
+            if problem is not None:
+                raise InputFormatError(
+                    f"{name}, line {i + 1}: {problem}: {lines[i]!r}", path=name, line=i + 1
+                ) from None
+        raise InputFormatError(f"{name}: values out of the 64-bit integer range", path=name, line=0)
+    return array
+
+
+def read_words(path: str | os.PathLike[str], *, part: int = 0, parts: int = 1) -> list[str]:
+    """The whitespace-separated words of a UTF-8 text file (every ``parts``-th word from ``part``).
+
+    Undecodable bytes raise :class:`~pytimely.errors.InputFormatError` naming the line.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as handle:
+        data = handle.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputFormatError(f"{name}, line {line}: not valid UTF-8 ({exc.reason})", path=name, line=line) from None
+    words = text.split()
+    return words if parts == 1 else words[part::parts]
