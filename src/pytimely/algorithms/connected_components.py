@@ -74,11 +74,13 @@ class _Propagate:
         self.edges: dict[Any, tuple[Capability[Any], list[Any]]] = {}
         self.proposals: dict[Any, tuple[Capability[Any], list[Any]]] = {}
 
-    def __call__(self, edges_in: InputPort[Any, Any], labels_in: InputPort[Any, Any], out: OutputPort[Any, Any]) -> None:
-        for cap, batch in edges_in:
-            self._stash(self.edges, cap, batch)
-        for cap, batch in labels_in:
-            self._stash(self.proposals, cap, batch)
+    def __call__(
+        self, edges_in: InputPort[Any, Any], labels_in: InputPort[Any, Any], out: OutputPort[Any, Any]
+    ) -> None:
+        for input_cap, batch in edges_in:
+            self._stash(self.edges, input_cap, batch)
+        for input_cap, batch in labels_in:
+            self._stash(self.proposals, input_cap, batch)
         edge_frontier = edges_in.frontier
         label_frontier = labels_in.frontier
         while self.edges or self.proposals:
@@ -188,11 +190,11 @@ class _Report:
         self.notificator: Notificator[Any] = Notificator()
 
     def __call__(self, changes: InputPort[Any, Any], out: OutputPort[Any, Any]) -> None:
-        for cap, batch in changes:
-            batches = self.pending.get(cap.time)
+        for input_cap, batch in changes:
+            batches = self.pending.get(input_cap.time)
             if batches is None:
-                self.pending[cap.time] = [batch]
-                self.notificator.notify_at(cap.retain())
+                self.pending[input_cap.time] = [batch]
+                self.notificator.notify_at(input_cap.retain())
             else:
                 batches.append(batch)
         for cap in self.notificator.ready(changes.frontier):
