@@ -16,14 +16,17 @@ __all__ = ["capture", "replay"]
 
 
 def capture(stream: Stream[Any], into: list[tuple[Any, list[Any]]], name: str) -> list[tuple[Any, list[Any]]]:
-    """Append ``(time, records)`` for every batch that reaches this worker's copy of the stream."""
+    """Append ``(time, records)`` for every batch that reaches this worker's copy of the stream.
+
+    Lists are copied; numpy arrays and Arrow batches are kept as they are.
+    """
     op = stream.scope._operator(name, [(stream, None)], 0)
     port = op.inputs[0]
     append = into.append
 
     def logic() -> None:
         for time, batch in port.batches():
-            append((time, list(batch)))
+            append((time, list(batch) if isinstance(batch, list) or not hasattr(batch, "__len__") else batch))
 
     op.logic = logic
     return into

@@ -1,0 +1,304 @@
+"""Dataflow throughput and latency, each against a baseline measured in the same run.
+
+    python bench/bench_dataflow.py [--quick] [--json]
+
+(a) 2,000,000 integers through ``map(x+1)`` -> ``filter(even)`` -> ``count`` with
+    per-record Python functions; baseline: a plain Python loop (and Bytewax when installed).
+(b) word count of 1,000,000 words drawn with seed 42 from a 10,000-word vocabulary, on 1 and
+    2 workers; baseline: ``collections.Counter`` (and Bytewax ``count_final`` when installed).
+(c) connected components of a random graph with 100,000 vertices and 300,000 edges;
+    baseline: NetworkX (graph construction plus ``connected_components``).
+(d) epoch latency: from ``advance_to(t+1)`` until a probe passes ``t``, through
+    input -> map -> exchange -> count, on 1 and 2 workers; p50 and p99.
+
+Prints a Markdown table; ``--json`` prints one JSON object per row instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pytimely import Worker, execute
+from pytimely.algorithms import connected_components
+
+Row = dict[str, Any]
+
+
+def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
+    """The fastest of ``runs`` timings of ``f()`` and its last result."""
+    best = float("inf")
+    result = None
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = f()
+        best = min(best, time.perf_counter() - started)
+    return best, result
+
+
+# -- (a) map / filter / count --------------------------------------------------------------
+
+
+def pipeline_pytimely(n: int, workers: int = 1) -> int:
+    """Count of even ``x + 1`` for ``x < n``, through pytimely."""
+
+    def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
+        def build(scope):  # type: ignore[no-untyped-def]
+            mine = range(worker.index, n, worker.peers)
+            return scope.to_stream(mine).map(lambda x: x + 1).filter(lambda x: x % 2 == 0).count().capture()
+
+        return worker.dataflow(build)  # type: ignore[no-any-return]
+
+    return sum(c for captured in execute(job, workers) for _, batch in captured for c in batch)
+
+
+def pipeline_plain(n: int) -> int:
+    """The same count with a plain Python loop."""
+    count = 0
+    for x in range(n):
+        y = x + 1
+        if y % 2 == 0:
+            count += 1
+    return count
+
+
+def _bytewax() -> Any:
+    try:
+        import bytewax.operators as op
+        from bytewax.dataflow import Dataflow
+        from bytewax.testing import TestingSink, TestingSource, run_main
+    except ImportError:
+        return None
+    return op, Dataflow, TestingSink, TestingSource, run_main
+
+
+def pipeline_bytewax(n: int) -> int | None:
+    """The same count with Bytewax (1 worker, source batches of 1000)."""
+    bw = _bytewax()
+    if bw is None:
+        return None
+    op, Dataflow, TestingSink, TestingSource, run_main = bw
+    out: list[Any] = []
+    flow = Dataflow("pipeline")
+    stream = op.input("inp", flow, TestingSource(range(n), batch_size=1000))
+    stream = op.filter("even", op.map("inc", stream, lambda x: x + 1), lambda x: x % 2 == 0)
+    counted = op.count_final("count", op.key_on("key", stream, lambda _: "all"), lambda _: "all")
+    op.output("out", counted, TestingSink(out))
+    run_main(flow)
+    return int(out[0][1])
+
+
+# -- (b) word count --------------------------------------------------------------------------
+
+
+def make_words(n: int) -> list[str]:
+    """``n`` words drawn with seed 42 from a 10,000-word vocabulary."""
+    rng = random.Random(42)
+    vocabulary = [f"word{i}" for i in range(10_000)]
+    return rng.choices(vocabulary, k=n)
+
+
+def wordcount_pytimely(words: list[str], workers: int) -> dict[str, int]:
+    """Word counts through pytimely: each worker sends its share, ``count_by`` exchanges and counts."""
+
+    def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
+        handle, captured = worker.dataflow(lambda scope: _wordcount_build(scope))
+        mine = words[worker.index :: worker.peers]
+        for start in range(0, len(mine), 1 << 16):
+            handle.send_batch(mine[start : start + (1 << 16)])
+        return captured  # type: ignore[no-any-return]
+
+    return {w: c for captured in execute(job, workers) for _, batch in captured for w, c in batch}
+
+
+def _wordcount_build(scope: Any) -> Any:
+    handle, stream = scope.new_input()
+    return handle, stream.count_by().capture()
+
+
+def wordcount_bytewax(words: list[str]) -> dict[str, int] | None:
+    """Word counts with Bytewax ``count_final`` (1 worker, source batches of 1000)."""
+    bw = _bytewax()
+    if bw is None:
+        return None
+    op, Dataflow, TestingSink, TestingSource, run_main = bw
+    out: list[Any] = []
+    flow = Dataflow("wordcount")
+    stream = op.input("inp", flow, TestingSource(words, batch_size=1000))
+    op.output("out", op.count_final("count", stream, lambda w: w), TestingSink(out))
+    run_main(flow)
+    return dict(out)
+
+
+# -- (c) connected components --------------------------------------------------------------
+
+
+def make_graph(vertices: int, edges: int) -> Any:
+    """A random graph (seed 7) as an ``(edges, 2)`` int64 array."""
+    rng = np.random.default_rng(7)
+    return rng.integers(0, vertices, size=(edges, 2), dtype=np.int64)
+
+
+def wcc_pytimely(edges: Any, workers: int) -> dict[int, int]:
+    """Component labels through pytimely's label propagation."""
+
+    def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
+        def build(scope):  # type: ignore[no-untyped-def]
+            handle, stream = scope.new_input()
+            return handle, connected_components(stream).capture()
+
+        handle, captured = worker.dataflow(build)
+        handle.send_batch(edges[worker.index :: worker.peers])
+        return captured  # type: ignore[no-any-return]
+
+    labels: dict[int, int] = {}
+    for captured in execute(job, workers):
+        for _, batch in captured:
+            labels.update(zip(batch[:, 0].tolist(), batch[:, 1].tolist(), strict=True))
+    return labels
+
+
+def wcc_networkx(edges: Any) -> dict[int, int] | None:
+    """Component labels with NetworkX."""
+    try:
+        import networkx as nx
+    except ImportError:
+        return None
+    graph = nx.Graph()
+    graph.add_edges_from(edges.tolist())
+    return {v: min(c) for c in nx.connected_components(graph) for v in c}
+
+
+# -- (d) epoch latency ---------------------------------------------------------------------
+
+
+def epoch_latency(epochs: int, per_epoch: int, workers: int) -> list[float]:
+    """Seconds from ``advance_to(t+1)`` until the probe passes ``t``, measured on worker 0."""
+
+    def job(worker: Worker) -> list[float]:
+        def build(scope):  # type: ignore[no-untyped-def]
+            handle, stream = scope.new_input()
+            probe = stream.map(lambda x: x * 3).exchange(lambda x: x).count().probe()
+            return handle, probe
+
+        handle, probe = worker.dataflow(build)
+        samples = []
+        data = list(range(per_epoch))
+        for t in range(epochs):
+            handle.send_batch(data)
+            started = time.perf_counter()
+            handle.advance_to(t + 1)
+            while probe.less_than(t + 1):
+                worker.step()
+            samples.append(time.perf_counter() - started)
+        return samples
+
+    return execute(job, workers)[0]
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def run(quick: bool) -> list[Row]:
+    """Every measurement, as table rows."""
+    rows: list[Row] = []
+    runs = 1 if quick else 3
+    n = 200_000 if quick else 2_000_000
+    t_plain, expected = best_of(runs, lambda: pipeline_plain(n))
+    t_ours, got = best_of(runs, lambda: pipeline_pytimely(n))
+    assert got == expected, (got, expected)
+    rows.append(_row("a", "map/filter/count, 1 worker", n, t_ours, "plain Python loop", t_plain, "rec"))
+    t_bw, got_bw = best_of(1, lambda: pipeline_bytewax(n))
+    if got_bw is not None:
+        assert got_bw == expected
+        rows.append(_row("a", "map/filter/count, 1 worker", n, t_ours, "Bytewax 0.21.1, 1 worker", t_bw, "rec"))
+
+    words = make_words(100_000 if quick else 1_000_000)
+    t_counter, expected_counts = best_of(runs, lambda: Counter(words))
+    for workers in (1, 2):
+        t_wc, counts = best_of(runs, lambda w=workers: wordcount_pytimely(words, w))  # type: ignore[misc]
+        assert counts == expected_counts
+        rows.append(_row("b", f"word count, {workers} worker(s)", len(words), t_wc, "Counter", t_counter, "words"))
+    t_bwc, counts_bw = best_of(1, lambda: wordcount_bytewax(words))
+    if counts_bw is not None:
+        assert counts_bw == expected_counts
+        t_wc1 = min(r["seconds"] for r in rows if r["workload"] == "word count, 1 worker(s)")
+        rows.append(_row("b", "word count, 1 worker(s)", len(words), t_wc1, "Bytewax 0.21.1, 1 worker", t_bwc, "words"))
+
+    vertices, edge_count = (10_000, 30_000) if quick else (100_000, 300_000)
+    edges = make_graph(vertices, edge_count)
+    wcc_networkx(edges[:10])  # import outside the timing
+    t_nx, expected_labels = best_of(runs, lambda: wcc_networkx(edges))
+    for workers in (1, 2):
+        t_cc, labels = best_of(runs, lambda w=workers: wcc_pytimely(edges, w))  # type: ignore[misc]
+        if expected_labels is not None:
+            assert labels == expected_labels
+            rows.append(_row("c", f"WCC, {workers} worker(s)", edge_count, t_cc, "NetworkX", t_nx, "edges"))
+
+    epochs = 200 if quick else 1000
+    for workers in (1, 2):
+        samples = epoch_latency(epochs, 100, workers)[10:]
+        cuts = statistics.quantiles(samples, n=100)
+        rows.append(
+            {
+                "id": "d",
+                "workload": f"epoch latency, {workers} worker(s), 100 records/epoch",
+                "p50_ms": round(cuts[49] * 1e3, 3),
+                "p99_ms": round(cuts[98] * 1e3, 3),
+                "epochs": len(samples),
+            }
+        )
+    return rows
+
+
+def _row(ident: str, workload: str, n: int, ours: float, baseline: str, theirs: float, unit: str) -> Row:
+    return {
+        "id": ident,
+        "workload": workload,
+        "n": n,
+        "seconds": round(ours, 4),
+        f"{unit}_per_s": round(n / ours),
+        "baseline": baseline,
+        "baseline_seconds": round(theirs, 4),
+        "speedup_vs_baseline": round(theirs / ours, 2),
+    }
+
+
+def main() -> None:
+    """Run and print."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the sizes, one run each (a smoke test)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per row")
+    args = parser.parse_args()
+    rows = run(args.quick)
+    if args.json:
+        print(json.dumps({"python": platform.python_version(), "machine": platform.machine()}))
+        for row in rows:
+            print(json.dumps(row))
+        return
+    print(f"Python {platform.python_version()} on {platform.machine()}; best of {1 if args.quick else 3} runs\n")
+    print("| | workload | pytimely | rate | baseline | baseline time | pytimely speedup |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        if "p50_ms" in row:
+            print(f"| {row['id']} | {row['workload']} | p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms | | | | |")
+            continue
+        rate = next(v for k, v in row.items() if k.endswith("_per_s"))
+        unit = next(k for k in row if k.endswith("_per_s")).removesuffix("_per_s")
+        print(
+            f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s | {rate / 1e6:.2f} M {unit}/s "
+            f"| {row['baseline']} | {row['baseline_seconds']:.3f} s | {row['speedup_vs_baseline']:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
