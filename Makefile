@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint verify bench clean
+.PHONY: venv demo test lint verify bench bench-bytewax clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) examples/wcc_progress.py
+	$(PY) examples/demo.py
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench examples
@@ -28,6 +28,11 @@ verify: venv
 
 bench: venv
 	$(PY) bench/bench_progress.py
+	$(PY) bench/bench_dataflow.py
+
+bench-bytewax: venv
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/bench_dataflow.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -175,7 +175,11 @@ def wcc_networkx(edges: Any) -> dict[int, int] | None:
         return None
     graph = nx.Graph()
     graph.add_edges_from(edges.tolist())
-    return {v: min(c) for c in nx.connected_components(graph) for v in c}
+    labels: dict[int, int] = {}
+    for component in nx.connected_components(graph):
+        least = min(component)
+        labels.update(dict.fromkeys(component, least))
+    return labels
 
 
 # -- (d) epoch latency ---------------------------------------------------------------------

@@ -37,7 +37,7 @@ def expected_labels(edges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``(vertex, smallest id in its component)`` by NetworkX, sorted by vertex."""
     graph = nx.Graph()
     graph.add_edges_from(edges)
-    return sorted((v, min(c)) for c in nx.connected_components(graph) for v in c)
+    return sorted((v, least) for c in nx.connected_components(graph) for least in [min(c)] for v in c)
 
 
 def expected_epochs(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -47,7 +47,7 @@ def expected_epochs(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, i
     out = []
     for epoch in sorted({e for _, _, e in edges}):
         graph.add_edges_from((a, b) for a, b, e in edges if e == epoch)
-        labels = {v: min(c) for c in nx.connected_components(graph) for v in c}
+        labels = {v: least for c in nx.connected_components(graph) for least in [min(c)] for v in c}
         out.extend(sorted((epoch, v, label) for v, label in labels.items() if before.get(v) != label))
         before = labels
     return out
