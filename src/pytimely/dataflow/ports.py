@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability, InputCapability
-from pytimely.errors import CapabilityError
+from pytimely.errors import ArityError, CapabilityError
 from pytimely.progress.frontier import MutableAntichain
 from pytimely.progress.location import Source, Target
 
@@ -145,7 +145,10 @@ class _Exchange:
 
             keys = np.asarray(self._route(batch)) % peers
             if keys.shape != (len(batch),):
-                raise ValueError(f"a vectorized route must give one key per row, got shape {keys.shape}")
+                raise ArityError(
+                    f"exchange into {self._local._op.name!r}: a vectorized route must give one key per row "
+                    f"({len(batch)} rows), got shape {keys.shape}"
+                )
             parts = [take(batch, np.flatnonzero(keys == j)) for j in range(peers)]
         else:
             buckets: list[list[Any]] = [[] for _ in range(peers)]
