@@ -180,7 +180,7 @@ def test_unconnected_feedback_is_refused_when_built() -> None:
 
         worker.dataflow(build)
 
-    with pytest.raises(ScopeError, match="'forgotten'.*never connected"):
+    with pytest.raises(ScopeError, match=r"'forgotten'.*never connected"):
         execute(job)
 
 
