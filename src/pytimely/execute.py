@@ -111,7 +111,9 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
             continue
         # Once every worker only drains, a full round of steps in which nobody did anything means nothing ever will.
         if all(draining[j] for j in live):
-            if workers[i].last_step_worked:
+            if not workers[i].running:
+                idle.discard(i)  # finished: its thread ends at its next turn
+            elif workers[i].last_step_worked:
                 idle.clear()
             else:
                 idle.add(i)
