@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import wcc  # noqa: E402
+import wcc
 
 
 def union_find_labels(edges: np.ndarray) -> dict[int, int]:
