@@ -20,7 +20,7 @@ A step (:meth:`Subgraph.step`) does, in order:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.operator import OperatorCore
@@ -238,8 +238,3 @@ class Subgraph:
             kind = "capability on output" if isinstance(location, Source) else "message(s) for input"
             out.append(f"{op.name!r} {kind} {location.port} at {sorted(counts, key=repr)!r}")
         return out
-
-    def channel_id(self) -> Hashable:
-        """A fresh identifier for a channel of this dataflow (same on every worker)."""
-        self._channels += 1
-        return ("data", self.ident, self._channels - 1)

@@ -26,6 +26,7 @@ __all__ = [
     "Leave",
     "PathSummary",
     "ProductSummary",
+    "ScopeChange",
     "Timestamp",
     "identity_for",
     "minimum_for",
@@ -157,53 +158,47 @@ class ProductSummary(Generic[S1, S2]):
         return f"ProductSummary({self.outer!r}, {self.inner!r})"
 
 
-@dataclass(frozen=True, slots=True)
-class Enter:
-    """Entering a nested scope: ``t`` becomes ``Product(t, inner)`` (``inner`` is the scope's minimum).
+class ScopeChange:
+    """A summary that changes a timestamp's shape (entering or leaving a nested scope).
 
-    It changes the timestamp's shape, so it is neither above nor below the
-    identity; it never advances a timestamp around a cycle.
+    Such summaries sit on no cycle of their own, so they never advance a
+    timestamp, compare only with themselves, and do not compose: nested scopes
+    are tracked location by location.
     """
 
-    inner: Any = 0
+    __slots__ = ()
     changes_scope = True
+
+    def followed_by(self, other: Any, /) -> Any:
+        """Not offered across scopes."""
+        raise TimestampError("summaries that change scope do not compose; track nested scopes location by location")
+
+    def __le__(self, other: Any) -> bool:
+        return bool(self == other)
+
+    def strictly_advances(self) -> bool:
+        """Never."""
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Enter(ScopeChange):
+    """Entering a nested scope: ``t`` becomes ``Product(t, inner)`` (``inner`` is the scope's minimum)."""
+
+    inner: Any = 0
 
     def results_in(self, t: Any, /) -> Product[Any, Any]:
         """``Product(t, inner)``."""
         return Product(t, self.inner)
 
-    def followed_by(self, other: Any, /) -> Any:
-        """Composition is only needed within one scope; across scopes it is not offered."""
-        raise TimestampError("summaries that change scope do not compose; track nested scopes location by location")
-
-    def __le__(self, other: Any) -> bool:
-        return bool(self == other)
-
-    def strictly_advances(self) -> bool:
-        """Never: entering keeps the outer time."""
-        return False
-
 
 @dataclass(frozen=True, slots=True)
-class Leave:
+class Leave(ScopeChange):
     """Leaving a nested scope: ``Product(t, i)`` becomes ``t``."""
-
-    changes_scope = True
 
     def results_in(self, t: Product[Any, Any], /) -> Any:
         """The outer coordinate of ``t``."""
         return t.outer
-
-    def followed_by(self, other: Any, /) -> Any:
-        """See :meth:`Enter.followed_by`."""
-        raise TimestampError("summaries that change scope do not compose; track nested scopes location by location")
-
-    def __le__(self, other: Any) -> bool:
-        return bool(self == other)
-
-    def strictly_advances(self) -> bool:
-        """Never: leaving forgets the inner coordinate."""
-        return False
 
 
 def strictly_advances(summary: Any, identity: Any = None) -> bool:
