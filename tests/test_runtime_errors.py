@@ -12,6 +12,7 @@ from pytimely.errors import (
     CapabilityError,
     InputError,
     OperatorError,
+    RouteError,
     ScopeError,
     StalledError,
 )
@@ -250,6 +251,23 @@ def test_a_capability_held_for_ever_is_a_stall(workers: int) -> None:
         worker.dataflow(build).send(1)
 
     with pytest.raises(StalledError, match="'hoarder' capability on output 0"):
+        execute(job, workers)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_route_giving_no_int_is_named(workers: int) -> None:
+    def job(worker: Worker) -> None:
+        def build(scope):  # type: ignore[no-untyped-def]
+            handle, stream = scope.new_input()
+            stream.map(str, name="stringify").exchange(lambda s: s, name="by text").count_by()
+            return handle
+
+        worker.dataflow(build).send(7)
+
+    if workers == 1:
+        execute(job, workers)  # one worker never routes, so the key is never asked for
+        return
+    with pytest.raises(RouteError, match=r"exchange into 'by text'.*gave '7' for '7'"):
         execute(job, workers)
 
 

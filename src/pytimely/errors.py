@@ -69,6 +69,10 @@ class ArityError(DataflowError, ValueError):
     """An operator was given the wrong number of inputs or outputs, or a route named a port it lacks."""
 
 
+class RouteError(DataflowError, TypeError):
+    """An exchange route gave something other than an integer key for a record."""
+
+
 class CapabilityError(DataflowError):
     """A capability was misused: downgraded backwards, used after being dropped, or used where it is not valid."""
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability, InputCapability
-from pytimely.errors import ArityError, CapabilityError
+from pytimely.errors import ArityError, CapabilityError, RouteError
 from pytimely.progress.frontier import MutableAntichain
 from pytimely.progress.location import Source, Target
 
@@ -154,8 +154,17 @@ class _Exchange:
             buckets: list[list[Any]] = [[] for _ in range(peers)]
             appends = [b.append for b in buckets]
             route = self._route
-            for r in batch:
-                appends[route(r) % peers](r)
+            try:
+                for r in batch:
+                    appends[route(r) % peers](r)
+            except TypeError as exc:
+                key = route(r)
+                if isinstance(key, int):
+                    raise
+                raise RouteError(
+                    f"exchange into {self._local._op.name!r}: the route must give an int for every record, "
+                    f"gave {key!r} for {r!r}"
+                ) from exc
             parts = buckets
         index = self._index
         for j, part in enumerate(parts):
