@@ -52,11 +52,11 @@ def pipeline_pytimely(n: int, workers: int = 1) -> int:
     """Count of even ``x + 1`` for ``x < n``, through pytimely."""
 
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
-        def build(scope):  # type: ignore[no-untyped-def]
+        def build(scope: Any) -> Any:
             mine = range(worker.index, n, worker.peers)
             return scope.to_stream(mine).map(lambda x: x + 1).filter(lambda x: x % 2 == 0).count().capture()
 
-        return worker.dataflow(build)  # type: ignore[no-any-return]
+        return worker.dataflow(build)
 
     return sum(c for captured in execute(job, workers) for _, batch in captured for c in batch)
 
@@ -115,7 +115,7 @@ def wordcount_pytimely(words: list[str], workers: int) -> dict[str, int]:
         mine = words[worker.index :: worker.peers]
         for start in range(0, len(mine), 1 << 16):
             handle.send_batch(mine[start : start + (1 << 16)])
-        return captured  # type: ignore[no-any-return]
+        return captured
 
     return {w: c for captured in execute(job, workers) for _, batch in captured for w, c in batch}
 
@@ -152,13 +152,13 @@ def wcc_pytimely(edges: Any, workers: int) -> dict[int, int]:
     """Component labels through pytimely's label propagation."""
 
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
-        def build(scope):  # type: ignore[no-untyped-def]
+        def build(scope: Any) -> Any:
             handle, stream = scope.new_input()
             return handle, connected_components(stream).capture()
 
         handle, captured = worker.dataflow(build)
         handle.send_batch(edges[worker.index :: worker.peers])
-        return captured  # type: ignore[no-any-return]
+        return captured
 
     labels: dict[int, int] = {}
     for captured in execute(job, workers):
@@ -189,7 +189,7 @@ def epoch_latency(epochs: int, per_epoch: int, workers: int) -> list[float]:
     """Seconds from ``advance_to(t+1)`` until the probe passes ``t``, measured on worker 0."""
 
     def job(worker: Worker) -> list[float]:
-        def build(scope):  # type: ignore[no-untyped-def]
+        def build(scope: Any) -> Any:
             handle, stream = scope.new_input()
             probe = stream.map(lambda x: x * 3).exchange(lambda x: x).count().probe()
             return handle, probe
@@ -229,7 +229,7 @@ def run(quick: bool) -> list[Row]:
     words = make_words(100_000 if quick else 1_000_000)
     t_counter, expected_counts = best_of(runs, lambda: Counter(words))
     for workers in (1, 2):
-        t_wc, counts = best_of(runs, lambda w=workers: wordcount_pytimely(words, w))  # type: ignore[misc]
+        t_wc, counts = best_of(runs, lambda w=workers: wordcount_pytimely(words, w))
         assert counts == expected_counts
         rows.append(_row("b", f"word count, {workers} worker(s)", len(words), t_wc, "Counter", t_counter, "words"))
     t_bwc, counts_bw = best_of(1, lambda: wordcount_bytewax(words))
@@ -243,7 +243,7 @@ def run(quick: bool) -> list[Row]:
     wcc_networkx(edges[:10])  # import outside the timing
     t_nx, expected_labels = best_of(runs, lambda: wcc_networkx(edges))
     for workers in (1, 2):
-        t_cc, labels = best_of(runs, lambda w=workers: wcc_pytimely(edges, w))  # type: ignore[misc]
+        t_cc, labels = best_of(runs, lambda w=workers: wcc_pytimely(edges, w))
         if expected_labels is not None:
             assert labels == expected_labels
             rows.append(_row("c", f"WCC, {workers} worker(s)", edge_count, t_cc, "NetworkX", t_nx, "edges"))

@@ -10,14 +10,15 @@ when a round has passed through the whole dataflow.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from pytimely import Worker, execute
+from pytimely import InputHandle, Scope, Worker, execute
 
 
 def hello(worker: Worker) -> None:
     """Send ten rounds, each one record from worker 0, and wait for each round to finish."""
 
-    def build(scope):  # type: ignore[no-untyped-def]
+    def build(scope: Scope[int]) -> tuple[InputHandle[int, Any], Any]:
         handle, stream = scope.new_input()
         probe = (
             stream.exchange(lambda x: x)

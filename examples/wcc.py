@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pytimely import Worker, execute
+from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.algorithms import connected_components
 from pytimely.errors import InputFormatError
 from pytimely.io import read_edges
@@ -32,7 +32,7 @@ def run(path: str, workers: int = 1, *, epochs: bool = False, seed: int | None =
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
         edges = read_edges(path, epochs=epochs, part=worker.index, parts=worker.peers)
 
-        def build(scope):  # type: ignore[no-untyped-def]
+        def build(scope: Scope[int]) -> tuple[InputHandle[int, Any], Any]:
             handle, stream = scope.new_input(name="edges")
             return handle, connected_components(stream).capture()
 

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from pytimely import Worker, execute
+from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.errors import InputFormatError
 from pytimely.io import read_words
 
@@ -26,7 +26,7 @@ def run(path: str, workers: int = 1, *, seed: int | None = None) -> list[tuple[s
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
         words = read_words(path, part=worker.index, parts=worker.peers)
 
-        def build(scope):  # type: ignore[no-untyped-def]
+        def build(scope: Scope[int]) -> tuple[InputHandle[int, Any], Any]:
             handle, stream = scope.new_input(name="words")
             return handle, stream.count_by().capture()
 
