@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability, InputCapability
-from pytimely.errors import ArityError, CapabilityError, RouteError
+from pytimely.errors import ArityError, CapabilityError, OperatorError, RouteError
 from pytimely.progress.frontier import MutableAntichain
 from pytimely.progress.location import Source, Target
 
@@ -143,7 +143,10 @@ class _Exchange:
         if self._vectorized:
             import numpy as np
 
-            keys = np.asarray(self._route(batch)) % peers
+            try:
+                keys = np.asarray(self._route(batch)) % peers
+            except Exception as exc:
+                raise self._failed(time, exc) from exc
             if keys.shape != (len(batch),):
                 raise ArityError(
                     f"exchange into {self._local._op.name!r}: a vectorized route must give one key per row "
@@ -154,17 +157,12 @@ class _Exchange:
             buckets: list[list[Any]] = [[] for _ in range(peers)]
             appends = [b.append for b in buckets]
             route = self._route
+            r: Any = None
             try:
                 for r in batch:
                     appends[route(r) % peers](r)
-            except TypeError as exc:
-                key = route(r)
-                if isinstance(key, int):
-                    raise
-                raise RouteError(
-                    f"exchange into {self._local._op.name!r}: the route must give an int for every record, "
-                    f"gave {key!r} for {r!r}"
-                ) from exc
+            except Exception as exc:
+                raise self._failed(time, exc, r) from exc
             parts = buckets
         index = self._index
         for j, part in enumerate(parts):
@@ -174,6 +172,29 @@ class _Exchange:
                     self._local._deliver((time, part))
                 else:
                     self._pushes[j].push((time, part))
+
+
+    def _failed(self, time: Any, exc: Exception, record: Any = None) -> Exception:
+        """The error for a route that raised or gave no int: it names the operator the route belongs to."""
+        name = self._local._op.name
+        if isinstance(exc, TypeError) and not self._vectorized:
+            try:
+                key = self._route(record)
+            except Exception:
+                key = None
+            else:
+                if not isinstance(key, int):
+                    return RouteError(
+                        f"exchange into {name!r}: the route must give an int for every record, "
+                        f"gave {key!r} for {record!r}"
+                    )
+        return OperatorError(
+            f"operator {name!r} failed on worker {self._index} at time {time!r}: its route raised "
+            f"{type(exc).__name__}: {exc}",
+            operator=name,
+            worker=self._index,
+            time=time,
+        )
 
 
 class _Broadcast:
@@ -249,17 +270,18 @@ class OutputPort(Generic[T, D]):
 
     def session(self, cap: Capability[T] | InputCapability[T], size: int = 4096) -> Session[T]:
         """A buffer for sending records one by one at ``cap``'s time (use it in a ``with`` block)."""
-        return Session(self, self._check(cap), size)
+        self._check(cap)
+        return Session(self, cap, size)
 
 
 class Session(Generic[T]):
     """Buffers records given one at a time and sends them as batches."""
 
-    __slots__ = ("_buffer", "_output", "_size", "_time")
+    __slots__ = ("_buffer", "_cap", "_output", "_size")
 
-    def __init__(self, output: OutputPort[T, Any], time: T, size: int) -> None:
+    def __init__(self, output: OutputPort[T, Any], cap: Capability[T] | InputCapability[T], size: int) -> None:
         self._output = output
-        self._time = time
+        self._cap = cap
         self._size = size
         self._buffer: list[Any] = []
 
@@ -276,9 +298,10 @@ class Session(Generic[T]):
             self.flush()
 
     def flush(self) -> None:
-        """Send what is buffered."""
+        """Send what is buffered; the capability must still be valid (a kept session cannot outlive it)."""
         if self._buffer:
-            self._output._push(self._time, self._buffer)
+            time = self._output._check(self._cap)
+            self._output._push(time, self._buffer)
             self._buffer = []
 
     def __enter__(self) -> Session[T]:
