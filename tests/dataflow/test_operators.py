@@ -434,11 +434,9 @@ def test_to_stream_sends_at_the_scope_minimum(workers: int) -> None:
 
 
 @pytest.mark.parametrize("workers", WORKERS)
-def test_source_with_activator_sends_several_epochs(workers: int) -> None:
+def test_source_reactivating_itself_sends_several_epochs(workers: int) -> None:
     def job(worker: Worker) -> Events:
         def build(scope: Any) -> Any:
-            wake: list[Callable[[], None]] = []
-
             def constructor(cap: Capability[int], info: OperatorInfo) -> Callable[[Any], None]:
                 def logic(output: Any) -> None:
                     t = cap.time
@@ -447,13 +445,11 @@ def test_source_with_activator_sends_several_epochs(workers: int) -> None:
                         cap.drop()
                     else:
                         cap.downgrade(t + 1)
-                        wake[0]()
+                        info.activate()
 
                 return logic
 
-            stream = scope.source(constructor, name="ticker")
-            wake.append(scope.activator(stream))
-            return stream.capture()
+            return scope.source(constructor, name="ticker").capture()
 
         return worker.dataflow(build)
 

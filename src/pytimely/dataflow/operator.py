@@ -18,12 +18,17 @@ __all__ = ["OperatorCore", "OperatorInfo"]
 
 @dataclass(frozen=True, slots=True)
 class OperatorInfo:
-    """What an operator's constructor may want to know about where it runs."""
+    """What an operator's constructor may want to know about where it runs.
+
+    ``activate()`` schedules the operator again at the next step, for logic that
+    has more to do without new input (a source sending a little at a time).
+    """
 
     name: str
     index: int
     worker: int
     peers: int
+    activate: Callable[[], None]
 
 
 class OperatorCore:

@@ -100,7 +100,9 @@ class Scope(Generic[T]):
             )
 
     def _info(self, op: Any) -> OperatorInfo:
-        return OperatorInfo(op.name, op.index, self.subgraph.worker, self.subgraph.peers)
+        subgraph = self.subgraph
+        index = op.index
+        return OperatorInfo(op.name, index, subgraph.worker, subgraph.peers, lambda: subgraph._active.add(index))
 
     # -- sources --------------------------------------------------------------------------
 
@@ -125,10 +127,10 @@ class Scope(Generic[T]):
         *,
         name: str = "source",
     ) -> Stream[Any]:
-        """A generic source: ``constructor(capability, info)`` returns ``logic(output)``, run when activated.
+        """A generic source: ``constructor(capability, info)`` returns ``logic(output)``.
 
-        The logic is run once when the dataflow starts and again whenever it calls
-        ``output.activate()``-style rescheduling via :meth:`activator`.
+        The logic runs once when the dataflow starts, and again at the next step
+        each time it calls ``info.activate()``.
         """
         from pytimely.dataflow.stream import Stream
 
@@ -138,12 +140,6 @@ class Scope(Generic[T]):
         logic = constructor(Capability(self.minimum, output, counted=True), self._info(op))
         op.logic = lambda: logic(output)
         return Stream(self, output)
-
-    def activator(self, stream: Stream[Any]) -> Callable[[], None]:
-        """A function that schedules the operator producing ``stream`` again at the next step."""
-        index = stream._port._op.index
-        subgraph = self.subgraph
-        return lambda: subgraph._active.add(index)
 
     def concat(self, streams: Iterable[Stream[D]], *, name: str = "concat") -> Stream[D]:
         """One stream with the records of all ``streams``."""
