@@ -102,3 +102,62 @@ class InputFormatError(PytimelyError, ValueError):
         super().__init__(message)
         self.path = path
         self.line = line
+
+
+class ConfigError(PytimelyError, ValueError):
+    """A cluster configuration (flags, environment, host list, secret) is missing or inconsistent."""
+
+
+class CommunicationError(PytimelyError):
+    """Exchanging messages with another process failed; the computation stops."""
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
+
+
+class FrameError(CommunicationError):
+    """A frame received from a peer is malformed; names the peer and, when known, the channel."""
+
+    def __init__(self, message: str, peer: int | None, channel: tuple[int, int] | None) -> None:
+        super().__init__(message, peer)
+        self.channel = channel
+
+
+class ChecksumError(FrameError):
+    """A frame's checksum does not match its bytes: it was corrupted in transit."""
+
+
+class FrameFormatError(FrameError):
+    """Bytes that are not a frame of this protocol version (bad magic, version or precedence)."""
+
+
+class FrameLengthError(FrameError):
+    """A frame announces a payload longer than the frame limit."""
+
+
+class FrameSequenceError(FrameError):
+    """A frame's sequence number is not the next one: a frame was lost, duplicated or reordered."""
+
+    def __init__(
+        self, message: str, peer: int | None, channel: tuple[int, int] | None, expected: int, received: int
+    ) -> None:
+        super().__init__(message, peer, channel)
+        self.expected = expected
+        self.received = received
+
+
+class UnknownChannelError(FrameError):
+    """A frame names a channel the receiving worker does not have (the processes run different programs)."""
+
+
+class PayloadError(FrameError):
+    """A checked frame's payload could not be decoded."""
+
+
+class AuthenticationError(CommunicationError):
+    """A peer did not prove it knows the cluster secret, or refused this process's proof."""
+
+
+class PeerFailedError(CommunicationError):
+    """Another process died, stalled, or stopped with an error; names the process."""

@@ -1,5 +1,11 @@
 """Running a computation: ``execute(func, workers=W)`` runs ``func(worker)`` on W workers in this process.
 
+With ``config=`` a :class:`~pytimely.config.Config` of several processes, this
+process joins a cluster over TCP (see :mod:`pytimely.communication.cluster`),
+runs its ``config.workers`` workers on threads of their own, and returns their
+results only; every process of the cluster calls ``execute`` with the same
+function. A failure anywhere stops every process with an error.
+
 With one worker, ``func`` runs on the calling thread. With several, each worker
 runs on its own thread but only one runs at a time: a scheduler hands the turn
 to one worker per step, round-robin, or in a seeded random order when ``seed``
@@ -14,10 +20,13 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pytimely.communication.cluster import Cluster
 from pytimely.communication.local import LocalAllocator
+from pytimely.config import Config
 from pytimely.worker import Worker
 
 __all__ = ["execute"]
@@ -47,8 +56,18 @@ class _Turns:
         self.wait(index)
 
 
-def execute(func: Callable[[Worker], R], workers: int = 1, *, seed: int | None = None) -> list[R]:
-    """Run ``func(worker)`` on ``workers`` workers; return their results by worker index."""
+def execute(
+    func: Callable[[Worker], R], workers: int = 1, *, config: Config | None = None, seed: int | None = None
+) -> list[R]:
+    """Run ``func(worker)`` on ``workers`` workers (or as ``config`` lays out); return this process's results."""
+    if config is not None:
+        if workers != 1 and workers != config.workers:
+            raise ValueError(f"workers={workers} contradicts config.workers={config.workers}; give one of them")
+        if config.processes > 1:
+            if seed is not None:
+                raise ValueError("seed= orders in-process workers; a cluster of processes cannot be replayed by it")
+            return _run_cluster(func, config)
+        workers = config.workers
     if type(workers) is not int or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     allocators = LocalAllocator.group(workers)
@@ -125,3 +144,47 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
     if failure is not None:
         raise failure
     return results
+
+
+def _run_cluster(func: Callable[[Worker], R], config: Config) -> list[R]:
+    cluster = Cluster(config)
+    cluster.start()
+    try:
+        workers = [Worker(cluster.allocator(i)) for i in range(config.workers)]
+        results: list[Any] = [None] * config.workers
+        errors: list[BaseException] = []
+
+        def body(i: int) -> None:
+            worker = workers[i]
+            try:
+                results[i] = func(worker)
+                worker.finish()
+            except BaseException as exc:
+                errors.append(exc)
+                cluster.fail(exc)
+
+        threads = [
+            threading.Thread(target=body, args=(i,), name=f"pytimely-worker-{config.first_worker + i}", daemon=True)
+            for i in range(config.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        _join(threads, cluster, config.heartbeat)
+        if errors:
+            raise errors[0]
+        cluster.finish()
+        return results
+    finally:
+        cluster.close()
+
+
+def _join(threads: list[threading.Thread], cluster: Cluster, grace: float) -> None:
+    """Wait for the worker threads; after a failure, wait only ``grace`` more (a thread may be stuck in user code)."""
+    failed_at: float | None = None
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.05)
+            if cluster.failure is not None:
+                failed_at = failed_at if failed_at is not None else time.monotonic()
+                if time.monotonic() - failed_at > grace:
+                    raise cluster.failure

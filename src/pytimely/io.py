@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
 from pytimely.errors import InputFormatError
 
-__all__ = ["read_edges", "read_words"]
+__all__ = ["atomic_output", "read_edges", "read_words"]
 
 _HEADERS = {("src", "dst"), ("src", "dst", "epoch")}
 
@@ -77,3 +80,22 @@ def read_words(path: str | os.PathLike[str], *, part: int = 0, parts: int = 1) -
         raise InputFormatError(f"{name}, line {line}: not valid UTF-8 ({exc.reason})", path=name, line=line) from None
     words = text.split()
     return words if parts == 1 else words[part::parts]
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+    """Write ``path`` under a temporary name in the same directory, renamed to ``path`` only if the block succeeds.
+
+    A failed run leaves no partial output that could pass for a complete one.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    encoding = None if "b" in mode else "utf-8"
+    try:
+        with open(tmp, mode, encoding=encoding) as out:
+            yield out
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -14,6 +14,9 @@ __all__ = ["Worker"]
 
 R = TypeVar("R")
 
+_PARK = 0.1
+"""Longest wait for a message between idle steps; arrivals and failures wake a worker at once."""
+
 
 class Worker:
     """One of the workers running a computation; every worker builds the same dataflows."""
@@ -73,9 +76,11 @@ class Worker:
         return bool(self._dataflows)
 
     def step_while(self, condition: Callable[[], bool]) -> None:
-        """Step while ``condition()`` holds."""
+        """Step while ``condition()`` holds (between idle steps, wait for messages from other processes)."""
         while condition():
             self.step()
+            if not self.last_step_worked:
+                self._allocator.park(_PARK)
 
     @property
     def running(self) -> bool:
@@ -87,6 +92,11 @@ class Worker:
         for subgraph in self._dataflows:
             for handle in subgraph.inputs:
                 handle.close()
+
+    def communication_stats(self) -> dict[str, Any]:
+        """Counters of the communication layer (queue peaks, flow-control waits, frames sent), if it keeps any."""
+        stats = getattr(self._allocator, "stats", None)
+        return stats() if stats is not None else {}
 
     def stall_report(self) -> str:
         """What keeps this worker's unfinished dataflows alive."""
@@ -110,3 +120,5 @@ class Worker:
             idle = 0 if self.last_step_worked else idle + 1
             if idle >= 2 and self.peers == 1:
                 raise self._stalled()
+            if idle:
+                self._allocator.park(_PARK)

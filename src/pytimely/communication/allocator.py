@@ -1,7 +1,8 @@
 """The seam between the dataflow layer and whatever moves its messages.
 
 A worker asks its allocator for a *channel* by an identifier every worker
-computes the same way (they build the same dataflow in the same order). The
+computes the same way (they build the same dataflow in the same order): a pair
+``(dataflow, index)``, allocated in increasing order, with a :class:`Precedence`. The
 allocator answers with one :class:`Push` per peer and one :class:`Pull` that
 yields what peers pushed to this worker. Per sender, messages arrive in the
 order they were pushed (FIFO); nothing else is promised across senders.
@@ -12,13 +13,21 @@ serialises them. Nothing here knows about operators or timestamps.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import enum
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["Allocator", "Pull", "Push"]
+__all__ = ["Allocator", "Precedence", "Pull", "Push"]
 
 M = TypeVar("M")
 M_contra = TypeVar("M_contra", contravariant=True)
+
+
+class Precedence(enum.IntEnum):
+    """Seed 003's precedence levels of a channel's messages: a higher level is transported and received first."""
+
+    DATA = 1
+    PROGRESS = 2
+    CONTROL = 3
 
 
 class Push(Protocol[M_contra]):
@@ -50,8 +59,10 @@ class Allocator(Protocol):
         """How many workers take part."""
         ...
 
-    def allocate(self, channel: Hashable) -> tuple[list[Push[Any]], Pull[Any]]:
-        """One push end per peer (by index) and this worker's pull end of channel ``channel``."""
+    def allocate(
+        self, channel: tuple[int, int], precedence: Precedence = Precedence.DATA
+    ) -> tuple[list[Push[Any]], Pull[Any]]:
+        """One push end per peer (by index) and this worker's pull end of channel ``(dataflow, index)``."""
         ...
 
     def receive(self) -> None:
@@ -60,4 +71,8 @@ class Allocator(Protocol):
 
     def release(self) -> None:
         """Send whatever is buffered (network allocators)."""
+        ...
+
+    def park(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a message from another thread or process (or return at once)."""
         ...

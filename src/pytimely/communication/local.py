@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
-from pytimely.communication.allocator import Pull, Push
+from pytimely.communication.allocator import Precedence, Pull, Push
 
 __all__ = ["LocalAllocator"]
 
@@ -74,7 +74,9 @@ class LocalAllocator:
         """The number of workers in the group."""
         return self._registry.peers
 
-    def allocate(self, channel: Hashable) -> tuple[list[Push[Any]], Pull[Any]]:
+    def allocate(
+        self, channel: Hashable, precedence: Precedence = Precedence.DATA
+    ) -> tuple[list[Push[Any]], Pull[Any]]:
         """Push ends to every worker's mailbox of ``channel``, and this worker's own mailbox."""
         boxes = self._registry.mailboxes(channel)
         return list(boxes), boxes[self._index]
@@ -84,3 +86,6 @@ class LocalAllocator:
 
     def release(self) -> None:
         """Nothing to do: pushes are never buffered."""
+
+    def park(self, timeout: float) -> None:
+        """Return at once: in-process workers take turns, so there is nobody to wait for."""

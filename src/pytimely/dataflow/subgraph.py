@@ -23,6 +23,7 @@ import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pytimely.communication.allocator import Precedence
 from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Exchange, _Pipeline
 from pytimely.errors import OperatorError, PytimelyError, ScopeError
@@ -55,8 +56,8 @@ class Subgraph:
         self.record = self.sender.record
         self._receiver = ProgressReceiver(self.peers)
         self._progress_push: list[Push[Any]]
-        self._progress_push, self._progress_pull = allocator.allocate(("progress", ident))
-        self._channels = 0
+        self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
+        self._channels = 1
         self._edges: list[tuple[Source, Target]] = []
         self._remote: list[tuple[Pull[Any], InputPort[Any, Any]]] = []
         self._active: set[int] = set()
@@ -89,7 +90,7 @@ class Subgraph:
         if pact is None or (self.peers == 1 and pact[0] in ("exchange", "broadcast")):
             output._connect(_Pipeline(target, self.record))
         else:
-            pushes, pull = self.allocator.allocate(("data", self.ident, self._channels))
+            pushes, pull = self.allocator.allocate((self.ident, self._channels), Precedence.DATA)
             self._channels += 1
             if pact[0] == "exchange":
                 output._connect(_Exchange(target, pushes, self.worker, pact[1], pact[2], self.record))

@@ -1,0 +1,214 @@
+"""The ``pytimely`` command: run a worker function, or launch a local cluster of processes.
+
+    pytimely run [-w W -n N -p I --hosts ... | --hostfile F] module:function [ARG ...]
+    pytimely launch -n N [-w W] [--port P] -- COMMAND [ARG ...]
+
+``run`` imports ``function`` from ``module`` and calls ``execute(function)``
+with the layout the flags and ``PYTIMELY_*`` variables give (see
+:mod:`pytimely.config`); ``sys.argv`` is ``[module:function, ARG ...]`` while it
+runs. Each worker's result, when not ``None``, is printed as ``worker I: repr``.
+
+``launch`` starts N processes of COMMAND on loopback, each told its index, the
+hosts, a fresh cluster secret and a common ``PYTHONHASHSEED`` through the
+environment, prefixes their output lines with ``[pI]``, and stops them all as
+soon as one fails; its exit status is the first failure's (0 if all succeed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from pytimely.config import add_arguments, config_from_args
+from pytimely.errors import ConfigError, PytimelyError
+
+__all__ = ["launch", "main"]
+
+
+def _load(target: str) -> Callable[..., Any]:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"expected module:function, got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}") from exc
+    func = module
+    for part in attr.split("."):
+        try:
+            func = getattr(func, part)
+        except AttributeError:
+            raise ConfigError(f"{module_name!r} has no attribute {attr!r}") from None
+    if not callable(func):
+        raise ConfigError(f"{target} is not callable")
+    return func
+
+
+def _run(argv: Sequence[str]) -> int:
+    from pytimely.execute import execute
+
+    parser = argparse.ArgumentParser(prog="pytimely run", description="Run module:function on a worker layout.")
+    add_arguments(parser)
+    parser.add_argument("target", help="module:function taking a Worker")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments left in sys.argv for the function")
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+        func = _load(args.target)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    saved = sys.argv
+    sys.argv = [args.target, *args.args]
+    try:
+        results = execute(func, config=config)
+    except PytimelyError as exc:
+        print(f"pytimely run: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sys.argv = saved
+    for i, result in enumerate(results):
+        if result is not None:
+            print(f"worker {config.first_worker + i}: {result!r}")
+    return 0
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports the kernel reports free now (held open together so they are distinct)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _forward(stream: IO[bytes], prefix: bytes, out: IO[bytes]) -> None:
+    for line in iter(stream.readline, b""):
+        out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+        out.flush()
+    stream.close()
+
+
+def launch(
+    command: Sequence[str], processes: int, workers: int = 1, *, port: int | None = None, grace: float = 5.0
+) -> int:
+    """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status."""
+    if processes < 1 or workers < 1:
+        raise ConfigError("launch needs at least one process and one worker")
+    if not command:
+        raise ConfigError("launch needs a command after --")
+    ports = list(range(port, port + processes)) if port else _free_ports(processes)
+    hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
+    secret = secrets.token_hex(32)
+    hashseed = os.environ.get("PYTHONHASHSEED") or str(secrets.randbelow(2**32))
+    children: list[subprocess.Popen[bytes]] = []
+    forwarders: list[threading.Thread] = []
+    out, err = sys.stdout.buffer, sys.stderr.buffer
+    for index in range(processes):
+        env = dict(os.environ)
+        env.update(
+            PYTIMELY_PROCESSES=str(processes),
+            PYTIMELY_PROCESS=str(index),
+            PYTIMELY_WORKERS=str(workers),
+            PYTIMELY_HOSTS=hosts,
+            PYTIMELY_SECRET=secret,
+            PYTHONHASHSEED=hashseed,
+        )
+        env.pop("PYTIMELY_HOSTFILE", None)
+        env.pop("PYTIMELY_SECRET_FILE", None)
+        child = subprocess.Popen(list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        children.append(child)
+        prefix = f"[p{index}] ".encode()
+        for stream, sink in ((child.stdout, out), (child.stderr, err)):
+            assert stream is not None
+            t = threading.Thread(target=_forward, args=(stream, prefix, sink), daemon=True)
+            t.start()
+            forwarders.append(t)
+    status = 0
+    try:
+        while True:
+            codes = [c.poll() for c in children]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                index, code = failed[0]
+                status = code if code and code > 0 else 1
+                print(
+                    f"pytimely launch: process {index} exited with status {code}; stopping the others", file=sys.stderr
+                )
+                _stop(children, grace)
+                break
+            if all(c == 0 for c in codes):
+                break
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        _stop(children, grace)
+        status = 130
+    for t in forwarders:
+        t.join(timeout=grace)
+    return status
+
+
+def _stop(children: list[subprocess.Popen[bytes]], grace: float) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for child in children:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _launch(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="pytimely launch", description="Start a local cluster of N processes running COMMAND."
+    )
+    parser.add_argument("-n", "--processes", type=int, required=True, help="number of processes")
+    parser.add_argument("-w", "--workers", type=int, default=1, help="workers per process (default 1)")
+    parser.add_argument("--port", type=int, help="first of N consecutive ports (default: free ports)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        return launch(command, args.processes, args.workers, port=args.port)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    except OSError as exc:
+        print(f"pytimely launch: cannot start {command[0]!r}: {exc}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``pytimely`` command line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = "usage: pytimely {run,launch} ...  (pytimely run --help, pytimely launch --help)"
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return _run(rest)
+    if command == "launch":
+        return _launch(rest)
+    print(f"pytimely: unknown command {command!r}\n{usage}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

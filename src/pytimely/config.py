@@ -1,0 +1,208 @@
+"""How a computation is laid out: workers per process, processes, this process's index, hosts, secret.
+
+Every flag has an environment variable, so ``pytimely launch`` (and schedulers)
+can configure processes without touching their command lines::
+
+    -w/--workers N       PYTIMELY_WORKERS          workers in this process (default 1)
+    -n/--processes N     PYTIMELY_PROCESSES        processes in the cluster (default 1)
+    -p/--process I       PYTIMELY_PROCESS          this process's index, 0 <= I < N
+    --hosts H:P,...      PYTIMELY_HOSTS            where each process listens, by index
+    --hostfile FILE      PYTIMELY_HOSTFILE         the same, one host:port per line
+    --bind ADDR          PYTIMELY_BIND             the address to listen on (default 127.0.0.1)
+    --secret-file FILE   PYTIMELY_SECRET_FILE      the cluster secret (or PYTIMELY_SECRET itself)
+                         PYTIMELY_HEARTBEAT        seconds between heartbeats on an idle link (0.5)
+                         PYTIMELY_TIMEOUT          seconds of silence after which a peer counts as stalled (10)
+                         PYTIMELY_CONNECT_TIMEOUT  seconds to wait for every peer to connect (60)
+
+A flag wins over its variable. Worker indices are global: process ``p`` runs
+workers ``p*W .. p*W+W-1``. The secret is never taken on the command line,
+where other users could read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pytimely.errors import ConfigError
+
+__all__ = ["Config", "add_arguments", "config_from_args"]
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The layout of a computation and how its processes reach one another."""
+
+    workers: int = 1
+    processes: int = 1
+    process: int = 0
+    hosts: tuple[tuple[str, int], ...] = ()
+    bind: str = "127.0.0.1"
+    secret: bytes | None = field(default=None, repr=False)
+    heartbeat: float = 0.5
+    timeout: float = 10.0
+    connect_timeout: float = 60.0
+    send_window: int = 64 << 20
+    """Bytes of data frames a process may queue towards one peer before its workers wait."""
+    recv_window: int = 64 << 20
+    """Bytes of received data not yet taken by this process's workers before it stops reading."""
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "processes"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if type(self.process) is not int or not 0 <= self.process < self.processes:
+            raise ConfigError(f"process index {self.process!r} is not in 0..{self.processes - 1}")
+        for name in ("heartbeat", "timeout", "connect_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.timeout <= 2 * self.heartbeat:
+            raise ConfigError(f"timeout ({self.timeout} s) must exceed two heartbeats ({self.heartbeat} s each)")
+        if self.processes > 1:
+            if len(self.hosts) != self.processes:
+                raise ConfigError(
+                    f"{self.processes} processes need {self.processes} host:port entries (--hosts or --hostfile), "
+                    f"got {len(self.hosts)}"
+                )
+            if not self.secret:
+                raise ConfigError(
+                    "a cluster of several processes needs a shared secret: set PYTIMELY_SECRET or "
+                    "PYTIMELY_SECRET_FILE (pytimely launch makes a fresh one)"
+                )
+            host = self.hosts[self.process][0]
+            if _is_loopback(self.bind) and not _is_loopback(host):
+                raise ConfigError(
+                    f"process {self.process} is listed as {host}, which other hosts would reach, but listens only on "
+                    f"loopback ({self.bind}); pass --bind {host} (or --bind 0.0.0.0) to accept remote peers"
+                )
+
+    @property
+    def peers(self) -> int:
+        """Workers in the whole cluster."""
+        return self.workers * self.processes
+
+    @property
+    def first_worker(self) -> int:
+        """The global index of this process's first worker."""
+        return self.process * self.workers
+
+    def with_workers(self, workers: int) -> Config:
+        """This configuration with another number of workers per process."""
+        return replace(self, workers=workers)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_hosts(text: str, where: str) -> tuple[tuple[str, int], ...]:
+    """``host:port`` entries separated by commas or newlines (``#`` starts a comment)."""
+    out = []
+    for n, raw in enumerate(text.replace(",", "\n").splitlines(), 1):
+        entry = raw.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{where}: entry {n} ({entry!r}) is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    return tuple(out)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the cluster flags (``-w -n -p --hosts --hostfile --bind --secret-file``) to ``parser``."""
+    group = parser.add_argument_group("cluster (each flag also reads a PYTIMELY_* environment variable)")
+    group.add_argument("-w", "--workers", type=int, help="workers in this process (PYTIMELY_WORKERS, default 1)")
+    group.add_argument("-n", "--processes", type=int, help="processes in the cluster (PYTIMELY_PROCESSES, default 1)")
+    group.add_argument("-p", "--process", type=int, help="this process's index (PYTIMELY_PROCESS, default 0)")
+    group.add_argument("--hosts", help="host:port of every process, comma-separated (PYTIMELY_HOSTS)")
+    group.add_argument("--hostfile", help="file with one host:port per line (PYTIMELY_HOSTFILE)")
+    group.add_argument("--bind", help="address to listen on (PYTIMELY_BIND, default 127.0.0.1)")
+    group.add_argument("--secret-file", help="file holding the cluster secret (PYTIMELY_SECRET_FILE)")
+
+
+def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The configuration given by parsed flags (see :func:`add_arguments`) and the environment."""
+    env = os.environ if env is None else env
+    values = vars(args) if args is not None else {}
+
+    def pick(flag: str, var: str) -> str | None:
+        value = values.get(flag)
+        if value is not None:
+            return str(value)
+        got = env.get(var)
+        return got if got not in (None, "") else None
+
+    def integer(flag: str, var: str, default: int) -> int:
+        text = pick(flag, var)
+        if text is None:
+            return default
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(
+                f"{var if values.get(flag) is None else '--' + flag}: {text!r} is not an integer"
+            ) from None
+
+    def number(var: str, default: float) -> float:
+        text = env.get(var)
+        if not text:
+            return default
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{var}: {text!r} is not a number") from None
+
+    hosts: tuple[tuple[str, int], ...] = ()
+    text = pick("hosts", "PYTIMELY_HOSTS")
+    hostfile = pick("hostfile", "PYTIMELY_HOSTFILE")
+    if text is not None:
+        hosts = parse_hosts(text, "--hosts")
+    elif hostfile is not None:
+        try:
+            hosts = parse_hosts(Path(hostfile).read_text(encoding="utf-8"), hostfile)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the host file: {exc}") from exc
+    secret: bytes | None = None
+    secret_file = pick("secret_file", "PYTIMELY_SECRET_FILE")
+    if secret_file is not None:
+        try:
+            secret = Path(secret_file).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the secret file: {exc}") from exc
+        if not secret:
+            raise ConfigError(f"the secret file {secret_file} is empty")
+    elif env.get("PYTIMELY_SECRET"):
+        secret = env["PYTIMELY_SECRET"].encode()
+    return Config(
+        workers=integer("workers", "PYTIMELY_WORKERS", 1),
+        processes=integer("processes", "PYTIMELY_PROCESSES", 1),
+        process=integer("process", "PYTIMELY_PROCESS", 0),
+        hosts=hosts,
+        bind=pick("bind", "PYTIMELY_BIND") or "127.0.0.1",
+        secret=secret,
+        heartbeat=number("PYTIMELY_HEARTBEAT", 0.5),
+        timeout=number("PYTIMELY_TIMEOUT", 10.0),
+        connect_timeout=number("PYTIMELY_CONNECT_TIMEOUT", 60.0),
+    )
+
+
+def parse_config(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> tuple[argparse.Namespace, Config]:
+    """Parse ``argv`` with ``parser`` (which must have :func:`add_arguments`); a bad layout is a usage error."""
+    args = parser.parse_args(argv)
+    try:
+        return args, config_from_args(args)
+    except ConfigError as exc:
+        parser.error(str(exc))
