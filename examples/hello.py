@@ -5,6 +5,7 @@ workers and printed by whichever worker receives them; a probe tells each worker
 when a round has passed through the whole dataflow.
 
     python examples/hello.py -w 2
+    pytimely launch -n 2 -w 2 -- python examples/hello.py
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 from typing import Any
 
 from pytimely import InputHandle, Scope, Worker, execute
+from pytimely.config import add_arguments, parse_config
 
 
 def hello(worker: Worker) -> None:
@@ -36,11 +38,11 @@ def hello(worker: Worker) -> None:
 
 
 def main() -> None:
-    """Parse ``-w`` and run."""
+    """Parse the cluster flags and run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-w", "--workers", type=int, default=1, help="number of workers (default 1)")
-    args = parser.parse_args()
-    execute(hello, workers=args.workers)
+    add_arguments(parser)
+    _, config = parse_config(parser)
+    execute(hello, config=config)
 
 
 if __name__ == "__main__":

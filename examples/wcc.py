@@ -1,6 +1,11 @@
 """Connected components of an undirected graph, all at once or epoch by epoch (seed 000, Fig. 2).
 
-    python examples/wcc.py --edges EDGES --output OUT [-w N] [--epochs]
+    python examples/wcc.py --edges EDGES --output OUT [-w W] [--epochs]
+    pytimely launch -n 2 -w 2 -- python examples/wcc.py --edges EDGES --output OUT
+
+Cluster flags (``-w -n -p --hosts --hostfile``, or their ``PYTIMELY_*``
+variables) spread the workers over processes; every process reads its share of
+EDGES, and process 0 writes OUT, under a temporary name renamed on success.
 
 EDGES is CSV ``src,dst`` (integers). OUT is CSV ``vertex,label`` sorted by
 vertex, where label is the smallest vertex id of the vertex's component.
@@ -22,19 +27,31 @@ import numpy as np
 
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.algorithms import connected_components
-from pytimely.errors import InputFormatError
-from pytimely.io import read_edges
+from pytimely.config import Config, add_arguments, parse_config
+from pytimely.errors import InputFormatError, PytimelyError
+from pytimely.io import atomic_output, read_edges
 
 
-def run(path: str, workers: int = 1, *, epochs: bool = False, seed: int | None = None) -> Any:
-    """The job's rows: ``(vertex, label)`` or, with ``epochs``, ``(epoch, vertex, label)``, sorted."""
+def _to_first(batch: Any) -> Any:
+    """Route every row to worker 0, which gathers the result."""
+    return np.zeros(len(batch), dtype=np.int64)
+
+
+def run(
+    path: str, workers: int = 1, *, epochs: bool = False, seed: int | None = None, config: Config | None = None
+) -> Any:
+    """The job's rows: ``(vertex, label)`` or, with ``epochs``, ``(epoch, vertex, label)``, sorted.
+
+    In a cluster, the process running worker 0 gets the rows; the others get ``None``.
+    """
 
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
         edges = read_edges(path, epochs=epochs, part=worker.index, parts=worker.peers)
 
         def build(scope: Scope[int]) -> tuple[InputHandle[int, Any], Any]:
             handle, stream = scope.new_input(name="edges")
-            return handle, connected_components(stream).capture()
+            labels = connected_components(stream).exchange(_to_first, vectorized=True, name="gather")
+            return handle, labels.capture()
 
         handle, captured = worker.dataflow(build)
         if epochs:
@@ -48,7 +65,9 @@ def run(path: str, workers: int = 1, *, epochs: bool = False, seed: int | None =
         handle.close()
         return captured
 
-    parts = execute(job, workers=workers, seed=seed)
+    parts = execute(job, workers, config=config, seed=seed)
+    if config is not None and config.first_worker != 0:
+        return None
     rows = [
         np.column_stack([np.full(len(batch), t), np.asarray(batch)]) for captured in parts for t, batch in captured
     ]
@@ -62,18 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--edges", required=True, help="CSV of src,dst[,epoch] integer edges")
     parser.add_argument("--output", required=True, help="where to write the CSV result")
-    parser.add_argument("-w", "--workers", type=int, default=1, help="number of workers (default 1)")
     parser.add_argument("--epochs", action="store_true", help="EDGES has an epoch column; report changes per epoch")
-    args = parser.parse_args(argv)
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
+    add_arguments(parser)
+    args, config = parse_config(parser, argv)
     started = time.perf_counter()
     try:
-        table = run(args.edges, args.workers, epochs=args.epochs)
+        table = run(args.edges, epochs=args.epochs, config=config)
     except (InputFormatError, OSError) as exc:
         print(f"wcc: {exc}", file=sys.stderr)
         return 2
-    np.savetxt(args.output, table, fmt="%d", delimiter=",")
+    except PytimelyError as exc:
+        print(f"wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if table is None:
+        return 0
+    with atomic_output(args.output) as out:
+        np.savetxt(out, table, fmt="%d", delimiter=",")
     print(f"wcc: {len(table)} rows in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

@@ -13,6 +13,8 @@ can configure processes without touching their command lines::
                          PYTIMELY_HEARTBEAT        seconds between heartbeats on an idle link (0.5)
                          PYTIMELY_TIMEOUT          seconds of silence after which a peer counts as stalled (10)
                          PYTIMELY_CONNECT_TIMEOUT  seconds to wait for every peer to connect (60)
+                         PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
+                         PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
 
 A flag wins over its variable. Worker indices are global: process ``p`` runs
 workers ``p*W .. p*W+W-1``. The secret is never taken on the command line,
@@ -58,7 +60,7 @@ class Config:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if type(self.process) is not int or not 0 <= self.process < self.processes:
             raise ConfigError(f"process index {self.process!r} is not in 0..{self.processes - 1}")
-        for name in ("heartbeat", "timeout", "connect_timeout"):
+        for name in ("heartbeat", "timeout", "connect_timeout", "send_window", "recv_window"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.timeout <= 2 * self.heartbeat:
@@ -194,6 +196,8 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         heartbeat=number("PYTIMELY_HEARTBEAT", 0.5),
         timeout=number("PYTIMELY_TIMEOUT", 10.0),
         connect_timeout=number("PYTIMELY_CONNECT_TIMEOUT", 60.0),
+        send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
+        recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),
     )
 
 

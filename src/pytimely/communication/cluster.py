@@ -211,6 +211,7 @@ class _Link:
         heartbeat = self.cluster.config.heartbeat
         me = self.cluster.config.process
         last_sent = time.monotonic()
+        done_taken = False
         try:
             while True:
                 with self.cond:
@@ -220,9 +221,9 @@ class _Link:
                         batch = self._take()
                         if batch:
                             break
-                        if self.done_wanted and not self.done_sent:
+                        if self.done_wanted and not done_taken:
                             batch = [(3, CONTROL_CHANNEL, int(Control.DONE), me, self.peer, [], 0)]
-                            self.done_sent = True
+                            done_taken = True
                             break
                         wait = heartbeat - (time.monotonic() - last_sent)
                         if wait <= 0:
@@ -233,7 +234,11 @@ class _Link:
                 last_sent = time.monotonic()
                 with self.cond:
                     self.queued -= sum(f[6] for f in batch)
+                    # Only now is DONE on the wire: closing earlier could cut it off.
+                    self.done_sent = done_taken
                     self.cond.notify_all()
+                if done_taken:
+                    self.cluster._wake_all()
         except OSError as exc:
             if not self.closed:
                 self.cluster.fail(self._lost(exc))
