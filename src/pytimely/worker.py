@@ -57,6 +57,7 @@ class Worker:
         finally:
             self._building = False
         subgraph.build(scope._summaries)
+        self._allocator.built(ident)
         self._dataflows.append(subgraph)
         return result
 

@@ -65,6 +65,10 @@ class Allocator(Protocol):
         """One push end per peer (by index) and this worker's pull end of channel ``(dataflow, index)``."""
         ...
 
+    def built(self, dataflow: int) -> None:
+        """Every channel of ``dataflow`` is allocated: a message for another of its channels is an error."""
+        ...
+
     def receive(self) -> None:
         """Bring in whatever arrived from outside (network allocators); cheap when nothing did."""
         ...

@@ -361,6 +361,7 @@ class Cluster:
         self._mailboxes: dict[tuple[int, tuple[int, int]], _Mailbox] = {}
         self._pending: dict[tuple[int, tuple[int, int]], list[_Wire]] = {}
         self._highest: tuple[int, int] = (-1, -1)
+        self._sealed = -1
         self._wakes = [threading.Event() for _ in range(config.workers)]
         self._unconsumed = 0
         self.max_unconsumed = 0
@@ -497,6 +498,13 @@ class Cluster:
                 self._reject_pending_below(channel)
             return [self._mailbox(self.first + i, channel) for i in range(self.workers)]
 
+    def seal(self, dataflow: int) -> None:
+        """A worker here has built ``dataflow``: it opens no more of its channels."""
+        with self._lock:
+            if dataflow > self._sealed:
+                self._sealed = dataflow
+                self._reject_pending_below((dataflow + 1, -1))
+
     def _reject_pending_below(self, channel: tuple[int, int]) -> None:
         for (_, ch), wires in self._pending.items():
             if ch < channel and wires:
@@ -528,7 +536,7 @@ class Cluster:
             if self._unconsumed > self.max_unconsumed:
                 self.max_unconsumed = self._unconsumed
             if box is None:
-                if channel < self._highest:
+                if channel < self._highest or channel[0] <= self._sealed:
                     self._unknown(wire)
                 self._pending.setdefault((target, channel), []).append(wire)
                 return
@@ -577,7 +585,7 @@ class Cluster:
         reason = f"{type(error).__name__}: {error}"
         log.debug("process %d fails: %s", self.me, reason)
         for link in self.links.values():
-            link.control(Control.ABORT, f"process {self.me} failed: {reason}")
+            link.control(Control.ABORT, reason)
         self._wake_all()
 
     def finish(self) -> None:
@@ -664,6 +672,10 @@ class ClusterAllocator:
             else:
                 pushes.append(_RemotePush(self._outbox, int(precedence), key, self._index, target))
         return pushes, boxes[self._local]
+
+    def built(self, dataflow: int) -> None:
+        """Frames for channels of ``dataflow`` that no worker here opened are now known to be errors."""
+        self._cluster.seal(dataflow)
 
     def receive(self) -> None:
         """Raise if the cluster has failed (frames are taken in by the links' threads)."""

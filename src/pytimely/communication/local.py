@@ -81,6 +81,9 @@ class LocalAllocator:
         boxes = self._registry.mailboxes(channel)
         return list(boxes), boxes[self._index]
 
+    def built(self, dataflow: int) -> None:
+        """Nothing to check: in-process workers cannot disagree about channels they share."""
+
     def receive(self) -> None:
         """Nothing to do: pushes land in mailboxes directly."""
 

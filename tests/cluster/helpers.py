@@ -1,0 +1,185 @@
+"""Starting real pytimely processes on loopback, and a fault-injecting proxy between two of them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pytimely.cli import _free_ports
+from pytimely.communication.frame import HEADER
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def env_for(
+    processes: int, process: int, hosts: Sequence[tuple[str, int]], secret: str, **extra: str
+) -> dict[str, str]:
+    """The environment of process ``process`` of a cluster."""
+    env = dict(os.environ)
+    env.update(
+        PYTIMELY_PROCESSES=str(processes),
+        PYTIMELY_PROCESS=str(process),
+        PYTIMELY_WORKERS=extra.pop("workers", "1"),
+        PYTIMELY_HOSTS=",".join(f"{h}:{p}" for h, p in hosts),
+        PYTIMELY_SECRET=secret,
+        PYTHONHASHSEED="7",
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+        PYTIMELY_CONNECT_TIMEOUT="20",
+    )
+    env.update(extra)
+    return env
+
+
+def start(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start ``python -m pytimely run ARGS`` with ``env``, capturing its output."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytimely", "run", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+class Cluster:
+    """Processes of one cluster started by a test; ``hosts_for(p)`` may point a process at a proxy."""
+
+    def __init__(self, processes: int, **extra: str) -> None:
+        self.processes = processes
+        self.ports = _free_ports(processes)
+        self.hosts = [("127.0.0.1", p) for p in self.ports]
+        self.secret = secrets.token_hex(16)
+        self.extra = extra
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(
+        self,
+        args: Sequence[str],
+        *,
+        hosts: dict[int, list[tuple[str, int]]] | None = None,
+        env: dict[int, dict[str, str]] | None = None,
+    ) -> list[subprocess.Popen[str]]:
+        """Start every process running ``args``."""
+        for p in range(self.processes):
+            process_hosts = (hosts or {}).get(p, self.hosts)
+            extra = {**self.extra, **(env or {}).get(p, {})}
+            self.procs.append(start(args, env_for(self.processes, p, process_hosts, self.secret, **extra)))
+        return self.procs
+
+    def wait(self, timeout: float = 60) -> list[tuple[int, str, str]]:
+        """Each process's exit status, stdout and stderr."""
+        out = []
+        for proc in self.procs:
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+                stderr += "\n[killed by the test: timed out]"
+            out.append((proc.returncode, stdout, stderr))
+        return out
+
+    def kill(self) -> None:
+        """Kill whatever still runs."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+_HANDSHAKE_UP = 4 + 1 + 4 + 4 + 8 + 32 + 32  # client greeting and proof
+_HANDSHAKE_DOWN = 32 + 32 + 1  # server nonce and proof, verdict
+
+
+class Proxy:
+    """Forwards one connection to ``target``; on the client-to-server side, ``fault`` may rewrite each frame.
+
+    The handshake passes untouched. After it, frames are cut out of the stream
+    one by one and handed to ``fault``, which returns the byte strings to
+    forward instead (``CLOSE`` among them cuts the connection there).
+    """
+
+    def __init__(self, target: tuple[str, int], fault: Callable[[bytes], list[bytes]] | None) -> None:
+        self.target = target
+        self.fault = fault
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = ("127.0.0.1", self.listener.getsockname()[1])
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.listener.settimeout(60)
+        try:
+            client, _ = self.listener.accept()
+        except OSError:
+            return
+        # The process behind the proxy may not listen yet: retry as a real peer would.
+        for _ in range(400):
+            try:
+                server = socket.create_connection(self.target)
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            client.close()
+            return
+        threading.Thread(target=self._pipe, args=(server, client, None), daemon=True).start()
+        self._pipe(client, server, self.fault)
+
+    @staticmethod
+    def _read(sock: socket.socket, n: int) -> bytes | None:
+        data = bytearray()
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return bytes(data)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, fault: Callable[[bytes], list[bytes]] | None) -> None:
+        try:
+            if fault is None:
+                while chunk := src.recv(1 << 16):
+                    dst.sendall(chunk)
+                return
+            for size in (_HANDSHAKE_UP - 32, 32):
+                piece = self._read(src, size)
+                if piece is None:
+                    return
+                dst.sendall(piece)
+            while True:
+                header = self._read(src, HEADER.size)
+                if header is None:
+                    return
+                length = struct.unpack_from("<I", header, HEADER.size - 12)[0]
+                body = self._read(src, length) if length else b""
+                if body is None:
+                    return
+                for piece in fault(header + body):
+                    if piece is CLOSE:
+                        return
+                    dst.sendall(piece)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def close(self) -> None:
+        """Stop listening."""
+        self.listener.close()
+
+
+CLOSE = b"<close>"

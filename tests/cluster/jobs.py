@@ -1,0 +1,117 @@
+"""Worker functions the cluster tests run in real processes: ``python -m pytimely run tests.cluster.jobs:NAME``.
+
+Arguments arrive in ``sys.argv`` (``pytimely run`` leaves them there):
+``OUT EPOCHS ROWS [DELAY]``. Process 0 writes OUT, under a temporary name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from pytimely import Scope, Worker
+from pytimely.io import atomic_output
+
+
+def expected_sums(epochs: int, rows: int) -> list[tuple[int, int]]:
+    """What :func:`exchange_sum` writes: for each epoch, the sum of ``v * (epoch + 1)`` over ``0 <= v < rows``."""
+    return [(e, (e + 1) * rows * (rows - 1) // 2) for e in range(epochs)]
+
+
+def _args() -> tuple[str, int, int, float]:
+    out, epochs, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    delay = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    return out, epochs, rows, delay
+
+
+def _sum_dataflow(worker: Worker, fail_at: int | None = None) -> tuple[Any, Any, Any]:
+    def build(scope: Scope[int]) -> tuple[Any, Any, Any]:
+        handle, stream = scope.new_input(name="rows")
+
+        def check(batch: Any) -> Any:
+            if fail_at is not None and worker.index == worker.peers - 1 and handle.time >= fail_at:
+                raise ValueError("deliberate failure in the test job")
+            return batch
+
+        sums = (
+            stream.exchange(lambda b: b, vectorized=True, name="spread")
+            .map_batch(check, name="check")
+            .map_batch(lambda b: [int(np.sum(b))], name="partial")
+            .exchange(lambda _: 0, name="gather")
+        )
+        return handle, sums.capture(), sums.probe()
+
+    return worker.dataflow(build)
+
+
+def exchange_sum(worker: Worker, fail_at: int | None = None) -> None:
+    """Each epoch, the workers exchange ``v * (epoch + 1)`` for ``v < ROWS``; worker 0 writes the sum per epoch."""
+    out, epochs, rows, delay = _args()
+    handle, captured, probe = _sum_dataflow(worker, fail_at)
+    mine = np.arange(worker.index, rows, worker.peers, dtype=np.int64)
+    print(f"worker {worker.index} started", flush=True)
+    for epoch in range(epochs):
+        for chunk in np.array_split(mine, 4):
+            handle.send_batch(chunk * (epoch + 1))
+        handle.advance_to(epoch + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+        if delay:
+            time.sleep(delay)
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    if worker.index == 0:
+        totals: dict[int, int] = {}
+        for t, batch in captured:
+            totals[t] = totals.get(t, 0) + sum(batch)
+        with atomic_output(out) as f:
+            f.writelines(f"{t},{v}\n" for t, v in sorted(totals.items()))
+
+
+def failing(worker: Worker) -> None:
+    """:func:`exchange_sum`, but the last worker's operator raises from epoch 3 on."""
+    exchange_sum(worker, fail_at=3)
+
+
+def mismatch(worker: Worker) -> None:
+    """Processes build different dataflows: the last process adds an exchange the others do not have."""
+    last = worker.index == worker.peers - 1
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        if last:
+            stream = stream.exchange(lambda r: r + 1)
+        return handle, stream.exchange(lambda r: r).probe()
+
+    handle, probe = worker.dataflow(build)
+    handle.send_batch(list(range(100)))
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+
+
+def flood(worker: Worker) -> None:
+    """The last worker sends ``EPOCHS`` batches of ``ROWS`` int64s to worker 0, which takes ``DELAY`` s per batch."""
+    out, epochs, rows, delay = _args()
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        slow = stream.exchange(lambda b: np.zeros(len(b), dtype=np.int64), vectorized=True).inspect_batch(
+            lambda t, b: time.sleep(delay)
+        )
+        return handle, slow.probe()
+
+    handle, probe = worker.dataflow(build)
+    if worker.index == worker.peers - 1:
+        batch = np.ones(rows, dtype=np.int64)
+        for _ in range(epochs):
+            handle.send_batch(batch)
+            worker.step()
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    stats = worker.communication_stats()
+    with open(f"{out}.{os.getpid()}.json", "w", encoding="utf-8") as f:
+        json.dump({"worker": worker.index, **stats}, f)
