@@ -68,9 +68,10 @@ class Cluster:
         *,
         hosts: dict[int, list[tuple[str, int]]] | None = None,
         env: dict[int, dict[str, str]] | None = None,
+        only: Sequence[int] | None = None,
     ) -> list[subprocess.Popen[str]]:
-        """Start every process running ``args``."""
-        for p in range(self.processes):
+        """Start every process (or those in ``only``) running ``args``."""
+        for p in range(self.processes) if only is None else only:
             process_hosts = (hosts or {}).get(p, self.hosts)
             extra = {**self.extra, **(env or {}).get(p, {})}
             self.procs.append(start(args, env_for(self.processes, p, process_hosts, self.secret, **extra)))
