@@ -1,0 +1,75 @@
+"""Cluster layout from flags and environment: precedence of flags, and clear errors for bad layouts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from pytimely.config import Config, add_arguments, config_from_args
+from pytimely.errors import ConfigError
+
+HOSTS = "127.0.0.1:7001,127.0.0.1:7002"
+
+
+def parse(argv: list[str], env: dict[str, str]) -> Config:
+    """The configuration ``argv`` and ``env`` give."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(argv), env)
+
+
+def test_environment_configures_and_flags_win() -> None:
+    env = {
+        "PYTIMELY_WORKERS": "3",
+        "PYTIMELY_PROCESSES": "2",
+        "PYTIMELY_PROCESS": "1",
+        "PYTIMELY_HOSTS": HOSTS,
+        "PYTIMELY_SECRET": "s3cret",
+    }
+    config = parse([], env)
+    assert (config.workers, config.processes, config.process, config.peers, config.first_worker) == (3, 2, 1, 6, 3)
+    assert config.hosts == (("127.0.0.1", 7001), ("127.0.0.1", 7002))
+    assert config.secret == b"s3cret"
+    assert parse(["-w", "2", "-p", "0"], env).first_worker == 0
+    assert "s3cret" not in repr(config)
+
+
+def test_defaults_are_one_local_worker() -> None:
+    config = parse([], {})
+    assert (config.workers, config.processes, config.process, config.bind) == (1, 1, 0, "127.0.0.1")
+
+
+def test_hostfile_with_comments_and_secret_file(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# the cluster\n127.0.0.1:7001  # first\n\n[::1]:7002\n")
+    secret = tmp_path / "secret"
+    secret.write_text("  from-a-file\n")
+    config = parse(["-n", "2", "--hostfile", str(hosts), "--secret-file", str(secret)], {})
+    assert config.hosts == (("127.0.0.1", 7001), ("::1", 7002))
+    assert config.secret == b"from-a-file"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "match"),
+    [
+        (["-n", "2"], {"PYTIMELY_SECRET": "x"}, "need 2 host:port entries"),
+        (["-n", "2", "--hosts", HOSTS], {}, "shared secret"),
+        (["-n", "2", "-p", "2", "--hosts", HOSTS], {"PYTIMELY_SECRET": "x"}, "not in 0..1"),
+        (["-w", "0"], {}, "workers must be a positive integer"),
+        ([], {"PYTIMELY_WORKERS": "many"}, "PYTIMELY_WORKERS: 'many' is not an integer"),
+        (["-n", "2", "--hosts", "127.0.0.1:7001,nope"], {"PYTIMELY_SECRET": "x"}, "entry 2 .'nope'. is not host:port"),
+        (["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001"], {"PYTIMELY_SECRET": "x"}, "--bind 10.1.2.3"),
+        (["--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),
+        ([], {"PYTIMELY_HEARTBEAT": "2", "PYTIMELY_TIMEOUT": "3"}, "must exceed two heartbeats"),
+    ],
+)
+def test_bad_layouts_are_named(argv: list[str], env: dict[str, str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse(argv, env)
+
+
+def test_remote_hosts_are_accepted_with_an_explicit_bind() -> None:
+    config = parse(["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001", "--bind", "0.0.0.0"], {"PYTIMELY_SECRET": "x"})
+    assert config.bind == "0.0.0.0"
