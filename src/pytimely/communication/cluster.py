@@ -53,7 +53,7 @@ from pytimely.errors import (
     UnknownChannelError,
 )
 
-__all__ = ["Cluster", "ClusterAllocator"]
+__all__ = ["Cluster", "ClusterAllocator", "SendQueues"]
 
 log = logging.getLogger("pytimely.cluster")
 
@@ -137,6 +137,39 @@ class _RemotePush:
         )
 
 
+class SendQueues:
+    """Frames waiting for one link, by precedence: seed 003's Transport takes the highest precedence first.
+
+    A frame is ``(precedence, dataflow, channel, source, target, parts, length)``.
+    Each precedence level is one FIFO queue, so frames of one (channel, source)
+    (a channel has one precedence) leave in the order they were put.
+    """
+
+    __slots__ = ("_levels", "queues")
+
+    def __init__(self) -> None:
+        self.queues: dict[int, deque[Any]] = {p: deque() for p in (3, 2, 1)}
+        self._levels = [self.queues[3], self.queues[2], self.queues[1]]
+
+    def put(self, frame: Any) -> None:
+        """Queue ``frame`` behind the frames of its precedence."""
+        self.queues[frame[0]].append(frame)
+
+    def take(self, max_frames: int = _IOV, max_bytes: int = _BATCH_BYTES) -> list[Any]:
+        """The next frames to write, highest precedence first, up to ``max_frames`` or about ``max_bytes``."""
+        batch: list[Any] = []
+        size = 0
+        for queue in self._levels:
+            while queue and len(batch) < max_frames and size < max_bytes:
+                frame = queue.popleft()
+                batch.append(frame)
+                size += frame[6]
+        return batch
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._levels)
+
+
 class _Link:
     """The connection to one other process: a sending and a receiving thread."""
 
@@ -145,7 +178,8 @@ class _Link:
         self.peer = peer
         self.sock = sock
         self.cond = threading.Condition()
-        self.queues: dict[int, deque[Any]] = {p: deque() for p in (3, 2, 1)}
+        self.outgoing = SendQueues()
+        self.queues = self.outgoing.queues
         self.queued = 0
         self.max_queued = 0
         self.waits = 0
@@ -182,7 +216,7 @@ class _Link:
                     finally:
                         cluster._sender_blocked(-1)
                     cluster.check()
-                self.queues[frame[0]].append(frame)
+                self.outgoing.put(frame)
                 self.queued += frame[6]
             self.max_queued = max(self.max_queued, self.queued)
             self.cond.notify_all()
@@ -196,17 +230,6 @@ class _Link:
             )
             self.cond.notify_all()
 
-    def _take(self) -> list[Any]:
-        batch: list[Any] = []
-        size = 0
-        for level in (3, 2, 1):
-            queue = self.queues[level]
-            while queue and len(batch) < _IOV and size < _BATCH_BYTES:
-                frame = queue.popleft()
-                batch.append(frame)
-                size += frame[6]
-        return batch
-
     def _send_loop(self) -> None:
         heartbeat = self.cluster.config.heartbeat
         me = self.cluster.config.process
@@ -218,7 +241,7 @@ class _Link:
                     while True:
                         if self.closed:
                             return
-                        batch = self._take()
+                        batch = self.outgoing.take()
                         if batch:
                             break
                         if self.done_wanted and not done_taken:
