@@ -1,0 +1,497 @@
+"""Cluster mode on loopback with real processes, each figure against a baseline measured in the same run.
+
+    python bench/bench_cluster.py [--quick] [--json]
+
+(a) exchange throughput, ``-n 2 -w 1``: each worker sends every row to the other worker, both at once,
+    (a1) as columnar batches (int64 arrays of 65,536 x 2, vectorized route on column 0) and
+    (a2) as lists of ``(int, int)`` tuples (16,384 per batch, record-at-a-time route on field 0);
+    the keys are chosen so that every row belongs to the other worker.
+    Baseline: the raw-socket ceiling, a plain TCP connection between two processes carrying the same
+    bytes each way that the cluster put on the wire (from ``communication_stats``), in buffers the size
+    of one frame (``sendall`` on one thread, ``recv_into`` a preallocated buffer on another, in each
+    process, as a cluster link does). The ratio is the share of that ceiling the cluster reaches.
+(b) word count scaling: the dataflow of ``examples/wordcount.py`` on 4,000,000 words drawn with seed 42
+    from a Zipf-like (s = 1.1) vocabulary of 50,000 words, ``-n 2 -w 1`` against ``-n 1 -w 1``.
+    Words go to workers by ``hash``; with ``PYTHONHASHSEED=0`` the two workers own 52% and 48% of them.
+(c) epoch latency, ``-n 2 -w 1``: input -> exchange -> probe with 8 records per epoch over 1,000 epochs,
+    from sending an epoch's records until the probe passes it, on worker 0; p50 and p99.
+    Baseline: the same job on ``-n 1 -w 2`` (two workers in one process).
+
+Only the measured phase is timed, inside the job: every job first builds its dataflow, reads its input
+and passes a barrier (a dataflow whose probe completes once every worker has closed its input), then
+times from its first send until its probe completes, so interpreter start-up, connecting and reading
+are excluded. Processes are started with the ``PYTIMELY_*`` variables set here, and one
+``PYTHONHASHSEED`` for all, running ``python -m pytimely run bench_cluster:JOB``.
+
+Prints a Markdown table; ``--json`` prints one JSON object per row instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import json
+import math
+import os
+import platform
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytimely import Worker
+from pytimely.communication.frame import HEADER
+from pytimely.communication.payload import dumps
+from pytimely.io import read_words
+
+Row = dict[str, Any]
+
+BENCH = Path(__file__).resolve()
+COLUMNAR_ROWS = 1 << 16
+TUPLE_ROWS = 1 << 14
+WORDCOUNT_BATCH = 1 << 16
+HASH_SEED = "0"
+JOB_TIMEOUT = 120.0
+
+
+# -- jobs: run by ``python -m pytimely run bench_cluster:NAME ARG ...`` in every process -----------------
+
+
+def _barrier(worker: Worker) -> None:
+    """Return once every worker has reached this call (the probe completes only when all inputs close)."""
+
+    def build(scope: Any) -> tuple[Any, Any]:
+        handle, stream = scope.new_input(name="barrier")
+        return handle, stream.exchange(lambda x: x, name="barrier").probe()
+
+    handle, probe = worker.dataflow(build)
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+
+
+def _bytes_sent(worker: Worker) -> tuple[int, int]:
+    """Bytes and frames this process has put on the wire so far, over all its links."""
+    links = worker.communication_stats().get("links", {})
+    return sum(s["bytes_sent"] for s in links.values()), sum(s["frames_sent"] for s in links.values())
+
+
+def columnar_batch(index: int, target: int, rows: int = COLUMNAR_ROWS) -> Any:
+    """An ``(rows, 2)`` int64 array whose keys (column 0) all route to worker ``target`` of two."""
+    values = np.arange(index * rows, (index + 1) * rows, dtype=np.int64)
+    return np.column_stack([2 * values + target, values])
+
+
+def tuple_batch(index: int, target: int, rows: int = TUPLE_ROWS) -> list[tuple[int, int]]:
+    """``rows`` ``(key, value)`` tuples whose keys all route to worker ``target`` of two."""
+    return [(2 * i + target, i) for i in range(index * rows, (index + 1) * rows)]
+
+
+def job_exchange(worker: Worker) -> Row:
+    """Send ``BATCHES`` batches of ``KIND`` (columnar or tuples) to the other worker; time until all arrived."""
+    kind, batches = sys.argv[1], int(sys.argv[2])
+    other = (worker.index + 1) % worker.peers
+    received = [0]
+
+    def tally(_time: Any, batch: Any) -> None:
+        received[0] += len(batch)
+
+    def build(scope: Any) -> tuple[Any, Any]:
+        handle, stream = scope.new_input(name="rows")
+        # Both routes read the key, as a keyed exchange does; the data puts every key on the other worker.
+        if kind == "columnar":
+            routed = stream.exchange(lambda b: b[:, 0], vectorized=True, name="by-key")
+        else:
+            routed = stream.exchange(lambda r: r[0], name="by-key")
+        return handle, routed.inspect_batch(tally, name="tally").probe()
+
+    handle, probe = worker.dataflow(build)
+    # A few distinct batches, reused: the exchange copies each routed share, so reuse is safe.
+    make = columnar_batch if kind == "columnar" else tuple_batch
+    pool = [make(worker.index * 4 + i, other) for i in range(4)]
+    _barrier(worker)
+    bytes_before, frames_before = _bytes_sent(worker)
+    started = time.perf_counter()
+    for i in range(batches):
+        handle.send_batch(pool[i % len(pool)])
+        # Frames reach the link only when a step releases them: stepping per batch keeps the link busy.
+        worker.step()
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    seconds = time.perf_counter() - started
+    bytes_after, frames_after = _bytes_sent(worker)
+    return {
+        "seconds": seconds,
+        "rows_received": received[0],
+        "bytes_sent": bytes_after - bytes_before,
+        "frames_sent": frames_after - frames_before,
+    }
+
+
+def job_wordcount(worker: Worker) -> Row:
+    """The dataflow of ``examples/wordcount.py`` on file ``PATH``, timed from after reading to completion."""
+    words = read_words(sys.argv[1], part=worker.index, parts=worker.peers)
+
+    def build(scope: Any) -> tuple[Any, Any, Any]:
+        handle, stream = scope.new_input(name="words")
+        counts = stream.count_by().exchange(lambda _: 0, name="gather")
+        return handle, counts.capture(), counts.probe()
+
+    handle, captured, probe = worker.dataflow(build)
+    _barrier(worker)
+    started = time.perf_counter()
+    # As in examples/wordcount.py: every batch is sent before the first step.
+    for start in range(0, len(words), WORDCOUNT_BATCH):
+        handle.send_batch(words[start : start + WORDCOUNT_BATCH])
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    seconds = time.perf_counter() - started
+    pairs = [pair for _, batch in captured for pair in batch]
+    return {"seconds": seconds, "distinct": len(pairs), "total": sum(c for _, c in pairs)}
+
+
+def job_latency(worker: Worker) -> Row | None:
+    """Per epoch, send ``PER_EPOCH`` records through an exchange and step until the probe passes the epoch."""
+    epochs, per_epoch = int(sys.argv[1]), int(sys.argv[2])
+
+    def build(scope: Any) -> tuple[Any, Any]:
+        handle, stream = scope.new_input(name="ticks")
+        return handle, stream.exchange(lambda x: x, name="spread").probe()
+
+    handle, probe = worker.dataflow(build)
+    data = list(range(per_epoch))
+    _barrier(worker)
+    samples = []
+    for t in range(epochs):
+        started = time.perf_counter()
+        handle.send_batch(data)
+        handle.advance_to(t + 1)
+        worker.step_while(functools.partial(probe.less_than, t + 1))
+        samples.append(time.perf_counter() - started)
+    return {"samples": samples} if worker.index == 0 else None
+
+
+# -- the raw-socket ceiling: ``bench_cluster.py --raw-peer ROLE SEND RECV CHUNK`` -----------------------
+
+
+def raw_peer(role: str, send_bytes: int, recv_bytes: int, chunk: int) -> None:
+    """One end of a plain TCP connection: send and receive at once, then print the seconds it took."""
+    if role == "listen":
+        server = socket.create_server(("127.0.0.1", 0))
+        print(server.getsockname()[1], flush=True)
+        sock, _ = server.accept()
+        server.close()
+    else:
+        sock = socket.create_connection(("127.0.0.1", int(role.removeprefix("connect:"))))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # Both ends start only once both are connected and ready, as the cluster jobs do behind their barrier.
+    sock.sendall(b"!")
+    if sock.recv(1) != b"!":
+        raise ConnectionError("the other raw peer went away")
+    out = bytes(chunk)
+    buffer = memoryview(bytearray(chunk))
+
+    def send() -> None:
+        left = send_bytes
+        while left:
+            n = min(chunk, left)
+            sock.sendall(out if n == chunk else out[:n])
+            left -= n
+
+    started = time.perf_counter()
+    sender = threading.Thread(target=send)
+    sender.start()
+    got = 0
+    while got < recv_bytes:
+        n = sock.recv_into(buffer, min(chunk, recv_bytes - got))
+        if n == 0:
+            raise ConnectionError(f"the other raw peer closed after {got} of {recv_bytes} bytes")
+        got += n
+    sender.join()
+    seconds = time.perf_counter() - started
+    sock.close()
+    print(json.dumps({"seconds": seconds}), flush=True)
+
+
+def raw_ceiling(sent: tuple[int, int], chunk: int) -> float:
+    """Seconds for two processes to carry ``sent[0]`` bytes one way and ``sent[1]`` the other over TCP."""
+    cmd = [sys.executable, str(BENCH), "--raw-peer"]
+    listener = subprocess.Popen(
+        [*cmd, "listen", str(sent[0]), str(sent[1]), str(chunk)], stdout=subprocess.PIPE, text=True
+    )
+    assert listener.stdout is not None
+    port = int(listener.stdout.readline())
+    connector = subprocess.Popen(
+        [*cmd, f"connect:{port}", str(sent[1]), str(sent[0]), str(chunk)], stdout=subprocess.PIPE, text=True
+    )
+    seconds: list[float] = []
+    for proc in (listener, connector):
+        out, _ = proc.communicate(timeout=JOB_TIMEOUT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"a raw-socket peer failed with status {proc.returncode}")
+        seconds.append(float(json.loads(out.strip().splitlines()[-1])["seconds"]))
+    return max(seconds)
+
+
+# -- starting clusters ----------------------------------------------------------------------------------
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free now (held together while chosen, so they are distinct)."""
+    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
+    try:
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def run_job(job: str, args: list[str], processes: int, workers: int) -> list[Any]:
+    """Run ``bench_cluster:job`` on ``processes`` x ``workers``; every worker's result, by global index."""
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(processes))
+    secret = secrets.token_hex(16)
+    procs = []
+    for process in range(processes):
+        env = dict(os.environ)
+        env.pop("PYTIMELY_HOSTFILE", None)
+        env.pop("PYTIMELY_SECRET_FILE", None)
+        env.update(
+            PYTIMELY_PROCESSES=str(processes),
+            PYTIMELY_PROCESS=str(process),
+            PYTIMELY_WORKERS=str(workers),
+            PYTIMELY_HOSTS=hosts,
+            PYTIMELY_SECRET=secret,
+            PYTHONHASHSEED=HASH_SEED,
+            PYTHONPATH=os.pathsep.join(filter(None, [str(BENCH.parent), env.get("PYTHONPATH")])),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "pytimely", "run", f"{BENCH.stem}:{job}", *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + JOB_TIMEOUT
+    try:
+        for process, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            if proc.returncode != 0:
+                raise RuntimeError(f"{job} on -n {processes} -w {workers}: process {process} failed:\n{err}")
+            for line in out.splitlines():
+                if line.startswith("worker "):
+                    index, _, text = line.removeprefix("worker ").partition(": ")
+                    results[int(index)] = ast.literal_eval(text)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return [results.get(i) for i in range(processes * workers)]
+
+
+def best(runs: int, measure: Callable[[], Any], key: Callable[[Any], float]) -> Any:
+    """The result of ``runs`` calls of ``measure`` with the smallest ``key``."""
+    return min((measure() for _ in range(runs)), key=key)
+
+
+# -- (a) exchange throughput ----------------------------------------------------------------------------
+
+
+def exchange_rows(quick: bool, runs: int) -> list[Row]:
+    """Throughput of columnar and tuple exchanges between two processes, against the raw-socket ceiling."""
+    rows = []
+    cases = [
+        ("a1", "columnar", 48 if quick else 384, COLUMNAR_ROWS, "int64 arrays, 65,536 x 2 per batch"),
+        ("a2", "tuples", 16 if quick else 96, TUPLE_ROWS, "lists of (int, int), 16,384 per batch"),
+    ]
+    for ident, kind, batches, per_batch, what in cases:
+        args = [kind, str(batches)]
+        got = best(runs, functools.partial(run_job, "job_exchange", args, 2, 1), _cluster_seconds)
+        expected = batches * per_batch
+        if [r["rows_received"] for r in got] != [expected, expected]:
+            raise AssertionError(f"{kind}: rows received {[r['rows_received'] for r in got]}, expected {expected}")
+        seconds = _cluster_seconds(got)
+        sent = (got[0]["bytes_sent"], got[1]["bytes_sent"])
+        sample = columnar_batch(0, 1) if kind == "columnar" else tuple_batch(0, 1)
+        chunk = HEADER.size + dumps((0, sample))[1]
+        raw = min(raw_ceiling(sent, chunk) for _ in range(runs + 1))
+        total = sum(sent)
+        rows.append(
+            {
+                "id": ident,
+                "workload": f"exchange -n 2 -w 1, {what}, both ways",
+                "records": 2 * expected,
+                "bytes": total,
+                "frames": got[0]["frames_sent"] + got[1]["frames_sent"],
+                "seconds": round(seconds, 4),
+                "bytes_per_s": round(total / seconds),
+                "records_per_s": round(2 * expected / seconds),
+                "baseline": f"raw TCP socket pair, same bytes, {chunk:,}-byte buffers",
+                "baseline_seconds": round(raw, 4),
+                "baseline_bytes_per_s": round(total / raw),
+                "ratio_of_ceiling": round(raw / seconds, 3),
+                **({"target": ">= 0.5 of ceiling", "met": raw / seconds >= 0.5} if kind == "columnar" else {}),
+            }
+        )
+    return rows
+
+
+def _cluster_seconds(results: list[Row]) -> float:
+    """The exchange phase ends when the slower worker's probe completes."""
+    return max(float(r["seconds"]) for r in results)
+
+
+# -- (b) word count scaling ------------------------------------------------------------------------------
+
+
+def make_text(path: Path, words: int, vocabulary: int = 50_000, s: float = 1.1) -> tuple[int, int]:
+    """Write ``words`` Zipf-like words (seed 42), 16 a line; return (total, distinct)."""
+    rng = np.random.default_rng(42)
+    weights = np.arange(1, vocabulary + 1, dtype=np.float64) ** -s
+    draws = rng.choice(vocabulary, size=words, p=weights / weights.sum())
+    names = [f"w{k}" for k in range(vocabulary)]
+    drawn = [names[k] for k in draws.tolist()]
+    lines = [" ".join(drawn[i : i + 16]) for i in range(0, words, 16)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return words, int(np.count_nonzero(np.bincount(draws, minlength=vocabulary)))
+
+
+def wordcount_rows(quick: bool, runs: int) -> list[Row]:
+    """Speed-up of the counting phase on two processes over one."""
+    words = 300_000 if quick else 4_000_000
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "words.txt"
+        expected = make_text(path, words)
+        timed: dict[int, float] = {}
+        for processes in (1, 2):
+            job = functools.partial(run_job, "job_wordcount", [str(path)], processes, 1)
+            got = best(runs, job, lambda r: float(r[0]["seconds"]))
+            if (got[0]["total"], got[0]["distinct"]) != expected:
+                raise AssertionError(f"word count on {processes} process(es): {got[0]}, expected {expected}")
+            timed[processes] = got[0]["seconds"]
+    speedup = timed[1] / timed[2]
+    return [
+        {
+            "id": "b",
+            "workload": f"word count -n 2 -w 1, {words:,} Zipf-like words",
+            "records": words,
+            "seconds": round(timed[2], 4),
+            "records_per_s": round(words / timed[2]),
+            "baseline": "the same job, -n 1 -w 1",
+            "baseline_seconds": round(timed[1], 4),
+            "speedup": round(speedup, 3),
+            "target": ">= 1.7x",
+            "met": speedup >= 1.7,
+        }
+    ]
+
+
+# -- (c) epoch latency ----------------------------------------------------------------------------------
+
+
+def latency_rows(quick: bool) -> list[Row]:
+    """Per-epoch latency across two processes, against two workers in one process."""
+    epochs, per_epoch, warmup = (200 if quick else 1000), 8, 20
+    cuts = {}
+    for processes, workers in ((2, 1), (1, 2)):
+        samples = run_job("job_latency", [str(epochs + warmup), str(per_epoch)], processes, workers)[0]["samples"]
+        q = statistics.quantiles(samples[warmup:], n=100)
+        cuts[processes] = (q[49] * 1e3, q[98] * 1e3)
+    p50, p99 = cuts[2]
+    return [
+        {
+            "id": "c",
+            "workload": f"epoch latency -n 2 -w 1, {per_epoch} records/epoch",
+            "epochs": epochs,
+            "p50_ms": round(p50, 3),
+            "p99_ms": round(p99, 3),
+            "baseline": "the same job, -n 1 -w 2 (in-process)",
+            "baseline_p50_ms": round(cuts[1][0], 3),
+            "baseline_p99_ms": round(cuts[1][1], 3),
+            "p50_vs_baseline": round(p50 / cuts[1][0], 2),
+            "target": "p50 < 3 ms",
+            "met": p50 < 3.0,
+        }
+    ]
+
+
+# -- report ---------------------------------------------------------------------------------------------
+
+
+def run(quick: bool) -> list[Row]:
+    """Every measurement, as table rows."""
+    runs = 1 if quick else 3
+    return [*exchange_rows(quick, runs), *wordcount_rows(quick, runs), *latency_rows(quick)]
+
+
+def figures(row: Row) -> dict[str, float]:
+    """The numeric figures of a row."""
+    return {k: v for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def print_table(rows: list[Row], quick: bool) -> None:
+    """The rows as a Markdown table."""
+    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; ", end="")
+    print(f"best of {1 if quick else 3} runs (latency: one run)\n")
+    print("| | workload | pytimely | rate | baseline | baseline figure | ratio | target |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        target = f"{row['target']}: {'met' if row['met'] else 'missed'}" if "target" in row else ""
+        if row["id"] == "c":
+            print(
+                f"| c | {row['workload']} | p50 {row['p50_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms | "
+                f"{row['epochs']} epochs | {row['baseline']} | p50 {row['baseline_p50_ms']:.3f} ms, "
+                f"p99 {row['baseline_p99_ms']:.3f} ms | p50 {row['p50_vs_baseline']:.2f}x baseline | {target} |"
+            )
+        elif row["id"] == "b":
+            print(
+                f"| b | {row['workload']} | {row['seconds']:.3f} s | {row['records_per_s'] / 1e6:.2f} M words/s | "
+                f"{row['baseline']} | {row['baseline_seconds']:.3f} s | speed-up {row['speedup']:.2f}x | {target} |"
+            )
+        else:
+            print(
+                f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s, {row['bytes'] / 1e6:.1f} MB | "
+                f"{row['bytes_per_s'] / 1e6:.0f} MB/s, {row['records_per_s'] / 1e6:.2f} M rec/s | "
+                f"{row['baseline']} | {row['baseline_seconds']:.3f} s, {row['baseline_bytes_per_s'] / 1e6:.0f} MB/s | "
+                f"{row['ratio_of_ceiling']:.0%} of ceiling | {target} |"
+            )
+
+
+def main() -> None:
+    """Run and print."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run each (a smoke test)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per row")
+    parser.add_argument("--raw-peer", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.raw_peer:
+        role, send_bytes, recv_bytes, chunk = args.raw_peer
+        raw_peer(role, int(send_bytes), int(recv_bytes), int(chunk))
+        return
+    rows = run(args.quick)
+    for row in rows:
+        bad = [k for k, v in figures(row).items() if not (math.isfinite(v) and v > 0)]
+        if bad:
+            raise AssertionError(f"row {row['id']}: figures {bad} are not positive and finite")
+    if args.json:
+        print(json.dumps({"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}))
+        for row in rows:
+            print(json.dumps(row))
+        return
+    print_table(rows, args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The cluster benchmark runs at a small size with real processes and reports every figure (no timings checked)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_cluster.py"
+
+FIGURES = {
+    "a1": ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"],
+    "a2": ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"],
+    "b": ["records", "seconds", "records_per_s", "baseline_seconds", "speedup"],
+    "c": ["epochs", "p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p50_vs_baseline"],
+}
+
+
+@pytest.mark.timeout(120)
+def test_bench_cluster_quick_reports_every_figure() -> None:
+    """Every row is there, names its baseline, and each of its figures is positive and finite."""
+    result = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True, timeout=110, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "python" in json.loads(lines[0])
+    rows = {row["id"]: row for row in map(json.loads, lines[1:])}
+    assert set(rows) == set(FIGURES)
+    for ident, names in FIGURES.items():
+        row = rows[ident]
+        assert row["baseline"], ident
+        for name in names:
+            value = row[name]
+            assert isinstance(value, int | float) and not isinstance(value, bool), (ident, name, value)
+            assert math.isfinite(value) and value > 0, (ident, name, value)
+    for ident in ("a1", "b", "c"):
+        assert isinstance(rows[ident]["met"], bool), ident
+    assert rows["c"]["p50_ms"] <= rows["c"]["p99_ms"]
