@@ -14,6 +14,17 @@ not a copy of them:
 * ``drop-summary`` — local propagation runs on a graph that forgot one edge
   weight, while ``Safe`` is judged on the true graph.
 
+And of the data-exchange mechanism of seed ``003_f357c44874202187.txt``
+(``Transport`` and ``Receive``):
+
+* ``transport-ignores-precedence`` — ``Transport`` without its precedence ``ENTRY`` conjunct.
+* ``transport-reorders`` — ``Transport`` may take any datagram of a stream, not the oldest.
+* ``transport-duplicates`` — ``Transport`` out of an ``Out_Buffer`` leaves the datagram there.
+* ``transport-loses`` — ``Transport`` out of the ``Network`` drops the datagram.
+* ``receive-ignores-precedence`` — ``Receive`` without its precedence ``ENTRY`` conjunct.
+* ``receive-reorders`` — ``Receive`` may take any datagram of a stream, not the oldest.
+* ``receive-accepts-malformed`` — ``Receive`` hands malformed datagrams to ``Action_Items``.
+
 :func:`mutant_cases` lists, for each mutant, the model and configuration where
 it shows, the depth needed and the invariant expected to catch it.
 """
@@ -34,6 +45,13 @@ class Mutant(Enum):
     MINT_BY_GLOB = "mint-by-glob"
     PROPAGATE_NONMINIMAL = "propagate-nonminimal"
     DROP_SUMMARY = "drop-summary"
+    TRANSPORT_IGNORES_PRECEDENCE = "transport-ignores-precedence"
+    TRANSPORT_REORDERS = "transport-reorders"
+    TRANSPORT_DUPLICATES = "transport-duplicates"
+    TRANSPORT_LOSES = "transport-loses"
+    RECEIVE_IGNORES_PRECEDENCE = "receive-ignores-precedence"
+    RECEIVE_REORDERS = "receive-reorders"
+    RECEIVE_ACCEPTS_MALFORMED = "receive-accepts-malformed"
 
     def __str__(self) -> str:
         return self.value
@@ -44,6 +62,19 @@ EXCHANGE_MUTANTS = frozenset({Mutant.SEND_UNJUSTIFIED, Mutant.MINT_EQUAL, Mutant
 
 PROPAGATION_MUTANTS = frozenset({Mutant.PROPAGATE_NONMINIMAL, Mutant.DROP_SUMMARY})
 """Mutants of local propagation (Fig. 6); they apply to ``propagation`` and ``combined``."""
+
+DATAGRAM_MUTANTS = frozenset(
+    {
+        Mutant.TRANSPORT_IGNORES_PRECEDENCE,
+        Mutant.TRANSPORT_REORDERS,
+        Mutant.TRANSPORT_DUPLICATES,
+        Mutant.TRANSPORT_LOSES,
+        Mutant.RECEIVE_IGNORES_PRECEDENCE,
+        Mutant.RECEIVE_REORDERS,
+        Mutant.RECEIVE_ACCEPTS_MALFORMED,
+    }
+)
+"""Mutants of the data-exchange mechanism (seed 003); they apply to ``datagram``."""
 
 
 def parse_mutant(name: str) -> Mutant:
@@ -74,6 +105,10 @@ def mutant_cases() -> list[MutantCase]:
     lemma or the auxiliary invariants: with the ``work_vacant`` guard they do not
     depend on the order of propagation. It is caught by ``PropagateMonotone``,
     the property minimality exists for (see docs/verify.md).
+
+    ``transport-loses`` is invisible to the seed's own ``INVARIANT`` and
+    ``CONSTRAINT`` (a datagram in no place is in no two places); only
+    ``Conservation`` catches it.
     """
     return [
         MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 3, "Safe", ("Safe",)),
@@ -89,4 +124,23 @@ def mutant_cases() -> list[MutantCase]:
         MutantCase(Mutant.PROPAGATE_NONMINIMAL, "combined", "nested", 1, "PropagateMonotone"),
         MutantCase(Mutant.DROP_SUMMARY, "propagation", "wcc", 2, "Safe", ("Safe",)),
         MutantCase(Mutant.DROP_SUMMARY, "combined", "pair", 1, "Safe", ("Safe",)),
+        MutantCase(Mutant.TRANSPORT_IGNORES_PRECEDENCE, "datagram", "far", 3, "DeliverPrecedence"),
+        MutantCase(
+            Mutant.TRANSPORT_IGNORES_PRECEDENCE, "datagram", "far", 3, "TransportPrecedence", ("TransportPrecedence",)
+        ),
+        MutantCase(Mutant.TRANSPORT_REORDERS, "datagram", "far", 4, "FifoPerChannel"),
+        MutantCase(Mutant.TRANSPORT_DUPLICATES, "datagram", "far", 2, "OnePlace"),
+        MutantCase(Mutant.TRANSPORT_DUPLICATES, "datagram", "far", 2, "Conservation", ("Conservation",)),
+        MutantCase(Mutant.TRANSPORT_LOSES, "datagram", "far", 3, "Conservation"),
+        MutantCase(Mutant.RECEIVE_IGNORES_PRECEDENCE, "datagram", "far", 5, "ReceivePrecedence"),
+        MutantCase(Mutant.RECEIVE_REORDERS, "datagram", "far", 5, "FifoPerChannel"),
+        MutantCase(Mutant.RECEIVE_ACCEPTS_MALFORMED, "datagram", "far", 4, "ReceiveWellFormed"),
+        MutantCase(
+            Mutant.RECEIVE_ACCEPTS_MALFORMED,
+            "datagram",
+            "far",
+            4,
+            "OnlyWellFormedReceived",
+            ("OnlyWellFormedReceived",),
+        ),
     ]
