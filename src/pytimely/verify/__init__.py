@@ -6,7 +6,10 @@ Tracking for Timely Dataflow") transcribed as Python:
 * :mod:`~pytimely.verify.clocks` — the clocks protocol (§3, Fig. 3);
 * :mod:`~pytimely.verify.exchange` — the exchange protocol (§4, Fig. 4);
 * :mod:`~pytimely.verify.propagation` — local propagation (§5, Fig. 6);
-* :mod:`~pytimely.verify.combined` — the combined tracker (§6, Fig. 7).
+* :mod:`~pytimely.verify.combined` — the combined tracker (§6, Fig. 7);
+
+and :mod:`~pytimely.verify.datagram`, the data-exchange mechanism of seed
+``003_f357c44874202187.txt`` (Send / Transport / Receive with precedence).
 
 :func:`check` explores a model breadth-first and checks its invariants;
 :func:`~pytimely.verify.statemachine.state_machine` random-walks it with

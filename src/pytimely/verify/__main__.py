@@ -1,4 +1,4 @@
-"""``python -m pytimely.verify MODEL``: exhaustively check a model of the progress-tracking protocol.
+"""``python -m pytimely.verify MODEL``: exhaustively check a model of progress tracking or data exchange.
 
 Explores every state reachable within the depth bound, prints how many states
 and transitions were explored, the time taken and states per second, and
@@ -23,10 +23,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pytimely.verify",
         description="Model-check the progress-tracking protocols of Timely Dataflow "
-        "(clocks, exchange, local propagation, combined).",
+        "(clocks, exchange, local propagation, combined) and its data exchange (datagram).",
     )
     p.add_argument("model", nargs="?", choices=MODELS, help="the protocol to check")
-    p.add_argument("--workers", type=int, help="number of workers (1-4; default 2)")
+    p.add_argument("--workers", type=int, help="number of workers (1-4; default 2), or of locations for datagram")
     p.add_argument("--depth", type=int, help="exploration depth (default: the configuration's)")
     p.add_argument("--mutant", metavar="NAME", help="check a deliberately broken variant (see --list)")
     p.add_argument("--config", metavar="NAME", help="configuration (see --list)")
@@ -98,9 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     workers = getattr(model, "cfg", None)
     nworkers = getattr(workers, "workers", None)
+    nlocations = getattr(workers, "locations", None)
     head = f"model: {args.model}  config: {config}"
     if nworkers is not None:
         head += f"  workers: {nworkers}"
+    if nlocations is not None:
+        head += f"  locations: {nlocations}"
     head += f"  depth: {depth}  mutant: {mutant.value if mutant else 'none'}"
     print(head)
     print(f"states explored: {result.states}")

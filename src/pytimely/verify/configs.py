@@ -8,6 +8,10 @@
   ``Product(Product(epoch, i), j)``, and ``chain`` — three locations in a row.
   Loop counters are bounded with ``Increment(1, limit=...)`` so the timestamp
   universe is finite.
+* Networks for the data-exchange model (seed ``003_f357c44874202187.txt``):
+  ``far`` — two locations that are not neighbours, so everything between them
+  crosses the ``Network``; ``mixed`` — three locations, ``0`` and ``1``
+  neighbours, ``2`` far from both; ``-large`` variants for random walks.
 
 :func:`make_model` builds a model from ``(model, config, workers, mutant)``;
 this is what the command line and the tests use.
@@ -22,10 +26,11 @@ from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary
 from pytimely.verify.clocks import ClocksConfig, ClocksModel
 from pytimely.verify.combined import CombinedConfig, CombinedModel
+from pytimely.verify.datagram import DatagramConfig, DatagramModel
 from pytimely.verify.exchange import ExchangeConfig, ExchangeModel
 from pytimely.verify.graph import Graph
 from pytimely.verify.model import Model
-from pytimely.verify.mutants import EXCHANGE_MUTANTS, PROPAGATION_MUTANTS, Mutant
+from pytimely.verify.mutants import DATAGRAM_MUTANTS, EXCHANGE_MUTANTS, PROPAGATION_MUTANTS, Mutant
 from pytimely.verify.poset import Poset
 from pytimely.verify.propagation import PropagationConfig, PropagationModel, pts_options
 
@@ -38,6 +43,7 @@ __all__ = [
     "clocks_config",
     "combined_config",
     "config_names",
+    "datagram_config",
     "diamond",
     "exchange_config",
     "make_model",
@@ -47,8 +53,8 @@ __all__ = [
     "wcc_graph",
 ]
 
-MODELS = ("clocks", "exchange", "propagation", "combined")
-"""The four protocols, in the order of the seed text (§3–§6)."""
+MODELS = ("clocks", "exchange", "propagation", "combined", "datagram")
+"""The four protocols, in the order of the seed text (§3–§6), and the data-exchange mechanism of seed 003."""
 
 # --- posets -----------------------------------------------------------------------------------------------
 
@@ -262,7 +268,36 @@ def combined_config(name: str = "chain", workers: int = 2, mutant: Mutant | None
     raise ValueError(f"unknown combined configuration {name!r}; known: ['chain', 'nested', 'pair', 'wcc', 'wcc-large']")
 
 
-DEFAULT_CONFIG = {"clocks": "chain3+1", "exchange": "chain3+1", "propagation": "wcc", "combined": "chain"}
+def datagram_config(name: str = "far", locations: int | None = None, mutant: Mutant | None = None) -> DatagramConfig:
+    """The data-exchange mechanism on a small network (``locations`` overrides the configuration's count)."""
+    if name in ("far", "far-large"):
+        n = 2 if locations is None else locations
+        neighbors: frozenset[tuple[int, int]] = frozenset()
+    elif name in ("mixed", "mixed-large"):
+        n = 3 if locations is None else locations
+        neighbors = frozenset({(0, 1)}) if n > 1 else frozenset()
+    else:
+        known = ["far", "far-large", "mixed", "mixed-large"]
+        raise ValueError(f"unknown datagram configuration {name!r}; known: {known}")
+    if name == "far":
+        # two messages in all, to any receivers: every reachable state within 20 steps (complete)
+        return DatagramConfig(n, neighbors=neighbors, max_messages=2, max_total=2, mutant=mutant, depth=20, name=name)
+    if name == "mixed":
+        return DatagramConfig(
+            n, neighbors=neighbors, max_messages=1, max_receivers=1, mutant=mutant, depth=20, name=name
+        )
+    return DatagramConfig(
+        n, neighbors=neighbors, max_messages=4 if n == 2 else 3, max_faults=2, mutant=mutant, depth=8, name=name
+    )
+
+
+DEFAULT_CONFIG = {
+    "clocks": "chain3+1",
+    "exchange": "chain3+1",
+    "propagation": "wcc",
+    "combined": "chain",
+    "datagram": "far",
+}
 """The configuration each model uses when none is named."""
 
 _CONFIG_NAMES = {
@@ -270,6 +305,7 @@ _CONFIG_NAMES = {
     "exchange": ["chain3+1", "chain2", "diamond", "chain3+1-large", "diamond-large"],
     "propagation": ["wcc", "nested", "chain"],
     "combined": ["chain", "wcc", "nested", "pair", "wcc-large"],
+    "datagram": ["far", "mixed", "far-large", "mixed-large"],
 }
 
 
@@ -285,7 +321,9 @@ def mutants_for(model: str) -> list[Mutant]:
     if model == "propagation":
         return [m for m in Mutant if m in PROPAGATION_MUTANTS]
     if model == "combined":
-        return list(Mutant)
+        return [m for m in Mutant if m in EXCHANGE_MUTANTS | PROPAGATION_MUTANTS]
+    if model == "datagram":
+        return [m for m in Mutant if m in DATAGRAM_MUTANTS]
     return []
 
 
@@ -302,6 +340,8 @@ def make_model(
         raise ValueError("local propagation runs on a single worker; --workers does not apply")
     if workers is not None and not 1 <= workers <= 4:
         raise ValueError("workers must be between 1 and 4")
+    if model == "datagram":
+        return DatagramModel(datagram_config(name, workers, mutant))
     w = 2 if workers is None else workers
     if model == "clocks":
         return ClocksModel(clocks_config(name, w))
