@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint verify bench bench-bytewax clean
+.PHONY: venv demo test lint verify bench bench-cluster bench-bytewax clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,15 @@ test: lint
 	$(PY) -m pytest -q
 
 verify: venv
-	for model in clocks exchange propagation combined; do $(PY) -m pytimely.verify $$model || exit 1; done
+	for model in clocks exchange propagation combined datagram; do $(PY) -m pytimely.verify $$model || exit 1; done
 
 bench: venv
 	$(PY) bench/bench_progress.py
 	$(PY) bench/bench_dataflow.py
+	$(PY) bench/bench_cluster.py
+
+bench-cluster: venv
+	$(PY) bench/bench_cluster.py
 
 bench-bytewax: venv
 	$(PY) -m pip install -q -e '.[bench]'

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytimely import Antichain, Capability, Notificator, Product, Stream, Worker, execute
 from pytimely.dataflow import OperatorInfo
@@ -303,6 +305,42 @@ def test_numpy_batches_through_vectorized_exchange_and_map_batch(workers: int, s
     for w, _, batch in routed_at:
         assert isinstance(batch, np.ndarray)
         assert ((batch // 3) % workers == w).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    workers=st.sampled_from([2, 3, 4]),
+    dtype=st.sampled_from(["int64", "int32", "uint32"]),
+    rows=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40),
+    one_owner=st.booleans(),
+)
+def test_vectorized_exchange_sends_each_row_to_its_owner_once(
+    workers: int, dtype: str, rows: list[int], one_owner: bool
+) -> None:
+    # Two-column rows keyed by column 0: covers negative keys, unsigned keys, whole batches owned by
+    # one worker (sent uncopied) and batches split between owners.
+    keys = np.array([r if dtype != "uint32" else abs(r) for r in rows], dtype=dtype)
+    if one_owner:
+        keys = keys - keys % workers + 1 if len(keys) else keys
+    batch = np.column_stack([keys, np.arange(len(keys), dtype=dtype)]) if len(keys) else np.zeros((0, 2), dtype)
+    seen: list[tuple[int, int, int]] = []
+
+    def job(worker: Worker) -> None:
+        def build(scope: Any) -> Any:
+            handle, stream = scope.new_input()
+            index = worker.index
+            stream.exchange(lambda b: b[:, 0], vectorized=True).inspect_batch(
+                lambda _t, b: seen.extend((index, int(k), int(v)) for k, v in b.tolist())
+            ).probe()
+            return handle
+
+        handle = worker.dataflow(build)
+        if worker.index == 0 and len(batch):
+            handle.send_batch(batch)
+
+    execute(job, workers)
+    expected = sorted((int(k) % workers, int(k), v) for v, k in enumerate(keys.tolist()))
+    assert sorted(seen) == expected
 
 
 @pytest.mark.parametrize("workers", WORKERS)

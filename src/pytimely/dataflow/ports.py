@@ -37,9 +37,10 @@ def take(batch: Any, indices: Any) -> Any:
     """The rows of ``batch`` at ``indices``, in the batch's own kind (list, numpy array, Arrow batch)."""
     if isinstance(batch, list):
         return [batch[i] for i in indices]
-    if hasattr(batch, "take") and not hasattr(batch, "ndim"):
-        return batch.take(indices)
-    return batch[indices]
+    if hasattr(batch, "ndim"):
+        # ndarray.take along axis 0 copies whole rows at once; fancy indexing goes element by element.
+        return batch.take(indices, axis=0)
+    return batch.take(indices)
 
 
 class InputPort(Generic[T, D]):
@@ -140,11 +141,16 @@ class _Exchange:
         peers = self._peers
         record = self._record
         location = self._location
+        parts: Sequence[Any]
         if self._vectorized:
             import numpy as np
 
             try:
-                keys = np.asarray(self._route(batch)) % peers
+                keys = np.asarray(self._route(batch))
+                # For integer keys and a power-of-two peer count, two's complement makes ``& (peers - 1)``
+                # the floor modulo, at a fraction of its cost.
+                power_of_two = keys.dtype.kind in "iu" and peers & (peers - 1) == 0
+                keys = keys & (peers - 1) if power_of_two else keys % peers
             except Exception as exc:
                 raise self._failed(time, exc) from exc
             if keys.shape != (len(batch),):
@@ -152,7 +158,12 @@ class _Exchange:
                     f"exchange into {self._local._op.name!r}: a vectorized route must give one key per row "
                     f"({len(batch)} rows), got shape {keys.shape}"
                 )
-            parts = [take(batch, np.flatnonzero(keys == j)) for j in range(peers)]
+            if len(keys) and bool((keys == keys[0]).all()):
+                # Every row has the same owner: send the batch itself rather than a copy of it.
+                owner = int(keys[0])
+                parts = [batch if j == owner else () for j in range(peers)]
+            else:
+                parts = [take(batch, np.flatnonzero(keys == j)) for j in range(peers)]
         else:
             buckets: list[list[Any]] = [[] for _ in range(peers)]
             appends = [b.append for b in buckets]
@@ -172,7 +183,6 @@ class _Exchange:
                     self._local._deliver((time, part))
                 else:
                     self._pushes[j].push((time, part))
-
 
     def _failed(self, time: Any, exc: Exception, record: Any = None) -> Exception:
         """The error for a route that raised or gave no int: it names the operator the route belongs to."""

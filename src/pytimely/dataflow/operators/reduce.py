@@ -22,12 +22,13 @@ Absorb = Callable[[Any, Any], None]
 def _keyed(
     stream: Stream[Any],
     name: str,
-    route: Callable[[Any], Any],
+    route: Callable[[Any], Any] | None,
     new_state: Callable[[], Any],
     absorb: Absorb,
     finish: Callable[[Any], Any],
 ) -> Stream[Any]:
-    """Exchange by ``route``, fold each time's batches into one state, send ``finish(state)`` when complete."""
+    """Exchange by ``route`` (None: stay on this worker), fold each time's batches into one state and send
+    ``finish(state)`` once the time is complete."""
     from pytimely.dataflow.stream import Stream
 
     scope = stream.scope
@@ -59,23 +60,39 @@ def _keyed(
 
 def count_by(stream: Stream[Any], key: Callable[[Any], Any] | None, name: str) -> Stream[Any]:
     """``(key, count)`` for every key seen at each time (the record itself when ``key`` is None)."""
-    if key is None:
 
-        def absorb(state: Counter[Any], batch: Any) -> None:
-            if hasattr(batch, "dtype"):
-                import numpy as np
+    def tally(batch: Any) -> Counter[Any]:
+        if key is not None:
+            return Counter(map(key, batch))
+        if hasattr(batch, "dtype"):
+            import numpy as np
 
-                values, counts = np.unique(batch, return_counts=True)
-                state.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
-            else:
-                state.update(batch)
+            values, counts = np.unique(batch, return_counts=True)
+            return Counter(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+        return Counter(batch)
 
-        return _keyed(stream, name, hash, Counter, absorb, lambda c: list(c.items()))
+    def finish(state: Counter[Any]) -> list[tuple[Any, int]]:
+        return list(state.items())
 
-    def absorb_keyed(state: Counter[Any], batch: Any) -> None:
-        state.update(map(key, batch))
+    def absorb(state: Counter[Any], batch: Any) -> None:
+        if hasattr(batch, "dtype"):
+            state.update(tally(batch))
+        else:
+            state.update(batch if key is None else map(key, batch))
 
-    return _keyed(stream, name, lambda r: hash(key(r)), Counter, absorb_keyed, lambda c: list(c.items()))
+    if stream.scope.peers == 1:
+        route = hash if key is None else lambda r: hash(key(r))
+        return _keyed(stream, name, route, Counter, absorb, finish)
+
+    # Several workers: each counts its own records per time first, so every distinct key crosses to its
+    # owner once per worker and time, not once per record (a combiner; counts add up exactly).
+    def absorb_pairs(state: Counter[Any], pairs: list[tuple[Any, int]]) -> None:
+        for k, n in pairs:
+            state[k] += n
+
+    # The local stage carries the user's name: an error in ``key`` belongs to their operator.
+    local = _keyed(stream, name, None, Counter, absorb, finish)
+    return _keyed(local, name, lambda pair: hash(pair[0]), Counter, absorb_pairs, finish)
 
 
 def sum_by(stream: Stream[Any], key: Callable[[Any], Any], value: Callable[[Any], Any], name: str) -> Stream[Any]:
