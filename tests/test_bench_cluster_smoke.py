@@ -16,6 +16,7 @@ FIGURES = {
     "a1": ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"],
     "a2": ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"],
     "b": ["records", "seconds", "records_per_s", "baseline_seconds", "speedup"],
+    "b2": ["records", "seconds", "records_per_s", "baseline_seconds", "speedup"],
     "c": ["epochs", "p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p50_vs_baseline"],
 }
 
