@@ -466,7 +466,8 @@ def print_table(rows: list[Row], quick: bool) -> None:
             )
         elif row["id"].startswith("b"):
             print(
-                f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s | {row['records_per_s'] / 1e6:.2f} M words/s | "
+                f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s | "
+                f"{row['records_per_s'] / 1e6:.2f} M words/s | "
                 f"{row['baseline']} | {row['baseline_seconds']:.3f} s | speed-up {row['speedup']:.2f}x | {target} |"
             )
         else:
