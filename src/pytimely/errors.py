@@ -96,9 +96,9 @@ class StalledError(DataflowError):
 
 
 class InputFormatError(PytimelyError, ValueError):
-    """An input file has a malformed line; names the file and the line number."""
+    """An input is malformed; names the file and line number when it is a file (else they are None)."""
 
-    def __init__(self, message: str, path: str, line: int) -> None:
+    def __init__(self, message: str, path: str | None = None, line: int | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.line = line
@@ -161,3 +161,19 @@ class AuthenticationError(CommunicationError):
 
 class PeerFailedError(CommunicationError):
     """Another process died, stalled, or stopped with an error; names the process."""
+
+
+class SparkError(PytimelyError):
+    """Running on Spark failed: the session, the barrier stage or one of its tasks."""
+
+
+class SparkSetupError(SparkError):
+    """Spark cannot start here: PySpark or a Java 17 runtime is missing (the message says how to install it)."""
+
+
+class SparkSlotsError(SparkError):
+    """More pytimely processes were asked for than the Spark session has task slots to run them at once."""
+
+
+class SparkTaskError(SparkError):
+    """A task of the barrier stage failed; carries the task's own error message."""

@@ -19,6 +19,7 @@ error is raised here.
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -66,7 +67,7 @@ def execute(
         if config.processes > 1:
             if seed is not None:
                 raise ValueError("seed= orders in-process workers; a cluster of processes cannot be replayed by it")
-            return _run_cluster(func, config)
+            return run_process(func, config)
         workers = config.workers
     if type(workers) is not int or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
@@ -146,9 +147,20 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
     return results
 
 
-def _run_cluster(func: Callable[[Worker], R], config: Config) -> list[R]:
-    cluster = Cluster(config)
-    cluster.start()
+def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket.socket | None = None) -> list[R]:
+    """Run this process's part of a cluster: ``func`` on each of its workers; their results, in order.
+
+    ``listener``, a socket already listening on this process's address, is for hosts that must announce
+    the address before the cluster starts; it is closed once every peer has connected.
+    """
+    cluster = Cluster(config, listener=listener)
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.close()
+        if listener is not None:
+            listener.close()
+        raise
     try:
         workers = [Worker(cluster.allocator(i)) for i in range(config.workers)]
         results: list[Any] = [None] * config.workers

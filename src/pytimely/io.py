@@ -1,4 +1,4 @@
-"""Reading the plain-text inputs the example jobs take, with errors that name the file and line."""
+"""Reading the example jobs' inputs and writing their outputs: errors name the file and line, outputs are atomic."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from pytimely.errors import InputFormatError
 
-__all__ = ["atomic_output", "read_edges", "read_words"]
+__all__ = ["atomic_output", "read_edges", "read_words", "write_table"]
 
 _HEADERS = {("src", "dst"), ("src", "dst", "epoch")}
 
@@ -28,6 +28,8 @@ def read_edges(path: str | os.PathLike[str], *, epochs: bool = False, part: int 
     """
     width = 3 if epochs else 2
     name = os.fspath(path)
+    if name.lower().endswith(".parquet"):
+        return _read_parquet_edges(name, width, part, parts)
     with open(name, encoding="utf-8") as handle:
         lines = handle.read().splitlines()
     start = 0
@@ -63,6 +65,55 @@ def read_edges(path: str | os.PathLike[str], *, epochs: bool = False, part: int 
                 ) from None
         raise InputFormatError(f"{name}: values out of the 64-bit integer range", path=name, line=0)
     return array
+
+
+def _read_parquet_edges(name: str, width: int, part: int, parts: int) -> Any:
+    """Columns ``src, dst[, epoch]`` of a Parquet file as an ``(n, width)`` int64 array (every ``parts``-th row)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = ["src", "dst", "epoch"][:width]
+    try:
+        table = pq.read_table(name)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputFormatError(f"{name}: not a readable Parquet file: {exc}", path=name, line=0) from exc
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise InputFormatError(f"{name}: no column {', '.join(missing)} (has {table.column_names})", path=name, line=0)
+    arrays = []
+    for c in columns:
+        column = table.column(c)
+        if not pa.types.is_integer(column.type) or column.null_count:
+            raise InputFormatError(f"{name}: column {c!r} must hold integers without gaps", path=name, line=0)
+        arrays.append(column.to_numpy().astype(np.int64))
+    array = np.column_stack(arrays) if arrays[0].size else np.empty((0, width), dtype=np.int64)
+    return array[part::parts] if parts > 1 else array
+
+
+def write_table(path: str | os.PathLike[str], names: list[str], rows: Any, *, sep: str = ",") -> None:
+    """Write ``rows`` (an int array or a list of tuples) atomically: Parquet for ``*.parquet``, else text lines.
+
+    Text lines join a row's fields with ``sep`` and carry no header; Parquet has the columns ``names``.
+    """
+    name = os.fspath(path)
+    if name.lower().endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        columns: list[Any]
+        if isinstance(rows, np.ndarray):
+            columns = [rows[:, i] for i in range(len(names))] if rows.size else [np.empty(0, np.int64)] * len(names)
+        else:
+            columns = [[row[i] for row in rows] for i in range(len(names))]
+        table = pa.table(dict(zip(names, columns, strict=True)))
+        with atomic_output(name, "wb") as out:
+            pq.write_table(table, out)
+        return
+    with atomic_output(name) as out:
+        if isinstance(rows, np.ndarray):
+            np.savetxt(out, rows, fmt="%d", delimiter=sep)
+        else:
+            out.writelines(sep.join(map(str, row)) + "\n" for row in rows)
 
 
 def read_words(path: str | os.PathLike[str], *, part: int = 0, parts: int = 1) -> list[str]:

@@ -372,7 +372,7 @@ class _Link:
 class Cluster:
     """This process's part of a cluster: connections to every other process and its workers' mailboxes."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, listener: socket.socket | None = None) -> None:
         self.config = config
         self.me = config.process
         self.workers = config.workers
@@ -389,7 +389,9 @@ class Cluster:
         self._unconsumed = 0
         self.max_unconsumed = 0
         self._blocked = 0
-        self._listener: socket.socket | None = None
+        # A host that hands out addresses before the cluster starts (Spark's barrier stage) binds the
+        # listening socket itself, so the port it announced cannot be taken in between.
+        self._listener: socket.socket | None = listener
 
     # -- setting up ------------------------------------------------------------------------
 
@@ -399,10 +401,11 @@ class Cluster:
         secret = config.secret
         assert secret is not None
         port = config.hosts[self.me][1]
-        try:
-            self._listener = socket.create_server((config.bind, port), backlog=max(16, config.processes))
-        except OSError as exc:
-            raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
+        if self._listener is None:
+            try:
+                self._listener = socket.create_server((config.bind, port), backlog=max(16, config.processes))
+            except OSError as exc:
+                raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
         deadline = time.monotonic() + config.connect_timeout
         accepted: dict[int, socket.socket] = {}
         accept_error: list[BaseException] = []

@@ -1,0 +1,273 @@
+"""A pytimely dataflow inside one Spark barrier stage: DataFrame in, DataFrame out.
+
+``run_dataflow(build, data, schema)`` turns ``data`` into ``processes``
+partitions and runs them as one barrier stage (``mapInArrow(...,
+barrier=True)``). Each task is one pytimely process with ``workers`` workers.
+The tasks meet once: each binds a listening socket, and one
+``BarrierTaskContext.allGather`` hands every task the others' addresses; from
+then on they talk over pytimely's own authenticated TCP layer. The cluster
+secret is made on the driver and travels inside the task closure, never through
+the gather.
+
+Every worker builds ``build(stream)`` on a stream of the partition's Arrow
+record batches (its share of them); the returned stream's batches become the
+output rows, converted to ``schema``. With ``epoch=COLUMN`` the rows enter at
+the timestamp in that column (non-negative integers, any order within a
+partition), and an output schema with that column gets each batch's timestamp
+in it when the batch does not carry it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from pytimely.config import Config
+from pytimely.errors import InputFormatError, SparkError, SparkSlotsError
+from pytimely.execute import execute, run_process
+from pytimely.spark.session import slots_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from pytimely.dataflow.stream import Stream
+    from pytimely.worker import Worker
+
+__all__ = ["run_dataflow", "to_record_batch"]
+
+Build = Callable[["Stream[Any]"], "Stream[Any]"]
+
+
+def run_dataflow(
+    build: Build,
+    data: DataFrame,
+    schema: Any,
+    *,
+    processes: int | None = None,
+    workers: int = 1,
+    epoch: str | None = None,
+    heartbeat: float = 0.5,
+    timeout: float = 10.0,
+) -> DataFrame:
+    """The rows ``build`` produces from ``data``, run as one barrier stage of ``processes`` x ``workers``.
+
+    ``schema`` is the output's Spark schema (DDL string or ``StructType``). ``processes`` defaults to the
+    session's task slots (local mode) or its default parallelism. The result is lazy, like any DataFrame.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    spark = data.sparkSession
+    if isinstance(schema, str):
+        schema = StructType.fromDDL(schema)
+    if not isinstance(schema, StructType):
+        raise TypeError(f"schema must be a DDL string or a StructType, got {type(schema).__name__}")
+    if epoch is not None and epoch not in data.columns:
+        raise InputFormatError(f"epoch column {epoch!r} is not among the input columns {data.columns}")
+    slots = slots_of(spark)
+    if processes is None:
+        processes = slots if slots is not None else spark.sparkContext.defaultParallelism
+    if type(processes) is not int or processes < 1:
+        raise ValueError(f"processes must be a positive int, got {processes!r}")
+    if type(workers) is not int or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if slots is not None and processes > slots:
+        raise SparkSlotsError(
+            f"{processes} pytimely processes need {processes} Spark task slots at once, but the session "
+            f"({spark.sparkContext.master}) has {slots}; ask for fewer processes or start Spark with "
+            f"local[{processes}] or more"
+        )
+    arrow_schema = to_arrow_schema(schema)
+    task = _Task(
+        build=build,
+        processes=processes,
+        workers=workers,
+        epoch=epoch,
+        schema=arrow_schema,
+        secret=secrets.token_bytes(32),
+        local=slots is not None,
+        heartbeat=heartbeat,
+        timeout=timeout,
+    )
+    if data.rdd.getNumPartitions() != processes:
+        data = data.repartition(processes)
+    if epoch is not None:
+        data = data.sortWithinPartitions(epoch)
+    return data.mapInArrow(task, schema, barrier=True)
+
+
+class _Task:
+    """What every barrier task runs: meet the others, run this process's workers, hand back the rows."""
+
+    def __init__(
+        self,
+        *,
+        build: Build,
+        processes: int,
+        workers: int,
+        epoch: str | None,
+        schema: pa.Schema,
+        secret: bytes,
+        local: bool,
+        heartbeat: float,
+        timeout: float,
+    ) -> None:
+        self.build = build
+        self.processes = processes
+        self.workers = workers
+        self.epoch = epoch
+        self.schema = schema
+        self.secret = secret
+        self.local = local
+        self.heartbeat = heartbeat
+        self.timeout = timeout
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import BarrierTaskContext
+
+        context = BarrierTaskContext.get()
+        process = context.partitionId()
+        # The whole partition is read before the computation starts: the workers take their shares of it.
+        inputs = [b for b in batches if b.num_rows]
+        shares = _shares(inputs, self.workers, self.epoch)
+        if self.processes == 1:
+            results = execute(self._job(shares, 0), self.workers)
+        else:
+            host = "127.0.0.1" if self.local else context.getTaskInfos()[process].address.rsplit(":", 1)[0]
+            listener = socket.create_server((host, 0), backlog=max(16, self.processes))
+            try:
+                addresses = context.allGather(f"{host}:{listener.getsockname()[1]}")
+                hosts = tuple((a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses)
+                config = Config(
+                    workers=self.workers,
+                    processes=self.processes,
+                    process=process,
+                    hosts=hosts,
+                    bind=host,
+                    secret=self.secret,
+                    heartbeat=self.heartbeat,
+                    timeout=self.timeout,
+                )
+            except BaseException:
+                listener.close()
+                raise
+            results = run_process(self._job(shares, config.first_worker), config, listener=listener)
+        for captured in results:
+            for time, batch in captured:
+                converted = to_record_batch(batch, self.schema, time=time, epoch=self.epoch)
+                if converted.num_rows:
+                    yield converted
+
+    def _job(self, shares: list[list[tuple[int, Any]]], first: int) -> Callable[[Worker], list[Any]]:
+        build = self.build
+
+        def job(worker: Worker) -> list[Any]:
+            def dataflow(scope: Any) -> tuple[Any, Any]:
+                handle, stream = scope.new_input(name="spark")
+                out = build(stream)
+                if out is None or not hasattr(out, "capture"):
+                    raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
+                return handle, out.capture()
+
+            handle, captured = worker.dataflow(dataflow)
+            for time, batch in shares[worker.index - first]:
+                if time > handle.time:
+                    handle.advance_to(time)
+                handle.send_batch(batch)
+            handle.close()
+            return captured  # type: ignore[no-any-return]
+
+        return job
+
+
+def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> list[list[tuple[int, Any]]]:
+    """Each local worker's ``(time, record batch)`` list: an even slice of every batch (per epoch if given)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pieces: list[tuple[int, pa.RecordBatch]] = []
+    if epoch is None:
+        pieces = [(0, b) for b in batches]
+    elif batches:
+        table = pa.Table.from_batches(batches).combine_chunks()
+        column = table.column(epoch)
+        if not pa.types.is_integer(column.type):
+            raise InputFormatError(f"epoch column {epoch!r} must hold integers, holds {column.type}")
+        if column.null_count:
+            raise InputFormatError(f"epoch column {epoch!r} has {column.null_count} empty values")
+        if len(column) and pc.min(column).as_py() < 0:
+            raise InputFormatError(f"epoch column {epoch!r} has negative values (timestamps start at 0)")
+        table = table.sort_by(epoch).combine_chunks()
+        whole = pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
+        values = whole.column(epoch).to_numpy()
+        # Rows are sorted by epoch: cut where the value changes, one piece per epoch.
+        cuts = (np.flatnonzero(np.diff(values)) + 1).tolist()
+        pieces = [
+            (int(values[s]), whole.slice(s, e - s)) for s, e in zip([0, *cuts], [*cuts, len(values)], strict=True)
+        ]
+    shares: list[list[tuple[int, Any]]] = [[] for _ in range(workers)]
+    for time, batch in pieces:
+        step = -(-batch.num_rows // workers)
+        for k in range(workers):
+            part = batch.slice(k * step, step)
+            if part.num_rows:
+                shares[k].append((time, part))
+    return shares
+
+
+def to_record_batch(batch: Any, schema: pa.Schema, *, time: Any = None, epoch: str | None = None) -> pa.RecordBatch:
+    """``batch`` (Arrow batch or table, numpy array, list of tuples or dicts) as a record batch of ``schema``.
+
+    Columns are matched by name for Arrow batches and dicts, by position otherwise; a column named
+    ``epoch`` that the batch lacks is filled with ``time``.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    names = schema.names
+    fill = epoch if epoch is not None and epoch in names else None
+    columns: dict[str, Any]
+    if isinstance(batch, pa.RecordBatch | pa.Table):
+        columns = {n: batch.column(n) for n in batch.schema.names}
+    elif isinstance(batch, np.ndarray):
+        array = batch.reshape(-1, 1) if batch.ndim == 1 else batch
+        positional = [n for n in names if n != fill or array.shape[1] == len(names)]
+        if array.shape[1] != len(positional):
+            raise SparkError(
+                f"an output batch of {array.shape[1]} columns does not fit the schema {names} "
+                f"({len(positional)} columns expected)"
+            )
+        columns = {n: array[:, i] for i, n in enumerate(positional)}
+    elif isinstance(batch, list):
+        if batch and isinstance(batch[0], dict):
+            columns = {n: [row.get(n) for row in batch] for n in names if n != fill or fill in batch[0]}
+        else:
+            width = len(batch[0]) if batch else len(names)
+            positional = [n for n in names if n != fill or width == len(names)]
+            if any(len(row) != len(positional) for row in batch):
+                raise SparkError(f"an output row does not have the {len(positional)} fields of the schema {names}")
+            columns = {n: [row[i] for row in batch] for i, n in enumerate(positional)}
+    else:
+        raise SparkError(f"cannot turn an output batch of type {type(batch).__name__} into rows of {names}")
+    length = len(next(iter(columns.values()))) if columns else 0
+    arrays = []
+    for field in schema:
+        if field.name in columns:
+            values = columns[field.name]
+        elif field.name == fill:
+            values = [time] * length
+        else:
+            raise SparkError(f"output column {field.name!r} is missing from a batch with columns {list(columns)}")
+        try:
+            if isinstance(values, pa.Array | pa.ChunkedArray):
+                arrays.append(values.cast(field.type))
+            else:
+                arrays.append(pa.array(values, type=field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise SparkError(f"output column {field.name!r} cannot be {field.type}: {exc}") from exc
+    arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

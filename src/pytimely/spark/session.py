@@ -1,0 +1,190 @@
+"""The embedded default: a local Spark that works offline and quietly.
+
+``local_session(slots)`` starts (or returns) a ``local[slots]`` SparkSession
+bound to loopback, without UI or progress bars, with warnings-only logs, on a
+Java 17 runtime found in ``JAVA_HOME`` or the usual install places. Barrier
+stages that ask for more tasks than there are slots fail within seconds
+instead of after Spark's default ten minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytimely.errors import SparkSetupError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["find_java_home", "local_session", "session_for", "slots_of"]
+
+_INSTALL_JAVA = (
+    "install a Java 17 runtime (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) "
+    "or point JAVA_HOME at one"
+)
+_JVM_DIRS = ("/usr/lib/jvm", "/usr/local/lib/jvm", "/opt/java", "/Library/Java/JavaVirtualMachines")
+
+# Loopback, no UI, fast barrier slot checks, few shuffle partitions: what a local run wants.
+LOCAL_CONF: dict[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "2",
+    "spark.python.worker.reuse": "true",
+}
+
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = error
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+"""
+
+
+def _java_version(java: Path) -> int | None:
+    """The major version of the ``java`` binary at ``java``, or None if it does not run."""
+    try:
+        done = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30, check=False)
+    except OSError:
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if match is None:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def find_java_home(env: dict[str, str] | None = None) -> Path:
+    """A Java 17+ home: ``JAVA_HOME`` if it holds one, else Java 17 in the usual places, else ``java`` on PATH."""
+    env = dict(os.environ) if env is None else env
+    tried: list[str] = []
+    given = env.get("JAVA_HOME")
+    if given:
+        version = _java_version(Path(given) / "bin" / "java")
+        if version is not None and version >= 17:
+            return Path(given)
+        tried.append(f"JAVA_HOME={given} (version {version or 'unknown'})")
+    # Prefer 17 exactly: it is what PySpark is tested with; a newer JDK beside it is a second choice.
+    candidates: list[tuple[int, Path]] = []
+    for root in _JVM_DIRS:
+        base = Path(root)
+        if not base.is_dir():
+            continue
+        for home in sorted(base.iterdir()):
+            for java in (home / "bin" / "java", home / "Contents" / "Home" / "bin" / "java"):
+                if java.exists() and not java.parent.parent.is_symlink():
+                    version = _java_version(java)
+                    if version is not None and version >= 17:
+                        candidates.append((version, java.parent.parent))
+    on_path = shutil.which("java", path=env.get("PATH"))
+    if on_path:
+        real = Path(on_path).resolve()
+        version = _java_version(real)
+        if version is not None and version >= 17:
+            candidates.append((version, real.parent.parent))
+        else:
+            tried.append(f"java on PATH (version {version or 'unknown'})")
+    if candidates:
+        candidates.sort(key=lambda vc: (vc[0] != 17, vc[0]))
+        return candidates[0][1]
+    looked = "; ".join(tried) or "no java found"
+    raise SparkSetupError(f"Spark needs Java 17 ({looked}): {_INSTALL_JAVA}")
+
+
+def _quiet_log_config() -> Path:
+    """A log4j2 configuration that keeps Spark's console to errors (written once per process)."""
+    path = Path(tempfile.gettempdir()) / f"pytimely-log4j2-{os.getuid() if hasattr(os, 'getuid') else 0}.properties"
+    if not path.exists() or path.read_text() != _LOG4J2:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_LOG4J2)
+        os.replace(tmp, path)
+    return path
+
+
+def slots_of(spark: SparkSession) -> int | None:
+    """Task slots of a ``local[N]`` session (None when the master is not local: the cluster manager decides)."""
+    master = spark.sparkContext.master or ""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master)
+    if match is None:
+        return None
+    count = match.group(1)
+    if count is None:
+        return 1
+    return os.cpu_count() or 1 if count == "*" else int(count)
+
+
+def local_session(
+    slots: int = 2, *, conf: dict[str, Any] | None = None, jvm_options: str = "", app_name: str = "pytimely"
+) -> SparkSession:
+    """The active SparkSession, or a new quiet, offline ``local[slots]`` one (see the module docstring).
+
+    ``conf`` adds or overrides Spark settings; ``jvm_options`` are appended to the driver's Java options.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise SparkSetupError(
+            "pytimely.spark needs PySpark: `pip install 'pytimely[spark]'` (PySpark 4, pandas < 3, pyarrow)"
+        ) from exc
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if slots < 1:
+        raise ValueError(f"a local Spark needs at least one slot, got {slots}")
+    os.environ["JAVA_HOME"] = str(find_java_home())
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    log_config = _quiet_log_config()
+    java_options = f"-Dlog4j.configurationFile=file:{log_config} -Dlog4j2.configurationFile=file:{log_config}"
+    java_options = f"{java_options} {jvm_options}".strip()
+    builder = SparkSession.builder.master(f"local[{slots}]").appName(app_name)
+    for key, value in {
+        **LOCAL_CONF,
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
+        **(conf or {}),
+    }.items():
+        builder = builder.config(key, str(value))
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        raise SparkSetupError(f"the local Spark did not start: {type(exc).__name__}: {exc}") from exc
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def session_for(master: str, *, app_name: str = "pytimely") -> SparkSession:
+    """A session on ``master``: the quiet embedded one for ``local[N]``, else Spark's own for that master."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master)
+    if match is not None:
+        count = match.group(1)
+        slots = 1 if count is None else (os.cpu_count() or 1) if count == "*" else int(count)
+        return local_session(slots, app_name=app_name)
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise SparkSetupError("pytimely.spark needs PySpark: `pip install 'pytimely[spark]'`") from exc
+    return SparkSession.builder.master(master).appName(app_name).getOrCreate()

@@ -1,0 +1,19 @@
+"""One real local SparkSession for the whole test session (starting one costs several seconds)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A quiet ``local[4]`` SparkSession: four slots, so two-process jobs and a spare stage fit at once."""
+    from pytimely.spark.session import local_session
+
+    # A JVM that compiles less and collects with one thread starts faster; behaviour is the same.
+    session = local_session(4, jvm_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    yield session
+    session.stop()
