@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,7 @@ def run_dataflow(
             f"local[{processes}] or more"
         )
     arrow_schema = to_arrow_schema(schema)
+    _ship_by_value(build)
     task = _Task(
         build=build,
         processes=processes,
@@ -97,6 +99,24 @@ def run_dataflow(
     if epoch is not None:
         data = data.sortWithinPartitions(epoch)
     return data.mapInArrow(task, schema, barrier=True)
+
+
+def _ship_by_value(build: Build) -> None:
+    """Send the module that defines ``build`` with the task, so executors need not be able to import it.
+
+    Jobs are scripts and test modules that Spark's Python workers cannot import by name; libraries
+    (pytimely itself, and what it builds on) are installed there and travel by reference.
+    """
+    name = getattr(build, "__module__", None) or type(build).__module__
+    module = sys.modules.get(name)
+    if module is None or name == "__main__" or name.split(".")[0] in _INSTALLED:
+        return
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+
+
+_INSTALLED = frozenset({"pytimely", "pyspark", "numpy", "pyarrow", "pandas", "builtins", "functools"})
 
 
 class _Task:

@@ -163,7 +163,7 @@ def task_message(text: str) -> str:
     found: str | None = None
     in_traceback = False
     for line in lines:
-        if line.startswith("Traceback (most recent call last)"):
+        if "Traceback (most recent call last)" in line:
             in_traceback = True
             continue
         if in_traceback and not line.startswith(" "):
