@@ -76,8 +76,8 @@ def _java_version(java: Path) -> int | None:
     return int(match.group(2) or 0) if major == 1 else major
 
 
-def find_java_home(env: dict[str, str] | None = None) -> Path:
-    """A Java 17+ home: ``JAVA_HOME`` if it holds one, else Java 17 in the usual places, else ``java`` on PATH."""
+def find_java_home(env: dict[str, str] | None = None, search: tuple[str, ...] = _JVM_DIRS) -> Path:
+    """A Java 17+ home: ``JAVA_HOME`` if it holds one, else Java 17 under ``search``, else ``java`` on PATH."""
     env = dict(os.environ) if env is None else env
     tried: list[str] = []
     given = env.get("JAVA_HOME")
@@ -88,7 +88,7 @@ def find_java_home(env: dict[str, str] | None = None) -> Path:
         tried.append(f"JAVA_HOME={given} (version {version or 'unknown'})")
     # Prefer 17 exactly: it is what PySpark is tested with; a newer JDK beside it is a second choice.
     candidates: list[tuple[int, Path]] = []
-    for root in _JVM_DIRS:
+    for root in search:
         base = Path(root)
         if not base.is_dir():
             continue
