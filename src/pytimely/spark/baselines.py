@@ -55,7 +55,7 @@ def graphx_components(spark: Any, edges: DataFrame) -> DataFrame:
         components.vertices().toJavaRDD().saveAsTextFile(str(labelled))
         # Lines read "(vertex,label)".
         pairs = F.split(F.regexp_replace(F.col("value"), r"[()]", ""), ",")
-        result = spark.read.text(str(labelled)).select(
+        result: DataFrame = spark.read.text(str(labelled)).select(
             pairs.getItem(0).cast("long").alias("vertex"), pairs.getItem(1).cast("long").alias("label")
         )
         result = result.cache()
