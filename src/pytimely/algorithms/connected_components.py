@@ -48,6 +48,33 @@ def _symmetric(edges: Any) -> Any:
     return np.concatenate([edges, edges[:, ::-1]])
 
 
+def _distinct(ids: Any) -> Any:
+    """The sorted distinct values of ``ids`` (sorting beats ``np.unique``'s hashing on millions of int64s)."""
+    ordered = np.sort(ids)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def _tagged(tag: int) -> Any:
+    """The rows of a ``_Propagate`` batch with ``tag``, without the tag column.
+
+    ``_Propagate`` emits every batch as its proposals followed by its changes, so column 0 is sorted and
+    each part is a slice: found by binary search and taken as a view instead of a masked copy.
+    """
+
+    def part(rows: Any) -> Any:
+        tags = rows[:, 0]
+        start = int(np.searchsorted(tags, tag, side="left"))
+        end = int(np.searchsorted(tags, tag, side="right"))
+        return rows[start:end, 1:]
+
+    return part
+
+
 def _gather(offsets: Any, targets: Any, rows: Any) -> tuple[Any, Any]:
     """Neighbours of the vertices at local ``rows``: (neighbour ids, index into ``rows`` for each)."""
     starts = offsets[rows]
@@ -116,7 +143,7 @@ class _Propagate:
 
     def _add_edges(self, new: Any, cap: Capability[Any], out: OutputPort[Any, Any]) -> None:
         known = self.vertices
-        fresh = np.setdiff1d(np.unique(new[:, 0]), known, assume_unique=True)
+        fresh = np.setdiff1d(_distinct(new[:, 0]), known, assume_unique=True)
         if len(fresh):
             merged = np.concatenate([known, fresh])
             order = np.argsort(merged, kind="stable")
@@ -185,7 +212,9 @@ class _Report:
 
     def __init__(self, cap: Capability[Any], info: OperatorInfo) -> None:
         cap.drop()
-        self.reported: dict[int, int] = {}
+        # What was reported so far, as sorted vertex ids and their labels (searched, never looped over).
+        self.vertices = np.empty(0, dtype=np.int64)
+        self.labels = np.empty(0, dtype=np.int64)
         self.pending: dict[Any, list[Any]] = {}
         self.notificator: Notificator[Any] = Notificator()
 
@@ -199,18 +228,36 @@ class _Report:
                 batches.append(batch)
         for cap in self.notificator.ready(changes.frontier):
             rows = np.concatenate(self.pending.pop(cap.time))
-            order = np.lexsort((rows[:, 1], rows[:, 0]))
-            rows = rows[order]
-            first = np.ones(len(rows), dtype=bool)
-            first[1:] = rows[1:, 0] != rows[:-1, 0]
-            final = rows[first]
-            reported = self.reported
-            keep = [i for i, (v, label) in enumerate(final.tolist()) if reported.get(v) != label]
-            final = final[keep]
-            reported.update(zip(final[:, 0].tolist(), final[:, 1].tolist(), strict=True))
+            # Labels only decrease: a vertex's final label at this epoch is the least one it was given.
+            order = np.argsort(rows[:, 0], kind="stable")
+            vertices, labels = rows[order, 0], rows[order, 1]
+            first = np.ones(len(vertices), dtype=bool)
+            first[1:] = vertices[1:] != vertices[:-1]
+            starts = np.flatnonzero(first)
+            least = np.minimum.reduceat(labels, starts) if len(starts) else labels[:0]
+            final = self._news(np.column_stack([vertices[starts], least]))
             if len(final):
                 out.give(cap, final)
             cap.drop()
+
+    def _news(self, final: Any) -> Any:
+        """The rows of ``final`` (sorted by vertex) whose label differs from the one reported; record them."""
+        at = np.searchsorted(self.vertices, final[:, 0])
+        inside = at < len(self.vertices)
+        known = np.zeros(len(final), dtype=bool)
+        known[inside] = self.vertices[at[inside]] == final[inside, 0]
+        same = np.zeros(len(final), dtype=bool)
+        same[known] = self.labels[at[known]] == final[known, 1]
+        news = final[~same]
+        moved = known & ~same
+        self.labels[at[moved]] = final[moved, 1]
+        added = final[~known]
+        if len(added):
+            vertices = np.concatenate([self.vertices, added[:, 0]])
+            labels = np.concatenate([self.labels, added[:, 1]])
+            order = np.argsort(vertices, kind="stable")
+            self.vertices, self.labels = vertices[order], labels[order]
+        return news
 
 
 def connected_components(edges: Stream[Any]) -> Stream[Any]:
@@ -227,6 +274,6 @@ def connected_components(edges: Stream[Any]) -> Stream[Any]:
         exchange2=_by_vertex,
         vectorized=True,
     )
-    body.map_batch(lambda rows: rows[rows[:, 0] == _PROPOSAL, 1:], name="wcc.proposals").connect_loop(handle)
-    changes = body.map_batch(lambda rows: rows[rows[:, 0] == _CHANGE, 1:], name="wcc.changes").leave(name="wcc.leave")
+    body.map_batch(_tagged(_PROPOSAL), name="wcc.proposals").connect_loop(handle)
+    changes = body.map_batch(_tagged(_CHANGE), name="wcc.changes").leave(name="wcc.leave")
     return changes.unary(_Report, name="wcc.report")
