@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint verify bench bench-cluster bench-bytewax clean
+.PHONY: venv demo test lint verify bench bench-cluster bench-spark bench-bytewax clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ bench: venv
 
 bench-cluster: venv
 	$(PY) bench/bench_cluster.py
+
+bench-spark: venv
+	$(PY) bench/bench_spark.py
 
 bench-bytewax: venv
 	$(PY) -m pip install -q -e '.[bench]'

@@ -1,0 +1,186 @@
+"""Connected components on Spark: pytimely hosted by Spark against Spark's own ways, in one run.
+
+    python bench/bench_spark.py [--edges N] [--vertices N] [--slots S] [--with-label-propagation] [--quick] [--json]
+
+The graph: ``--edges`` random edges (default 1,000,000) over ``--vertices`` ids (default half as many),
+drawn with seed 42, written once as Parquet and read by Spark into a cached DataFrame of ``S`` partitions.
+Spark runs in local mode with ``S`` slots (default 2), started once; its start-up is reported, not counted.
+
+(a) pytimely on Spark: the ``wcc`` job (``examples/wcc.py``) as one barrier stage of ``S`` processes x 1
+    worker, from the cached DataFrame to the collected ``vertex, label`` table.
+(b) GraphX ``ConnectedComponents`` (shipped with PySpark, called through the JVM gateway) on the same
+    DataFrame to the same table — the Spark-native baseline of the target.
+(c) DataFrame label propagation, one Spark job per round — run only with ``--with-label-propagation`` or
+    on graphs of at most 200,000 edges, as it takes minutes on larger ones.
+(d) NetworkX: building the graph from the edge array and ``connected_components``, in this process.
+
+Each contender first runs once on a 1,000-edge graph (Python workers started, JVM code compiled), then
+is timed once on the full graph; every result is checked to give every vertex the same label.
+Ratios are the baseline's time over pytimely's (> 1: pytimely faster). Target: (a) >= 10x faster than (b).
+
+Prints a Markdown table; ``--json`` prints one JSON object per row instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+import wcc
+
+Row = dict[str, Any]
+
+
+def labels_of(table: Any) -> Any:
+    """``(vertex, label)`` rows of an Arrow table, sorted by vertex, as an ``(n, 2)`` int64 array."""
+    rows = np.column_stack([table.column("vertex").to_numpy(), table.column("label").to_numpy()])
+    return rows[np.argsort(rows[:, 0], kind="stable")]
+
+
+def networkx_labels(edges: Any) -> Any:
+    """Components by NetworkX, as sorted ``(vertex, smallest vertex of its component)`` rows."""
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_edges_from(edges.tolist())
+    rows = [(v, least) for component in nx.connected_components(graph) for least in [min(component)] for v in component]
+    array = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    return array[np.argsort(array[:, 0], kind="stable")]
+
+
+def timed(func: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds ``func`` took, and what it returned."""
+    started = time.perf_counter()
+    result = func()
+    return time.perf_counter() - started, result
+
+
+def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
+    """Measure every contender on one graph; the session facts and one row per contender."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pytimely.spark import collect, local_session, read
+    from pytimely.spark.baselines import graphx_components, label_propagation_components
+
+    vertices = args.vertices or max(2, args.edges // 2)
+    edges = np.random.default_rng(42).integers(0, vertices, size=(args.edges, 2), dtype=np.int64)
+    with_lp = args.with_label_propagation or args.edges <= 200_000
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "edges.parquet")
+        pq.write_table(pa.table({"src": edges[:, 0], "dst": edges[:, 1]}), path)
+        start_seconds, spark = timed(lambda: local_session(args.slots))
+        frame = read(spark, path, "src long, dst long").repartition(args.slots).cache()
+        frame.count()
+        small = spark.createDataFrame(edges[:1000].tolist(), "src long, dst long").repartition(args.slots).cache()
+        small.count()
+
+        def ours(data: Any) -> Any:
+            return labels_of(collect(wcc.run_on_spark(spark, data, args.slots, 1)))
+
+        def graphx(data: Any) -> Any:
+            return labels_of(collect(graphx_components(spark, data)))
+
+        def propagation(data: Any) -> Any:
+            return labels_of(collect(label_propagation_components(spark, data)))
+
+        contenders: list[tuple[str, str, Callable[[Any], Any]]] = [
+            ("a", f"pytimely on Spark, {args.slots} processes x 1 worker", ours),
+            ("b", "GraphX ConnectedComponents", graphx),
+        ]
+        if with_lp:
+            contenders.append(("c", "DataFrame label propagation", propagation))
+        results: dict[str, tuple[float, Any]] = {}
+        for ident, _, func in contenders:
+            func(small)
+            results[ident] = timed(lambda func=func: func(frame))  # type: ignore[misc]
+        results["d"] = timed(lambda: networkx_labels(edges))
+        spark_version = spark.version
+    names = {ident: name for ident, name, _ in contenders}
+    names["d"] = "NetworkX build + connected_components (in process)"
+    reference = results["d"][1]
+    for ident, (_, labels) in results.items():
+        if labels.shape != reference.shape or not np.array_equal(labels, reference):
+            raise AssertionError(f"{names[ident]} disagrees with NetworkX on the components")
+    _, sizes = np.unique(reference[:, 1], return_counts=True)
+    ours_seconds = results["a"][0]
+    rows: list[Row] = []
+    for ident in sorted(results):
+        seconds = results[ident][0]
+        row: Row = {
+            "id": ident,
+            "workload": names[ident],
+            "edges": args.edges,
+            "seconds": round(seconds, 3),
+            "edges_per_s": round(args.edges / seconds),
+        }
+        if ident != "a":
+            row["baseline"] = names[ident]
+            row["speedup_of_pytimely"] = round(seconds / ours_seconds, 2)
+        else:
+            row["baseline"] = "itself (the rows below divide by its time)"
+        if ident == "b":
+            row["target"] = ">= 10x"
+            row["met"] = seconds / ours_seconds >= 10
+        rows.append(row)
+    facts = {
+        "python": platform.python_version(),
+        "spark": spark_version,
+        "slots": args.slots,
+        "spark_start_s": round(start_seconds, 2),
+        "vertices": len(reference),
+        "components": len(sizes),
+        "largest": int(sizes.max()),
+        "label_propagation": "measured" if with_lp else "skipped (over 200,000 edges; --with-label-propagation)",
+    }
+    return facts, rows
+
+
+def main() -> None:
+    """Parse, run, print."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--edges", type=int, default=1_000_000)
+    parser.add_argument("--vertices", type=int, default=0, help="vertex ids to draw from (default edges / 2)")
+    parser.add_argument("--slots", type=int, default=2, help="Spark slots = pytimely processes (default 2)")
+    parser.add_argument("--with-label-propagation", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="20,000 edges (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    args = parser.parse_args()
+    if args.quick:
+        args.edges = 20_000
+    facts, rows = run(args)
+    if args.json:
+        print(json.dumps(facts))
+        for row in rows:
+            print(json.dumps(row))
+        return
+    print(
+        f"Python {facts['python']}, Spark {facts['spark']} local[{facts['slots']}] (started in "
+        f"{facts['spark_start_s']} s, not counted); {args.edges:,} edges, {facts['vertices']:,} vertices, "
+        f"{facts['components']:,} components, the largest {facts['largest']:,}; label propagation "
+        f"{facts['label_propagation']}\n"
+    )
+    print("| | contender | seconds | edges/s | pytimely's speed-up over it | target |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        speedup = f"{row['speedup_of_pytimely']:.2f}x" if "speedup_of_pytimely" in row else ""
+        target = f"{row['target']}: {'met' if row['met'] else 'missed'}" if "target" in row else ""
+        print(
+            f"| {row['id']} | {row['workload']} | {row['seconds']:.2f} | {row['edges_per_s']:,} | {speedup} | "
+            f"{target} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
