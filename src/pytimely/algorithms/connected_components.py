@@ -87,16 +87,57 @@ def _gather(offsets: Any, targets: Any, rows: Any) -> tuple[Any, Any]:
     return targets[position], owner
 
 
+def _components(n: int, a: Any, b: Any) -> Any:
+    """For rows ``0..n-1`` joined by the edges ``a[k] -- b[k]``, each row's component root: its least row.
+
+    Hook and shortcut, vectorised: every edge hooks the larger of its endpoints' parents under the smaller, then
+    parents jump to their grandparents until each tree is a star. At a fixpoint every edge joins two rows of the
+    same star, so stars are components, and a component's least row is its root because parents only decrease.
+    Random graphs settle in a handful of rounds, each a few passes over the edges.
+    """
+    parent = np.arange(n, dtype=np.int64)
+    if not len(a):
+        return parent
+    while True:
+        pa, pb = parent[a], parent[b]
+        least = np.minimum(pa, pb)
+        before = parent.copy()
+        np.minimum.at(parent, pa, least)
+        np.minimum.at(parent, pb, least)
+        while True:
+            grand = parent[parent]
+            if np.array_equal(grand, parent):
+                break
+            parent = grand
+        if np.array_equal(parent, before):
+            return parent
+
+
 class _Propagate:
-    """The loop body on one worker: owned vertices, their labels and out-edges."""
+    """The loop body on one worker: owned vertices, their labels, and their out-edges.
+
+    Out-edges whose far end this worker owns too ("inner" edges) never cross the exchange: the worker keeps the
+    components they form among its own vertices, and every label it learns spreads through the whole local
+    component at once. Only "outer" edges, towards other workers' vertices, carry proposals around the loop, so
+    one worker needs a single round and several need a round per hop between workers' local components, not per
+    hop between vertices.
+
+    Invariant between calls: the labels of the vertices of one local component are equal.
+    """
 
     def __init__(self, cap: Capability[Any], info: OperatorInfo) -> None:
         cap.drop()
+        self.worker = info.worker
+        self.peers = info.peers
         self.vertices = np.empty(0, dtype=np.int64)  # sorted ids of owned vertices
         self.labels = np.empty(0, dtype=np.int64)
-        self.sources = np.empty(0, dtype=np.int64)  # owned end of every out-edge
-        self.targets = np.empty(0, dtype=np.int64)
-        self.offsets = np.zeros(1, dtype=np.int64)
+        self.inner = np.empty((0, 2), dtype=np.int64)  # inner edges, each once (ids, smaller end first)
+        self.outer_targets = np.empty(0, dtype=np.int64)  # far ends of outer edges, grouped by owned end
+        self.outer_sources = np.empty(0, dtype=np.int64)
+        self.outer_offsets = np.zeros(1, dtype=np.int64)  # local row -> its outer edges' slice
+        self.members = np.empty(0, dtype=np.int64)  # local rows grouped by local component
+        self.member_offsets = np.zeros(1, dtype=np.int64)  # component root row -> its members' slice
+        self.root = np.empty(0, dtype=np.int64)  # local row -> the least row of its local component
         self.dense: Any = None  # vertex id -> local row, when ids are small enough for a lookup table
         self.edges: dict[Any, tuple[Capability[Any], list[Any]]] = {}
         self.proposals: dict[Any, tuple[Capability[Any], list[Any]]] = {}
@@ -141,32 +182,57 @@ class _Propagate:
         if held.time.inner < time.inner:
             held.downgrade(time)
 
+    def _owned(self, ids: Any) -> Any:
+        """Which of ``ids`` this worker owns (the exchange's ``id % peers`` rule)."""
+        return (ids % self.peers) == self.worker
+
     def _add_edges(self, new: Any, cap: Capability[Any], out: OutputPort[Any, Any]) -> None:
-        known = self.vertices
-        fresh = np.setdiff1d(_distinct(new[:, 0]), known, assume_unique=True)
+        fresh = np.setdiff1d(_distinct(new[:, 0]), self.vertices, assume_unique=True)
         if len(fresh):
-            merged = np.concatenate([known, fresh])
+            merged = np.concatenate([self.vertices, fresh])
             order = np.argsort(merged, kind="stable")
             self.vertices = merged[order]
             self.labels = np.concatenate([self.labels, fresh])[order]
-        sources = np.concatenate([self.sources, new[:, 0]])
-        targets = np.concatenate([self.targets, new[:, 1]])
-        order = np.argsort(sources, kind="stable")
-        self.sources, self.targets = sources[order], targets[order]
         vertices = self.vertices
         if len(vertices) and vertices[0] >= 0 and vertices[-1] < 4 * len(vertices) + (1 << 20):
             self.dense = np.zeros(int(vertices[-1]) + 1, dtype=np.int64)
             self.dense[vertices] = np.arange(len(vertices))
         else:
             self.dense = None
-        local = self._local(self.sources)
-        self.offsets = np.zeros(len(self.vertices) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(local, minlength=len(self.vertices)), out=self.offsets[1:])
-        # New vertices are news at this epoch; new edges carry their owner's label across.
-        labels_of_sources = self.labels[self._local(new[:, 0])]
-        rows = [np.column_stack([np.full(len(new), _PROPOSAL), new[:, 1], labels_of_sources])]
-        if len(fresh):
-            rows.append(np.column_stack([np.full(len(fresh), _CHANGE), fresh, fresh]))
+        # Both directions of an inner edge are this worker's (edges arrive symmetric, each direction with its
+        # owned end), so one direction is enough for the components.
+        inward = self._owned(new[:, 1])
+        inner = new[inward]
+        self.inner = np.concatenate([self.inner, inner[inner[:, 0] <= inner[:, 1]]])
+        outer = new[~inward]
+        sources = np.concatenate([self.outer_sources, outer[:, 0]])
+        targets = np.concatenate([self.outer_targets, outer[:, 1]])
+        order = np.argsort(sources, kind="stable")
+        self.outer_sources, self.outer_targets = sources[order], targets[order]
+        n = len(vertices)
+        self.outer_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self._local(self.outer_sources), minlength=n), out=self.outer_offsets[1:])
+        self.root = _components(n, self._local(self.inner[:, 0]), self._local(self.inner[:, 1]))
+        self.members = np.argsort(self.root, kind="stable")
+        self.member_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.root, minlength=n), out=self.member_offsets[1:])
+        # New inner edges may join components that had different labels: each takes its members' least.
+        least = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(least, self.root, self.labels)
+        spread = least[self.root]
+        changed = np.flatnonzero(spread < self.labels)
+        self.labels = spread
+        # New outer edges carry their owned end's label across; so do all outer edges of relabelled vertices.
+        neighbours, owner = _gather(self.outer_offsets, self.outer_targets, changed)
+        rows = [
+            np.column_stack([np.full(len(outer), _PROPOSAL), outer[:, 1], self.labels[self._local(outer[:, 0])]]),
+            np.column_stack([np.full(len(neighbours), _PROPOSAL), neighbours, self.labels[changed][owner]]),
+        ]
+        is_news = np.zeros(n, dtype=bool)
+        is_news[changed] = True
+        is_news[self._local(fresh)] = True
+        news = np.flatnonzero(is_news)
+        rows.append(np.column_stack([np.full(len(news), _CHANGE), self.vertices[news], self.labels[news]]))
         out.give(cap, np.concatenate(rows))
 
     def _local(self, ids: Any) -> Any:
@@ -181,26 +247,29 @@ class _Propagate:
             # Large batches: take minima over a copy of all labels, cheaper than sorting the batch.
             best = self.labels.copy()
             np.minimum.at(best, local, proposals[:, 1])
-            changed = np.flatnonzero(best < self.labels)
-            if not len(changed):
-                return
-            self.labels[changed] = best[changed]
+            improved = np.flatnonzero(best < self.labels)
+            offered = best[improved]
         else:
             touched, inverse = np.unique(local, return_inverse=True)
             least = np.full(len(touched), np.iinfo(np.int64).max, dtype=np.int64)
             np.minimum.at(least, inverse, proposals[:, 1])
             better = least < self.labels[touched]
-            changed = touched[better]
-            if not len(changed):
-                return
-            self.labels[changed] = least[better]
-        neighbours, owner = _gather(self.offsets, self.targets, changed)
+            improved, offered = touched[better], least[better]
+        if not len(improved):
+            return
+        # A component takes the least label offered to any of its members (its members' labels are equal).
+        roots, inverse = np.unique(self.root[improved], return_inverse=True)
+        least = np.full(len(roots), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(least, inverse, offered)
+        changed, owner = _gather(self.member_offsets, self.members, roots)
+        self.labels[changed] = least[owner]
         labels = self.labels[changed]
+        neighbours, source = _gather(self.outer_offsets, self.outer_targets, changed)
         out.give(
             cap,
             np.concatenate(
                 [
-                    np.column_stack([np.full(len(neighbours), _PROPOSAL), neighbours, labels[owner]]),
+                    np.column_stack([np.full(len(neighbours), _PROPOSAL), neighbours, labels[source]]),
                     np.column_stack([np.full(len(changed), _CHANGE), self.vertices[changed], labels]),
                 ]
             ),
