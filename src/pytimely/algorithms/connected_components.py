@@ -87,6 +87,19 @@ def _gather(offsets: Any, targets: Any, rows: Any) -> tuple[Any, Any]:
     return targets[position], owner
 
 
+def _rows(*parts: tuple[int, Any, Any]) -> Any:
+    """One ``(tag, vertex, label)`` array from ``(tag, vertices, labels)`` parts, in order, filled in place."""
+    rows = np.empty((sum(len(vertices) for _, vertices, _ in parts), 3), dtype=np.int64)
+    at = 0
+    for tag, vertices, labels in parts:
+        end = at + len(vertices)
+        rows[at:end, 0] = tag
+        rows[at:end, 1] = vertices
+        rows[at:end, 2] = labels
+        at = end
+    return rows
+
+
 def _components(n: int, a: Any, b: Any) -> Any:
     """For rows ``0..n-1`` joined by the edges ``a[k] -- b[k]``, each row's component root: its least row.
 
@@ -222,18 +235,22 @@ class _Propagate:
         spread = least[self.root]
         changed = np.flatnonzero(spread < self.labels)
         self.labels = spread
-        # New outer edges carry their owned end's label across; so do all outer edges of relabelled vertices.
+        # All outer edges of relabelled vertices carry the new label across; so do the other new outer edges.
+        relabelled = np.zeros(n, dtype=bool)
+        relabelled[changed] = True
+        rows_of_new = self._local(outer[:, 0])
+        unchanged = ~relabelled[rows_of_new]
         neighbours, owner = _gather(self.outer_offsets, self.outer_targets, changed)
-        rows = [
-            np.column_stack([np.full(len(outer), _PROPOSAL), outer[:, 1], self.labels[self._local(outer[:, 0])]]),
-            np.column_stack([np.full(len(neighbours), _PROPOSAL), neighbours, self.labels[changed][owner]]),
-        ]
-        is_news = np.zeros(n, dtype=bool)
-        is_news[changed] = True
-        is_news[self._local(fresh)] = True
-        news = np.flatnonzero(is_news)
-        rows.append(np.column_stack([np.full(len(news), _CHANGE), self.vertices[news], self.labels[news]]))
-        out.give(cap, np.concatenate(rows))
+        relabelled[self._local(fresh)] = True
+        news = np.flatnonzero(relabelled)
+        out.give(
+            cap,
+            _rows(
+                (_PROPOSAL, outer[unchanged, 1], self.labels[rows_of_new[unchanged]]),
+                (_PROPOSAL, neighbours, self.labels[changed][owner]),
+                (_CHANGE, self.vertices[news], self.labels[news]),
+            ),
+        )
 
     def _local(self, ids: Any) -> Any:
         """Local rows of owned vertex ``ids``."""
@@ -265,15 +282,7 @@ class _Propagate:
         self.labels[changed] = least[owner]
         labels = self.labels[changed]
         neighbours, source = _gather(self.outer_offsets, self.outer_targets, changed)
-        out.give(
-            cap,
-            np.concatenate(
-                [
-                    np.column_stack([np.full(len(neighbours), _PROPOSAL), neighbours, labels[source]]),
-                    np.column_stack([np.full(len(changed), _CHANGE), self.vertices[changed], labels]),
-                ]
-            ),
-        )
+        out.give(cap, _rows((_PROPOSAL, neighbours, labels[source]), (_CHANGE, self.vertices[changed], labels)))
 
 
 class _Report:
