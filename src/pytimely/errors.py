@@ -177,3 +177,7 @@ class SparkSlotsError(SparkError):
 
 class SparkTaskError(SparkError):
     """A task of the barrier stage failed; carries the task's own error message."""
+
+
+class SparkRendezvousError(SparkError):
+    """The tasks of a barrier stage could not meet through the driver's registry (unreachable, late, or forged)."""

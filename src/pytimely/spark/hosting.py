@@ -3,11 +3,14 @@
 ``run_dataflow(build, data, schema)`` turns ``data`` into ``processes``
 partitions and runs them as one barrier stage (``mapInArrow(...,
 barrier=True)``). Each task is one pytimely process with ``workers`` workers.
-The tasks meet once: each binds a listening socket, and one
-``BarrierTaskContext.allGather`` hands every task the others' addresses; from
-then on they talk over pytimely's own authenticated TCP layer. The cluster
-secret is made on the driver and travels inside the task closure, never through
-the gather.
+The tasks meet once: each binds a listening socket and announces its address
+to a small registry on the driver (:mod:`pytimely.spark.rendezvous`), which
+answers every task with all the addresses as soon as the last one arrived
+(``meeting="gather"`` uses Spark's ``BarrierTaskContext.allGather`` instead,
+for clusters whose executors cannot reach the driver on a port of its own;
+it costs about a second). From then on they talk over pytimely's own
+authenticated TCP layer. The cluster secret is made on the driver and travels
+inside the task closure, never over the network.
 
 Every worker builds ``build(stream)`` on a stream of the partition's Arrow
 record batches (its share of them); the returned stream's batches become the
@@ -22,12 +25,14 @@ from __future__ import annotations
 import secrets
 import socket
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pytimely.config import Config
 from pytimely.errors import InputFormatError, SparkError, SparkSlotsError
 from pytimely.execute import execute, run_process
+from pytimely.spark.rendezvous import Ticket, meet, registry
 from pytimely.spark.session import slots_of
 
 if TYPE_CHECKING:
@@ -52,11 +57,15 @@ def run_dataflow(
     epoch: str | None = None,
     heartbeat: float = 0.5,
     timeout: float = 10.0,
+    meeting: str = "driver",
+    meeting_timeout: float = 120.0,
 ) -> DataFrame:
     """The rows ``build`` produces from ``data``, run as one barrier stage of ``processes`` x ``workers``.
 
     ``schema`` is the output's Spark schema (DDL string or ``StructType``). ``processes`` defaults to the
-    session's task slots (local mode) or its default parallelism. The result is lazy, like any DataFrame.
+    session's task slots (local mode) or its default parallelism. The tasks find each other through the
+    driver's registry (``meeting="driver"``, waiting at most ``meeting_timeout`` seconds for the last one) or
+    through Spark's ``allGather`` (``meeting="gather"``). The result is lazy, like any DataFrame.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -75,6 +84,8 @@ def run_dataflow(
         raise ValueError(f"processes must be a positive int, got {processes!r}")
     if type(workers) is not int or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if meeting not in ("driver", "gather"):
+        raise ValueError(f"meeting must be 'driver' or 'gather', got {meeting!r}")
     if slots is not None and processes > slots:
         raise SparkSlotsError(
             f"{processes} pytimely processes need {processes} Spark task slots at once, but the session "
@@ -83,13 +94,19 @@ def run_dataflow(
         )
     arrow_schema = to_arrow_schema(schema)
     _ship_by_value(build)
+    secret = secrets.token_bytes(32)
+    ticket: Ticket | None = None
+    if meeting == "driver" and processes > 1:
+        host = "127.0.0.1" if slots is not None else spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        ticket = registry(host).ticket(secret, meeting_timeout)
     task = _Task(
         build=build,
         processes=processes,
         workers=workers,
         epoch=epoch,
         schema=arrow_schema,
-        secret=secrets.token_bytes(32),
+        secret=secret,
+        ticket=ticket,
         local=slots is not None,
         heartbeat=heartbeat,
         timeout=timeout,
@@ -98,7 +115,11 @@ def run_dataflow(
         data = data.repartition(processes)
     if epoch is not None:
         data = data.sortWithinPartitions(epoch)
-    return data.mapInArrow(task, schema, barrier=True)
+    result = data.mapInArrow(task, schema, barrier=True)
+    if ticket is not None:
+        # The registry accepts this run's announcements for as long as its DataFrame can be acted on.
+        weakref.finalize(result, registry(ticket.host).forget, ticket.run)
+    return result
 
 
 def _ship_by_value(build: Build) -> None:
@@ -131,6 +152,7 @@ class _Task:
         epoch: str | None,
         schema: pa.Schema,
         secret: bytes,
+        ticket: Ticket | None,
         local: bool,
         heartbeat: float,
         timeout: float,
@@ -141,6 +163,7 @@ class _Task:
         self.epoch = epoch
         self.schema = schema
         self.secret = secret
+        self.ticket = ticket
         self.local = local
         self.heartbeat = heartbeat
         self.timeout = timeout
@@ -159,7 +182,12 @@ class _Task:
             host = "127.0.0.1" if self.local else context.getTaskInfos()[process].address.rsplit(":", 1)[0]
             listener = socket.create_server((host, 0), backlog=max(16, self.processes))
             try:
-                addresses = context.allGather(f"{host}:{listener.getsockname()[1]}")
+                address = f"{host}:{listener.getsockname()[1]}"
+                if self.ticket is None:
+                    addresses = context.allGather(address)
+                else:
+                    stage = f"{context.stageId()}.{context.attemptNumber()}"
+                    addresses = meet(self.ticket, stage, process, self.processes, address)
                 hosts = tuple((a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses)
                 config = Config(
                     workers=self.workers,
@@ -211,6 +239,11 @@ def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> l
 
     pieces: list[tuple[int, pa.RecordBatch]] = []
     if epoch is None:
+        # Spark hands over small batches (10,000 rows by default); one batch per worker saves a pass through
+        # the dataflow per batch.
+        if len(batches) > 1:
+            table = pa.Table.from_batches(batches).combine_chunks()
+            batches = [pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)]
         pieces = [(0, b) for b in batches]
     elif batches:
         table = pa.Table.from_batches(batches).combine_chunks()

@@ -1,0 +1,329 @@
+"""Where the tasks of a barrier stage meet: a registry on the Spark driver.
+
+A barrier stage's tasks must learn each other's listening addresses before
+pytimely's own TCP layer can connect them. Spark's ``allGather`` does that, but
+its JVM side polls the barrier state once a second, so every run paid about a
+second to exchange a few bytes. Instead, the driver keeps one small registry
+(a listening socket and one daemon thread, started on first use): each task
+connects, announces ``(run, stage attempt, partition, host:port)``, and gets
+the whole address list back as soon as the last task of its stage attempt has
+announced itself -- milliseconds after the tasks start.
+
+Messages are one JSON line each way, authenticated with HMAC-SHA256 under the
+run's secret (made on the driver, travelling in the task closure, never sent):
+the registry ignores announcements it cannot verify, and a task refuses a reply
+the registry could not have made. Announcements are grouped by run *and* by
+Spark's stage id and task attempt number, so a retried stage (or a whole re-run) can
+never be mixed with a failed attempt's leftovers. A group that stays incomplete
+for longer than its timeout is answered with an error and forgotten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import secrets
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytimely.errors import SparkRendezvousError
+
+__all__ = ["Registry", "Ticket", "meet", "registry"]
+
+_MAX_LINE = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """What a task needs to find the driver's registry for one run (travels in the task closure)."""
+
+    host: str
+    port: int
+    run: str
+    secret: bytes = field(repr=False)
+    timeout: float
+
+
+def _mac(secret: bytes, message: dict[str, Any]) -> str:
+    """HMAC of ``message`` in a canonical JSON form (sorted keys, no spaces)."""
+    text = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()
+
+
+@dataclass(slots=True)
+class _Group:
+    """The announcements of one stage attempt of one run, waiting for the last one."""
+
+    processes: int
+    created: float
+    members: dict[int, tuple[socket.socket, str]] = field(default_factory=dict)
+
+
+class Registry:
+    """The driver's registry: one listening socket, one selector thread, groups of waiting tasks."""
+
+    def __init__(self, host: str = "127.0.0.1", *, timeout: float = 120.0) -> None:
+        self.host = host
+        self.timeout = timeout
+        self._listener = socket.create_server((host, 0), backlog=128)
+        self._listener.setblocking(False)
+        self.port: int = self._listener.getsockname()[1]
+        self._secrets: dict[str, bytes] = {}
+        self._groups: dict[tuple[str, str], _Group] = {}
+        self._buffers: dict[socket.socket, bytearray] = {}
+        self._lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="pytimely-rendezvous", daemon=True)
+        self._thread.start()
+
+    def ticket(self, secret: bytes, timeout: float | None = None) -> Ticket:
+        """A new run's ticket: the registry will accept announcements signed with ``secret`` under it."""
+        run = secrets.token_hex(8)
+        with self._lock:
+            self._secrets[run] = secret
+        return Ticket(self.host, self.port, run, secret, self.timeout if timeout is None else timeout)
+
+    def forget(self, run: str) -> None:
+        """Stop accepting announcements for ``run`` (its DataFrame is gone)."""
+        with self._lock:
+            self._secrets.pop(run, None)
+
+    @property
+    def waiting(self) -> int:
+        """How many announced tasks are waiting for the rest of their stage attempt."""
+        with self._lock:
+            return sum(len(g.members) for g in self._groups.values())
+
+    def close(self) -> None:
+        """Stop serving; waiting tasks are told the registry closed."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake_w.send(b"x")
+        self._thread.join(timeout=5)
+        for sock in list(self._buffers):
+            sock.close()
+        for group in self._groups.values():
+            for sock, _ in group.members.values():
+                sock.close()
+        self._groups.clear()
+        self._buffers.clear()
+        self._selector.close()
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+
+    def _serve(self) -> None:
+        while not self._closed:
+            for key, _ in self._selector.select(timeout=0.5):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is self._wake_r:
+                    return
+                if sock is self._listener:
+                    self._accept()
+                else:
+                    self._read(sock)
+            self._expire()
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self._listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self._buffers[conn] = bytearray()
+        self._selector.register(conn, selectors.EVENT_READ)
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._buffers.pop(sock, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(sock)
+        sock.close()
+
+    def _read(self, sock: socket.socket) -> None:
+        try:
+            chunk = sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        buffer = self._buffers.get(sock)
+        if buffer is None:
+            return
+        if not chunk:
+            # A task gave up or died before its group completed: forget it, so a re-run can take its place.
+            self._leave(sock)
+            self._drop(sock)
+            return
+        buffer += chunk
+        if len(buffer) > _MAX_LINE:
+            self._drop(sock)
+            return
+        if b"\n" not in buffer:
+            return
+        line = bytes(buffer.split(b"\n", 1)[0])
+        buffer.clear()
+        self._announce(sock, line)
+
+    def _announce(self, sock: socket.socket, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+            run, stage, partition = str(message["run"]), str(message["stage"]), int(message["partition"])
+            processes, address, mac = int(message["processes"]), str(message["address"]), str(message["mac"])
+        except (ValueError, KeyError, TypeError):
+            self._drop(sock)
+            return
+        with self._lock:
+            secret = self._secrets.get(run)
+        body = {"run": run, "stage": stage, "partition": partition, "processes": processes, "address": address}
+        if secret is None or not hmac.compare_digest(mac, _mac(secret, body)) or not 0 <= partition < processes:
+            self._drop(sock)  # not ours, forged, or nonsense: say nothing to it
+            return
+        with self._lock:
+            group = self._groups.setdefault((run, stage), _Group(processes, time.monotonic()))
+            if group.processes != processes:
+                self._drop(sock)
+                return
+            old = group.members.pop(partition, None)
+            group.members[partition] = (sock, address)
+            complete = len(group.members) == processes
+            if complete:
+                del self._groups[(run, stage)]
+        if old is not None and old[0] is not sock:
+            self._reply(old[0], secret, run, stage, error="another task announced the same partition")
+        if complete:
+            addresses = [group.members[p][1] for p in range(processes)]
+            for member, _ in group.members.values():
+                self._reply(member, secret, run, stage, addresses=addresses)
+
+    def _leave(self, sock: socket.socket) -> None:
+        with self._lock:
+            for key, group in list(self._groups.items()):
+                for partition, (member, _) in list(group.members.items()):
+                    if member is sock:
+                        del group.members[partition]
+                if not group.members:
+                    del self._groups[key]
+
+    def _reply(
+        self,
+        sock: socket.socket,
+        secret: bytes,
+        run: str,
+        stage: str,
+        *,
+        addresses: list[str] | None = None,
+        error: str | None = None,
+    ) -> None:
+        body: dict[str, Any] = {"run": run, "stage": stage, "addresses": addresses, "error": error}
+        body["mac"] = _mac(secret, {k: v for k, v in body.items() if k != "mac"})
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(sock)
+        self._buffers.pop(sock, None)
+        try:
+            sock.setblocking(True)
+            sock.settimeout(5)
+            sock.sendall(json.dumps(body).encode() + b"\n")
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            stale = [(k, g) for k, g in self._groups.items() if now - g.created > self.timeout]
+            for key, _ in stale:
+                del self._groups[key]
+            secrets_of = {key: self._secrets.get(key[0]) for key, _ in stale}
+        for key, group in stale:
+            secret = secrets_of[key]
+            for sock, _ in group.members.values():
+                if secret is None:
+                    self._drop(sock)
+                else:
+                    arrived = len(group.members)
+                    self._reply(
+                        sock,
+                        secret,
+                        key[0],
+                        key[1],
+                        error=f"only {arrived} of {group.processes} tasks arrived within {self.timeout:g} s",
+                    )
+
+
+_registry: Registry | None = None
+_registry_lock = threading.Lock()
+
+
+def registry(host: str = "127.0.0.1") -> Registry:
+    """The driver's registry on ``host``, started on first use (one per driver process)."""
+    global _registry
+    with _registry_lock:
+        if _registry is None or _registry._closed or _registry.host != host:
+            if _registry is not None:
+                _registry.close()
+            _registry = Registry(host)
+        return _registry
+
+
+def meet(ticket: Ticket, stage: str, partition: int, processes: int, address: str) -> list[str]:
+    """Announce ``address`` for ``partition`` of ``stage`` and wait for every task's address, by partition.
+
+    Raises :class:`SparkRendezvousError` naming what went wrong: no registry at the ticket's address, no
+    complete group within the ticket's timeout, a reply the registry could not have signed.
+    """
+    body = {"run": ticket.run, "stage": stage, "partition": partition, "processes": processes, "address": address}
+    line = json.dumps({**body, "mac": _mac(ticket.secret, body)}).encode() + b"\n"
+    try:
+        sock = socket.create_connection((ticket.host, ticket.port), timeout=min(ticket.timeout, 30.0))
+    except OSError as exc:
+        raise SparkRendezvousError(
+            f"cannot reach the driver's rendezvous at {ticket.host}:{ticket.port}: {exc}"
+        ) from exc
+    with sock:
+        sock.settimeout(ticket.timeout)
+        try:
+            sock.sendall(line)
+            data = bytearray()
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if len(data) > _MAX_LINE * 16:
+                    break
+        except TimeoutError as exc:
+            raise SparkRendezvousError(
+                f"task {partition} of {processes}: the other tasks did not arrive within {ticket.timeout:g} s"
+            ) from exc
+        except OSError as exc:
+            raise SparkRendezvousError(f"task {partition} of {processes}: rendezvous connection failed: {exc}") from exc
+    try:
+        reply = json.loads(bytes(data))
+        mac = reply.pop("mac")
+    except (ValueError, KeyError, AttributeError):
+        raise SparkRendezvousError(
+            f"task {partition} of {processes}: the rendezvous closed without a valid reply"
+        ) from None
+    if not hmac.compare_digest(str(mac), _mac(ticket.secret, reply)):
+        raise SparkRendezvousError(f"task {partition} of {processes}: the rendezvous reply is not signed by the driver")
+    if reply.get("run") != ticket.run or reply.get("stage") != stage:
+        raise SparkRendezvousError(f"task {partition} of {processes}: the rendezvous replied for another run or stage")
+    if reply.get("error"):
+        raise SparkRendezvousError(f"task {partition} of {processes}: {reply['error']}")
+    addresses = reply.get("addresses")
+    if not isinstance(addresses, list) or len(addresses) != processes:
+        raise SparkRendezvousError(f"task {partition} of {processes}: the rendezvous sent a malformed address list")
+    return [str(a) for a in addresses]

@@ -1,0 +1,192 @@
+"""The driver's rendezvous registry with real sockets and real threads standing in for barrier tasks."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pytimely.errors import SparkRendezvousError
+from pytimely.spark.rendezvous import Registry, Ticket, _mac, meet
+
+
+@pytest.fixture
+def registry() -> Any:
+    reg = Registry("127.0.0.1", timeout=3.0)
+    yield reg
+    reg.close()
+
+
+def in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run every call on its own thread; each one's result, or the exception it raised."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return results
+
+
+def test_every_task_gets_every_address_in_partition_order(registry: Registry) -> None:
+    ticket = registry.ticket(b"s" * 32, timeout=10)
+    n = 4
+    started = time.perf_counter()
+    results = in_threads(
+        [lambda p=p: meet(ticket, "7.0", p, n, f"127.0.0.1:{9000 + p}") for p in reversed(range(n))]  # type: ignore[misc]
+    )
+    elapsed = time.perf_counter() - started
+    expected = [f"127.0.0.1:{9000 + p}" for p in range(n)]
+    assert results == [expected] * n
+    assert elapsed < 1.0  # the point of the registry: no second-long polling
+    assert registry.waiting == 0
+
+
+def test_stage_attempts_and_runs_are_never_mixed(registry: Registry) -> None:
+    first = registry.ticket(b"a" * 32, timeout=10)
+    second = registry.ticket(b"b" * 32, timeout=10)
+    results = in_threads(
+        [
+            lambda: meet(first, "1.0", 0, 2, "h:1"),
+            lambda: meet(second, "1.0", 1, 2, "h:2"),
+            lambda: meet(first, "1.1", 1, 2, "h:3"),
+            lambda: meet(first, "1.0", 1, 2, "h:4"),
+            lambda: meet(second, "1.0", 0, 2, "h:5"),
+            lambda: meet(first, "1.1", 0, 2, "h:6"),
+        ]
+    )
+    assert results[0] == results[3] == ["h:1", "h:4"]
+    assert results[1] == results[4] == ["h:5", "h:2"]
+    assert results[2] == results[5] == ["h:6", "h:3"]
+
+
+def test_an_incomplete_group_times_out_with_a_clear_error(registry: Registry) -> None:
+    ticket = registry.ticket(b"s" * 32, timeout=10)
+    started = time.perf_counter()
+    with pytest.raises(SparkRendezvousError, match=r"only 1 of 2 tasks arrived within 3 s"):
+        meet(ticket, "3.0", 0, 2, "h:1")
+    assert 2.5 < time.perf_counter() - started < 8
+    assert registry.waiting == 0
+
+
+def test_a_task_gives_up_on_its_own_timeout(registry: Registry) -> None:
+    ticket = Ticket(registry.host, registry.port, registry.ticket(b"s" * 32).run, b"s" * 32, 0.5)
+    with pytest.raises(SparkRendezvousError, match=r"did not arrive within 0.5 s"):
+        meet(ticket, "3.0", 1, 2, "h:1")
+    deadline = time.monotonic() + 3
+    while registry.waiting and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert registry.waiting == 0  # the registry forgot the task that left
+
+
+def test_announcements_signed_with_another_secret_are_ignored(registry: Registry) -> None:
+    ticket = registry.ticket(b"right" * 8, timeout=10)
+    forged = Ticket(ticket.host, ticket.port, ticket.run, b"wrong" * 8, 2.0)
+    with pytest.raises(SparkRendezvousError, match="without a valid reply"):
+        meet(forged, "1.0", 0, 1, "evil:1")
+    # The forged announcement did not take partition 0's place.
+    assert in_threads([lambda: meet(ticket, "1.0", 0, 2, "h:0"), lambda: meet(ticket, "1.0", 1, 2, "h:1")]) == [
+        ["h:0", "h:1"],
+        ["h:0", "h:1"],
+    ]
+
+
+def test_a_reply_not_signed_by_the_driver_is_refused() -> None:
+    secret = b"k" * 32
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def impostor() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            body = {"run": "r", "stage": "1.0", "addresses": ["evil:1"], "error": None}
+            body["mac"] = _mac(b"x" * 32, body)
+            conn.sendall(json.dumps(body).encode() + b"\n")
+
+    thread = threading.Thread(target=impostor)
+    thread.start()
+    try:
+        with pytest.raises(SparkRendezvousError, match="not signed by the driver"):
+            meet(Ticket("127.0.0.1", port, "r", secret, 5.0), "1.0", 0, 1, "h:0")
+    finally:
+        thread.join(timeout=5)
+        server.close()
+
+
+def test_no_registry_is_a_clear_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(SparkRendezvousError, match="cannot reach the driver's rendezvous"):
+        meet(Ticket("127.0.0.1", port, "r", b"s" * 32, 2.0), "1.0", 0, 2, "h:0")
+
+
+def test_a_forgotten_run_is_refused(registry: Registry) -> None:
+    ticket = registry.ticket(b"s" * 32, timeout=2)
+    registry.forget(ticket.run)
+    with pytest.raises(SparkRendezvousError, match="without a valid reply"):
+        meet(ticket, "1.0", 0, 1, "h:0")
+
+
+def test_closing_stops_the_thread_and_tells_waiting_tasks() -> None:
+    reg = Registry("127.0.0.1", timeout=30)
+    ticket = reg.ticket(b"s" * 32, timeout=10)
+    results: list[Any] = []
+    waiter = threading.Thread(target=lambda: results.extend(in_threads([lambda: meet(ticket, "1.0", 0, 2, "h:0")])))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while reg.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    reg.close()
+    waiter.join(timeout=10)
+    assert isinstance(results[0], SparkRendezvousError)
+    assert not reg._thread.is_alive()
+
+
+def test_a_finished_meeting_leaves_no_open_sockets(registry: Registry) -> None:
+    import os
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    ticket = registry.ticket(b"s" * 32, timeout=10)
+    in_threads([lambda: meet(ticket, "1.0", 0, 2, "h:0"), lambda: meet(ticket, "1.0", 1, 2, "h:1")])
+    before = open_fds()
+    for stage in range(5):
+        results = in_threads(
+            [lambda s=stage, p=p: meet(ticket, f"{s}.1", p, 2, f"h:{p}") for p in range(2)]  # type: ignore[misc]
+        )
+        assert results == [["h:0", "h:1"]] * 2
+    assert open_fds() <= before
+
+
+def test_a_second_announcement_of_a_partition_takes_the_first_ones_place(registry: Registry) -> None:
+    ticket = registry.ticket(b"s" * 32, timeout=10)
+    early: list[Any] = []
+    late: list[Any] = []
+    first = threading.Thread(target=lambda: early.extend(in_threads([lambda: meet(ticket, "1.0", 0, 2, "old:0")])))
+    first.start()
+    deadline = time.monotonic() + 5
+    while registry.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = threading.Thread(target=lambda: late.extend(in_threads([lambda: meet(ticket, "1.0", 0, 2, "new:0")])))
+    second.start()
+    first.join(timeout=10)  # the old announcement is told it was replaced, so the new one is in place
+    assert isinstance(early[0], SparkRendezvousError)
+    assert "another task announced the same partition" in str(early[0])
+    assert meet(ticket, "1.0", 1, 2, "h:1") == ["new:0", "h:1"]
+    second.join(timeout=10)
+    assert late == [["new:0", "h:1"]]
