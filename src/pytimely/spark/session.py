@@ -39,6 +39,8 @@ LOCAL_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Arrow batches of 100,000 rows instead of 10,000: a tenth of the per-batch work on both sides of the JVM.
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "2",
     "spark.python.worker.reuse": "true",
