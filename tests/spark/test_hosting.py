@@ -68,6 +68,26 @@ def test_wcc_on_spark_equals_the_in_process_job(spark: Any, tmp_path: Path, edge
     assert rows == [tuple(r) for r in expected.tolist()]
 
 
+@pytest.mark.parametrize("meeting", ["driver", "gather"])
+def test_both_ways_of_meeting_give_the_same_components(spark: Any, meeting: str) -> None:
+    rng = np.random.default_rng(5)
+    array = rng.integers(0, 3000, size=(4000, 2), dtype=np.int64)
+    frame = _edges_frame(spark, array)
+    got = collect(run_dataflow(wcc._components, frame, "vertex long, label long", processes=2, meeting=meeting))
+    rows = dict(zip(got.column("vertex").to_pylist(), got.column("label").to_pylist(), strict=True))
+    parent = {int(v): int(v) for v in np.unique(array)}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for a, b in array.tolist():
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    assert rows == {v: find(v) for v in parent}
+
+
 @SPARK_SETTINGS
 @given(
     edges=st.lists(
