@@ -1,6 +1,7 @@
 """Connected components on Spark: pytimely hosted by Spark against Spark's own ways, in one run.
 
-    python bench/bench_spark.py [--edges N] [--vertices N] [--slots S] [--with-label-propagation] [--quick] [--json]
+    python bench/bench_spark.py [--edges N] [--vertices N] [--slots S] [--repeat R] [--with-label-propagation]
+                                [--quick] [--json]
 
 The graph: ``--edges`` random edges (default 1,000,000) over ``--vertices`` ids (default half as many),
 drawn with seed 42, written once as Parquet and read by Spark into a cached DataFrame of ``S`` partitions.
@@ -15,7 +16,10 @@ Spark runs in local mode with ``S`` slots (default 2), started once; its start-u
 (d) NetworkX: building the graph from the edge array and ``connected_components``, in this process.
 
 Each contender first runs once on a 1,000-edge graph (Python workers started, JVM code compiled), then
-is timed once on the full graph; every result is checked to give every vertex the same label.
+is timed ``--repeat`` times (default 2) on the full graph and reported by its best time — what a
+long-running Spark application sees once its JVM has compiled the hot paths; the first full-size run of
+every Spark contender is slower (see docs/spark.md). Label propagation runs once. Every result is checked
+to give every vertex the same label.
 Ratios are the baseline's time over pytimely's (> 1: pytimely faster). Target: (a) >= 10x faster than (b).
 
 Prints a Markdown table; ``--json`` prints one JSON object per row instead.
@@ -102,10 +106,18 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         if with_lp:
             contenders.append(("c", "DataFrame label propagation", propagation))
         results: dict[str, tuple[float, Any]] = {}
+        first: dict[str, float] = {}
         for ident, _, func in contenders:
             func(small)
-            results[ident] = timed(lambda func=func: func(frame))  # type: ignore[misc]
-        results["d"] = timed(lambda: networkx_labels(edges))
+            runs = [
+                timed(lambda func=func: func(frame))  # type: ignore[misc]
+                for _ in range(1 if ident == "c" else args.repeat)
+            ]
+            results[ident] = min(runs, key=lambda run: run[0])
+            first[ident] = runs[0][0]
+        runs = [timed(lambda: networkx_labels(edges)) for _ in range(args.repeat)]
+        results["d"] = min(runs, key=lambda run: run[0])
+        first["d"] = runs[0][0]
         spark_version = spark.version
     names = {ident: name for ident, name, _ in contenders}
     names["d"] = "NetworkX build + connected_components (in process)"
@@ -123,6 +135,7 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
             "workload": names[ident],
             "edges": args.edges,
             "seconds": round(seconds, 3),
+            "first_run_seconds": round(first[ident], 3),
             "edges_per_s": round(args.edges / seconds),
         }
         if ident != "a":
@@ -138,6 +151,7 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         "python": platform.python_version(),
         "spark": spark_version,
         "slots": args.slots,
+        "repeat": args.repeat,
         "spark_start_s": round(start_seconds, 2),
         "vertices": len(reference),
         "components": len(sizes),
@@ -153,12 +167,16 @@ def main() -> None:
     parser.add_argument("--edges", type=int, default=1_000_000)
     parser.add_argument("--vertices", type=int, default=0, help="vertex ids to draw from (default edges / 2)")
     parser.add_argument("--slots", type=int, default=2, help="Spark slots = pytimely processes (default 2)")
+    parser.add_argument("--repeat", type=int, default=2, help="timed runs per contender, best reported (default 2)")
     parser.add_argument("--with-label-propagation", action="store_true")
     parser.add_argument("--quick", action="store_true", help="20,000 edges (a smoke run)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args()
     if args.quick:
         args.edges = 20_000
+        args.repeat = 1
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     facts, rows = run(args)
     if args.json:
         print(json.dumps(facts))
@@ -169,15 +187,16 @@ def main() -> None:
         f"Python {facts['python']}, Spark {facts['spark']} local[{facts['slots']}] (started in "
         f"{facts['spark_start_s']} s, not counted); {args.edges:,} edges, {facts['vertices']:,} vertices, "
         f"{facts['components']:,} components, the largest {facts['largest']:,}; label propagation "
-        f"{facts['label_propagation']}\n"
+        f"{facts['label_propagation']}; best of {facts['repeat']} timed runs\n"
     )
-    print("| | contender | seconds | edges/s | pytimely's speed-up over it | target |")
-    print("|---|---|---|---|---|---|")
+    print("| | contender | seconds (best) | first run | edges/s | pytimely's speed-up over it | target |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         speedup = f"{row['speedup_of_pytimely']:.2f}x" if "speedup_of_pytimely" in row else ""
         target = f"{row['target']}: {'met' if row['met'] else 'missed'}" if "target" in row else ""
         print(
-            f"| {row['id']} | {row['workload']} | {row['seconds']:.2f} | {row['edges_per_s']:,} | {speedup} | "
+            f"| {row['id']} | {row['workload']} | {row['seconds']:.2f} | {row['first_run_seconds']:.2f} | "
+            f"{row['edges_per_s']:,} | {speedup} | "
             f"{target} |"
         )
 
