@@ -181,3 +181,62 @@ class SparkTaskError(SparkError):
 
 class SparkRendezvousError(SparkError):
     """The tasks of a barrier stage could not meet through the driver's registry (unreachable, late, or forged)."""
+
+
+class WorkflowError(PytimelyError):
+    """A resumable workflow could not be defined, resumed or run (its staging areas and executors included)."""
+
+class StagingError(WorkflowError):
+    """A staging area could not store, find or read a value; names the key."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class StagingKeyError(StagingError, ValueError):
+    """A staging key is malformed (empty, or a segment with characters outside letters, digits and ``_.=-``)."""
+
+
+class ValueMissingError(StagingError, LookupError):
+    """No complete value is staged under the key, or the one there was computed for another fingerprint."""
+
+
+class UnpicklableValueError(StagingError, TypeError):
+    """A value to be staged cannot be pickled; names the key and the value's type (nothing is left behind)."""
+
+
+class CorruptValueError(StagingError):
+    """A staged value's payload does not match what its commit marker records (size or checksum)."""
+
+
+class FingerprintError(WorkflowError, TypeError):
+    """A value or callable cannot be fingerprinted; names its type."""
+
+
+class ExecutorError(WorkflowError):
+    """An executor could not run a module's code; names the module."""
+
+    def __init__(self, message: str, module: str) -> None:
+        super().__init__(message)
+        self.module = module
+
+
+class ModuleFailedError(ExecutorError):
+    """A simple module's own code raised; the original exception is the ``__cause__``."""
+
+
+class ModuleOutputError(ExecutorError, ValueError):
+    """A simple module returned something that does not fit its out-ports."""
+
+
+class UnpicklableCallError(ExecutorError, TypeError):
+    """A module's function or an input cannot be sent to a worker process (names the module and what failed)."""
+
+
+class WorkerDiedError(ExecutorError):
+    """The worker process running a module died (killed, or exited without answering)."""
+
+
+class ExecutorClosedError(ExecutorError):
+    """A module was given to an executor after it was closed."""

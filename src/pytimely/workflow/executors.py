@@ -1,0 +1,449 @@
+"""Executors: where a simple module's code runs.
+
+An executor takes a :class:`Call` — the module's qualified name (for error messages), its function, the keyword
+inputs and parameters, and the names of its out-ports — and runs ``fn(**inputs, **params)``. ``await
+executor.run(call)`` returns a dict from out-port name to value:
+
+* one out-port: the function's return value is that port's value;
+* several: the function returns a mapping with exactly those names (or a tuple in their order);
+* none: the return value is ignored and the dict is empty.
+
+User code that raises becomes :class:`~pytimely.errors.ModuleFailedError` naming the module, with the original
+exception as ``__cause__``; a return value that does not fit the out-ports is a
+:class:`~pytimely.errors.ModuleOutputError`.
+
+The :class:`Executor` protocol is ``async run(call)`` plus ``close()``; every executor here is also an async
+context manager (``async with ThreadExecutor() as executor: ...``) that closes on exit, leaving no threads or
+processes behind. Implementations:
+
+* :class:`ThreadExecutor` (the default): a ``concurrent.futures.ThreadPoolExecutor`` in this process;
+* :class:`ProcessExecutor`: a process pool; the function travels by reference (a module-level function), the
+  inputs and results by pickle; a worker process that dies gives :class:`~pytimely.errors.WorkerDiedError`;
+* :class:`SparkExecutor`: runs in the Spark driver with the session passed to a parameter named ``spark``;
+  DataFrames pass as they are;
+* :func:`dataflow_step`: makes a pytimely dataflow a simple module's function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import multiprocessing
+import pickle
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
+
+from pytimely.errors import (
+    ExecutorClosedError,
+    ModuleFailedError,
+    ModuleOutputError,
+    UnpicklableCallError,
+    WorkerDiedError,
+)
+
+__all__ = [
+    "Call",
+    "DataflowStep",
+    "Executor",
+    "ProcessExecutor",
+    "SparkExecutor",
+    "ThreadExecutor",
+    "dataflow_step",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One run of a simple module: ``fn(**inputs, **params)``, reported under ``module``."""
+
+    module: str
+    fn: Callable[..., Any]
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ("out",)
+
+    def __post_init__(self) -> None:
+        both = set(self.inputs) & set(self.params)
+        if both:
+            raise ValueError(f"module {self.module!r}: {sorted(both)} given both as inputs and as parameters")
+        if len(set(self.outputs)) != len(self.outputs):
+            raise ValueError(f"module {self.module!r}: out-port names repeat: {list(self.outputs)}")
+
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments of the function: inputs and parameters together."""
+        return {**self.inputs, **self.params}
+
+    def outputs_of(self, result: Any) -> dict[str, Any]:
+        """The out-port values from the function's return value; ``ModuleOutputError`` when they do not fit."""
+        names = self.outputs
+        if not names:
+            return {}
+        if len(names) == 1:
+            return {names[0]: result}
+        if isinstance(result, Mapping):
+            missing = [n for n in names if n not in result]
+            extra = sorted(str(n) for n in result if n not in names)
+            if missing or extra:
+                raise ModuleOutputError(
+                    f"module {self.module!r} returned outputs {sorted(map(str, result))}, expected {list(names)}"
+                    + (f"; missing {missing}" if missing else "")
+                    + (f"; unexpected {extra}" if extra else ""),
+                    self.module,
+                )
+            return {n: result[n] for n in names}
+        if isinstance(result, tuple) and len(result) == len(names):
+            return dict(zip(names, result, strict=True))
+        raise ModuleOutputError(
+            f"module {self.module!r} has out-ports {list(names)}: its function must return a mapping with those "
+            f"names or a tuple of {len(names)} values, got {type(result).__name__}",
+            self.module,
+        )
+
+
+def invoke(call: Call, arguments: Mapping[str, Any] | None = None) -> Any:
+    """Run the call's function on this thread; user errors become ``ModuleFailedError`` naming the module."""
+    try:
+        return call.fn(**(call.arguments() if arguments is None else arguments))
+    except Exception as exc:
+        raise ModuleFailedError(f"module {call.module!r} failed: {type(exc).__name__}: {exc}", call.module) from exc
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs simple modules' code: ``await run(call)`` gives the out-port values; ``close()`` frees resources."""
+
+    async def run(self, call: Call) -> dict[str, Any]:
+        """Run ``call`` and return its out-port values by name."""
+        ...
+
+    def close(self) -> None:
+        """Wait for running calls and release threads or processes; later ``run`` calls fail."""
+        ...
+
+
+class _ExecutorBase:
+    """The async context manager and closed-state shared by the executors."""
+
+    _closed: bool = False
+
+    def close(self) -> None:
+        """Release resources (overridden)."""
+        self._closed = True
+
+    def _check_open(self, call: Call) -> None:
+        if self._closed:
+            name = type(self).__name__
+            raise ExecutorClosedError(f"{name} is closed; cannot run module {call.module!r}", call.module)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class ThreadExecutor(_ExecutorBase):
+    """Runs module code on a thread pool of this process (the default executor).
+
+    A cancelled ``run`` stops waiting, but the call already running on its thread cannot be interrupted; it
+    finishes and its result is dropped.
+    """
+
+    def __init__(self, max_workers: int | None = None, *, thread_name_prefix: str = "pytimely-module") -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix=thread_name_prefix)
+
+    async def run(self, call: Call) -> dict[str, Any]:
+        """Run ``call`` on a pool thread and return its out-port values."""
+        self._check_open(call)
+        result = await asyncio.get_running_loop().run_in_executor(self._pool, invoke, call)
+        return call.outputs_of(result)
+
+    def close(self) -> None:
+        """Wait for running calls and stop the pool's threads."""
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class ProcessExecutor(_ExecutorBase):
+    """Runs module code in a pool of worker processes (started with ``spawn`` unless ``mp_context`` says otherwise).
+
+    The function must be picklable by reference (a module-level function, or an object of a module-level class);
+    the inputs and parameters are pickled once per call, and the result pickled back. A worker process that
+    dies (``os._exit``, a signal) fails every call the pool was running with :class:`WorkerDiedError`, and a
+    fresh pool takes the next calls.
+    """
+
+    def __init__(self, max_workers: int | None = None, *, mp_context: str = "spawn") -> None:
+        self._context = multiprocessing.get_context(mp_context)
+        self._max_workers = max_workers
+        self._lock = threading.Lock()
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        return concurrent.futures.ProcessPoolExecutor(self._max_workers, mp_context=self._context)
+
+    async def run(self, call: Call) -> dict[str, Any]:
+        """Run ``call`` in a worker process and return its out-port values."""
+        self._check_open(call)
+        payload = _pickle_call(call)
+        with self._lock:
+            pool = self._pool
+            future = pool.submit(_run_pickled, payload)
+        try:
+            outcome = await asyncio.wrap_future(future)
+        except BrokenProcessPool as exc:
+            await asyncio.to_thread(self._replace, pool)
+            raise WorkerDiedError(
+                f"the worker process running module {call.module!r} died (killed, or exited without answering)",
+                call.module,
+            ) from exc
+        if isinstance(outcome, _Unloadable):
+            raise UnpicklableCallError(
+                f"module {call.module!r} cannot be loaded in a worker process: {outcome.message}", call.module
+            )
+        if isinstance(outcome, _Raised):
+            raise ModuleFailedError(
+                f"module {call.module!r} failed: {type(outcome.error).__name__}: {outcome.error}", call.module
+            ) from outcome.error
+        return call.outputs_of(outcome)
+
+    def _replace(self, broken: concurrent.futures.ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is not broken or self._closed:
+                return
+            self._pool = self._new_pool()
+        broken.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        """Wait for running calls and stop the worker processes."""
+        with self._lock:
+            self._closed = True
+            pool = self._pool
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    """User code in a worker process raised ``error`` (sent back as a value to tell it from pool failures)."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class _Unloadable:
+    """The call could not be unpickled in the worker process."""
+
+    message: str
+
+
+def _pickle_call(call: Call) -> bytes:
+    try:
+        pickle.dumps(call.fn, protocol=5)
+    except Exception as exc:
+        raise UnpicklableCallError(
+            f"module {call.module!r}: its function {call.fn!r} cannot be sent to a worker process; define it at "
+            f"module level ({type(exc).__name__}: {exc})",
+            call.module,
+        ) from exc
+    arguments = call.arguments()
+    try:
+        return pickle.dumps((call.fn, arguments), protocol=5)
+    except Exception as exc:
+        for name, value in arguments.items():
+            try:
+                pickle.dumps(value, protocol=5)
+            except Exception:
+                raise UnpicklableCallError(
+                    f"module {call.module!r}: argument {name!r} (a {type(value).__name__}) cannot be sent to a "
+                    f"worker process ({type(exc).__name__}: {exc})",
+                    call.module,
+                ) from exc
+        raise UnpicklableCallError(f"module {call.module!r}: cannot pickle the call ({exc})", call.module) from exc
+
+
+def _run_pickled(payload: bytes) -> Any:
+    """In the worker process: unpickle the call and run it; user errors come back as ``_Raised``."""
+    try:
+        fn, arguments = pickle.loads(payload)
+    except Exception as exc:
+        return _Unloadable(f"{type(exc).__name__}: {exc}")
+    try:
+        return fn(**arguments)
+    except Exception as exc:
+        try:
+            pickle.dumps(exc)
+        except Exception:
+            # An exception that cannot travel back is described instead.
+            return _Raised(RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"))
+        return _Raised(exc)
+
+
+class SparkExecutor(_ExecutorBase):
+    """Runs module code in the Spark driver, giving the session to a parameter named ``spark``.
+
+    Calls run on driver threads (several modules' Spark jobs can run at once); each call's jobs are described
+    in the Spark UI by the module's name. DataFrame inputs and results pass as they are (lazily).
+    """
+
+    def __init__(self, session: Any, max_workers: int | None = None) -> None:
+        self.session = session
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="pytimely-spark-module")
+
+    async def run(self, call: Call) -> dict[str, Any]:
+        """Run ``call`` on a driver thread with the session and return its out-port values."""
+        self._check_open(call)
+        arguments = call.arguments()
+        if "spark" not in arguments and _accepts(call.fn, "spark"):
+            arguments["spark"] = self.session
+        result = await asyncio.get_running_loop().run_in_executor(self._pool, self._invoke, call, arguments)
+        return call.outputs_of(result)
+
+    def _invoke(self, call: Call, arguments: dict[str, Any]) -> Any:
+        context = self.session.sparkContext
+        context.setJobDescription(f"pytimely module {call.module}")
+        try:
+            return invoke(call, arguments)
+        finally:
+            context.setJobDescription(None)
+
+    def close(self) -> None:
+        """Wait for running calls and stop the driver threads (the session stays up: it is the caller's)."""
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters and parameters[name].kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+
+
+# -- a pytimely dataflow as a simple module ------------------------------------------------------------------------
+
+
+class DataflowStep:
+    """A simple module's function that runs a pytimely dataflow: ``step(**inputs)`` gives the collected output.
+
+    ``build(scope, **streams)`` gets one stream per input (named like the inputs) and returns the stream to
+    collect, or a mapping of name to stream (the step then returns a dict of name to output). Each input value
+    — a list or tuple of records, a numpy array, or an Arrow table or batch — is split into contiguous shares,
+    one per worker, sent in batches at time 0; the dataflow runs to completion on ``workers`` workers of this
+    process (:func:`pytimely.execute`). An output is a list of records, or one numpy array / Arrow table when
+    every batch is one; the order of records is not specified.
+
+    Picklable when ``build`` is a module-level function, so a :class:`ProcessExecutor` can run it. Its code
+    fingerprint is that of ``build`` (the number of workers does not change the result).
+    """
+
+    def __init__(
+        self, build: Callable[..., Any], workers: int = 1, *, seed: int | None = None, batch_size: int = 1 << 16
+    ) -> None:
+        if type(workers) is not int or workers < 1:
+            raise ValueError(f"workers must be a positive int, got {workers!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size!r}")
+        self.build = build
+        self.workers = workers
+        self.seed = seed
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"DataflowStep({getattr(self.build, '__qualname__', self.build)!r}, workers={self.workers})"
+
+    def __code_fingerprint__(self) -> str:
+        """The code fingerprint of ``build`` (used by :func:`pytimely.workflow.fingerprint.code_fingerprint`)."""
+        from pytimely.workflow.fingerprint import code_fingerprint
+
+        return code_fingerprint(self.build)
+
+    def __call__(self, **inputs: Any) -> Any:
+        """Run the dataflow over ``inputs`` and return its output."""
+        from pytimely import execute
+
+        names = sorted(inputs)
+        build = self.build
+        batch_size = self.batch_size
+
+        def job(worker: Any) -> Any:
+            def dataflow(scope: Any) -> tuple[dict[str, Any], Any]:
+                handles, streams = {}, {}
+                for name in names:
+                    handles[name], streams[name] = scope.new_input(name=name)
+                out = build(scope, **streams)
+                if isinstance(out, Mapping):
+                    return handles, {key: stream.capture() for key, stream in out.items()}
+                return handles, out.capture()
+
+            handles, captured = worker.dataflow(dataflow)
+            for name in names:
+                for batch in _batches(_share(inputs[name], worker.index, worker.peers), batch_size):
+                    handles[name].send_batch(batch)
+            return captured
+
+        parts = execute(job, self.workers, seed=self.seed)
+        if parts and isinstance(parts[0], Mapping):
+            return {key: _gather([part[key] for part in parts]) for key in parts[0]}
+        return _gather(parts)
+
+
+def dataflow_step(
+    build: Callable[..., Any], workers: int = 1, *, seed: int | None = None, batch_size: int = 1 << 16
+) -> DataflowStep:
+    """A simple module's function running the dataflow ``build(scope, **streams)``; see :class:`DataflowStep`."""
+    return DataflowStep(build, workers, seed=seed, batch_size=batch_size)
+
+
+def _share(records: Any, index: int, peers: int) -> Any:
+    """Worker ``index``'s contiguous share of ``records``."""
+    kind = type(records)
+    if kind.__module__.startswith("pyarrow") and kind.__name__ in ("Table", "RecordBatch"):
+        n = records.num_rows
+        lo, hi = n * index // peers, n * (index + 1) // peers
+        return records.slice(lo, hi - lo)
+    if not isinstance(records, Sequence) and not hasattr(records, "__array__"):
+        records = list(records)
+    n = len(records)
+    return records[n * index // peers : n * (index + 1) // peers]
+
+
+def _batches(records: Any, size: int) -> list[Any]:
+    kind = type(records)
+    if kind.__module__.startswith("pyarrow") and kind.__name__ == "Table":
+        return [b for b in records.to_batches(max_chunksize=size) if b.num_rows]
+    return [records[start : start + size] for start in range(0, len(records), size)]
+
+
+def _gather(parts: list[list[tuple[Any, Any]]]) -> Any:
+    batches = [batch for captured in parts for _, batch in captured]
+    if batches and all(type(b).__module__ == "numpy" for b in batches):
+        import numpy as np
+
+        return np.concatenate(batches)
+    if batches and all(type(b).__name__ == "RecordBatch" and type(b).__module__.startswith("pyarrow") for b in batches):
+        import pyarrow as pa
+
+        return pa.Table.from_batches(batches)
+    records: list[Any] = []
+    for batch in batches:
+        records.extend(batch)
+    return records
