@@ -1,0 +1,80 @@
+"""Fixtures for the workflow tests: one empty staging area of each kind per test, S3 on a local moto server."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytimely.workflow.staging import FsspecStaging, LocalStaging, MemoryStaging, StagingArea
+
+AREAS = ["memory", "local", "fsspec-local", "s3"]
+PERSISTENT = ["local", "fsspec-local", "s3"]
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A moto S3 server on 127.0.0.1 with one bucket, and the options s3fs needs to reach it."""
+
+    endpoint: str
+    bucket: str
+
+    def options(self) -> dict[str, Any]:
+        """``storage_options`` for ``FsspecStaging`` / s3fs."""
+        return {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "eu-west-1"},
+            "skip_instance_cache": True,
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A real S3-compatible HTTP server (moto) on a free port of 127.0.0.1, stopped after the tests."""
+    pytest.importorskip("s3fs")
+    server_module = pytest.importorskip("moto.server")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        s3 = S3Server(f"http://{host}:{port}", "staging")
+        import s3fs
+
+        s3fs.S3FileSystem(**s3.options()).mkdir(s3.bucket)
+        yield s3
+    finally:
+        server.stop()
+
+
+_prefixes = itertools.count()
+
+
+def make_area(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> StagingArea:
+    """A fresh, empty staging area of ``kind`` (on S3: a prefix of its own in the session's bucket)."""
+    if kind == "memory":
+        return MemoryStaging()
+    if kind == "local":
+        return LocalStaging(tmp_path / "area")
+    if kind == "fsspec-local":
+        return FsspecStaging(f"file://{tmp_path}/area")
+    if kind == "s3":
+        s3: S3Server = request.getfixturevalue("s3_server")
+        return FsspecStaging(f"s3://{s3.bucket}/test-{next(_prefixes)}", **s3.options())
+    raise AssertionError(kind)
+
+
+@pytest.fixture(params=AREAS)
+def staging(request: pytest.FixtureRequest, tmp_path: Path) -> StagingArea:
+    """A fresh, empty staging area of each kind."""
+    return make_area(request.param, tmp_path, request)
+
+
+@pytest.fixture(params=PERSISTENT)
+def persistent(request: pytest.FixtureRequest, tmp_path: Path) -> StagingArea:
+    """A fresh, empty staging area of each kind that writes files."""
+    return make_area(request.param, tmp_path, request)

@@ -1,0 +1,339 @@
+"""Executors: results, errors naming the module, dying worker processes, the dataflow step, nothing leaked."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytimely.errors import (
+    ExecutorClosedError,
+    ModuleFailedError,
+    ModuleOutputError,
+    UnpicklableCallError,
+    WorkerDiedError,
+)
+from pytimely.workflow.executors import (
+    Call,
+    DataflowStep,
+    Executor,
+    ProcessExecutor,
+    ThreadExecutor,
+    dataflow_step,
+)
+from pytimely.workflow.fingerprint import code_fingerprint
+
+# -- module-level functions: a process pool finds them by reference ------------------------------------------------
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+def bad(x: int) -> int:
+    raise ValueError(f"bad x={x}")
+
+
+def split(n: int) -> dict[str, int]:
+    return {"even": n - n % 2, "odd": n % 2}
+
+
+def pair(n: int) -> tuple[int, int]:
+    return n // 10, n % 10
+
+
+def exit_hard() -> None:
+    os._exit(7)
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleep_pid() -> int:
+    threading.Event().wait(0.2)  # long enough that both pool processes take a call
+    return os.getpid()
+
+
+def sleep_then(value: int, seconds: float) -> int:
+    threading.Event().wait(seconds)
+    return value
+
+
+class Unpicklable(Exception):
+    """An exception that cannot be pickled back from a worker process."""
+
+    def __init__(self) -> None:
+        super().__init__("holds a lock")
+        self.lock = threading.Lock()
+
+
+def raise_unpicklable() -> None:
+    raise Unpicklable
+
+
+def word_count(scope: Any, lines: Any) -> Any:
+    return lines.flat_map(str.split).count_by()
+
+
+def stats(scope: Any, numbers: Any) -> dict[str, Any]:
+    return {"total": numbers.map_batch(lambda b: [int(np.sum(b))]), "count": numbers.count()}
+
+
+# -- fixtures ------------------------------------------------------------------------------------------------------
+
+KINDS = ["thread", "process"]
+
+
+def make(kind: str) -> Executor:
+    return ThreadExecutor(4) if kind == "thread" else ProcessExecutor(2)
+
+
+@pytest.fixture(scope="module")
+def process_pool() -> Iterator[ProcessExecutor]:
+    """One process pool for the tests that only run calls (starting worker processes costs time)."""
+    executor = ProcessExecutor(2)
+    yield executor
+    executor.close()
+
+
+@pytest.fixture(params=KINDS)
+def executor(request: pytest.FixtureRequest, process_pool: ProcessExecutor) -> Iterator[Executor]:
+    if request.param == "process":
+        yield process_pool
+    else:
+        with ThreadExecutor(4) as threads:
+            yield threads
+
+
+def run(executor: Executor, call: Call) -> dict[str, Any]:
+    return asyncio.run(executor.run(call))
+
+
+# -- results and errors --------------------------------------------------------------------------------------------
+
+
+def test_result_of_one_output(executor: Executor) -> None:
+    assert run(executor, Call("calc/add", add, {"a": 2}, {"b": 40})) == {"out": 42}
+    assert run(executor, Call("calc/add", add, {"a": 2, "b": 3}, outputs=("sum",))) == {"sum": 5}
+
+
+def test_several_outputs(executor: Executor) -> None:
+    assert run(executor, Call("s", split, {"n": 7}, outputs=("even", "odd"))) == {"even": 6, "odd": 1}
+    assert run(executor, Call("p", pair, {"n": 73}, outputs=("tens", "ones"))) == {"tens": 7, "ones": 3}
+    assert run(executor, Call("p", pair, {"n": 73}, outputs=())) == {}
+
+
+def test_outputs_that_do_not_fit(executor: Executor) -> None:
+    with pytest.raises(ModuleOutputError, match=r"'report/split'.*missing \['three'\]") as info:
+        run(executor, Call("report/split", split, {"n": 3}, outputs=("even", "odd", "three")))
+    assert info.value.module == "report/split"
+    with pytest.raises(ModuleOutputError, match=r"'report/add'.*got int"):
+        run(executor, Call("report/add", add, {"a": 1, "b": 2}, outputs=("x", "y")))
+
+
+def test_user_error_names_module_and_keeps_cause(executor: Executor) -> None:
+    with pytest.raises(ModuleFailedError, match=r"'report/clean' failed: ValueError: bad x=5") as info:
+        run(executor, Call("report/clean", bad, {"x": 5}))
+    assert info.value.module == "report/clean"
+    assert isinstance(info.value.__cause__, ValueError)
+    assert str(info.value.__cause__) == "bad x=5"
+
+
+def test_wrong_arguments_are_the_modules_error(executor: Executor) -> None:
+    with pytest.raises(ModuleFailedError, match=r"'m'.*TypeError") as info:
+        run(executor, Call("m", add, {"a": 1, "c": 2}))
+    assert isinstance(info.value.__cause__, TypeError)
+
+
+def test_call_refuses_a_name_both_input_and_parameter() -> None:
+    with pytest.raises(ValueError, match=r"'m'.*\['a'\]"):
+        Call("m", add, {"a": 1}, {"a": 2})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_closed_executor_refuses(kind: str) -> None:
+    executor = make(kind)
+    assert run(executor, Call("m", add, {"a": 1, "b": 1})) == {"out": 2}
+    executor.close()
+    with pytest.raises(ExecutorClosedError, match="'late'"):
+        run(executor, Call("late", add, {"a": 1, "b": 1}))
+
+
+def test_thread_calls_run_at_once() -> None:
+    """Four calls that each wait for all four at a barrier finish only if they run concurrently."""
+    barrier = threading.Barrier(4, timeout=30)
+
+    def meet(i: int) -> int:
+        barrier.wait()
+        return i
+
+    async def main() -> list[dict[str, Any]]:
+        async with ThreadExecutor(4) as executor:
+            return await asyncio.gather(*(executor.run(Call(f"m{i}", meet, {"i": i})) for i in range(4)))
+
+    assert asyncio.run(main()) == [{"out": i} for i in range(4)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.integers(), st.integers()), max_size=8))
+def test_thread_results_match_calls(pairs: list[tuple[int, int]]) -> None:
+    async def main() -> list[dict[str, Any]]:
+        async with ThreadExecutor(3) as executor:
+            return await asyncio.gather(
+                *(executor.run(Call(f"m{i}", add, {"a": a}, {"b": b})) for i, (a, b) in enumerate(pairs))
+            )
+
+    assert asyncio.run(main()) == [{"out": a + b} for a, b in pairs]
+
+
+# -- process pool --------------------------------------------------------------------------------------------------
+
+
+def test_process_runs_elsewhere(process_pool: ProcessExecutor) -> None:
+    assert run(process_pool, Call("where", pid))["out"] != os.getpid()
+
+
+def test_unpicklable_function_names_module(process_pool: ProcessExecutor) -> None:
+    with pytest.raises(UnpicklableCallError, match=r"'report/lambda'.*module level") as info:
+        run(process_pool, Call("report/lambda", lambda: 1))
+    assert info.value.module == "report/lambda"
+
+
+def test_unpicklable_input_names_module_and_argument(process_pool: ProcessExecutor) -> None:
+    with pytest.raises(UnpicklableCallError, match=r"'m'.*argument 'b' \(a lock\)"):
+        run(process_pool, Call("m", add, {"a": 1, "b": threading.Lock()}))
+
+
+def test_unpicklable_exception_is_described(process_pool: ProcessExecutor) -> None:
+    with pytest.raises(ModuleFailedError, match=r"'m'.*Unpicklable: holds a lock"):
+        run(process_pool, Call("m", raise_unpicklable))
+
+
+@pytest.mark.parametrize("die", [exit_hard, kill_self], ids=["os._exit", "SIGKILL"])
+def test_dying_worker_is_an_error_not_a_hang(die: Callable[[], None]) -> None:
+    before = set(multiprocessing.active_children())
+
+    async def main() -> None:
+        async with ProcessExecutor(2) as executor:
+            with pytest.raises(WorkerDiedError, match="'report/crash'") as info:
+                await executor.run(Call("report/crash", die))
+            assert info.value.module == "report/crash"
+            # The pool was replaced: later calls run.
+            assert await executor.run(Call("after", add, {"a": 1, "b": 2})) == {"out": 3}
+
+    asyncio.run(main())
+    assert set(multiprocessing.active_children()) <= before
+
+
+def test_process_calls_overlap() -> None:
+    """Two calls of 1 s on two processes take well under 2 s together: they ran side by side."""
+
+    async def main() -> list[dict[str, Any]]:
+        async with ProcessExecutor(2) as executor:
+            await executor.run(Call("warm", add, {"a": 0, "b": 0}))  # start the processes
+            await asyncio.gather(
+                *(executor.run(Call("warm", sleep_then, {"value": 0, "seconds": 0.2})) for _ in range(2))
+            )
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            results = await asyncio.gather(
+                *(executor.run(Call(f"s{i}", sleep_then, {"value": i, "seconds": 1.0})) for i in range(2))
+            )
+            assert loop.time() - start < 1.9
+            return results
+
+    assert asyncio.run(main()) == [{"out": 0}, {"out": 1}]
+
+
+# -- nothing left behind -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_threads_or_processes_left_after_close(kind: str) -> None:
+    before = set(threading.enumerate())
+    children = set(multiprocessing.active_children())
+    pids: list[int] = []
+
+    async def main() -> None:
+        async with make(kind) as executor:
+            results = await asyncio.gather(*(executor.run(Call(f"m{i}", add, {"a": i, "b": 1})) for i in range(6)))
+            assert results == [{"out": i + 1} for i in range(6)]
+            assert set(threading.enumerate()) - before  # the pool did start threads (or its manager thread)
+            for result in await asyncio.gather(*(executor.run(Call("pid", sleep_pid)) for _ in range(2))):
+                pids.append(result["out"])
+
+    asyncio.run(main())
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
+    assert set(multiprocessing.active_children()) <= children
+    for worker in set(pids) - {os.getpid()}:
+        with pytest.raises(ProcessLookupError):
+            os.kill(worker, 0)  # gone, and reaped
+
+
+# -- a dataflow as a module ----------------------------------------------------------------------------------------
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    lines=st.lists(
+        st.lists(st.sampled_from(["a", "rose", "is", "Rose", "b", "c"]), max_size=6).map(" ".join), max_size=30
+    ),
+    workers=st.integers(1, 3),
+)
+def test_dataflow_word_count_equals_counter(lines: list[str], workers: int) -> None:
+    step = dataflow_step(word_count, workers=workers, batch_size=4)
+    out = run_sync(step, lines=lines)
+    assert dict(out) == Counter(word for line in lines for word in line.split())
+    assert len(out) == len(dict(out))  # each word counted in one place
+
+
+def run_sync(step: DataflowStep, **inputs: Any) -> Any:
+    with ThreadExecutor(1) as executor:
+        return run(executor, Call("wc", step, inputs))["out"]
+
+
+def test_dataflow_step_in_a_process(process_pool: ProcessExecutor) -> None:
+    text = ["the cat and the hat", "the end", ""] * 50
+    out = run(process_pool, Call("report/wc", dataflow_step(word_count, workers=2), {"lines": text}))["out"]
+    assert dict(out) == Counter(" ".join(text).split())
+
+
+def test_dataflow_step_several_outputs_and_arrays() -> None:
+    numbers = np.arange(1000, dtype=np.int64)
+    out = run_sync(dataflow_step(stats, workers=2, batch_size=64), numbers=numbers)
+    assert sum(out["total"]) == int(numbers.sum())
+    assert sum(out["count"]) == 1000
+
+
+def test_dataflow_step_failure_names_module() -> None:
+    def broken(scope: Any, lines: Any) -> Any:
+        return lines.map(lambda line: 1 // 0)
+
+    with pytest.raises(ModuleFailedError, match="'wc'") as info:
+        run_sync(dataflow_step(broken, workers=2), lines=["x"])
+    assert isinstance(info.value.__cause__, Exception)
+
+
+def test_dataflow_step_fingerprint_is_its_builds() -> None:
+    assert code_fingerprint(dataflow_step(word_count, workers=2)) == code_fingerprint(word_count)
+    assert code_fingerprint(dataflow_step(word_count)) != code_fingerprint(dataflow_step(stats))
+
+
+def test_dataflow_step_refuses_bad_workers() -> None:
+    with pytest.raises(ValueError, match="workers"):
+        dataflow_step(word_count, workers=0)
