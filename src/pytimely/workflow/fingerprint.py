@@ -3,7 +3,9 @@
 * :func:`code_fingerprint` — a module's code: the function's source text (dedented) with its module and
   qualified name when the source is available, else its bytecode, constants and names (stable across runs
   of the same Python version). It changes when the function's body changes, and not when other code in the
-  same file does. Values captured by a closure and defaults are included; globals it reads, and functions it
+  same file does (a lambda's source is the whole lines it is written on). Values captured by a closure,
+  defaults, ``functools.partial`` arguments and a callable object's attributes are included (a module by its
+  name, a value that cannot be pickled — a lock, a session — by its type); globals it reads, and functions it
   calls, are **not** (give them as parameters, or change the function, to force recomputation).
 * :func:`value_fingerprint` — a value's content: Arrow tables and batches through their Arrow IPC stream
   (chunking does not matter), pandas frames through Arrow (index included), numpy arrays by dtype, shape and
@@ -84,7 +86,7 @@ def _code_parts(fn: Any, seen: set[int]) -> list[bytes]:
         return [b"class", _name(fn).encode(), _source_or_name(fn)]
     if callable(fn) and not isinstance(fn, types.BuiltinFunctionType | types.BuiltinMethodType):
         cls = type(fn)
-        return [b"instance", _name(cls).encode(), _source_or_name(cls), _value_bytes(_state(fn))]
+        return [b"instance", _name(cls).encode(), _source_or_name(cls), _captured_bytes(_state(fn))]
     return [b"builtin", _name(fn).encode()]
 
 
@@ -121,7 +123,7 @@ def _code_bytes(code: types.CodeType) -> bytes:
 
 def _captured(fn: types.FunctionType, seen: set[int]) -> list[bytes]:
     """Defaults and closure cells: they change what the function computes as much as its body does."""
-    parts = [_value_bytes(fn.__defaults__), _value_bytes(fn.__kwdefaults__)]
+    parts = [_captured_bytes(fn.__defaults__), _captured_bytes(fn.__kwdefaults__)]
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
         try:
             content = cell.cell_contents
@@ -131,8 +133,19 @@ def _captured(fn: types.FunctionType, seen: set[int]) -> list[bytes]:
         if callable(content) and not isinstance(content, type):
             parts.append(f"cell {name}:".encode() + b"".join(_code_parts(content, seen)))
         else:
-            parts.append(f"cell {name}:".encode() + _value_bytes(content))
+            parts.append(f"cell {name}:".encode() + _captured_bytes(content))
     return parts
+
+
+def _captured_bytes(value: Any) -> bytes:
+    """Like ``_value_bytes``, but a module counts by its name and an unpicklable value by its type only."""
+    if isinstance(value, types.ModuleType):
+        return b"module:" + value.__name__.encode()
+    try:
+        return _value_bytes(value)
+    except FingerprintError:
+        # Locks, sessions, connections: what they are matters, not their momentary state.
+        return b"unpicklable:" + _name(type(value)).encode()
 
 
 def _state(obj: Any) -> Any:
@@ -140,7 +153,13 @@ def _state(obj: Any) -> Any:
     if state is None:
         slots = [s for cls in type(obj).__mro__ for s in getattr(cls, "__slots__", ())]
         state = {s: getattr(obj, s) for s in slots if hasattr(obj, s)}
-    return {k: (code_fingerprint(v) if callable(v) and not isinstance(v, type) else v) for k, v in state.items()}
+    return {k: _state_value(v) for k, v in state.items()}
+
+
+def _state_value(value: Any) -> Any:
+    if callable(value) and not isinstance(value, type):
+        return code_fingerprint(value)
+    return _captured_bytes(value)
 
 
 # -- values --------------------------------------------------------------------------------------------------------
