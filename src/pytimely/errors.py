@@ -206,8 +206,8 @@ class UnpicklableValueError(StagingError, TypeError):
     """A value to be staged cannot be pickled; names the key and the value's type (nothing is left behind)."""
 
 
-class CorruptValueError(StagingError):
-    """A staged value's payload does not match what its commit marker records (size or checksum)."""
+class CorruptValueError(ValueMissingError):
+    """A staged value's payload does not match its commit marker (size or checksum): it counts as absent."""
 
 
 class FingerprintError(WorkflowError, TypeError):

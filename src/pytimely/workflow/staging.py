@@ -19,7 +19,8 @@ The :class:`StagingArea` protocol (synchronous; an asyncio interpreter calls it 
 * ``get(key, fingerprint=None)`` — the value, or :class:`~pytimely.errors.ValueMissingError` naming the key
   (also when ``fingerprint`` is given and the stored one differs);
 * ``delete(key)`` — forget the value (nothing happens when there is none);
-* ``keys(prefix="")`` — the sorted keys with a complete value at or below ``prefix`` (whole segments).
+* ``keys(prefix="")`` — the sorted keys with a committed value at or below ``prefix`` (whole segments); check
+  each with ``has`` before trusting it.
 
 Implementations: :class:`MemoryStaging` (objects kept as they are, in this process), :class:`LocalStaging`
 (a directory), :class:`FsspecStaging` (any fsspec filesystem: S3 through ``s3fs``, GCS, memory, …), and
@@ -110,7 +111,7 @@ def format_of(value: Any) -> str:
         return "parquet-pandas"
     elif module.startswith("pyspark.sql") and cls.__name__ == "DataFrame":
         return "spark"
-    elif module == "numpy" and cls.__name__ == "ndarray" and value.dtype != object:
+    elif module == "numpy" and cls.__name__ == "ndarray" and not value.dtype.hasobject:
         return "numpy"
     return "pickle"
 
@@ -140,7 +141,7 @@ class StagingArea(Protocol):
         ...
 
     def keys(self, prefix: str = "") -> list[str]:
-        """The sorted keys that hold a complete value, at or below ``prefix`` (whole segments)."""
+        """The sorted keys holding a committed value, at or below ``prefix`` (whole segments)."""
         ...
 
 
@@ -215,6 +216,7 @@ MARKER = ".commit"
 _DATA = ".data-"
 _TMP = ".tmp-"
 _MARKER_VERSION = 1
+Buffer = bytes | bytearray | memoryview
 _PICKLE_PROTOCOL = 5
 _READ_RETRIES = 3
 
@@ -280,18 +282,16 @@ def _encode(value: Any, fmt: str, out: Any) -> None:
         pq.write_table(table, out)
 
 
-def _decode(data: bytes, fmt: str) -> Any:
+def _decode(data: Buffer, fmt: str) -> Any:
     """The value ``_encode`` wrote as ``data``."""
     if fmt == "pickle":
         return pickle.loads(data)
     if fmt == "numpy":
-        import numpy as np
-
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        return _load_array(data)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(io.BytesIO(data))
+    table = pq.read_table(pa.BufferReader(data))
     if fmt == "parquet-pandas":
         return table.to_pandas()
     if fmt == "parquet-arrow-batch":
@@ -303,6 +303,28 @@ def _decode(data: bytes, fmt: str) -> Any:
     if fmt == "spark-arrow":
         return _active_spark().createDataFrame(table)
     return table
+
+
+def _load_array(data: Buffer) -> Any:
+    """The array in ``.npy`` bytes, as a view of them when they are writable (no copy), else a copy."""
+    import numpy as np
+
+    head = io.BytesIO(memoryview(data)[: 1 << 16])
+    version = np.lib.format.read_magic(head)
+    try:
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
+    except ValueError:  # a header longer than we looked at, or a version we do not parse here
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    count = 1
+    for side in shape:
+        count *= side
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=head.tell())
+    if not flat.flags.writeable:
+        flat = flat.copy()  # a staged array reads back writable, like np.load's
+    return flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
 
 
 def _active_spark() -> Any:
@@ -359,6 +381,8 @@ class _Marker:
             return None
         if not marker.data.startswith(_DATA) or "/" in marker.data:
             return None
+        if not all(isinstance(info, dict) and isinstance(info.get("size"), int) for info in marker.files.values()):
+            return None
         return marker
 
 
@@ -379,7 +403,8 @@ class _PathStaging:
     def _path(self, *parts: str) -> str:
         raise NotImplementedError
 
-    def _read(self, path: str) -> bytes | None:
+    def _read(self, path: str) -> Buffer | None:
+        """The file's bytes (possibly a writable buffer), or ``None`` if there is no such file."""
         raise NotImplementedError
 
     def _open_write(self, path: str) -> Any:
@@ -417,7 +442,7 @@ class _PathStaging:
 
     def _marker(self, key: str) -> _Marker | None:
         data = self._read(self._path(check_key(key), MARKER))
-        return None if data is None else _Marker.loads(data, key)
+        return None if data is None else _Marker.loads(bytes(data), key)
 
     def _complete(self, key: str, marker: _Marker) -> bool:
         sizes = self._sizes(self._path(key, marker.data))
@@ -463,8 +488,11 @@ class _PathStaging:
                     key,
                 ) from exc
             raise
-        file.close()
+        self._finish(file)
         return {name: {"size": writer.size, "xxh3_128": writer.hash.hexdigest()}}
+
+    def _finish(self, file: Any) -> None:
+        file.close()
 
     def _put_spark(self, key: str, data: str, frame: Any) -> tuple[dict[str, dict[str, Any]], str]:
         target = self._spark_path(self._path(key, data))
@@ -584,12 +612,17 @@ class LocalStaging(_PathStaging):
     def _path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
 
-    def _read(self, path: str) -> bytes | None:
+    def _read(self, path: str) -> Buffer | None:
+        import numpy as np
+
         try:
             with open(path, "rb") as file:
-                return file.read()
+                # An uninitialised, writable buffer of the file's size: arrays read back are views of it.
+                view = np.empty(os.fstat(file.fileno()).st_size, dtype=np.uint8).data
+                size = file.readinto(view)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        return view[:size]
 
     def _open_write(self, path: str) -> Any:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -611,14 +644,10 @@ class LocalStaging(_PathStaging):
             finally:
                 os.close(fd)
 
-    def _put_file(self, key: str, data: str, value: Any, fmt: str) -> dict[str, dict[str, Any]]:
-        files = super()._put_file(key, data, value, fmt)
-        if self.durable:
-            for name in files:
-                with open(self._path(key, data, name), "rb+") as file:
-                    os.fsync(file.fileno())
-            self._sync_dir(self._path(key, data))
-        return files
+    def _finish(self, file: Any) -> None:
+        with file:
+            self._sync(file)
+        self._sync_dir(os.path.dirname(file.name))
 
     def _write_marker(self, directory: str, data: bytes) -> None:
         temporary = os.path.join(directory, MARKER + _TMP + secrets.token_hex(8))
