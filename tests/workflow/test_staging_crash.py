@@ -50,7 +50,8 @@ if mode == "before-commit":
         fs.pipe_file = lambda path, data, **kw: crash() if path.endswith(".commit") else real_pipe(path, data, **kw)
     value = [b"x" * (1 << 20)]
 else:
-    value = [b"x" * (3 << 20), Stall()]
+    # More than one upload part (5 MiB on S3): an object store has begun a multipart upload when we die.
+    value = [b"x" * (6 << 20), Stall()]
 area.put("report/clean/out", value, "new")
 print("finished", flush=True)
 """
@@ -68,7 +69,9 @@ def open_area(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tupl
         return FsspecStaging(url), url, {}
     s3: S3Server = request.getfixturevalue("s3_server")
     url = f"s3://{s3.bucket}/crash-{os.getpid()}-{tmp_path.name}"
-    return FsspecStaging(url, **s3.options()), url, s3.options()
+    # Parts of 5 MiB (the least S3 allows), so that the writer's 6 MiB payload starts a multipart upload.
+    options = {**s3.options(), "default_block_size": 5 << 20}
+    return FsspecStaging(url, **options), url, options
 
 
 def crash_writer(kind: str, location: str, options: dict[str, Any], mode: str) -> None:
@@ -91,6 +94,22 @@ def crash_writer(kind: str, location: str, options: dict[str, Any], mode: str) -
     assert code == (9 if mode == "exit" else -signal.SIGKILL)
 
 
+def assert_writer_got_part_way(area: StagingArea, kind: str, mode: str, tmp_path: Path) -> None:
+    """Something of the dead writer's payload was stored (yet it does not count): the crash was mid-put."""
+    if kind != "s3":
+        written = [p for p in leftovers(tmp_path) if p.is_dir() and any(f.stat().st_size for f in p.iterdir())]
+        assert written, "the writer died before writing anything; the test proves nothing"
+        return
+    assert isinstance(area, FsspecStaging)
+    if mode == "before-commit":
+        payloads = [path for path in area.fs.find(area.root) if "/.data-" in path]
+        assert len(payloads) == 2  # the old value's and the dead writer's complete one
+    else:
+        bucket, prefix = area.root.split("/", 1)
+        uploads = [u for u in area.fs.list_multipart_uploads(bucket) if u["Key"].startswith(prefix + "/")]
+        assert uploads, "the writer died before uploading any part; the test proves nothing"
+
+
 def leftovers(tmp_path: Path) -> list[Path]:
     """Payload directories and temporary markers on a local disk."""
     base = tmp_path / "area" / "report" / "clean" / "out"
@@ -108,10 +127,7 @@ def test_crash_keeps_the_previous_value(kind: str, mode: str, tmp_path: Path, re
     assert area.fingerprint("report/clean/out") == "old"
     assert area.get("report/clean/out") == {"rows": [1, 2]}
     assert area.keys("") == ["report/clean/out"]
-    if kind != "s3":
-        # The writer did get part-way: something of its payload is on disk, yet it does not count.
-        written = [p for p in leftovers(tmp_path) if p.is_dir() and any(f.stat().st_size for f in p.iterdir())]
-        assert written, "the writer died before writing anything; the test proves nothing"
+    assert_writer_got_part_way(area, kind, mode, tmp_path)
     area.put("report/clean/out", "next", "f3")  # a later put succeeds and sweeps what the crash left
     assert area.get("report/clean/out", "f3") == "next"
     if kind != "s3":
