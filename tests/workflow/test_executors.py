@@ -337,3 +337,24 @@ def test_dataflow_step_fingerprint_is_its_builds() -> None:
 def test_dataflow_step_refuses_bad_workers() -> None:
     with pytest.raises(ValueError, match="workers"):
         dataflow_step(word_count, workers=0)
+
+
+def test_calls_waiting_in_a_pool_whose_worker_dies() -> None:
+    """With one process, a call queued behind a dying one fails too (typed), and the executor recovers."""
+    before = set(multiprocessing.active_children())
+
+    async def main() -> list[Any]:
+        async with ProcessExecutor(1) as executor:
+            results = await asyncio.gather(
+                executor.run(Call("report/crash", kill_self)),
+                executor.run(Call("report/queued", sleep_then, {"value": 1, "seconds": 0.5})),
+                return_exceptions=True,
+            )
+            results.append(await executor.run(Call("after", add, {"a": 2, "b": 2})))
+            return results
+
+    crashed, queued, after = asyncio.run(main())
+    assert isinstance(crashed, WorkerDiedError) and crashed.module == "report/crash"
+    assert queued == {"out": 1} or (isinstance(queued, WorkerDiedError) and queued.module == "report/queued")
+    assert after == {"out": 4}
+    assert set(multiprocessing.active_children()) <= before

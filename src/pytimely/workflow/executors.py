@@ -140,6 +140,15 @@ class _ExecutorBase:
             name = type(self).__name__
             raise ExecutorClosedError(f"{name} is closed; cannot run module {call.module!r}", call.module)
 
+    def _submit(
+        self, call: Call, pool: concurrent.futures.Executor, fn: Callable[..., Any], *args: Any
+    ) -> concurrent.futures.Future[Any]:
+        try:
+            return pool.submit(fn, *args)
+        except RuntimeError as exc:  # closed by another thread after our check
+            name = type(self).__name__
+            raise ExecutorClosedError(f"{name} is closed; cannot run module {call.module!r}", call.module) from exc
+
     async def __aenter__(self) -> Self:
         return self
 
@@ -170,8 +179,8 @@ class ThreadExecutor(_ExecutorBase):
     async def run(self, call: Call) -> dict[str, Any]:
         """Run ``call`` on a pool thread and return its out-port values."""
         self._check_open(call)
-        result = await asyncio.get_running_loop().run_in_executor(self._pool, invoke, call)
-        return call.outputs_of(result)
+        future = self._submit(call, self._pool, invoke, call)
+        return call.outputs_of(await asyncio.wrap_future(future))
 
     def close(self) -> None:
         """Wait for running calls and stop the pool's threads."""
@@ -184,8 +193,9 @@ class ProcessExecutor(_ExecutorBase):
 
     The function must be picklable by reference (a module-level function, or an object of a module-level class);
     the inputs and parameters are pickled once per call, and the result pickled back. A worker process that
-    dies (``os._exit``, a signal) fails every call the pool was running with :class:`WorkerDiedError`, and a
-    fresh pool takes the next calls.
+    dies (``os._exit``, a signal) fails every call the pool was running or holding with
+    :class:`WorkerDiedError` (the pool cannot tell whose process died), and a fresh pool takes the next calls.
+    A cancelled ``run`` stops waiting; a call already running in a process finishes there.
     """
 
     def __init__(self, max_workers: int | None = None, *, mp_context: str = "spawn") -> None:
@@ -202,14 +212,22 @@ class ProcessExecutor(_ExecutorBase):
         self._check_open(call)
         payload = _pickle_call(call)
         with self._lock:
+            self._check_open(call)
             pool = self._pool
-            future = pool.submit(_run_pickled, payload)
+            try:
+                future = pool.submit(_run_pickled, payload)
+            except BrokenProcessPool:
+                # Broken by an earlier call's death and not yet replaced: replace it here.
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = self._pool = self._new_pool()
+                future = pool.submit(_run_pickled, payload)
         try:
             outcome = await asyncio.wrap_future(future)
         except BrokenProcessPool as exc:
             await asyncio.to_thread(self._replace, pool)
             raise WorkerDiedError(
-                f"the worker process running module {call.module!r} died (killed, or exited without answering)",
+                f"a worker process died (killed, or exited without answering) while module {call.module!r} was "
+                "running or waiting in its pool",
                 call.module,
             ) from exc
         if isinstance(outcome, _Unloadable):
@@ -224,10 +242,9 @@ class ProcessExecutor(_ExecutorBase):
 
     def _replace(self, broken: concurrent.futures.ProcessPoolExecutor) -> None:
         with self._lock:
-            if self._pool is not broken or self._closed:
-                return
-            self._pool = self._new_pool()
-        broken.shutdown(wait=True, cancel_futures=True)
+            if self._pool is broken and not self._closed:
+                self._pool = self._new_pool()
+        broken.shutdown(wait=True, cancel_futures=True)  # joins what is left of it (again, if already done)
 
     def close(self) -> None:
         """Wait for running calls and stop the worker processes."""
@@ -310,8 +327,8 @@ class SparkExecutor(_ExecutorBase):
         arguments = call.arguments()
         if "spark" not in arguments and _accepts(call.fn, "spark"):
             arguments["spark"] = self.session
-        result = await asyncio.get_running_loop().run_in_executor(self._pool, self._invoke, call, arguments)
-        return call.outputs_of(result)
+        future = self._submit(call, self._pool, self._invoke, call, arguments)
+        return call.outputs_of(await asyncio.wrap_future(future))
 
     def _invoke(self, call: Call, arguments: dict[str, Any]) -> Any:
         context = self.session.sparkContext
