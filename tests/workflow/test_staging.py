@@ -117,3 +117,34 @@ def roundtrip(staging: StagingArea, value: Any, key: str = "r/out") -> Any:
     staging.put(key, value, "fp")
     assert staging.has(key, "fp")
     return staging.get(key, "fp")
+
+
+def test_threads_writing_at_once(staging: StagingArea) -> None:
+    """Threads overwriting one key and writing their own: every value read matches its fingerprint."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def writer(i: int) -> None:
+        try:
+            for round_ in range(5):
+                staging.put("shared/out", [i, round_] * 100, f"fp-{i}-{round_}")
+                staging.put(f"own/w{i}/out", i, f"fp-{i}")
+                fp = staging.fingerprint("shared/out")
+                assert fp is not None
+                value = staging.get("shared/out")
+                assert fp.startswith("fp-") and len(value) == 200
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    fp = staging.fingerprint("shared/out")
+    assert fp is not None
+    _, i, round_ = fp.split("-")
+    assert staging.get("shared/out", fp) == [int(i), int(round_)] * 100  # the value goes with its fingerprint
+    assert staging.keys("own") == [f"own/w{i}/out" for i in range(4)]

@@ -448,15 +448,27 @@ class _PathStaging:
         sizes = self._sizes(self._path(key, marker.data))
         return all(sizes.get(name) == info.get("size") for name, info in marker.files.items())
 
+    def _committed(self, key: str) -> _Marker | None:
+        """The marker of the complete value under ``key``, or ``None``."""
+        marker = self._marker(key)
+        for _ in range(_READ_RETRIES):
+            if marker is None or self._complete(key, marker):
+                return marker
+            again = self._marker(key)
+            if again == marker:
+                return None  # really incomplete
+            marker = again  # a writer replaced it (and swept the old payload) while we looked
+        return None
+
     def has(self, key: str, fingerprint: str) -> bool:
         """Whether a complete value is stored under ``key`` for exactly ``fingerprint``."""
-        marker = self._marker(key)
-        return marker is not None and marker.fingerprint == fingerprint and self._complete(key, marker)
+        marker = self._committed(key)
+        return marker is not None and marker.fingerprint == fingerprint
 
     def fingerprint(self, key: str) -> str | None:
         """The fingerprint of the complete value under ``key``, or ``None``."""
-        marker = self._marker(key)
-        return marker.fingerprint if marker is not None and self._complete(key, marker) else None
+        marker = self._committed(key)
+        return None if marker is None else marker.fingerprint
 
     def put(self, key: str, value: Any, fingerprint: str) -> None:
         """Write the payload under a fresh name, then the commit marker; then remove what the old marker named."""
