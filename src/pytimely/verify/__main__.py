@@ -23,10 +23,15 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pytimely.verify",
         description="Model-check the progress-tracking protocols of Timely Dataflow "
-        "(clocks, exchange, local propagation, combined) and its data exchange (datagram).",
+        "(clocks, exchange, local propagation, combined), its data exchange (datagram) "
+        "and rescaling (rescale: bootstrap, join and leave).",
     )
     p.add_argument("model", nargs="?", choices=MODELS, help="the protocol to check")
-    p.add_argument("--workers", type=int, help="number of workers (1-4; default 2), or of locations for datagram")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="number of workers (1-4; default 2), of locations for datagram, of initial members for rescale",
+    )
     p.add_argument("--depth", type=int, help="exploration depth (default: the configuration's)")
     p.add_argument("--mutant", metavar="NAME", help="check a deliberately broken variant (see --list)")
     p.add_argument("--config", metavar="NAME", help="configuration (see --list)")

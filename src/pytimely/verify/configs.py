@@ -30,9 +30,10 @@ from pytimely.verify.datagram import DatagramConfig, DatagramModel
 from pytimely.verify.exchange import ExchangeConfig, ExchangeModel
 from pytimely.verify.graph import Graph
 from pytimely.verify.model import Model
-from pytimely.verify.mutants import DATAGRAM_MUTANTS, EXCHANGE_MUTANTS, PROPAGATION_MUTANTS, Mutant
+from pytimely.verify.mutants import DATAGRAM_MUTANTS, EXCHANGE_MUTANTS, PROPAGATION_MUTANTS, RESCALE_MUTANTS, Mutant
 from pytimely.verify.poset import Poset
 from pytimely.verify.propagation import PropagationConfig, PropagationModel, pts_options
+from pytimely.verify.rescale import RescaleConfig, RescaleModel
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -50,11 +51,13 @@ __all__ = [
     "mutants_for",
     "nested_loop_graph",
     "propagation_config",
+    "rescale_config",
     "wcc_graph",
 ]
 
-MODELS = ("clocks", "exchange", "propagation", "combined", "datagram")
-"""The four protocols, in the order of the seed text (§3–§6), and the data-exchange mechanism of seed 003."""
+MODELS = ("clocks", "exchange", "propagation", "combined", "datagram", "rescale")
+"""The four protocols, in the order of the seed text (§3–§6), the data-exchange mechanism of seed 003 and
+rescaling (seed 002)."""
 
 # --- posets -----------------------------------------------------------------------------------------------
 
@@ -291,12 +294,49 @@ def datagram_config(name: str = "far", locations: int | None = None, mutant: Mut
     )
 
 
+def rescale_config(name: str = "join", members: int | None = None, mutant: Mutant | None = None) -> RescaleConfig:
+    """Rescaling over ``chain2`` (``members`` overrides the number of initial members)."""
+    if name == "join":
+        m = 2 if members is None else members
+        return RescaleConfig(chain2(), members=m, joiners=1, max_caps=1, mutant=mutant, depth=9, name=name)
+    if name == "leave":
+        m = 3 if members is None else members
+        return RescaleConfig(
+            chain2(), members=m, joiners=0, max_leaves=1, max_caps=1, mutant=mutant, depth=8, name=name
+        )
+    if name == "churn":
+        m = 2 if members is None else members
+        return RescaleConfig(
+            chain2(), members=m, joiners=1, max_leaves=1, max_caps=1, mutant=mutant, depth=8, name=name
+        )
+    if name == "churn-large":
+        m = 3 if members is None else members
+        return RescaleConfig(
+            chain3_plus(),
+            members=m,
+            joiners=2,
+            max_leaves=2,
+            init_caps=1,
+            init_total=2,
+            max_caps=2,
+            max_data=2,
+            max_op_size=2,
+            max_batches=4,
+            queue_bound=3,
+            mutant=mutant,
+            depth=4,
+            name=name,
+        )
+    raise ValueError(f"unknown rescale configuration {name!r}; known: ['churn', 'churn-large', 'join', 'leave']")
+
+
 DEFAULT_CONFIG = {
     "clocks": "chain3+1",
     "exchange": "chain3+1",
     "propagation": "wcc",
     "combined": "chain",
     "datagram": "far",
+    "rescale": "join",
 }
 """The configuration each model uses when none is named."""
 
@@ -306,6 +346,7 @@ _CONFIG_NAMES = {
     "propagation": ["wcc", "nested", "chain"],
     "combined": ["chain", "wcc", "nested", "pair", "wcc-large"],
     "datagram": ["far", "mixed", "far-large", "mixed-large"],
+    "rescale": ["join", "leave", "churn", "churn-large"],
 }
 
 
@@ -324,6 +365,8 @@ def mutants_for(model: str) -> list[Mutant]:
         return [m for m in Mutant if m in EXCHANGE_MUTANTS | PROPAGATION_MUTANTS]
     if model == "datagram":
         return [m for m in Mutant if m in DATAGRAM_MUTANTS]
+    if model == "rescale":
+        return [m for m in Mutant if m in RESCALE_MUTANTS]
     return []
 
 
@@ -342,6 +385,8 @@ def make_model(
         raise ValueError("workers must be between 1 and 4")
     if model == "datagram":
         return DatagramModel(datagram_config(name, workers, mutant))
+    if model == "rescale":
+        return RescaleModel(rescale_config(name, workers, mutant))
     w = 2 if workers is None else workers
     if model == "clocks":
         return ClocksModel(clocks_config(name, w))

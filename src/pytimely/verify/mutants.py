@@ -25,6 +25,16 @@ And of the data-exchange mechanism of seed ``003_f357c44874202187.txt``
 * ``receive-reorders`` — ``Receive`` may take any datagram of a stream, not the oldest.
 * ``receive-accepts-malformed`` — ``Receive`` hands malformed datagrams to ``Action_Items``.
 
+And of rescaling (seed ``002_640294948a1fdfd3.txt``, the bootstrap protocol and leaving):
+
+* ``range-off-by-one`` — the newcomer requests a sender's missing batches from one past the first missing number.
+* ``no-bootstrap-message`` — the links into a newcomer do not start with their next sequence number, and the
+  newcomer takes a link without one to miss nothing beyond the server's state.
+* ``leave-drops-early`` — a leaving worker drops its capabilities before handing its state over; they are
+  minted again for the heir.
+* ``announce-at-view-frontier`` — the bootstrap server mints the newcomer's capability at the frontier of its
+  own view (§6.2 as worded) instead of handing over one it holds.
+
 :func:`mutant_cases` lists, for each mutant, the model and configuration where
 it shows, the depth needed and the invariant expected to catch it.
 """
@@ -52,6 +62,10 @@ class Mutant(Enum):
     RECEIVE_IGNORES_PRECEDENCE = "receive-ignores-precedence"
     RECEIVE_REORDERS = "receive-reorders"
     RECEIVE_ACCEPTS_MALFORMED = "receive-accepts-malformed"
+    RANGE_OFF_BY_ONE = "range-off-by-one"
+    NO_BOOTSTRAP_MESSAGE = "no-bootstrap-message"
+    LEAVE_DROPS_EARLY = "leave-drops-early"
+    ANNOUNCE_AT_VIEW_FRONTIER = "announce-at-view-frontier"
 
     def __str__(self) -> str:
         return self.value
@@ -75,6 +89,16 @@ DATAGRAM_MUTANTS = frozenset(
     }
 )
 """Mutants of the data-exchange mechanism (seed 003); they apply to ``datagram``."""
+
+RESCALE_MUTANTS = frozenset(
+    {
+        Mutant.RANGE_OFF_BY_ONE,
+        Mutant.NO_BOOTSTRAP_MESSAGE,
+        Mutant.LEAVE_DROPS_EARLY,
+        Mutant.ANNOUNCE_AT_VIEW_FRONTIER,
+    }
+)
+"""Mutants of rescaling (seed 002: bootstrap and leave); they apply to ``rescale``."""
 
 
 def parse_mutant(name: str) -> Mutant:
@@ -109,6 +133,9 @@ def mutant_cases() -> list[MutantCase]:
     ``transport-loses`` is invisible to the seed's own ``INVARIANT`` and
     ``CONSTRAINT`` (a datagram in no place is in no two places); only
     ``Conservation`` catches it.
+
+    ``range-off-by-one`` keeps the sequence numbers right (``NoGap`` holds) and
+    loses a batch's content: ``BootstrapView`` and, later, ``Safe`` catch it.
     """
     return [
         MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 3, "Safe", ("Safe",)),
@@ -143,4 +170,14 @@ def mutant_cases() -> list[MutantCase]:
             "OnlyWellFormedReceived",
             ("OnlyWellFormedReceived",),
         ),
+        MutantCase(Mutant.RANGE_OFF_BY_ONE, "rescale", "join", 5, "BootstrapView"),
+        MutantCase(Mutant.RANGE_OFF_BY_ONE, "rescale", "join", 8, "Safe", ("Safe",)),
+        MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 5, "BootstrapView"),
+        MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 5, "NoGap", ("NoGap",)),
+        MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 8, "Safe", ("Safe",)),
+        MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "leave", 3, "InvTempJustified"),
+        MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "leave", 4, "Safe", ("Safe",)),
+        MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "churn", 4, "Safe", ("Safe",)),
+        MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 2, "InvTempJustified"),
+        MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 5, "Safe", ("Safe",)),
     ]

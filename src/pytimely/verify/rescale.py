@@ -1,0 +1,735 @@
+"""Rescaling (seed ``002_640294948a1fdfd3.txt``): the exchange protocol of Fig. 4 with workers that join and leave.
+
+Workers have stable ids ``0 .. workers-1``; the first ``members`` start in the
+cluster, the others may join later, one membership change at a time. Each
+worker numbers the progress batches it sends (``hist[w][k]`` is its batch
+``k``: its retained history, and the ghost history the invariants compare
+against); every link ``s → r`` is a FIFO of ``(k, batch)``; ``recvd[r][s]`` is
+the next number ``r`` expects from ``s``. Capabilities, in-flight
+capabilities, unsent updates, views and the ``Safe`` ghost are one exchange
+configuration (:class:`pytimely.verify.exchange.State`, over every id), moved by
+the exchange protocol's own ``perf_op`` and ``recv_cap``.
+
+Join (§3.1, §3.4): the newcomer connects to every member and each link into it
+starts with a bootstrap message carrying the next number on that link;
+``bootstrap_state`` is the server's progress state (its view and, per sender,
+the number of batches it includes); the newcomer requests each missing range
+[state's number, link's number) from the server (``range_request``), which
+answers once it has received them itself (``range_reply``); ``bootstrap_done``
+makes the newcomer a member. During bootstrap the server announces a
+capability for the newcomer (§6.2), minted the way Fig. 4 lets a worker send
+one to another (it holds a capability strictly below); once a member the
+newcomer receives it and retires it with an ordinary ``perf_op``.
+
+Leave (§6.1): ``leave`` agrees on the hand-over (the leaver stops operating, its
+incoming links close); once the leaver is flushed (no unsent update, every
+batch it sent applied by every member) ``hand_over`` moves its capabilities to
+a survivor (its keyed state and pending data travel with them) in one step, so
+they never leave ``rec``; ``disconnect`` follows.
+
+Every enabling condition reads the configuration's
+:class:`~pytimely.verify.mutants.Mutant` switch, so the deliberately broken
+variants run through this same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import product
+from typing import Any, NamedTuple
+
+from pytimely.verify import exchange as E
+from pytimely.verify.model import Action, Invariant, TransitionInvariant, fmt_value
+from pytimely.verify.mutants import RESCALE_MUTANTS, Mutant
+from pytimely.verify.poset import Poset
+from pytimely.verify.zmset import ZMSet, frontier, multisets_upto, nonempty_subsets
+
+__all__ = [
+    "JOINING",
+    "LEAVING",
+    "LEFT",
+    "MEMBER",
+    "OUT",
+    "Accounting",
+    "Boot",
+    "BootstrapView",
+    "Leave",
+    "Membership",
+    "NoGap",
+    "RescaleConfig",
+    "RescaleModel",
+    "Safe",
+    "State",
+    "announce",
+    "announce_enabled",
+    "bootstrap_done",
+    "bootstrap_done_enabled",
+    "bootstrap_state",
+    "bootstrap_state_enabled",
+    "disconnect",
+    "disconnect_enabled",
+    "glob_lemma",
+    "hand_over",
+    "hand_over_enabled",
+    "initial_states",
+    "join",
+    "join_enabled",
+    "leave",
+    "leave_enabled",
+    "missing_range",
+    "range_reply",
+    "range_reply_enabled",
+    "range_request",
+    "range_request_enabled",
+    "recv_upd",
+    "recv_upd_enabled",
+    "send_upd",
+    "send_upd_enabled",
+]
+
+OUT, JOINING, MEMBER, LEAVING, LEFT = "-", "j", "m", "l", "x"
+"""A worker's status, one character per id in ``State.status``: not joined yet, bootstrapping, member, leaving, left."""
+
+Batch = tuple[int, ZMSet[Any]]
+"""A progress batch on a link: the sender's sequence number and the updates."""
+Link = tuple[Batch, ...]
+
+
+class Boot(NamedTuple):
+    """A bootstrap in progress (§3.4): the newcomer, its server and what the newcomer has learnt so far."""
+
+    newcomer: int
+    server: int
+    hello: tuple[int | None, ...]
+    """Per sender: the bootstrap message at the head of its link to the newcomer (the next number), if any."""
+    base: tuple[int, ...] | None
+    """Per sender: how many of its batches the server's state includes (``None`` until the state arrived)."""
+    pending: frozenset[tuple[int, int, int]]
+    """Range requests ``(sender, lo, hi)`` the server has not answered yet."""
+    filled: frozenset[int]
+    """Senders whose missing range the server has answered."""
+    announced: int
+    """How many capabilities the server has handed to the newcomer (§6.2)."""
+
+
+class Leave(NamedTuple):
+    """A leave in progress (§6.1): who leaves, who inherits its capabilities, whether they were handed over."""
+
+    leaver: int
+    heir: int
+    handed: bool
+    dropped: ZMSet[Any]
+    """Under ``leave-drops-early``: the capabilities the leaver dropped before handing its state over."""
+
+
+class State(NamedTuple):
+    """The exchange configuration over every id, plus membership, sequenced links and the ghosts."""
+
+    exch: E.State
+    """``caps``, ``data``, ``temp``, ``glob`` and the ghost ``vacated`` (its ``msg`` stays empty: see ``links``)."""
+    status: str
+    links: tuple[tuple[Link, ...], ...]
+    """``links[s][r]``: the batches on their way from ``s`` to ``r``, oldest first."""
+    recvd: tuple[tuple[int, ...], ...]
+    """``recvd[r][s]``: the number of the next batch ``r`` will apply from ``s``."""
+    hist: tuple[tuple[ZMSet[Any], ...], ...]
+    """``hist[s][k]``: batch ``k`` of ``s`` (what ``s`` retains; also the ghost history)."""
+    total: ZMSet[Any]
+    """Ghost: the initial capabilities plus every batch ever sent."""
+    boot: Boot | None
+    leave: Leave | None
+    leaves: int
+    """How many workers have started to leave (bounded by ``max_leaves``)."""
+
+
+@dataclass(frozen=True)
+class RescaleConfig:
+    """Initial members, joiners, leaves, the exchange bounds and the mutant switch."""
+
+    poset: Poset
+    members: int = 2
+    """Workers ``0 .. members-1`` start in the cluster."""
+    joiners: int = 1
+    """Workers ``members .. members+joiners-1`` may join, one bootstrap at a time."""
+    max_leaves: int = 0
+    init_caps: int = 1
+    init_total: int | None = 1
+    max_caps: int = 2
+    max_data: int = 1
+    max_neg: int = 1
+    max_data_delta: int = 1
+    max_self: int = 1
+    max_op_size: int | None = 1
+    """At most this many elements in one ``perf_op`` (``Δneg``, ``Δdata`` and ``Δself`` together)."""
+    max_batches: int = 2
+    """``send_upd`` is disabled once a worker has sent this many batches."""
+    queue_bound: int = 2
+    """``send_upd`` is disabled while a link of the sender holds this many batches."""
+    max_announce: int = 1
+    """At most this many capabilities the bootstrap server hands to one newcomer."""
+    mutant: Mutant | None = None
+    depth: int = 10
+    name: str = ""
+    exchange: E.ExchangeConfig = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mutant is not None and self.mutant not in RESCALE_MUTANTS:
+            raise ValueError(f"mutant {self.mutant} does not apply to the rescaling model")
+        if self.members < 1:
+            raise ValueError("at least one initial member is needed")
+        # queue_bound=0 switches the exchange part's own send_upd off: batches go out on the sequenced links
+        exch = E.ExchangeConfig(
+            self.poset,
+            workers=self.workers,
+            init_caps=self.init_caps,
+            init_total=self.init_total,
+            max_caps=self.max_caps,
+            max_data=self.max_data,
+            max_neg=self.max_neg,
+            max_data_delta=self.max_data_delta,
+            max_self=self.max_self,
+            max_op_size=self.max_op_size,
+            queue_bound=0,
+            name=self.name,
+        )
+        object.__setattr__(self, "exchange", exch)
+
+    @property
+    def workers(self) -> int:
+        """Every worker id that may ever take part: initial members and joiners."""
+        return self.members + self.joiners
+
+    @cached_property
+    def targets(self) -> tuple[tuple[int, Any], ...]:
+        """Every ``(worker, pointstamp)`` a ``Δdata`` may name (members only are let through)."""
+        return tuple((w, p) for w in range(self.workers) for p in self.poset.elements)
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def _set(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
+    return (*t[:i], v, *t[i + 1 :])
+
+
+def _status(s: State, w: int, st: str) -> str:
+    return s.status[:w] + st + s.status[w + 1 :]
+
+
+def _receivers(s: State) -> list[int]:
+    """Who a batch goes to: members and the newcomer (a leaver's incoming links are closed)."""
+    return [r for r, st in enumerate(s.status) if st in (MEMBER, JOINING)]
+
+
+def _vacated(cfg: RescaleConfig, e: E.State, w: int) -> E.State:
+    """Extend the ``Safe`` ghost with the pointstamps at which member ``w``'s view is vacant."""
+    return e._replace(vacated=e.vacated | E._vacant_in(cfg.poset, e.glob[w]))
+
+
+def _quiet(s: State) -> bool:
+    """No membership change in progress."""
+    return s.boot is None and s.leave is None
+
+
+# --- Init -------------------------------------------------------------------------------------------------
+
+
+def initial_states(cfg: RescaleConfig) -> Iterator[State]:
+    """Every initial configuration: members hold at most ``init_caps`` capabilities, every member's view is ``rec``."""
+    n = cfg.workers
+    empty_msg = tuple(tuple(() for _ in range(n)) for _ in range(n))
+    links: tuple[tuple[Link, ...], ...] = tuple(tuple(() for _ in range(n)) for _ in range(n))
+    recvd = tuple((0,) * n for _ in range(n))
+    for caps in product(multisets_upto(cfg.poset.elements, cfg.init_caps), repeat=cfg.members):
+        if cfg.init_total is not None and sum(m.total() for m in caps) > cfg.init_total:
+            continue
+        allcaps = (*caps, *(ZMSet() for _ in range(cfg.joiners)))
+        e = E.State(allcaps, ZMSet(), empty_msg, (ZMSet(),) * n, (), frozenset())
+        r = E.rec(e)
+        e = e._replace(glob=(r,) * cfg.members + (ZMSet(),) * cfg.joiners)
+        e = _vacated(cfg, e, 0)
+        status = MEMBER * cfg.members + OUT * cfg.joiners
+        yield State(e, status, links, recvd, ((),) * n, r, None, None, 0)
+
+
+# --- progress batches ---------------------------------------------------------------------------------------
+
+
+def send_upd_enabled(cfg: RescaleConfig, s: State, w: int, P: frozenset[Any]) -> bool:
+    """``send_upd w P``: Fig. 4's condition, from a member or a leaver, within the batch and link bounds."""
+    if s.status[w] not in (MEMBER, LEAVING) or len(s.hist[w]) >= cfg.max_batches:
+        return False
+    if any(len(s.links[w][r]) >= cfg.queue_bound for r in _receivers(s)):
+        return False
+    return E.send_upd_enabled(cfg.exchange, s.exch, w, P)
+
+
+def send_upd(cfg: RescaleConfig, s: State, w: int, P: frozenset[Any]) -> State:
+    """Effect of ``send_upd``: ``γ`` becomes batch ``k = |hist w|``, appended to every link of ``w`` into a receiver."""
+    e = s.exch
+    gamma = e.temp[w].filter(P.__contains__)
+    k = len(s.hist[w])
+    row = list(s.links[w])
+    for r in _receivers(s):
+        row[r] = (*row[r], (k, gamma))
+    return s._replace(
+        exch=e._replace(temp=_set(e.temp, w, e.temp[w] - gamma)),
+        links=_set(s.links, w, tuple(row)),
+        hist=_set(s.hist, w, (*s.hist[w], gamma)),
+        total=s.total + gamma,
+    )
+
+
+def recv_upd_enabled(s: State, w: int, r: int) -> bool:
+    """``recv_upd w r``: a member ``r`` has a batch from ``w`` waiting (a newcomer reads links once a member)."""
+    return s.status[r] == MEMBER and bool(s.links[w][r])
+
+
+def recv_upd(cfg: RescaleConfig, s: State, w: int, r: int) -> State:
+    """Effect of ``recv_upd``: dequeue batch ``k``; apply it to ``glob r`` unless ``k`` is below ``recvd[r][w]``.
+
+    A newcomer whose bootstrap state already included batch ``k`` discards it
+    here (the state may run ahead of a link's bootstrap message).
+    """
+    (k, gamma), rest = s.links[w][r][0], s.links[w][r][1:]
+    links = _set(s.links, w, _set(s.links[w], r, rest))
+    if k < s.recvd[r][w]:
+        return s._replace(links=links)
+    e = s.exch
+    e = _vacated(cfg, e._replace(glob=_set(e.glob, r, e.glob[r] + gamma)), r)
+    return s._replace(exch=e, links=links, recvd=_set(s.recvd, r, _set(s.recvd[r], w, k + 1)))
+
+
+# --- join: the bootstrap protocol -------------------------------------------------------------------------
+
+
+def join_enabled(cfg: RescaleConfig, s: State, n: int, server: int) -> bool:
+    """``join n server``: ``n`` has not joined yet, ``server`` is a member, no membership change in progress."""
+    return _quiet(s) and s.status[n] == OUT and s.status[server] == MEMBER
+
+
+def join(cfg: RescaleConfig, s: State, n: int, server: int) -> State:
+    """Effect of ``join``: ``n`` connects to every member; each link ``m → n`` starts with ``m``'s next number.
+
+    Under ``no-bootstrap-message`` the links start without it.
+    """
+    if cfg.mutant is Mutant.NO_BOOTSTRAP_MESSAGE:
+        hello: tuple[int | None, ...] = (None,) * cfg.workers
+    else:
+        hello = tuple(len(s.hist[m]) if st == MEMBER else None for m, st in enumerate(s.status))
+    boot = Boot(n, server, hello, None, frozenset(), frozenset(), 0)
+    return s._replace(status=_status(s, n, JOINING), boot=boot)
+
+
+def bootstrap_state_enabled(s: State) -> bool:
+    """``bootstrap_state``: a bootstrap is in progress and the server has not sent its state yet."""
+    return s.boot is not None and s.boot.base is None
+
+
+def bootstrap_state(cfg: RescaleConfig, s: State) -> State:
+    """Effect: the newcomer's view becomes the server's, and ``base`` the server's ``recvd`` (step 3 of §3.4)."""
+    b = s.boot
+    assert b is not None
+    e = s.exch
+    e = e._replace(glob=_set(e.glob, b.newcomer, e.glob[b.server]))
+    return s._replace(exch=e, boot=b._replace(base=s.recvd[b.server]))
+
+
+def missing_range(cfg: RescaleConfig, b: Boot, m: int) -> tuple[int, int] | None:
+    """The range ``[lo, hi)`` of ``m``'s batches neither in the state nor on the link, if the newcomer can tell.
+
+    ``lo`` is the state's number for ``m`` (one more under ``range-off-by-one``),
+    ``hi`` the link's bootstrap message; ``None`` without both.
+    """
+    hi = b.hello[m]
+    if b.base is None or hi is None:
+        return None
+    lo = b.base[m] + (1 if cfg.mutant is Mutant.RANGE_OFF_BY_ONE else 0)
+    return lo, hi
+
+
+def _needs_range(cfg: RescaleConfig, b: Boot, m: int) -> bool:
+    rng = missing_range(cfg, b, m)
+    return rng is not None and rng[0] < rng[1]
+
+
+def range_request_enabled(cfg: RescaleConfig, s: State, m: int) -> bool:
+    """``range_request m``: the range of ``m`` is non-empty and not yet requested (steps 6–7)."""
+    b = s.boot
+    if b is None or not _needs_range(cfg, b, m) or m in b.filled:
+        return False
+    return not any(x == m for x, _, _ in b.pending)
+
+
+def range_request(cfg: RescaleConfig, s: State, m: int) -> State:
+    """Effect: the request ``(m, lo, hi)`` goes to the server."""
+    b = s.boot
+    assert b is not None
+    rng = missing_range(cfg, b, m)
+    assert rng is not None
+    return s._replace(boot=b._replace(pending=b.pending | {(m, *rng)}))
+
+
+def range_reply_enabled(s: State, m: int, lo: int, hi: int) -> bool:
+    """``range_reply``: the request is pending and the server has received ``m``'s batches up to ``hi`` (step 8)."""
+    b = s.boot
+    return b is not None and (m, lo, hi) in b.pending and s.recvd[b.server][m] >= hi
+
+
+def range_reply(cfg: RescaleConfig, s: State, m: int, lo: int, hi: int) -> State:
+    """Effect: the batches ``lo .. hi-1`` of ``m`` the server recorded are added to the newcomer's view."""
+    b = s.boot
+    assert b is not None
+    e = s.exch
+    view = e.glob[b.newcomer]
+    for gamma in s.hist[m][lo:hi]:
+        view = view + gamma
+    b2 = b._replace(pending=b.pending - {(m, lo, hi)}, filled=b.filled | {m})
+    return s._replace(exch=e._replace(glob=_set(e.glob, b.newcomer, view)), boot=b2)
+
+
+def bootstrap_done_enabled(cfg: RescaleConfig, s: State) -> bool:
+    """``bootstrap_done``: the state arrived, every member's link has its bootstrap message, every range is answered.
+
+    Under ``no-bootstrap-message`` a link without one counts as nothing missing.
+    """
+    b = s.boot
+    if b is None or b.base is None or b.pending:
+        return False
+    for m, st in enumerate(s.status):
+        if st != MEMBER:
+            continue
+        if b.hello[m] is None and cfg.mutant is not Mutant.NO_BOOTSTRAP_MESSAGE:
+            return False
+        if _needs_range(cfg, b, m) and m not in b.filled:
+            return False
+    return True
+
+
+def bootstrap_done(cfg: RescaleConfig, s: State) -> State:
+    """Effect: the newcomer becomes a member expecting from each sender the later of the state's and the link's
+    number."""
+    b = s.boot
+    assert b is not None and b.base is not None
+    n = b.newcomer
+    nxt = tuple(b.base[m] if h is None else max(b.base[m], h) for m, h in enumerate(b.hello))
+    e = _vacated(cfg, s.exch, n)
+    return s._replace(exch=e, status=_status(s, n, MEMBER), recvd=_set(s.recvd, n, nxt), boot=None)
+
+
+# --- capabilities handed over (§6.1, §6.2) ----------------------------------------------------------------
+
+
+def _transfer(cfg: RescaleConfig, e: E.State, w: int, to: int, C: ZMSet[Any]) -> E.State:
+    """``perf_op w C {(to, p) | p ∈ C} {}``: ``caps w`` loses ``C``, ``data`` gains it, ``temp w`` is unchanged."""
+    return E.perf_op(cfg.exchange, e, w, C, C.image(lambda p: (to, p)), ZMSet())
+
+
+def _mint_for(cfg: RescaleConfig, e: E.State, w: int, to: int, C: ZMSet[Any]) -> E.State:
+    """``perf_op w {} {(to, p) | p ∈ C} {}``: ``data`` and ``temp w`` gain ``C`` (the broken variants)."""
+    return E.perf_op(cfg.exchange, e, w, ZMSet(), C.image(lambda p: (to, p)), ZMSet())
+
+
+def announce_enabled(cfg: RescaleConfig, s: State, p: Any) -> bool:
+    """``announce p``: during a bootstrap the server mints a capability at ``p`` for the newcomer (§6.2).
+
+    It is Fig. 4's ``perf_op server {} {(newcomer, p)} {}``: the server holds a
+    capability strictly below ``p``. Under ``announce-at-view-frontier`` (§6.2 as
+    worded) ``p`` need only be at the frontier of the server's view.
+    """
+    b = s.boot
+    if b is None or b.announced >= cfg.max_announce:
+        return False
+    e = s.exch
+    if cfg.mutant is Mutant.ANNOUNCE_AT_VIEW_FRONTIER:
+        return p in frontier(e.glob[b.server], cfg.poset.lt)
+    return E.perf_op_enabled(cfg.exchange, e, b.server, ZMSet(), ZMSet.of((b.newcomer, p)), ZMSet())
+
+
+def announce(cfg: RescaleConfig, s: State, p: Any) -> State:
+    """Effect: ``data`` gains ``(newcomer, p)`` and ``temp server`` gains ``p`` (the server's ``(p, +1)``); the
+    newcomer takes it with ``recv_cap`` once a member and retires it with ``perf_op`` (its ``(p, -1)``)."""
+    b = s.boot
+    assert b is not None
+    e = _mint_for(cfg, s.exch, b.server, b.newcomer, ZMSet.of(p))
+    return s._replace(exch=e, boot=b._replace(announced=b.announced + 1))
+
+
+# --- leave ------------------------------------------------------------------------------------------------
+
+
+def leave_enabled(cfg: RescaleConfig, s: State, w: int, heir: int) -> bool:
+    """``leave w heir``: both members, no membership change in progress, no capability on its way to ``w``."""
+    return (
+        _quiet(s)
+        and s.leaves < cfg.max_leaves
+        and w != heir
+        and s.status[w] == MEMBER
+        and s.status[heir] == MEMBER
+        and not any(r == w for r, _ in s.exch.data)
+    )
+
+
+def leave(cfg: RescaleConfig, s: State, w: int, heir: int) -> State:
+    """Effect of ``leave``: ``w`` stops operating at the agreed point; its incoming links close, its view goes.
+
+    Under ``leave-drops-early`` ``w`` also drops its capabilities now (reporting
+    them in ``temp w``) and keeps a note of them to hand over.
+    """
+    e = s.exch
+    dropped: ZMSet[Any] = ZMSet()
+    if cfg.mutant is Mutant.LEAVE_DROPS_EARLY:
+        dropped = e.caps[w]
+        e = E.perf_op(cfg.exchange, e, w, dropped, ZMSet(), ZMSet())
+    links = tuple(_set(row, w, ()) for row in s.links)
+    e = e._replace(glob=_set(e.glob, w, ZMSet()))
+    return s._replace(
+        exch=e,
+        status=_status(s, w, LEAVING),
+        links=links,
+        recvd=_set(s.recvd, w, (0,) * cfg.workers),
+        leave=Leave(w, heir, False, dropped),
+        leaves=s.leaves + 1,
+    )
+
+
+def hand_over_enabled(cfg: RescaleConfig, s: State) -> bool:
+    """``hand_over``: a leave is agreed and not yet handed over, and the leaver is flushed: it has no unsent
+    update and every batch it sent has been applied by every member (``leave-drops-early`` waits for no flush).
+
+    The flush is what makes handing a capability at the same pointstamp safe: a
+    member that drops an inherited capability reports it on its own links, which
+    must not overtake the leaver's earlier report of that capability.
+    """
+    lv = s.leave
+    if lv is None or lv.handed:
+        return False
+    if cfg.mutant is Mutant.LEAVE_DROPS_EARLY:
+        return True
+    w = lv.leaver
+    return not s.exch.temp[w] and not any(s.links[w])
+
+
+def hand_over(cfg: RescaleConfig, s: State) -> State:
+    """Effect: the leaver's capabilities (with its keyed state and pending data) go to the heir in one step.
+
+    Under ``leave-drops-early`` they were dropped already and are minted again for the heir.
+    """
+    lv = s.leave
+    assert lv is not None
+    if cfg.mutant is Mutant.LEAVE_DROPS_EARLY:
+        e = _mint_for(cfg, s.exch, lv.leaver, lv.heir, lv.dropped)
+    else:
+        e = _transfer(cfg, s.exch, lv.leaver, lv.heir, s.exch.caps[lv.leaver])
+    return s._replace(exch=e, leave=lv._replace(handed=True, dropped=ZMSet()))
+
+
+def disconnect_enabled(s: State) -> bool:
+    """``disconnect``: handed over, nothing left to report, and every batch of the leaver delivered."""
+    lv = s.leave
+    if lv is None or not lv.handed:
+        return False
+    w = lv.leaver
+    return not s.exch.caps[w] and not s.exch.temp[w] and not any(s.links[w])
+
+
+def disconnect(cfg: RescaleConfig, s: State) -> State:
+    """Effect: the leaver has left; the others carry on."""
+    lv = s.leave
+    assert lv is not None
+    return s._replace(status=_status(s, lv.leaver, LEFT), leave=None)
+
+
+# --- invariants -------------------------------------------------------------------------------------------
+
+
+def _members(s: State) -> list[int]:
+    return [w for w, st in enumerate(s.status) if st == MEMBER]
+
+
+def _due(s: State, w: int, r: int) -> Link:
+    """The batches on link ``w → r`` that ``r`` will apply (not those its state already included)."""
+    k0 = s.recvd[r][w]
+    return tuple(b for b in s.links[w][r] if b[0] >= k0)
+
+
+def Safe(cfg: RescaleConfig, s: State) -> bool:
+    """``Safe`` of the exchange protocol: ``rec`` is vacant wherever some member's view has been vacant."""
+    return E.Safe(cfg.exchange, s.exch)
+
+
+def BootstrapView(cfg: RescaleConfig, s: State) -> bool:
+    """Every member's view plus the batches on their way to it equals the accumulation of every batch ever sent."""
+    for r in _members(s):
+        view = s.exch.glob[r]
+        for w in range(cfg.workers):
+            for _, gamma in _due(s, w, r):
+                view = view + gamma
+        if view != s.total:
+            return False
+    return True
+
+
+def NoGap(cfg: RescaleConfig, s: State) -> bool:
+    """For every member ``r`` and sender ``w``: the batches ``recvd[r][w] ..`` of ``w`` are on the link, once each,
+    in order, and nothing beyond what ``w`` sent (none missed, none applied twice)."""
+    for r in _members(s):
+        for w in range(cfg.workers):
+            k0 = s.recvd[r][w]
+            if [k for k, _ in _due(s, w, r)] != list(range(k0, len(s.hist[w]))):
+                return False
+    return True
+
+
+def glob_lemma(cfg: RescaleConfig, s: State) -> bool:
+    """Lemma ``glob`` (§4) for members: an update to ``p`` on its way to ``r`` implies ``∃p' ≤ p. glob r #z p' > 0``."""
+    le = cfg.poset.le
+    for r in _members(s):
+        pos = [q for q, k in s.exch.glob[r].items() if k > 0]
+        for w in range(cfg.workers):
+            for _, gamma in _due(s, w, r):
+                if not all(any(le(q, p) for q in pos) for p in gamma):
+                    return False
+    return True
+
+
+def Accounting(cfg: RescaleConfig, s: State) -> bool:
+    """Every pointstamp is accounted for: ``rec = total + Σ_w temp w`` (broadcast or still unsent)."""
+    unsent: ZMSet[Any] = ZMSet()
+    for t in s.exch.temp:
+        unsent = unsent + t
+    return E.rec(s.exch) == s.total + unsent
+
+
+def Membership(cfg: RescaleConfig, s: State) -> bool:
+    """Only members and a leaver hold capabilities or unsent updates; capabilities travel only to members or the
+    newcomer; links run only from workers that joined into members or the newcomer."""
+    e = s.exch
+    holders = (MEMBER, LEAVING)
+    for w, st in enumerate(s.status):
+        if st not in holders and (e.caps[w] or e.temp[w]):
+            return False
+    if any(s.status[r] not in (MEMBER, JOINING) for r, _ in e.data):
+        return False
+    for w, row in enumerate(s.links):
+        for r, q in enumerate(row):
+            if q and (s.status[w] in (OUT, JOINING, LEFT) or s.status[r] not in (MEMBER, JOINING)):
+                return False
+    return True
+
+
+# --- the model --------------------------------------------------------------------------------------------
+
+
+class RescaleModel:
+    """The exchange protocol with join (bootstrap) and leave under the bounds of a :class:`RescaleConfig`."""
+
+    name = "rescale"
+
+    def __init__(self, cfg: RescaleConfig) -> None:
+        self.cfg = cfg
+
+    def initial_states(self) -> Iterator[State]:
+        """See :func:`initial_states`."""
+        return initial_states(self.cfg)
+
+    def successors(self, s: State) -> Iterator[tuple[Action, State]]:
+        """Every enabled action within the bounds (no stutter)."""
+        cfg = self.cfg
+        n = cfg.workers
+        for act, e2 in E.exchange_actions(cfg.exchange, cfg.targets, s.exch, False):
+            if s.status[act.arg("w")] != MEMBER:
+                continue
+            if act.name == "perf_op" and any(s.status[r] != MEMBER for r, _ in act.arg("Δdata")):
+                continue
+            yield act, s._replace(exch=e2)
+        for w in range(n):
+            if s.exch.temp[w]:
+                for P in nonempty_subsets(s.exch.temp[w]):
+                    if send_upd_enabled(cfg, s, w, P):
+                        yield Action("send_upd", (("w", w), ("P", P))), send_upd(cfg, s, w, P)
+        for w, r in product(range(n), range(n)):
+            if recv_upd_enabled(s, w, r):
+                yield Action("recv_upd", (("w", w), ("w'", r))), recv_upd(cfg, s, w, r)
+        yield from self._membership(s)
+
+    def _membership(self, s: State) -> Iterator[tuple[Action, State]]:
+        cfg = self.cfg
+        n = cfg.workers
+        b = s.boot
+        if b is not None:
+            if bootstrap_state_enabled(s):
+                yield Action("bootstrap_state", (("n", b.newcomer), ("server", b.server))), bootstrap_state(cfg, s)
+            for m in range(n):
+                if range_request_enabled(cfg, s, m):
+                    lo, hi = missing_range(cfg, b, m) or (0, 0)
+                    act = Action("range_request", (("n", b.newcomer), ("w", m), ("lo", lo), ("hi", hi)))
+                    yield act, range_request(cfg, s, m)
+            for m, lo, hi in sorted(b.pending):
+                if range_reply_enabled(s, m, lo, hi):
+                    act = Action("range_reply", (("server", b.server), ("w", m), ("lo", lo), ("hi", hi)))
+                    yield act, range_reply(cfg, s, m, lo, hi)
+            for p in cfg.poset.elements:
+                if announce_enabled(cfg, s, p):
+                    act = Action("announce", (("server", b.server), ("n", b.newcomer), ("p", p)))
+                    yield act, announce(cfg, s, p)
+            if bootstrap_done_enabled(cfg, s):
+                yield Action("bootstrap_done", (("n", b.newcomer),)), bootstrap_done(cfg, s)
+        lv = s.leave
+        if lv is not None:
+            if hand_over_enabled(cfg, s):
+                yield Action("hand_over", (("w", lv.leaver), ("heir", lv.heir))), hand_over(cfg, s)
+            if disconnect_enabled(s):
+                yield Action("disconnect", (("w", lv.leaver),)), disconnect(cfg, s)
+        if not _quiet(s):
+            return
+        for w, r in product(range(n), range(n)):
+            if join_enabled(cfg, s, w, r):
+                yield Action("join", (("n", w), ("server", r))), join(cfg, s, w, r)
+            if leave_enabled(cfg, s, w, r):
+                yield Action("leave", (("w", w), ("heir", r))), leave(cfg, s, w, r)
+
+    def invariants(self) -> list[Invariant[State]]:
+        """``Safe``, ``BootstrapView``, ``NoGap``, lemma ``glob``, ``Accounting``, ``InvTempJustified``,
+        ``InvCapsNonneg`` and ``Membership``."""
+        cfg = self.cfg
+        ec = cfg.exchange
+        return [
+            Invariant("Safe", lambda s: Safe(cfg, s)),
+            Invariant("BootstrapView", lambda s: BootstrapView(cfg, s)),
+            Invariant("NoGap", lambda s: NoGap(cfg, s)),
+            Invariant("glob", lambda s: glob_lemma(cfg, s)),
+            Invariant("Accounting", lambda s: Accounting(cfg, s)),
+            Invariant("InvTempJustified", lambda s: E.temp_justified(ec, s.exch)),
+            Invariant("InvCapsNonneg", lambda s: E.caps_nonneg(ec, s.exch)),
+            Invariant("Membership", lambda s: Membership(cfg, s)),
+        ]
+
+    def transition_invariants(self) -> list[TransitionInvariant[State]]:
+        """None beyond the state invariants."""
+        return []
+
+    def format_state(self, s: State) -> str:
+        """Status, capabilities, data, unsent updates, non-empty links, member views and the bootstrap on one line."""
+        return format_rescale(self.cfg, s)
+
+
+def format_rescale(cfg: RescaleConfig, s: State) -> str:
+    """A one-line rendering of a rescaling configuration."""
+    e = s.exch
+    n = cfg.workers
+    links = [f"{w}->{r}:{list(s.links[w][r])}" for w in range(n) for r in range(n) if s.links[w][r]]
+    views = [f"{w}:{e.glob[w]}" for w in range(n) if s.status[w] in (MEMBER, JOINING)]
+    out = (
+        f"status={s.status} caps={list(e.caps)} data={e.data} temp={list(e.temp)} "
+        f"links=[{', '.join(links)}] glob=[{', '.join(views)}] recvd={[list(r) for r in s.recvd]}"
+    )
+    if s.boot is not None:
+        b = s.boot
+        out += f" boot(n={b.newcomer}, server={b.server}, hello={list(b.hello)}, base={b.base}"
+        out += f", pending={fmt_value(b.pending)}, filled={fmt_value(b.filled)})"
+    if s.leave is not None:
+        out += f" leave({s.leave.leaver}->{s.leave.heir}, handed={s.leave.handed})"
+    return out + f" vacated={fmt_value(e.vacated)}"
