@@ -236,8 +236,9 @@ def test_open_staging(tmp_path: Path) -> None:
         np.array([(1, 2.0), (3, 4.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
         np.array([(1, {"x": 1})], dtype=[("a", "<i4"), ("b", object)]),  # holds objects: pickled
         np.arange(5, dtype=">u4"),  # big-endian
+        np.zeros(2, dtype=[("größe", "<i4")]),  # a field name only UTF-8 holds: .npy format 3.0
     ],
-    ids=["fortran", "strided", "0-d", "empty", "structured", "structured-object", "big-endian"],
+    ids=["fortran", "strided", "0-d", "empty", "structured", "structured-object", "big-endian", "utf8-field"],
 )
 def test_special_arrays(persistent: StagingArea, array: np.ndarray) -> None:
     back = roundtrip(persistent, array, "np/special")

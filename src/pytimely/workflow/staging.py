@@ -314,8 +314,10 @@ def _load_array(data: Buffer) -> Any:
     try:
         if version == (1, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
-        else:
+        elif version == (2, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
+        else:
+            raise ValueError(f"version {version}")  # 3.0: UTF-8 field names, left to np.load
     except ValueError:  # a header longer than we looked at, or a version we do not parse here
         return np.load(io.BytesIO(data), allow_pickle=False)
     count = 1
