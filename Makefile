@@ -24,7 +24,7 @@ test: lint
 	$(PY) -m pytest -q
 
 verify: venv
-	for model in clocks exchange propagation combined datagram; do $(PY) -m pytimely.verify $$model || exit 1; done
+	for model in clocks exchange propagation combined datagram rescale; do $(PY) -m pytimely.verify $$model || exit 1; done
 
 bench: venv
 	$(PY) bench/bench_progress.py

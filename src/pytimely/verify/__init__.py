@@ -9,7 +9,9 @@ Tracking for Timely Dataflow") transcribed as Python:
 * :mod:`~pytimely.verify.combined` — the combined tracker (§6, Fig. 7);
 
 and :mod:`~pytimely.verify.datagram`, the data-exchange mechanism of seed
-``003_f357c44874202187.txt`` (Send / Transport / Receive with precedence).
+``003_f357c44874202187.txt`` (Send / Transport / Receive with precedence), and
+:mod:`~pytimely.verify.rescale`, the exchange protocol with workers that join
+(the bootstrap protocol of seed ``002_640294948a1fdfd3.txt``) and leave.
 
 :func:`check` explores a model breadth-first and checks its invariants;
 :func:`~pytimely.verify.statemachine.state_machine` random-walks it with
