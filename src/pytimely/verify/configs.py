@@ -324,7 +324,7 @@ def rescale_config(name: str = "join", members: int | None = None, mutant: Mutan
             max_batches=4,
             queue_bound=3,
             mutant=mutant,
-            depth=4,
+            depth=2,
             name=name,
         )
     raise ValueError(f"unknown rescale configuration {name!r}; known: ['churn', 'churn-large', 'join', 'leave']")
