@@ -240,3 +240,11 @@ class WorkerDiedError(ExecutorError):
 
 class ExecutorClosedError(ExecutorError):
     """A module was given to an executor after it was closed."""
+
+
+class ModuleDefinitionError(WorkflowError, ValueError):
+    """A workflow module is malformed: a port, connection, submodule or ``deps`` entry names what is not there."""
+
+
+class ResumePreconditionError(WorkflowError, ValueError):
+    """``ComputeResumeState`` was asked for outputs that need an in-port which neither has a value nor gets one."""
