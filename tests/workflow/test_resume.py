@@ -28,9 +28,7 @@ from pytimely.workflow.resume import (
 
 
 def simple(name: str, ins: Iterable[str], outs: Iterable[str], deps: dict[str, set[str]]) -> Module:
-    return Module(
-        name, Kind.SIMPLE, ports(ins), ports(outs), {i: frozenset(o) for i, o in deps.items()}
-    )
+    return Module(name, Kind.SIMPLE, ports(ins), ports(outs), {i: frozenset(o) for i, o in deps.items()})
 
 
 def wire(source: str, target: str) -> Connection:

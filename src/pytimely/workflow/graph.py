@@ -1,4 +1,5 @@
-"""The dependency graph of a parent module, seed ``004_6a2e88f6382bfe5d.txt`` §2.1 ("Dependency Graphs").
+"""The dependency graph of a parent module, seed ``004_6a2e88f6382bfe5d.txt`` §2.1 ("Dependency Graphs", the seed file's
+lines 53–63).
 
 For ``M = (I, O, L, deps, S, C)`` the vertices are ``V = S ∪ I ∪ O ∪ (⋃ I_N)``: the submodules, the module's
 in- and out-ports and its submodules' in-ports. ``(v, w)`` is an edge when

@@ -8,9 +8,10 @@ requested out-ports ``O*``, every vertex of the pruned dependency graph is class
 * **irrelevant**: not needed now,
 
 and ``W`` collects the submodules' out-ports that witness an edge leaving a ready or recompute vertex — the
-out-ports each child interpreter is asked for (equation 2.3). :func:`compute_resume_state` is lines 1–25 of the
-algorithm, with any kind of queue (:class:`Fifo`, :class:`Lifo`, :class:`Priority`, :class:`SetQueue`);
-Lemma 2.12 says the result does not depend on the kind, and the tests check it.
+out-ports each child interpreter is asked for (equation 2.3). :func:`compute_resume_state` is lines 1–25 of
+the algorithm (the seed file's lines 165–205; comments below cite the algorithm's own line numbers), with any
+kind of queue (:class:`Fifo`, :class:`Lifo`, :class:`Priority`, :class:`SetQueue`); Lemma 2.12 says the
+result does not depend on the kind, and the tests check it.
 :func:`compute_resume_state_async` asks "``v ∈ H``?" lazily and concurrently (the only use of ``H`` is line
 14) and dequeues whichever vertex's answer is known first — the same result by the same lemma.
 """
@@ -153,7 +154,9 @@ class ResumeState:
     def child_inputs(self, child: str) -> frozenset[str]:
         """§2.3: the child's recomputed in-ports — reachable from ``A ∪ I*`` but not in ``A``."""
         return frozenset(
-            v.port for v, s in self.state.items() if v.kind == "child-in" and v.module == child and s == "recompute"
+            v.port
+            for v, s in self.state.items()
+            if v.kind == "child-in" and v.module == child and s == "recompute"
             if v.port is not None
         )
 
