@@ -49,7 +49,16 @@ def _symmetric(edges: Any) -> Any:
 
 
 def _distinct(ids: Any) -> Any:
-    """The sorted distinct values of ``ids`` (sorting beats ``np.unique``'s hashing on millions of int64s)."""
+    """The sorted distinct values of ``ids`` (sorting beats ``np.unique``'s hashing on millions of int64s).
+
+    Ids that are non-negative and not much larger than their count are marked in a table instead: one pass.
+    """
+    if len(ids) > 1024:
+        low, high = int(ids.min()), int(ids.max())
+        if low >= 0 and high < 4 * len(ids) + (1 << 20):
+            seen = np.zeros(high + 1, dtype=bool)
+            seen[ids] = True
+            return np.flatnonzero(seen)
     ordered = np.sort(ids)
     if len(ordered) < 2:
         return ordered
@@ -200,12 +209,17 @@ class _Propagate:
         return (ids % self.peers) == self.worker
 
     def _add_edges(self, new: Any, cap: Capability[Any], out: OutputPort[Any, Any]) -> None:
-        fresh = np.setdiff1d(_distinct(new[:, 0]), self.vertices, assume_unique=True)
-        if len(fresh):
+        ids = new[:, 0]
+        fresh = _distinct(ids)
+        if len(self.vertices):
+            fresh = np.setdiff1d(fresh, self.vertices, assume_unique=True)
+        if len(fresh) and len(self.vertices):
             merged = np.concatenate([self.vertices, fresh])
             order = np.argsort(merged, kind="stable")
             self.vertices = merged[order]
             self.labels = np.concatenate([self.labels, fresh])[order]
+        elif len(fresh):
+            self.vertices, self.labels = fresh, fresh.copy()
         vertices = self.vertices
         if len(vertices) and vertices[0] >= 0 and vertices[-1] < 4 * len(vertices) + (1 << 20):
             self.dense = np.zeros(int(vertices[-1]) + 1, dtype=np.int64)
