@@ -248,3 +248,27 @@ class ModuleDefinitionError(WorkflowError, ValueError):
 
 class ResumePreconditionError(WorkflowError, ValueError):
     """``ComputeResumeState`` was asked for outputs that need an in-port which neither has a value nor gets one."""
+
+
+class PortTypeError(ModuleDefinitionError, TypeError):
+    """A connection's source port carries a type its target port does not accept; names both ports and types."""
+
+
+class UnconnectedPortError(ModuleDefinitionError):
+    """A submodule's in-port or a parent's out-port has no connection feeding it; names the port."""
+
+
+class ModuleCycleError(ModuleDefinitionError):
+    """Sibling connections outside a loop form a cycle; names the connections on it."""
+
+
+class WorkflowInputError(WorkflowError, ValueError):
+    """A workflow was given an input it lacks, or a module in-port that must have a value has none; names it."""
+
+
+class LoopError(WorkflowError):
+    """A loop module cannot run: it has no stop condition, or it did not stop within its iteration limit."""
+
+
+class WorkflowUsageError(WorkflowError, ValueError):
+    """The ``pytimely workflow`` command was given a bad target, input, output name or executor."""

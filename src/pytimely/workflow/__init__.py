@@ -1,19 +1,18 @@
-"""Resumable workflows (seed ``004_6a2e88f6382bfe5d.txt``, CloudKeeper): modules wired by ports, the optimal
-consistent checkpoint to resume from, staging areas that never count a stale or half-written value, and
-executors for module code."""
+"""Resumable workflows (CloudKeeper, seed 004): modules, their dependency graphs and resume states."""
 
-from pytimely.workflow.executors import (
-    Call,
-    DataflowStep,
-    Executor,
-    ProcessExecutor,
-    SparkExecutor,
-    ThreadExecutor,
-    dataflow_step,
-)
-from pytimely.workflow.fingerprint import code_fingerprint, derive, value_fingerprint
+from pytimely.workflow.dsl import Outputs, PortValue, composite, constant, loop, simple
 from pytimely.workflow.graph import DependencyGraph, Vertex
-from pytimely.workflow.model import Connection, ConnectionKind, Kind, Module, Port, PortRef, minimal_deps
+from pytimely.workflow.model import (
+    CONTINUE,
+    Connection,
+    ConnectionKind,
+    Kind,
+    Module,
+    Port,
+    PortRef,
+    is_assignable,
+    minimal_deps,
+)
 from pytimely.workflow.resume import (
     Fifo,
     Lifo,
@@ -23,44 +22,30 @@ from pytimely.workflow.resume import (
     compute_resume_state,
     compute_resume_state_async,
 )
-from pytimely.workflow.staging import (
-    FsspecStaging,
-    LocalStaging,
-    MemoryStaging,
-    StagingArea,
-    open_staging,
-)
 
 __all__ = [
-    "Call",
+    "CONTINUE",
     "Connection",
     "ConnectionKind",
-    "DataflowStep",
     "DependencyGraph",
-    "Executor",
     "Fifo",
-    "FsspecStaging",
     "Kind",
     "Lifo",
-    "LocalStaging",
-    "MemoryStaging",
     "Module",
+    "Outputs",
     "Port",
     "PortRef",
+    "PortValue",
     "Priority",
-    "ProcessExecutor",
     "ResumeState",
     "SetQueue",
-    "SparkExecutor",
-    "StagingArea",
-    "ThreadExecutor",
     "Vertex",
-    "code_fingerprint",
+    "composite",
     "compute_resume_state",
     "compute_resume_state_async",
-    "dataflow_step",
-    "derive",
+    "constant",
+    "is_assignable",
+    "loop",
     "minimal_deps",
-    "open_staging",
-    "value_fingerprint",
+    "simple",
 ]
