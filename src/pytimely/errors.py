@@ -267,7 +267,7 @@ class WorkflowInputError(WorkflowError, ValueError):
 
 
 class LoopError(WorkflowError):
-    """A loop module cannot run: it has no stop condition, or it did not stop within its iteration limit."""
+    """A loop module did not stop (its continue port stayed true) within its iteration limit; names the loop."""
 
 
 class WorkflowUsageError(WorkflowError, ValueError):
