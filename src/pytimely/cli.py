@@ -2,6 +2,7 @@
 
     pytimely run [-w W -n N -p I --hosts ... | --hostfile F] module:function [ARG ...]
     pytimely launch -n N [-w W] [--port P] -- COMMAND [ARG ...]
+    pytimely workflow {run,plan,show} TARGET ...   (see pytimely.workflow.cli)
 
 ``run`` imports ``function`` from ``module`` and calls ``execute(function)``
 with the layout the flags and ``PYTIMELY_*`` variables give (see
@@ -197,7 +198,7 @@ def _launch(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``pytimely`` command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: pytimely {run,launch} ...  (pytimely run --help, pytimely launch --help)"
+    usage = "usage: pytimely {run,launch,workflow} ...  (pytimely run --help, pytimely launch --help)"
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
@@ -206,6 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(rest)
     if command == "launch":
         return _launch(rest)
+    if command == "workflow":
+        from pytimely.workflow.cli import main as workflow_main
+
+        return workflow_main(rest)
     print(f"pytimely: unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2
 

@@ -1,0 +1,251 @@
+"""``pytimely workflow``: run, plan and show resumable workflows.
+
+    pytimely workflow run  TARGET [--staging URL] [--input NAME=VALUE ...] [--output NAME ...]
+                                  [--executor thread|process|spark] [--output-dir DIR] [--fresh] [-q]
+    pytimely workflow plan TARGET [--staging URL] [--input NAME=VALUE ...] [--output NAME ...] [--fresh]
+    pytimely workflow show TARGET
+
+TARGET is ``package.module:NAME`` or ``path/to/file.py:NAME``, naming a composite module (a workflow).
+``run`` resumes from whatever the staging area (a directory, ``file://``, ``s3://...``, ``memory://``; default
+``memory://``, which keeps nothing) holds under matching fingerprints, runs what is left and prints the
+requested out-ports (all by default) as ``NAME = VALUE`` lines, or writes them to ``DIR/NAME.json`` (or
+``.pkl`` when not JSON) with ``--output-dir``. Progress goes to stderr, one line per module start and finish,
+and a summary; ``-q`` silences it. ``--fresh`` ignores staged values. An input value is decoded as JSON when it
+parses, else taken as a string. ``plan`` prints, without running anything, the ready, recomputed and
+irrelevant ports of every module instance that would be interpreted and the modules that would run; ``show``
+prints the module graph as a Mermaid flowchart.
+
+Exit status: 0 on success, 1 when the workflow fails (the message names the module), 2 for usage and
+definition errors (a one-line message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import importlib.util
+import json
+import os
+import pickle
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from pytimely.errors import (
+    ModuleDefinitionError,
+    PytimelyError,
+    ResumePreconditionError,
+    StagingKeyError,
+    WorkflowInputError,
+    WorkflowUsageError,
+)
+from pytimely.workflow.executors import Executor, ProcessExecutor, SparkExecutor, ThreadExecutor
+from pytimely.workflow.interpreter import Event, Trace
+from pytimely.workflow.model import Module
+from pytimely.workflow.runner import aplan, arun, show
+from pytimely.workflow.staging import StagingArea, open_staging
+
+__all__ = ["Progress", "load_workflow", "main", "parse_inputs"]
+
+_USAGE_ERRORS = (WorkflowUsageError, ModuleDefinitionError, WorkflowInputError, ResumePreconditionError)
+
+
+def load_workflow(target: str) -> Module:
+    """The module ``TARGET`` names: ``package.module:NAME`` or ``path/to/file.py:NAME``."""
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not attr:
+        raise WorkflowUsageError(f"expected MODULE:NAME or FILE.py:NAME, got {target!r}")
+    try:
+        if where.endswith(".py") or os.sep in where:
+            path = Path(where).resolve()
+            if not path.is_file():
+                raise WorkflowUsageError(f"no workflow file {where!r}")
+            # Imported by name from its directory, so worker processes can import its functions too.
+            sys.path.insert(0, str(path.parent))
+            module = importlib.import_module(path.stem)
+        else:
+            module = importlib.import_module(where)
+    except ImportError as exc:
+        raise WorkflowUsageError(f"cannot import {where!r}: {exc}") from exc
+    found: Any = module
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise WorkflowUsageError(f"{where!r} has no attribute {attr!r}") from None
+    if not isinstance(found, Module):
+        raise WorkflowUsageError(f"{target} is a {type(found).__name__}, not a workflow module")
+    return found
+
+
+def parse_inputs(pairs: Sequence[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs as a dict; a value is JSON-decoded when it parses, else kept as a string."""
+    inputs: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise WorkflowUsageError(f"--input expects NAME=VALUE, got {pair!r}")
+        if name in inputs:
+            raise WorkflowUsageError(f"--input {name!r} is given twice")
+        try:
+            inputs[name] = json.loads(text)
+        except ValueError:
+            inputs[name] = text
+    return inputs
+
+
+class Progress:
+    """Progress lines on a stream: a module's start and finish (with its time), loop resumption, a summary."""
+
+    def __init__(self, stream: IO[str], quiet: bool = False) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        self.began = time.perf_counter()
+
+    def __call__(self, event: Event) -> None:
+        """Print one event."""
+        if self.quiet:
+            return
+        if event.kind == "started":
+            line = f"started  {event.path}"
+        elif event.kind == "finished":
+            line = f"finished {event.path} ({event.seconds:.2f} s)"
+        elif event.kind == "failed":
+            line = f"failed   {event.path} ({event.seconds:.2f} s)"
+        else:
+            line = f"resumed  {event.path} at iteration {event.iteration}"
+        print(line, file=self.stream, flush=True)
+
+    def summary(self, trace: Trace) -> None:
+        """The closing line: modules run, values reused, time taken."""
+        if self.quiet:
+            return
+        ran, reused = len(trace.ran), len(trace.reused)
+        print(
+            f"ran {ran} module{'s' if ran != 1 else ''}, reused {reused} value{'s' if reused != 1 else ''} "
+            f"in {time.perf_counter() - self.began:.2f} s",
+            file=self.stream,
+            flush=True,
+        )
+
+
+def _executor(name: str) -> Executor:
+    if name == "thread":
+        return ThreadExecutor()
+    if name == "process":
+        return ProcessExecutor()
+    from pytimely.spark.session import local_session
+
+    return SparkExecutor(local_session())
+
+
+def _staging(url: str) -> StagingArea:
+    try:
+        return open_staging(url)
+    except (ValueError, OSError, ImportError) as exc:
+        raise WorkflowUsageError(f"cannot open staging area {url!r}: {exc}") from exc
+
+
+def _jsonable(value: Any) -> str | None:
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+
+
+def _write_outputs(outputs: dict[str, Any], directory: str | None, out: IO[str]) -> None:
+    if directory is None:
+        for name, value in outputs.items():
+            print(f"{name} = {_jsonable(value) or repr(value)}", file=out)
+        return
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    for name, value in outputs.items():
+        text = _jsonable(value)
+        if text is not None:
+            (target / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+        else:
+            (target / f"{name}.pkl").write_bytes(pickle.dumps(value, protocol=5))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pytimely workflow", description="Run, plan or show a resumable workflow.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("run", "run or resume the workflow"),
+        ("plan", "print what a run would reuse, recompute and leave, without running"),
+        ("show", "print the module graph as a Mermaid flowchart"),
+    ):
+        sub = commands.add_parser(name, help=text, description=text)
+        sub.add_argument("target", help="MODULE:NAME or FILE.py:NAME of a composite module")
+        if name == "show":
+            continue
+        sub.add_argument("--staging", default="memory://", help="staging area URL or directory (default memory://)")
+        sub.add_argument("--input", action="append", default=[], metavar="NAME=VALUE", help="a workflow input")
+        sub.add_argument("--output", action="append", metavar="NAME", help="an out-port to compute (default all)")
+        sub.add_argument("--fresh", action="store_true", help="ignore staged values and recompute everything")
+        if name == "run":
+            sub.add_argument("--executor", choices=("thread", "process", "spark"), default="thread")
+            sub.add_argument("--output-dir", help="write each output to DIR/NAME.json (or .pkl)")
+            sub.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """The ``pytimely workflow`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        workflow = load_workflow(args.target)
+        if args.command == "show":
+            sys.stdout.write(show(workflow))
+            return 0
+        inputs = parse_inputs(args.input)
+        staging = _staging(args.staging)
+        if args.command == "plan":
+            plan = asyncio.run(aplan(workflow, inputs, staging=staging, outputs=args.output, reuse=not args.fresh))
+            print(plan.render())
+            return 0
+        return _run(args, workflow, inputs, staging)
+    except _USAGE_ERRORS as exc:
+        print(f"pytimely workflow: error: {exc}", file=sys.stderr)
+        return 2
+    except StagingKeyError as exc:
+        print(f"pytimely workflow: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], staging: StagingArea) -> int:
+    progress = Progress(sys.stderr, args.quiet)
+    trace = Trace()
+    try:
+        executor = _executor(args.executor)
+    except PytimelyError as exc:
+        print(f"pytimely workflow: cannot start the {args.executor} executor: {exc}", file=sys.stderr)
+        return 1
+    try:
+        outputs = asyncio.run(
+            arun(
+                workflow,
+                inputs,
+                staging=staging,
+                executor=executor,
+                outputs=args.output,
+                reuse=not args.fresh,
+                progress=progress,
+                trace=trace,
+            )
+        )
+    except _USAGE_ERRORS:
+        raise
+    except PytimelyError as exc:
+        progress.summary(trace)
+        print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        executor.close()
+    progress.summary(trace)
+    _write_outputs(outputs, args.output_dir, sys.stdout)
+    return 0
