@@ -470,10 +470,10 @@ def is_assignable(source: Any, target: Any) -> bool:
     source, target = _strip(source), _strip(target)
     if _wild(source) or _wild(target):
         return True
-    if _is_union(target):
-        return any(is_assignable(source, t) for t in typing.get_args(target))
     if _is_union(source):
         return all(is_assignable(s, target) for s in typing.get_args(source))
+    if _is_union(target):
+        return any(is_assignable(source, t) for t in typing.get_args(target))
     if typing.get_origin(source) is typing.Literal:
         return all(is_assignable(type(v), target) for v in typing.get_args(source))
     if typing.get_origin(target) is typing.Literal:
@@ -482,7 +482,7 @@ def is_assignable(source: Any, target: Any) -> bool:
     t = typing.get_origin(target) or target
     if isinstance(s, type) and isinstance(t, type):
         try:
-            return issubclass(s, t) or s in _PROMOTIONS.get(t, ())
+            return issubclass(s, t) or any(issubclass(s, p) for p in _PROMOTIONS.get(t, ()))
         except TypeError:
             return s is t
     return bool(source == target)
