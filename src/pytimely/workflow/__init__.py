@@ -1,6 +1,18 @@
-"""Resumable workflows (CloudKeeper, seed 004): modules, their dependency graphs and resume states."""
+"""Resumable workflows (seed ``004_6a2e88f6382bfe5d.txt``, CloudKeeper): modules wired by ports, the optimal
+consistent checkpoint to resume from, staging areas that never count a stale or half-written value, and
+executors for module code."""
 
 from pytimely.workflow.dsl import Outputs, PortValue, composite, constant, loop, simple
+from pytimely.workflow.executors import (
+    Call,
+    DataflowStep,
+    Executor,
+    ProcessExecutor,
+    SparkExecutor,
+    ThreadExecutor,
+    dataflow_step,
+)
+from pytimely.workflow.fingerprint import code_fingerprint, derive, value_fingerprint
 from pytimely.workflow.graph import DependencyGraph, Vertex
 from pytimely.workflow.model import (
     CONTINUE,
@@ -22,30 +34,52 @@ from pytimely.workflow.resume import (
     compute_resume_state,
     compute_resume_state_async,
 )
+from pytimely.workflow.staging import (
+    FsspecStaging,
+    LocalStaging,
+    MemoryStaging,
+    StagingArea,
+    open_staging,
+)
 
 __all__ = [
     "CONTINUE",
+    "Call",
     "Connection",
     "ConnectionKind",
+    "DataflowStep",
     "DependencyGraph",
+    "Executor",
     "Fifo",
+    "FsspecStaging",
     "Kind",
     "Lifo",
+    "LocalStaging",
+    "MemoryStaging",
     "Module",
     "Outputs",
     "Port",
     "PortRef",
     "PortValue",
     "Priority",
+    "ProcessExecutor",
     "ResumeState",
     "SetQueue",
+    "SparkExecutor",
+    "StagingArea",
+    "ThreadExecutor",
     "Vertex",
+    "code_fingerprint",
     "composite",
     "compute_resume_state",
     "compute_resume_state_async",
     "constant",
+    "dataflow_step",
+    "derive",
     "is_assignable",
     "loop",
     "minimal_deps",
+    "open_staging",
     "simple",
+    "value_fingerprint",
 ]
