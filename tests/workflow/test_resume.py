@@ -191,12 +191,12 @@ def test_example_2_1_every_recomputed_set_and_every_h(requested: frozenset[str])
         brute = BruteForce(module, recomputed, requested)
         for bits in range(1 << len(relevant)):
             h = frozenset(v for k, v in enumerate(relevant) if bits >> k & 1)
-            try:
-                result = check_against_brute_force(module, h, recomputed, requested, brute)
-            except ResumePreconditionError:
-                needs = {i for i in "abc" if module.deps[i] & requested}
-                assert not needs <= {v.port for v in h if v.kind == "in"} | recomputed
+            needs = {i for i in "abc" if module.deps[i] & requested}
+            if not needs <= {v.port for v in h if v.kind == "in"} | recomputed:
+                with pytest.raises(ResumePreconditionError, match="needs in-port"):
+                    compute_resume_state(module, h, recomputed, requested)
                 continue
+            result = check_against_brute_force(module, h, recomputed, requested, brute)
             checked += 1
             if bits % 61 == 0:
                 every_queue(module, h, recomputed, requested)
@@ -280,3 +280,65 @@ def test_bad_modules_and_requests_are_named() -> None:
         compute_resume_state(example_2_1(), set(), {"a"}, set())
     with pytest.raises(ModuleDefinitionError, match="no out-port 'z'"):
         compute_resume_state(example_2_1(), set(), {"a", "b", "c"}, {"z"})
+
+
+def test_lazy_checks_overlap_and_ask_only_what_line_14_needs() -> None:
+    """The async variant has several "v ∈ H?" checks in flight at once, asks each vertex at most once, and asks
+    only about ports the eager run asks about at line 14, or that the precondition needs."""
+    module = example_2_1()
+    h = frozenset(
+        {Vertex.inport("b"), Vertex.inport("c"), Vertex.child_in("P", "k"), Vertex.child_in("Q", "o"),
+         Vertex.child_in("N", "e"), Vertex.outport("r")}
+    )  # fmt: skip
+    asked: list[Vertex] = []
+    in_flight = 0
+    peak = 0
+    rng = random.Random(7)
+
+    async def slow(v: Vertex) -> bool:
+        nonlocal in_flight, peak
+        asked.append(v)
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(rng.random() * 0.02)
+        in_flight -= 1
+        return v in h
+
+    lazy = asyncio.run(compute_resume_state_async(module, slow, {"a"}, {"q", "r", "s"}))
+    eager_asked: set[Vertex] = set()
+
+    def recording(v: Vertex) -> bool:
+        eager_asked.add(v)
+        return v in h
+
+    eager = compute_resume_state(module, recording, {"a"}, {"q", "r", "s"})
+    assert lazy.state == eager.state and lazy.witnesses == eager.witnesses
+    assert peak >= 2
+    assert len(asked) == len(set(asked))
+    assert set(asked) <= eager_asked | {Vertex.inport(i) for i in "bc"}
+
+
+def test_a_failing_lazy_check_fails_the_run_and_cancels_the_others() -> None:
+    started: list[Vertex] = []
+    cancelled: list[Vertex] = []
+
+    async def failing(v: Vertex) -> bool:
+        started.append(v)
+        if v == Vertex.outport("s"):
+            await asyncio.sleep(0.01)
+            raise OSError("staging unreachable")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(v)
+            raise
+        return True
+
+    async def run() -> None:
+        with pytest.raises(OSError, match="staging unreachable"):
+            await compute_resume_state_async(example_2_1(), failing, {"a", "b", "c"}, {"r", "s"})
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert Vertex.outport("s") in started and cancelled
+    assert set(cancelled) == set(started) - {Vertex.outport("s")}
