@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytimely.errors import LoopError, ModuleCycleError, ModuleDefinitionError, WorkflowInputError
+from pytimely.errors import LoopError, ModuleCycleError, ModuleDefinitionError, WorkflowError, WorkflowInputError
 from pytimely.workflow.executors import Call, Executor
 from pytimely.workflow.fingerprint import code_fingerprint, derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
@@ -146,6 +146,7 @@ class Runtime:
         self.memory: dict[str, Any] = {}
         self.produced: dict[str, Any] = {}
         self._structure: dict[int, str] = {}
+        self._code: dict[int, tuple[Any, str]] = {}
 
     # -- derivation ----------------------------------------------------------------------------------------------
 
@@ -153,8 +154,20 @@ class Runtime:
         """``structure_fingerprint(module)``, computed once per module object in this run."""
         fp = self._structure.get(id(module))
         if fp is None:
-            fp = self._structure[id(module)] = structure_fingerprint(module, self.structure)
+            if module.kind is Kind.SIMPLE:
+                fp = self.code(module.function)
+            else:
+                fp = structure_fingerprint(module, self.structure)
+            self._structure[id(module)] = fp
         return fp
+
+    def code(self, fn: Any) -> str:
+        """``code_fingerprint(fn)``, computed once per function object in this run (many modules share one)."""
+        known = self._code.get(id(fn))
+        if known is None:
+            # The function is kept with its fingerprint so that its id cannot be reused meanwhile.
+            known = self._code[id(fn)] = (fn, code_fingerprint(fn))
+        return known[1]
 
     def remember(self, key: str, value: Any) -> None:
         """Hold an in-memory value (a workflow input or a constant module's output)."""
@@ -433,17 +446,23 @@ async def _parent(
     for first in rs.children_to_start():
         start(first)
 
+    awaited = set(recomputed)
+
     async def pump() -> None:
         while True:
             port = await inbox.get()
+            awaited.discard(port)
             events.put_nowait((None, port))
 
     pumping = asyncio.create_task(pump())
     try:
         while outstanding:
+            running = [task for task, _ in children.values() if not task.done()]
+            if not running and not awaited and events.empty():
+                # Nothing can send a value any more: a bug, but a hang would hide it.
+                raise WorkflowError(f"module {inst.path!r}: out-ports {sorted(outstanding)} can never get a value")
             getting = asyncio.create_task(events.get())
-            watched: set[asyncio.Future[Any]] = {getting}
-            watched.update(task for task, _ in children.values() if not task.done())
+            watched: set[asyncio.Future[Any]] = {getting, *running}
             done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not getting and task.exception() is not None:
@@ -490,9 +509,7 @@ async def _simple(
             continue
         if origin is None or origin.fingerprint is None:
             raise WorkflowInputError(f"module {inst.path!r}: in-port {i!r} is not connected to any value")
-        if not await rt.has(origin):
-            raise WorkflowInputError(f"module {inst.path!r}: in-port {i!r} has no value ({origin.key} is missing)")
-        values[i] = await rt.load(origin)
+        values[i] = await rt.load(origin)  # ValueMissingError, naming the key, if it vanished meanwhile
     if rt.executor is None:
         raise WorkflowInputError(f"module {inst.path!r} must run, but no executor was given")
     rt.emit(Event("started", inst.path))
