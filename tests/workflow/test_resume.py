@@ -342,3 +342,26 @@ def test_a_failing_lazy_check_fails_the_run_and_cancels_the_others() -> None:
     asyncio.run(run())
     assert Vertex.outport("s") in started and cancelled
     assert set(cancelled) == set(started) - {Vertex.outport("s")}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 5), st.none()), max_size=40))
+def test_every_queue_kind_meets_the_specification(ops: list[int | None]) -> None:
+    """§2.4's queue contract: dequeue returns x fewer times than enqueue(x) was called; set semantics keep an
+    element waiting at most once; FIFO and LIFO dequeue in insertion order and its reverse."""
+    vertices = [Vertex.inport(f"p{k}") for k in range(6)]
+    queues = {"fifo": Fifo(), "lifo": Lifo(), "priority": Priority(), "set": SetQueue()}
+    for name, q in queues.items():
+        waiting: list[Vertex] = []
+        for op in ops:
+            if op is not None:
+                q.enqueue(vertices[op])
+                if name != "set" or vertices[op] not in waiting:
+                    waiting.append(vertices[op])
+            elif waiting:
+                x = q.dequeue()
+                assert x in waiting
+                expected = {"fifo": waiting[0], "lifo": waiting[-1], "priority": min(waiting)}.get(name, x)
+                assert x == expected
+                del waiting[len(waiting) - 1 - waiting[::-1].index(x) if name == "lifo" else waiting.index(x)]
+            assert q.empty() == (not waiting)

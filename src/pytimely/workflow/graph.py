@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from pytimely.errors import ModuleDefinitionError
 from pytimely.workflow.model import ConnectionKind, Module, PortRef
 
 __all__ = ["DependencyGraph", "Vertex"]
@@ -106,8 +107,6 @@ class DependencyGraph:
         if self.requested is not None:
             unknown = sorted(self.requested - set(module.output_names))
             if unknown:
-                from pytimely.errors import ModuleDefinitionError
-
                 raise ModuleDefinitionError(f"module {module.name!r} has no out-port {unknown[0]!r} to request")
             keep = self._reaching({Vertex.outport(o) for o in self.requested}, edges)
             edges = {e: w for e, w in edges.items() if e[1] in keep}
@@ -115,7 +114,7 @@ class DependencyGraph:
         self.edges: frozenset[tuple[Vertex, Vertex]] = frozenset(edges)
         self.successors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
         self.predecessors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
-        for v, w in sorted(self.edges):
+        for v, w in edges:  # construction order: deterministic for a given module, and no sort of vertices
             self.successors[v].append(w)
             self.predecessors[w].append(v)
 

@@ -141,6 +141,8 @@ class Module:
         path = self.path or self.name
         object.__setattr__(self, "path", path)
         object.__setattr__(self, "params", types.MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "_input_names", tuple(getattr(p, "name", p) for p in self.inputs))
+        object.__setattr__(self, "_output_names", tuple(getattr(p, "name", p) for p in self.outputs))
         self._check_ports()
         parent = self.kind in (Kind.COMPOSITE, Kind.LOOP)
         if not parent and (self.submodules or self.connections):
@@ -181,12 +183,14 @@ class Module:
     @property
     def input_names(self) -> tuple[str, ...]:
         """The names of ``I``."""
-        return tuple(p.name for p in self.inputs)
+        names: tuple[str, ...] = self._input_names  # type: ignore[attr-defined]
+        return names
 
     @property
     def output_names(self) -> tuple[str, ...]:
         """The names of ``O``."""
-        return tuple(p.name for p in self.outputs)
+        names: tuple[str, ...] = self._output_names  # type: ignore[attr-defined]
+        return names
 
     def input(self, name: str) -> Port:
         """The in-port ``name``."""
@@ -413,24 +417,21 @@ def minimal_deps(module: Module) -> dict[str, frozenset[str]]:
     through connections and the children's own ``deps``; for a loop, also through its I/O pairs into the next
     iteration, and every out-port depends on whatever the continue port depends on (it decides how often the
     body runs)."""
-    follow: dict[PortRef, list[PortRef]] = {}
-    for c in module.connections:
-        follow.setdefault(c.source, []).append(c.target)
-    for child in module.submodules:
+    # One pass in topological order over the (acyclic, fully connected) siblings, each port carrying the set of
+    # parent in-ports that reach it as the bits of an int.
+    bit = {i: 1 << k for k, i in enumerate(module.input_names)}
+    source_of: dict[PortRef, PortRef] = {c.target: c.source for c in module.connections}
+    masks: dict[PortRef, int] = {PortRef(None, i): b for i, b in bit.items()}
+    for child in _topological(module):
+        ins = {i: masks.get(source_of.get(PortRef(child.name, i), PortRef(None, "")), 0) for i in child.input_names}
+        for o in child.output_names:
+            masks[PortRef(child.name, o)] = 0
         for i, os in child.deps.items():
-            follow.setdefault(PortRef(child.name, i), []).extend(PortRef(child.name, o) for o in sorted(os))
+            for o in os:
+                masks[PortRef(child.name, o)] |= ins.get(i, 0)
     outs = set(module.output_names)
-    reach: dict[str, set[str]] = {}
-    for i in module.input_names:
-        seen: set[PortRef] = set()
-        stack = [PortRef(None, i)]
-        while stack:
-            ref = stack.pop()
-            for nxt in follow.get(ref, ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append(nxt)
-        reach[i] = {r.port for r in seen if r.module is None and r.port in outs}
+    out_mask = {o: masks.get(source_of.get(PortRef(None, o), PortRef(None, "")), 0) for o in module.output_names}
+    reach: dict[str, set[str]] = {i: {o for o, m in out_mask.items() if m & b} for i, b in bit.items()}
     if module.kind is Kind.LOOP:
         feeds = {o: i for i, o in module.io_ports}
         changed = True
@@ -447,6 +448,28 @@ def minimal_deps(module: Module) -> dict[str, frozenset[str]]:
                     reach[i] = grown
                     changed = True
     return {i: frozenset(os) for i, os in reach.items()}
+
+
+def _topological(module: Module) -> list[Module]:
+    """The submodules, each after every sibling feeding it (Kahn's algorithm; siblings are acyclic)."""
+    waiting = {child.name: 0 for child in module.submodules}
+    feeds: dict[str, list[str]] = {child.name: [] for child in module.submodules}
+    for c in module.connections:
+        if c.kind is ConnectionKind.SIBLING and c.source.module is not None and c.target.module is not None:
+            waiting[c.target.module] += 1
+            feeds[c.source.module].append(c.target.module)
+    ready = [name for name, n in waiting.items() if n == 0]
+    order: list[Module] = []
+    while ready:
+        name = ready.pop()
+        order.append(module.child(name))
+        for nxt in feeds[name]:
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                ready.append(nxt)
+    if len(order) != len(waiting):
+        raise ModuleCycleError(f"module {module.path!r}: sibling connections form a cycle")
+    return order
 
 
 def ports(names: Iterable[str], type: Any = Any) -> tuple[Port, ...]:

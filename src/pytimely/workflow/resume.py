@@ -106,20 +106,18 @@ class Priority:
 
 
 class SetQueue:
-    """Set semantics: an element waits at most once however often it is enqueued; dequeued greatest first."""
+    """Set semantics: an element waits at most once however often it is enqueued; the latest new one leaves first."""
 
     def __init__(self) -> None:
-        self._items: set[Vertex] = set()
+        self._items: dict[Vertex, None] = {}  # an insertion-ordered set: O(1) add, membership and pop
 
     def enqueue(self, x: Vertex) -> None:
         """Add ``x`` unless it is already waiting."""
-        self._items.add(x)
+        self._items.setdefault(x, None)
 
     def dequeue(self) -> Vertex:
-        """Remove the greatest waiting element."""
-        x = max(self._items)
-        self._items.remove(x)
-        return x
+        """Remove the most recently added waiting element."""
+        return self._items.popitem()[0]
 
     def empty(self) -> bool:
         """Whether nothing is left."""

@@ -1,0 +1,168 @@
+"""Resume-state speed on a large parent module, each figure against a baseline measured in the same run.
+
+    python bench/bench_resume.py [--children N] [--repeat R] [--json]
+
+The module: ``N`` simple submodules (default 5,000), each with two in-ports and two out-ports and random
+``deps``, every in-port fed by a random earlier out-port or one of 16 parent in-ports; 16 parent out-ports fed
+by the last submodules. ``H`` holds a random 90% of the ports (seed 1), ``I*`` one parent in-port, ``O*``
+every parent out-port.
+
+(a) defining the module (validation: kinds, sources, types, cycles, minimal deps) against copying the same
+    submodules and connections into plain tuples and dicts (what a definition cannot do with less);
+(b) ``DependencyGraph(module, O*)`` against one breadth-first search over its edges from every source;
+(c) ``compute_resume_state`` with each queue kind against the same breadth-first search;
+(d) the lazy variant with an instant async predicate against the eager one (the cost of asking concurrently);
+(e) the lazy variant with a predicate that takes ``--latency`` seconds (default 2 ms, a staging look-up) against
+    asking the same checks one after another, as the eager algorithm must.
+
+Best of ``R`` runs (default 3). Prints a Markdown table; ``--json`` one JSON object per row instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pytimely.workflow import (
+    Connection,
+    DependencyGraph,
+    Fifo,
+    Kind,
+    Lifo,
+    Module,
+    Port,
+    PortRef,
+    Priority,
+    SetQueue,
+    Vertex,
+    compute_resume_state,
+    compute_resume_state_async,
+)
+
+
+def build(children: int, seed: int = 1) -> tuple[list[Module], list[Connection]]:
+    rng = random.Random(seed)
+    subs: list[Module] = []
+    connections: list[Connection] = []
+    available = [PortRef(None, f"i{k}") for k in range(16)]
+    for c in range(children):
+        deps = {i: frozenset(rng.sample(["y0", "y1"], rng.randint(1, 2))) for i in ("x0", "x1")}
+        subs.append(Module(f"c{c}", Kind.SIMPLE, (Port("x0", int), Port("x1", int)),
+                           (Port("y0", int), Port("y1", int)), deps))  # fmt: skip
+        window = available[-200:]  # mostly local wiring, as real pipelines are
+        connections += [Connection(rng.choice(window), PortRef(f"c{c}", i)) for i in ("x0", "x1")]
+        available += [PortRef(f"c{c}", "y0"), PortRef(f"c{c}", "y1")]
+    connections += [Connection(available[-1 - k], PortRef(None, f"o{k}")) for k in range(16)]
+    return subs, connections
+
+
+def define(subs: list[Module], connections: list[Connection]) -> Module:
+    return Module("big", Kind.COMPOSITE, tuple(Port(f"i{k}", int) for k in range(16)),
+                  tuple(Port(f"o{k}", int) for k in range(16)), submodules=tuple(subs),
+                  connections=tuple(connections))  # fmt: skip
+
+
+def copy_plain(subs: list[Module], connections: list[Connection]) -> Any:
+    by_name = {m.name: (m.input_names, m.output_names, dict(m.deps)) for m in subs}
+    by_target = {c.target: c.source for c in connections}
+    return by_name, by_target
+
+
+def bfs(graph: DependencyGraph) -> int:
+    seen = set(graph.sources())
+    frontier = list(seen)
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in graph.successors[v]:
+                if w not in seen:
+                    seen.add(w)
+                    nxt.append(w)
+        frontier = nxt
+    return len(seen)
+
+
+def best(fn: Callable[[], Any], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--children", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--latency", type=float, default=0.002)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    subs, connections = build(args.children)
+    module = define(subs, connections)
+    requested = {f"o{k}" for k in range(16)}
+    rng = random.Random(1)
+    graph = DependencyGraph(module, requested)
+    ports = sorted(v for v in graph.vertices if v.is_port)
+    h = frozenset(v for v in ports if rng.random() < 0.9) | {Vertex.inport(f"i{k}") for k in range(16)}
+    recomputed = {"i0"}
+    rows: list[dict[str, Any]] = []
+
+    def row(what: str, measured: float, baseline_name: str, baseline: float) -> None:
+        rows.append({"what": what, "seconds": round(measured, 5), "baseline": baseline_name,
+                     "baseline_seconds": round(baseline, 5), "ratio": round(measured / baseline, 2)})  # fmt: skip
+
+    row("define the module", best(lambda: define(subs, connections), args.repeat),
+        "copy into dicts", best(lambda: copy_plain(subs, connections), args.repeat))  # fmt: skip
+    search = best(lambda: bfs(graph), args.repeat)
+    row("DependencyGraph(module, O*)", best(lambda: DependencyGraph(module, requested), args.repeat), "BFS", search)
+    eager = compute_resume_state(module, h, recomputed, requested)
+    for name, make in (("Fifo", Fifo), ("Lifo", Lifo), ("Priority", Priority), ("SetQueue", SetQueue)):
+        seconds = best(lambda m=make: compute_resume_state(module, h, recomputed, requested, m()), args.repeat)
+        row(f"compute_resume_state ({name}, graph included)", seconds, "BFS + DependencyGraph",
+            search + best(lambda: DependencyGraph(module, requested), args.repeat))  # fmt: skip
+
+    async def instant(v: Vertex) -> bool:
+        return v in h
+
+    lazy_seconds = best(lambda: asyncio.run(compute_resume_state_async(module, instant, recomputed, requested)),
+                        args.repeat)  # fmt: skip
+    row("lazy, instant checks", lazy_seconds, "eager",
+        best(lambda: compute_resume_state(module, h, recomputed, requested), args.repeat))  # fmt: skip
+    lazy = asyncio.run(compute_resume_state_async(module, instant, recomputed, requested))
+    assert lazy.state == eager.state and lazy.witnesses == eager.witnesses
+
+    asked = 0
+
+    def blocking(v: Vertex) -> bool:
+        nonlocal asked
+        asked += 1
+        time.sleep(args.latency)
+        return v in h
+
+    async def slow(v: Vertex) -> bool:
+        await asyncio.sleep(args.latency)
+        return v in h
+
+    sequential = best(lambda: compute_resume_state(module, blocking, recomputed, requested), 1)
+    row(f"lazy, {args.latency * 1000:g} ms checks ({asked} asked)",
+        best(lambda: asyncio.run(compute_resume_state_async(module, slow, recomputed, requested)), 1),
+        "eager, the same checks one by one", sequential)  # fmt: skip
+    vertices, edges = len(graph.vertices), len(graph.edges)
+    if args.json:
+        for r in rows:
+            print(json.dumps({**r, "children": args.children, "vertices": vertices, "edges": edges}))
+        return
+    print(f"{args.children} submodules; pruned graph: {vertices} vertices, {edges} edges; best of {args.repeat}\n")
+    print("| what | s | baseline | s | ratio |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['what']} | {r['seconds']:.4f} | {r['baseline']} | {r['baseline_seconds']:.4f} | {r['ratio']} |")
+
+
+if __name__ == "__main__":
+    main()
