@@ -147,6 +147,8 @@ class Runtime:
         self.produced: dict[str, Any] = {}
         self._structure: dict[int, str] = {}
         self._code: dict[int, tuple[Any, str]] = {}
+        self.iterations: dict[str, tuple[str, int]] = {}
+        """Iteration paths of loops not yet known to resume, to their loop's path and iteration number."""
 
     # -- derivation ----------------------------------------------------------------------------------------------
 
@@ -389,6 +391,11 @@ async def _parent(
     module = inst.module
     rs = await resume_state(rt, inst, recomputed, requested)
     rt.trace.states[inst.path] = rs
+    loop = rt.iterations.pop(inst.path, None)
+    if loop is not None and any(s == "recompute" for s in rs.state.values()):
+        # The first iteration with something to recompute: where the loop resumes (announced before it runs).
+        rt.trace.loop_starts[loop[0]] = loop[1]
+        rt.emit(Event("resumed", loop[0], iteration=loop[1]))
     for v in rs.ready:
         origin = inst.origin_of(v) if v.is_port else None
         if origin is not None and not origin.in_memory:
@@ -559,11 +566,10 @@ async def _loop(
     previous: Instance | None = None
     fresh = recomputed
     for k in range(MAX_LOOP_ITERATIONS):
+        if inst.path not in rt.trace.loop_starts:
+            rt.iterations[f"{inst.path}/iter-{k}"] = (inst.path, k)
         body = await _iteration(rt, inst, k, iteration_inputs(inst, k, previous), fresh, body_requested)
         state = rt.trace.states[body.path]
-        if inst.path not in rt.trace.loop_starts and any(s == "recompute" for s in state.state.values()):
-            rt.trace.loop_starts[inst.path] = k
-            rt.emit(Event("resumed", inst.path, iteration=k))
         origin = body.outputs[flag]
         assert origin is not None
         if not await rt.load(origin):
