@@ -440,3 +440,23 @@ def test_a_fresh_interpreter_finds_the_function_by_module_and_qualname(tmp_path:
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True, timeout=120
     ).stdout.split()
     assert out == ["double.function", "plain", "8", "True"]
+
+
+def test_out_ports_named_like_python_attributes_read_as_ports() -> None:
+    class Odd(NamedTuple):
+        module: int
+        names: int
+        keys: int
+
+    @simple
+    def odd(x: int) -> Odd:
+        return Odd(x, x, x)
+
+    @composite
+    def uses(x: int) -> Odd:
+        outs = odd(x)
+        assert [outs.module.ref.port, outs.names.ref.port, outs.keys.ref.port] == ["module", "names", "keys"]
+        return outs
+
+    assert uses.output_names == ("module", "names", "keys")
+    assert ("odd.names", "names", ConnectionKind.CHILD_OUT_TO_PARENT_OUT) in connections(uses)

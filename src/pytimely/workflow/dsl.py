@@ -89,8 +89,8 @@ class _Builder:
         """Connect ``value`` (a port value or a plain value) to ``target``."""
         if isinstance(value, Outputs):
             raise ModuleDefinitionError(
-                f"module {self.owner!r}: {target} is given all out-ports of {value.module!r}; pick one "
-                f"({', '.join(f'{value.module}.{n}' for n in value.names)})"
+                f"module {self.owner!r}: {target} is given all out-ports of {value._module!r}; pick one "
+                f"({', '.join(str(p.ref) for p in value)})"
             )
         if isinstance(value, PortValue):
             if value.builder is not self:
@@ -136,30 +136,28 @@ class PortValue:
 
 
 class Outputs:
-    """The out-ports of a submodule with several (or not named ``out``): by attribute, name, index or unpacking."""
+    """The out-ports of a submodule with several (or not named ``out``): by attribute, name, index or unpacking.
+
+    Its own attributes start with ``_`` (as ``NamedTuple`` fields cannot), so any out-port name reads as a port.
+    """
 
     def __init__(self, builder: _Builder, module: str, ports: Iterable[Port]) -> None:
         self._builder = builder
-        self.module = module
+        self._module = module
         self._ports = {p.name: PortValue(builder, PortRef(module, p.name), p.type) for p in ports}
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The out-port names, in order."""
-        return tuple(self._ports)
 
     def __getattr__(self, name: str) -> PortValue:
         ports = self.__dict__.get("_ports", {})
         if name in ports:
             return typing.cast(PortValue, ports[name])
-        raise AttributeError(f"module {self.__dict__.get('module')!r} has no out-port {name!r} (it has {list(ports)})")
+        raise AttributeError(f"module {self.__dict__.get('_module')!r} has no out-port {name!r} (it has {list(ports)})")
 
     def __getitem__(self, key: str | int) -> PortValue:
         """The out-port named ``key``, or the ``key``-th."""
         if isinstance(key, int):
             return list(self._ports.values())[key]
         if key not in self._ports:
-            raise KeyError(f"module {self.module!r} has no out-port {key!r} (it has {list(self._ports)})")
+            raise KeyError(f"module {self._module!r} has no out-port {key!r} (it has {list(self._ports)})")
         return self._ports[key]
 
     def __iter__(self) -> Iterator[PortValue]:
@@ -169,7 +167,7 @@ class Outputs:
         return len(self._ports)
 
     def __repr__(self) -> str:
-        return f"Outputs({self.module!r}: {', '.join(self._ports)})"
+        return f"Outputs({self._module!r}: {', '.join(self._ports)})"
 
 
 # -- decorators ----------------------------------------------------------------------------------------------
@@ -382,7 +380,7 @@ def _returned(name: str, result: Any, declared: list[Port] | None, fields: bool)
     if result is None:
         values: dict[str, Any] = {}
     elif isinstance(result, Outputs):
-        values = {n: result[n] for n in result.names}
+        values = {p.ref.port: p for p in result}
     elif isinstance(result, tuple) and hasattr(result, "_asdict"):
         values = dict(result._asdict())
     elif isinstance(result, Mapping):
