@@ -110,7 +110,7 @@ def main() -> None:
     print(f"{n} modules in layers of {args.width}, best of {args.repeat}")
     for label, seconds in rows:
         per = (seconds - base) / n * 1e3
-        print(f"  {label:<38} {seconds:8.3f} s   {per:7.3f} ms/module over plain calls")
+        print(f"  {label:<38} {seconds * 1e3:9.2f} ms   {per:7.3f} ms/module over plain calls")
 
 
 if __name__ == "__main__":

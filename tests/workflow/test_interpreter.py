@@ -371,6 +371,21 @@ def test_stored_loop_result_is_reused_and_a_changed_limit_reruns_it(staging: Sta
 # -- random workflows, interrupted and resumed ---------------------------------------------------------------------
 
 
+def check_protocol(trace: Trace) -> None:
+    """§2.3 in a run: each child was started with its parent's ``child_inputs``/``child_outputs``, and values
+    went to recomputed ports only, each once."""
+    for inv in trace.invocations:
+        parent, _, name = inv.path.rpartition("/")
+        if parent in trace.states and "/iter-" not in inv.path:
+            assert inv.recomputed == trace.states[parent].child_inputs(name), inv
+            assert inv.requested == trace.states[parent].child_outputs(name), inv
+    seen = set()
+    for path, vertex in trace.forwarded:
+        assert trace.states[path].state[vertex] == "recompute"
+        assert (path, vertex) not in seen
+        seen.add((path, vertex))
+
+
 @st.composite
 def workflows(draw: st.DrawFn) -> tuple[Module, dict[str, int], list[str]]:
     """A random composite of 2-6 units, each a simple module or a composite of 1-3 wired simple modules."""
@@ -449,6 +464,7 @@ def test_random_workflows_killed_at_a_module_resume_to_the_same_outputs(
     trace = Trace()
     assert run(wf, values, staging=staging, trace=trace) == reference
     assert sorted(trace.ran) == predicted.will_run()
+    check_protocol(trace)
     # Every module that ran before the failure and is not downstream of the victim was not run again.
     for path in trace.ran:
         assert path.rsplit("/", 1)[1] in all_tags
