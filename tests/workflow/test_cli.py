@@ -125,6 +125,14 @@ def test_a_failing_module_exits_1_naming_it(tmp_path: Path, capsys: pytest.Captu
     assert "ModuleFailedError" in last and "'workflow/load'" in last and "missing.csv" in last
 
 
+def test_a_file_whose_name_is_taken_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    load_workflow(TARGET)
+    other = tmp_path / EXAMPLE.name
+    other.write_text(EXAMPLE.read_text())
+    assert main(["show", f"{other}:workflow"]) == 2
+    assert "already loaded" in capsys.readouterr().err
+
+
 def test_inputs_are_json_when_they_parse() -> None:
     assert parse_inputs(["a=2", "b=[1, 2]", "c=hello", "d=", 'e="x"', "f=a=b"]) == {
         "a": 2,

@@ -64,7 +64,14 @@ def load_workflow(target: str) -> Module:
             if not path.is_file():
                 raise WorkflowUsageError(f"no workflow file {where!r}")
             # Imported by name from its directory, so worker processes can import its functions too.
-            sys.path.insert(0, str(path.parent))
+            loaded = sys.modules.get(path.stem)
+            if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() != path:
+                raise WorkflowUsageError(
+                    f"cannot import {where!r} as {path.stem!r}: a module of that name is already loaded from "
+                    f"{getattr(loaded, '__file__', None)!r}"
+                )
+            if str(path.parent) not in sys.path:
+                sys.path.insert(0, str(path.parent))
             module = importlib.import_module(path.stem)
         else:
             module = importlib.import_module(where)

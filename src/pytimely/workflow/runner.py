@@ -35,7 +35,7 @@ from pytimely.workflow.model import Kind, Module
 from pytimely.workflow.resume import ResumeState
 from pytimely.workflow.staging import MemoryStaging, StagingArea, check_key, open_staging
 
-__all__ = ["Plan", "arun", "plan", "run", "show"]
+__all__ = ["Plan", "aplan", "arun", "plan", "run", "show"]
 
 StagingLike = StagingArea | str | None
 
