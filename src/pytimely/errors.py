@@ -272,3 +272,40 @@ class LoopError(WorkflowError):
 
 class WorkflowUsageError(WorkflowError, ValueError):
     """The ``pytimely workflow`` command was given a bad target, input, output name or executor."""
+
+
+class BinError(DataflowError, ValueError):
+    """Keyed state in bins: a bin count, a bin, a worker or a move that cannot be."""
+
+
+class BinCountError(BinError):
+    """The number of bins is not an int from 1 to 2**32; names the value given."""
+
+
+class BinRangeError(BinError):
+    """A move names a bin outside ``0 .. bins - 1``; names the move and the bin."""
+
+    def __init__(self, message: str, bin: object = None) -> None:
+        super().__init__(message)
+        self.bin = bin
+
+
+class UnknownWorkerError(BinError):
+    """A routing table or a move names a worker that does not exist; names the worker."""
+
+    def __init__(self, message: str, worker: object = None) -> None:
+        super().__init__(message)
+        self.worker = worker
+
+
+class LateMoveError(BinError):
+    """A move takes effect earlier than the control stream's time where it arrives (data there may be routed)."""
+
+    def __init__(self, message: str, move: object = None, time: object = None) -> None:
+        super().__init__(message)
+        self.move = move
+        self.time = time
+
+
+class NotAMoveError(BinError, TypeError):
+    """A control stream of a keyed operator carried a record that is not a ``Move``; names the record."""

@@ -19,9 +19,12 @@ from pytimely.dataflow.operators import generic as _generic
 from pytimely.dataflow.operators import join as _join
 from pytimely.dataflow.operators import probe as _probe
 from pytimely.dataflow.operators import reduce as _reduce
+from pytimely.dataflow.operators import state_machine as _state_machine
 from pytimely.errors import ScopeError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pytimely.dataflow.capability import Capability
     from pytimely.dataflow.operator import OperatorInfo
     from pytimely.dataflow.operators.probe import ProbeHandle
@@ -154,15 +157,32 @@ class Stream(Generic[D]):
         """The number of records at each time, across all workers (sent from worker 0)."""
         return _reduce.count(self, name)
 
-    def count_by(self, key: Callable[[D], K] | None = None, *, name: str = "count_by") -> Stream[tuple[K, int]]:
-        """``(key, count)`` per key at each time; without ``key`` the record is its own key."""
-        return _reduce.count_by(self, key, name)
+    def count_by(
+        self,
+        key: Callable[[D], K] | None = None,
+        *,
+        name: str = "count_by",
+        control: Stream[Any] | None = None,
+        bins: int = 256,
+    ) -> Stream[tuple[K, int]]:
+        """``(key, count)`` per key at each time; without ``key`` the record is its own key.
+
+        Keys go to workers through ``bins`` bins; ``control``, a stream of ``Move`` records, changes
+        which worker owns a bin from a given time on (see ``pytimely.dataflow.bins``).
+        """
+        return _reduce.count_by(self, key, name, control, bins)
 
     def sum_by(
-        self, key: Callable[[D], K], value: Callable[[D], Any], *, name: str = "sum_by"
+        self,
+        key: Callable[[D], K],
+        value: Callable[[D], Any],
+        *,
+        name: str = "sum_by",
+        control: Stream[Any] | None = None,
+        bins: int = 256,
     ) -> Stream[tuple[K, Any]]:
-        """``(key, sum of value(record))`` per key at each time."""
-        return _reduce.sum_by(self, key, value, name)
+        """``(key, sum of value(record))`` per key at each time (``control``, ``bins``: as ``count_by``)."""
+        return _reduce.sum_by(self, key, value, name, control, bins)
 
     def fold_by(
         self,
@@ -171,19 +191,56 @@ class Stream(Generic[D]):
         step: Callable[[E, D], E],
         *,
         name: str = "fold_by",
+        control: Stream[Any] | None = None,
+        bins: int = 256,
     ) -> Stream[tuple[K, E]]:
         """``(key, acc)`` per key at each time, with ``acc = step(acc, record)`` starting from ``init()``."""
-        return _reduce.fold_by(self, key, init, step, name)
+        return _reduce.fold_by(self, key, init, step, name, control, bins)
 
     def reduce_by(
-        self, key: Callable[[D], K], reducer: Callable[[K, list[D]], E], *, name: str = "reduce_by"
+        self,
+        key: Callable[[D], K],
+        reducer: Callable[[K, list[D]], E],
+        *,
+        name: str = "reduce_by",
+        control: Stream[Any] | None = None,
+        bins: int = 256,
     ) -> Stream[tuple[K, E]]:
         """``(key, reducer(key, records))`` per key at each time."""
-        return _reduce.reduce_by(self, key, reducer, name)
+        return _reduce.reduce_by(self, key, reducer, name, control, bins)
 
-    def join(self, other: Stream[Any], *, name: str = "join") -> Stream[tuple[Any, tuple[Any, Any]]]:
+    def join(
+        self,
+        other: Stream[Any],
+        *,
+        name: str = "join",
+        control: Stream[Any] | None = None,
+        bins: int = 256,
+    ) -> Stream[tuple[Any, tuple[Any, Any]]]:
         """For ``(k, a)`` here and ``(k, b)`` in ``other`` at the same time: ``(k, (a, b))``."""
-        return _join.join(self, other, name)
+        return _join.join(self, other, name, control, bins)
+
+    # -- keyed, across timestamps ---------------------------------------------------------
+
+    def state_machine(
+        self,
+        fold: Callable[[Any, Any, Any], tuple[Any, Iterable[Any] | None]],
+        *,
+        key: Callable[[D], Any] | None = None,
+        control: Stream[Any] | None = None,
+        bins: int = 256,
+        name: str = "state_machine",
+        inspect_state: Callable[[int, Any, Mapping[Any, Any]], None] | None = None,
+    ) -> Stream[Any]:
+        """Per-key state across times: ``fold(key, value, state) -> (new_state, outputs)`` per record.
+
+        Records are ``(key, value)`` pairs unless ``key`` extracts the key (then the value is the
+        record). Each key's records are applied in timestamp order; the state starts as ``None`` and a
+        ``new_state`` of ``None`` forgets the key. ``outputs`` are emitted at the record's time. Moves on
+        ``control`` carry the state of a bin's keys to its new owner. ``inspect_state(worker, time,
+        states)`` is a debugging hook called after each time is applied.
+        """
+        return _state_machine.state_machine(self, fold, key, control, bins, name, inspect_state)
 
     # -- capture --------------------------------------------------------------------------
 

@@ -1,9 +1,15 @@
-"""Joining two keyed streams per timestamp."""
+"""Joining two keyed streams per timestamp.
+
+Both sides are routed by the bins of their keys (:mod:`pytimely.dataflow.operators.binned`); a time's
+state for a key lives only on the owner of the key's bin at that time, so a move ships no state.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pytimely.dataflow.bins import DEFAULT_BINS
+from pytimely.dataflow.operators.binned import bin_routes
 from pytimely.order import sort_key
 
 if TYPE_CHECKING:
@@ -12,11 +18,17 @@ if TYPE_CHECKING:
 __all__ = ["join"]
 
 
-def _route(record: Any) -> int:
-    return hash(record[0])
+def _key(record: Any) -> Any:
+    return record[0]
 
 
-def join(left: Stream[Any], right: Stream[Any], name: str) -> Stream[Any]:
+def join(
+    left: Stream[Any],
+    right: Stream[Any],
+    name: str,
+    control: Stream[Any] | None = None,
+    bins: int = DEFAULT_BINS,
+) -> Stream[Any]:
     """``(key, (l, r))`` for every ``(key, l)`` and ``(key, r)`` at the same time.
 
     Matches are sent as soon as both sides have arrived; a time's state is
@@ -25,7 +37,8 @@ def join(left: Stream[Any], right: Stream[Any], name: str) -> Stream[Any]:
     from pytimely.dataflow.stream import Stream
 
     scope = left.scope
-    op = scope._operator(name, [(left, ("exchange", _route, False)), (right, ("exchange", _route, False))], 1)
+    inputs, _ = bin_routes([left, right], [_key, _key], name, control, bins)
+    op = scope._operator(name, inputs, 1)
     op.notify = True
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
     state1: dict[Any, dict[Any, list[Any]]] = {}

@@ -1,5 +1,10 @@
 """Keyed aggregation per timestamp: records are grouped by key and time, and each group's result is
-sent once its time is complete (no input frontier can reach it any more)."""
+sent once its time is complete (no input frontier can reach it any more).
+
+Keys are routed to workers through bins (:mod:`pytimely.dataflow.operators.binned`): by a fixed table, or
+by one that a control stream of moves changes at timestamps. The state of a key at a time lives only on
+the owner of its bin at that time, so a move needs no state to be shipped.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import InputCapability
+from pytimely.dataflow.operators.binned import Key, bin_routes
 from pytimely.dataflow.operators.generic import Notificator, pact_for
 
 if TYPE_CHECKING:
@@ -19,20 +26,28 @@ __all__ = ["count", "count_by", "fold_by", "reduce_by", "sum_by"]
 Absorb = Callable[[Any, Any], None]
 
 
+def _binned(
+    stream: Stream[Any], name: str, key: Key, control: Stream[Any] | None, bins: int
+) -> tuple[Stream[Any], Any]:
+    """``stream`` and the pact routing its records to the owners of their keys' bins."""
+    routes, _ = bin_routes([stream], [key], name, control, bins)
+    return routes[0]
+
+
 def _keyed(
-    stream: Stream[Any],
+    source: tuple[Stream[Any], Any],
     name: str,
-    route: Callable[[Any], Any] | None,
     new_state: Callable[[], Any],
     absorb: Absorb,
     finish: Callable[[Any], Any],
 ) -> Stream[Any]:
-    """Exchange by ``route`` (None: stay on this worker), fold each time's batches into one state and send
+    """Take ``source`` (a stream and its pact), fold each time's batches into one state and send
     ``finish(state)`` once the time is complete."""
     from pytimely.dataflow.stream import Stream
 
+    stream = source[0]
     scope = stream.scope
-    op = scope._operator(name, [(stream, pact_for(route))], 1)
+    op = scope._operator(name, [source], 1)
     op.notify = True
     port: InputPort[Any, Any] = op.inputs[0]
     out: OutputPort[Any, Any] = op.outputs[0]
@@ -58,7 +73,13 @@ def _keyed(
     return Stream(scope, out)
 
 
-def count_by(stream: Stream[Any], key: Callable[[Any], Any] | None, name: str) -> Stream[Any]:
+def count_by(
+    stream: Stream[Any],
+    key: Callable[[Any], Any] | None,
+    name: str,
+    control: Stream[Any] | None = None,
+    bins: int = DEFAULT_BINS,
+) -> Stream[Any]:
     """``(key, count)`` for every key seen at each time (the record itself when ``key`` is None)."""
 
     def tally(batch: Any) -> Counter[Any]:
@@ -81,8 +102,7 @@ def count_by(stream: Stream[Any], key: Callable[[Any], Any] | None, name: str) -
             state.update(batch if key is None else map(key, batch))
 
     if stream.scope.peers == 1:
-        route = hash if key is None else lambda r: hash(key(r))
-        return _keyed(stream, name, route, Counter, absorb, finish)
+        return _keyed(_binned(stream, name, key, control, bins), name, Counter, absorb, finish)
 
     # Several workers: each counts its own records per time first, so every distinct key crosses to its
     # owner once per worker and time, not once per record (a combiner; counts add up exactly).
@@ -91,11 +111,22 @@ def count_by(stream: Stream[Any], key: Callable[[Any], Any] | None, name: str) -
             state[k] += n
 
     # The local stage carries the user's name: an error in ``key`` belongs to their operator.
-    local = _keyed(stream, name, None, Counter, absorb, finish)
-    return _keyed(local, name, lambda pair: hash(pair[0]), Counter, absorb_pairs, finish)
+    local = _keyed((stream, None), name, Counter, absorb, finish)
+    return _keyed(_binned(local, name, _first, control, bins), name, Counter, absorb_pairs, finish)
 
 
-def sum_by(stream: Stream[Any], key: Callable[[Any], Any], value: Callable[[Any], Any], name: str) -> Stream[Any]:
+def _first(pair: Any) -> Any:
+    return pair[0]
+
+
+def sum_by(
+    stream: Stream[Any],
+    key: Callable[[Any], Any],
+    value: Callable[[Any], Any],
+    name: str,
+    control: Stream[Any] | None = None,
+    bins: int = DEFAULT_BINS,
+) -> Stream[Any]:
     """``(key, total of value(record))`` per key and time."""
 
     def absorb(state: dict[Any, Any], batch: Any) -> None:
@@ -104,7 +135,7 @@ def sum_by(stream: Stream[Any], key: Callable[[Any], Any], value: Callable[[Any]
             k = key(record)
             state[k] = get(k, 0) + value(record)
 
-    return _keyed(stream, name, lambda r: hash(key(r)), dict, absorb, lambda d: list(d.items()))
+    return _keyed(_binned(stream, name, key, control, bins), name, dict, absorb, lambda d: list(d.items()))
 
 
 def fold_by(
@@ -113,6 +144,8 @@ def fold_by(
     init: Callable[[], Any],
     step: Callable[[Any, Any], Any],
     name: str,
+    control: Stream[Any] | None = None,
+    bins: int = DEFAULT_BINS,
 ) -> Stream[Any]:
     """``(key, accumulator)`` per key and time, folding ``step(acc, record)`` from ``init()``."""
 
@@ -122,11 +155,16 @@ def fold_by(
             acc = state[k] if k in state else init()
             state[k] = step(acc, record)
 
-    return _keyed(stream, name, lambda r: hash(key(r)), dict, absorb, lambda d: list(d.items()))
+    return _keyed(_binned(stream, name, key, control, bins), name, dict, absorb, lambda d: list(d.items()))
 
 
 def reduce_by(
-    stream: Stream[Any], key: Callable[[Any], Any], reducer: Callable[[Any, list[Any]], Any], name: str
+    stream: Stream[Any],
+    key: Callable[[Any], Any],
+    reducer: Callable[[Any, list[Any]], Any],
+    name: str,
+    control: Stream[Any] | None = None,
+    bins: int = DEFAULT_BINS,
 ) -> Stream[Any]:
     """``(key, reducer(key, records))`` per key and time, with all of the time's records for the key."""
 
@@ -140,7 +178,11 @@ def reduce_by(
                 group.append(record)
 
     return _keyed(
-        stream, name, lambda r: hash(key(r)), dict, absorb, lambda d: [(k, reducer(k, v)) for k, v in d.items()]
+        _binned(stream, name, key, control, bins),
+        name,
+        dict,
+        absorb,
+        lambda d: [(k, reducer(k, v)) for k, v in d.items()],
     )
 
 
@@ -158,7 +200,7 @@ def count(stream: Stream[Any], name: str) -> Stream[int]:
     def add(state: list[int], batch: Any) -> None:
         state[0] += sum(batch)
 
-    return _keyed(local, f"{name}.total", lambda _: 0, partial, add, lambda s: s)
+    return _keyed((local, pact_for(lambda _: 0)), f"{name}.total", partial, add, lambda s: s)
 
 
 def _keyed_local(
@@ -192,4 +234,3 @@ def _keyed_local(
 
     op.logic = logic
     return Stream(scope, out)
-

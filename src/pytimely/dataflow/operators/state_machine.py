@@ -1,0 +1,139 @@
+"""A state machine per key: state kept across timestamps, records applied in timestamp order.
+
+``stream.state_machine(fold, key=None, control=None, bins=256)`` keeps one state per key (``None`` until
+the key is first seen) and, for every record, calls ``fold(key, value, state)``, which returns
+``(new_state, outputs)``: the key's next state (``None`` forgets the key) and an iterable of records to
+emit at the record's time (or ``None``). Records reach the owner of their key's bin; each time's records
+are applied once the time is complete, times in order, so a key's records are folded in timestamp order
+(within one time in the order they arrived). With a control stream of moves, the state of every key of
+a moving bin goes to the bin's new owner; see :mod:`pytimely.dataflow.operators.binned` for why it is
+shipped neither too early nor too late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from pytimely.dataflow.operators.binned import Router, bin_routes, earlier
+from pytimely.dataflow.operators.generic import Notificator
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.ports import InputPort
+    from pytimely.dataflow.stream import Stream
+
+__all__ = ["state_machine"]
+
+Fold = Callable[[Any, Any, Any], tuple[Any, Iterable[Any] | None]]
+InspectState = Callable[[int, Any, Mapping[Any, Any]], None]
+
+
+class _Held:
+    """One worker's per-key states and the records waiting for their time to complete."""
+
+    def __init__(self, ports: list[InputPort[Any, Any]], router: Router | None) -> None:
+        self.states: dict[Any, Any] = {}
+        self.pending: dict[Any, list[Any]] = {}
+        self._ports = ports
+        self._router = router
+
+    def settled_before(self, time: Any) -> bool:
+        """Whether every record at a time ``< time`` that will reach this worker has been applied."""
+        for port in self._ports:
+            if any(earlier(e, time) for e in port.frontier.frontier_elements()):
+                return False
+        return not any(earlier(s, time) for s in self.pending)
+
+    def extract(self, leaving: set[int], owners: Sequence[int]) -> dict[int, list[Any]]:
+        """Remove the states of the keys in the bins ``leaving``; ``(key, state)`` pairs by new owner."""
+        assert self._router is not None
+        find = self._router.find
+        states = self.states
+        out: dict[int, list[Any]] = {}
+        for k in [k for k in states if find(k) in leaving]:
+            out.setdefault(owners[find(k)], []).append((k, states.pop(k)))
+        return out
+
+
+def state_machine(
+    stream: Stream[Any],
+    fold: Fold,
+    key: Callable[[Any], Any] | None,
+    control: Stream[Any] | None,
+    bins: int,
+    name: str,
+    inspect_state: InspectState | None = None,
+) -> Stream[Any]:
+    """Fold each key's records into its state in timestamp order, emitting what ``fold`` returns.
+
+    Records are ``(key, value)`` pairs, or any record when ``key`` extracts its key (the value is then the
+    record). ``inspect_state(worker, time, states)``, if given, sees this worker's states after each time.
+    """
+    from pytimely.dataflow.stream import Stream
+
+    scope = stream.scope
+    key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
+    value_of: Callable[[Any], Any] = itemgetter(1) if key is None else _same
+    inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True)
+    if router is not None:
+        assert router.state_output is not None
+        inputs.append((router.state_output, router.pact))
+    op = scope._operator(name, inputs, 1)
+    op.notify = True
+    ports: list[InputPort[Any, Any]] = list(op.inputs)
+    data = ports[0]
+    state_in = ports[1] if router is not None else None
+    out = op.outputs[0]
+    held = _Held(ports, router)
+    if router is not None:
+        router.holder = held
+    states, pending = held.states, held.pending
+    notificator: Notificator[Any] = Notificator()
+    worker = scope.index
+
+    def apply(records: list[Any]) -> list[Any]:
+        emitted: list[Any] = []
+        extend = emitted.extend
+        get = states.get
+        for record in records:
+            k = key_of(record)
+            new, outputs = fold(k, value_of(record), get(k))
+            if new is None:
+                states.pop(k, None)
+            else:
+                states[k] = new
+            if outputs:
+                extend(outputs)
+        return emitted
+
+    def logic() -> None:
+        if state_in is not None:
+            # Shipped state goes in before any record is applied (binned.py, step 1).
+            for _, shipped in state_in.batches():
+                states.update(shipped)
+        for cap, batch in data:
+            t = cap.time
+            waiting = pending.get(t)
+            if waiting is None:
+                waiting = pending[t] = []
+                notificator.notify_at(cap.retain())
+            waiting.extend(batch.tolist() if hasattr(batch, "tolist") else batch)
+        for done in notificator.ready(*(p.frontier for p in ports)):
+            t = done.time
+            op.time = t  # errors in ``fold`` name the time being applied
+            emitted = apply(pending.pop(t))
+            if emitted:
+                out.give(done, emitted)
+            done.drop()
+            if inspect_state is not None:
+                inspect_state(worker, t, states)
+        if router is not None and router.waiting:
+            router.activate()
+
+    op.logic = logic
+    return Stream(scope, out)
+
+
+def _same(record: Any) -> Any:
+    return record
