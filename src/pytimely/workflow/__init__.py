@@ -34,6 +34,7 @@ from pytimely.workflow.resume import (
     compute_resume_state,
     compute_resume_state_async,
 )
+from pytimely.workflow.runner import Plan, aplan, arun, plan, run, show
 from pytimely.workflow.staging import (
     FsspecStaging,
     LocalStaging,
@@ -58,6 +59,7 @@ __all__ = [
     "MemoryStaging",
     "Module",
     "Outputs",
+    "Plan",
     "Port",
     "PortRef",
     "PortValue",
@@ -69,6 +71,8 @@ __all__ = [
     "StagingArea",
     "ThreadExecutor",
     "Vertex",
+    "aplan",
+    "arun",
     "code_fingerprint",
     "composite",
     "compute_resume_state",
@@ -80,6 +84,9 @@ __all__ = [
     "loop",
     "minimal_deps",
     "open_staging",
+    "plan",
+    "run",
+    "show",
     "simple",
     "value_fingerprint",
 ]
