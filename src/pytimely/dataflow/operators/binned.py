@@ -177,6 +177,15 @@ class Router:
         frontier = self._control.frontier
         for cap, batch in self._control:
             self._schedule(cap, batch)
+        # Kept data goes first, so a key's records from this worker keep their order within a time.
+        if self._stash:
+            for s in sorted((s for s in self._stash if not frontier.less_equal(s)), key=sort_key):
+                for i, batch in self._stash.pop(s):
+                    self._send(i, self._held[s, i], s, batch)
+                for i in range(len(self._data)):
+                    held = self._held.pop((s, i), None)
+                    if held is not None:
+                        held.drop()
         for i, port in enumerate(self._data):
             for cap, batch in port:
                 s = cap.time
@@ -186,14 +195,6 @@ class Router:
                     self._stash.setdefault(s, []).append((i, batch))
                 else:
                     self._send(i, cap, s, batch)
-        if self._stash:
-            for s in sorted((s for s in self._stash if not frontier.less_equal(s)), key=sort_key):
-                for i, batch in self._stash.pop(s):
-                    self._send(i, self._held[s, i], s, batch)
-                for i in range(len(self._data)):
-                    held = self._held.pop((s, i), None)
-                    if held is not None:
-                        held.drop()
         if self._move_caps:
             self._migrate()
         if self.table.times():
