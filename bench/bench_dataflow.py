@@ -10,6 +10,9 @@
     baseline: NetworkX (graph construction plus ``connected_components``).
 (d) epoch latency: from ``advance_to(t+1)`` until a probe passes ``t``, through
     input -> map -> exchange -> count, on 1 and 2 workers; p50 and p99.
+(e) a running word count as a ``state_machine`` keyed through bins, over 10 epochs with a control stream
+    that moves every bin to another worker at epoch 5, on 1 and 2 workers (same 1,000,000 words as (b));
+    baseline: a plain Python loop over a dict emitting the same ``(word, count so far)`` records.
 
 Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 """
@@ -209,6 +212,57 @@ def epoch_latency(epochs: int, per_epoch: int, workers: int) -> list[float]:
     return execute(job, workers)[0]
 
 
+# -- (e) state machine with moving bins -----------------------------------------------------
+
+
+def _add(key: Any, value: int, state: int | None) -> tuple[int, tuple[tuple[Any, int]]]:
+    total = (state or 0) + value
+    return total, ((key, total),)
+
+
+def state_machine_pytimely(pairs: list[tuple[str, int]], workers: int, epochs: int = 10) -> dict[str, int]:
+    """Running counts of ``(word, 1)`` pairs through a binned state machine; every bin moves at epoch 5."""
+    from pytimely.dataflow.bins import Move
+
+    def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
+        def build(scope: Any) -> Any:
+            handle, stream = scope.new_input()
+            control_handle, control = scope.new_input()
+            return handle, control_handle, stream.state_machine(_add, control=control).capture()
+
+        handle, control_handle, captured = worker.dataflow(build)
+        mine = pairs[worker.index :: worker.peers]
+        step = -(-len(mine) // epochs)
+        for epoch in range(epochs):
+            handle.send_batch(mine[epoch * step : (epoch + 1) * step])
+            if epoch == epochs // 2 and worker.index == 0:
+                control_handle.send_batch([Move(epoch, b, (b + 1) % worker.peers) for b in range(256)])
+            handle.advance_to(epoch + 1)
+            control_handle.advance_to(epoch + 1)
+            worker.step()
+        return captured
+
+    last: dict[str, int] = {}
+    for captured in execute(job, workers):
+        for _, batch in captured:
+            for word, count in batch:
+                if count > last.get(word, 0):
+                    last[word] = count
+    return last
+
+
+def state_machine_plain(pairs: list[tuple[str, int]]) -> dict[str, int]:
+    """The same running counts with a dict; the emitted records are kept as the operator keeps them."""
+    counts: dict[str, int] = {}
+    emitted = []
+    get = counts.get
+    for word, n in pairs:
+        total = get(word, 0) + n
+        counts[word] = total
+        emitted.append((word, total))
+    return counts
+
+
 # -- report --------------------------------------------------------------------------------
 
 
@@ -247,6 +301,15 @@ def run(quick: bool) -> list[Row]:
         if expected_labels is not None:
             assert labels == expected_labels
             rows.append(_row("c", f"WCC, {workers} worker(s)", edge_count, t_cc, "NetworkX", t_nx, "edges"))
+
+    pairs = [(w, 1) for w in words]
+    t_dict, expected_counts = best_of(runs, lambda: state_machine_plain(pairs))
+    for workers in (1, 2):
+        t_sm, last = best_of(runs, lambda w=workers: state_machine_pytimely(pairs, w))
+        assert last == expected_counts
+        rows.append(
+            _row("e", f"state machine, bins moving, {workers} worker(s)", len(pairs), t_sm, "dict loop", t_dict, "rec")
+        )
 
     epochs = 200 if quick else 1000
     for workers in (1, 2):

@@ -196,6 +196,12 @@ class BinTable:
             array = self._arrays[time] = np.asarray(self.at(time), dtype=np.int64)
         return array
 
+    def single_owner(self, time: Any) -> int | None:
+        """The worker that owns every bin at ``time``, if one does."""
+        owners = self.at(time)
+        first = owners[0]
+        return first if owners.count(first) == len(owners) else None
+
     def before(self, time: Any) -> list[int]:
         """The owners in force just before ``time``: every change at a time ``< time`` applied."""
         return self._compute(time, inclusive=False)

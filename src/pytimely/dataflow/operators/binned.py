@@ -69,6 +69,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Router", "StateHolder", "bin_routes", "earlier"]
 
+_KNOWN_LIMIT = 1 << 20
+"""How many keys' bins a router remembers before it starts over (bounds its memory)."""
+
 Key = Callable[[Any], Any] | None
 """A record's key: ``None`` when the record is its own key."""
 
@@ -159,6 +162,7 @@ class Router:
         self._stash: dict[Any, list[tuple[int, Any]]] = {}
         self._held: dict[tuple[Any, int], Capability[Any]] = {}
         self._move_caps: dict[Any, Capability[Any]] = {}
+        self._known: dict[Any, int] = {}
         self.activate = scope._info(op).activate
         """Schedule the router at the next step (the operator calls it while moves are pending)."""
         op.logic = self._logic
@@ -235,15 +239,25 @@ class Router:
                 out.give(cap, take(batch, np.flatnonzero(dests == j)))
             return
         owners = self.table.at(s)
+        single = self.table.single_owner(s)
+        if single is not None:  # one worker owns every bin (always so with one worker): no per-record work
+            self.dest = single
+            out.give(cap, batch)
+            return
         buckets: list[list[Any]] = [[] for _ in range(self.table.peers)]
         appends = [b.append for b in buckets]
         find = self.find
-        if key is None:
-            for r in batch:
-                appends[owners[find(r)]](r)
-        else:
-            for r in batch:
-                appends[owners[find(key(r))]](r)
+        known = self._known
+        if len(known) > _KNOWN_LIMIT:
+            known.clear()
+        get = known.get
+        # A key's bin is remembered: a dict lookup costs less than hashing the key's bytes again.
+        for r in batch:
+            k = r if key is None else key(r)
+            b = get(k)
+            if b is None:
+                b = known[k] = find(k)
+            appends[owners[b]](r)
         for j, part in enumerate(buckets):
             if part:
                 self.dest = j
