@@ -237,7 +237,7 @@ def add(key: Any, value: int, state: int | None) -> tuple[int, list[tuple[Any, i
     return total, [(key, total)]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(runs, epoch_data, st.data())
 def test_a_running_sum_state_machine_gives_the_same_output_whatever_the_moves(
     run: tuple[int, int | None], values: list[tuple[int, int]], data: st.DataObject
@@ -304,7 +304,7 @@ def test_moved_state_continues_on_the_new_owner() -> None:
     assert all(5 not in held for w, t, held in snapshots if w == old and t >= 2)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(runs, st.lists(st.tuples(st.integers(0, EPOCHS - 1), st.sampled_from("abcdefgh")), max_size=60), st.data())
 def test_word_count_and_per_time_aggregations_ignore_moves(
     run: tuple[int, int | None], words: list[tuple[int, str]], data: st.DataObject
@@ -341,7 +341,7 @@ _AGGREGATES: dict[str, Callable[[int, str], int]] = {
 }
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(runs, epoch_data, epoch_data, st.data())
 def test_a_join_gives_the_same_matches_whatever_the_moves(
     run: tuple[int, int | None], left: list[tuple[int, int]], right: list[tuple[int, int]], data: st.DataObject
@@ -435,3 +435,50 @@ def test_key_hash_of_other_types_falls_back_to_python_hash() -> None:
             return 12345
 
     assert key_hash(Point()) == 12345
+
+
+@settings(max_examples=20, deadline=None)
+@given(runs, st.lists(st.tuples(st.integers(0, EPOCHS - 1), st.integers(-(1 << 40), 1 << 40)), max_size=80), st.data())
+def test_numpy_batches_are_routed_by_vectorised_bins(
+    run: tuple[int, int | None], values: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    workers, seed = run
+    bins = data.draw(st.sampled_from([2, 8, 256]))
+    moves = data.draw(move_plans(bins))
+    keys = [v % 13 - 6 for _, v in values]
+
+    def job(worker: Worker) -> tuple[Events, Events]:
+        def build(scope: Any) -> Any:
+            handle, stream = scope.new_input()
+            control_handle, control = scope.new_input()
+            rows = stream.map_batch(lambda b: np.stack([b, np.ones_like(b)], axis=1))  # (key, value) rows
+            seen = rows.state_machine(lambda k, v, s: (None, [(k, worker.index)]), control=control, bins=bins)
+            return handle, control_handle, stream.count_by(control=control, bins=bins).capture(), seen.capture()
+
+        handle, control_handle, counts, seen = worker.dataflow(build)
+        for epoch in range(EPOCHS):
+            handle.advance_to(epoch)
+            control_handle.advance_to(epoch)
+            if worker.index == 0:
+                control_handle.send_batch([Move(t, b, w % worker.peers) for s, t, b, w in moves if s == epoch])
+            mine = [
+                k
+                for i, ((e, _), k) in enumerate(zip(values, keys, strict=True))
+                if e == epoch and i % worker.peers == worker.index
+            ]
+            handle.send_batch(np.array(mine, dtype=np.int64))
+            worker.step()
+        return counts, seen  # filled as the worker finishes, after this returns
+
+    results = execute(job, workers, seed=seed)
+    got = merge(counts for counts, _ in results)
+    expected = {
+        e: Counter(Counter(k for (f, _), k in zip(values, keys, strict=True) if f == e).items())
+        for e in {e for e, _ in values}
+    }
+    assert got == expected
+    assert sum(len(batch) for _, seen in results for _, batch in seen) == len(values)
+    for _, seen in results:
+        for t, batch in seen:
+            owners = owners_model(workers, bins, moves, t)
+            assert all(owners[bin_of(k, bins)] == w for k, w in batch)

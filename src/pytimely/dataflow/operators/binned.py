@@ -67,13 +67,16 @@ if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
-__all__ = ["Router", "StateHolder", "bin_routes", "earlier"]
+__all__ = ["Router", "StateHolder", "bin_routes", "earlier", "first_column", "whole_batch"]
 
 _KNOWN_LIMIT = 1 << 20
 """How many keys' bins a router remembers before it starts over (bounds its memory)."""
 
 Key = Callable[[Any], Any] | None
 """A record's key: ``None`` when the record is its own key."""
+
+Column = Callable[[Any], Any] | None
+"""A numpy batch's keys as an array, or ``None`` to route it record by record."""
 
 
 def earlier(a: Any, b: Any) -> bool:
@@ -101,18 +104,33 @@ def bin_routes(
     bins: int,
     *,
     migrate: bool = False,
+    columns: Sequence[Column] | None = None,
 ) -> tuple[list[tuple[Stream[Any], Any]], Router | None]:
     """The inputs (stream, pact) of a keyed operator, and the :class:`Router` in front of it if any.
 
     Without ``control`` each stream is exchanged by ``hash(key)`` as before bins existed: a table that
     never changes needs no bins, and the placement of keys stays what programs and tests rely on.
+    ``columns[i]`` gives the keys of a numpy batch of stream ``i`` as an array (or None: go record by
+    record); by default a one-dimensional batch of a stream whose records are their own keys is its keys.
     """
     if control is None:
         return [
             (stream, ("exchange", _hash_route(key), False)) for stream, key in zip(streams, keys, strict=True)
         ], None
-    router = Router(streams, keys, name, control, bins, migrate)
+    if columns is None:
+        columns = [whole_batch if key is None else None for key in keys]
+    router = Router(streams, keys, name, control, bins, migrate, columns)
     return [(s, router.pact) for s in router.data_outputs], router
+
+
+def whole_batch(batch: Any) -> Any:
+    """A one-dimensional numpy batch is its own array of keys."""
+    return batch if batch.ndim == 1 else None
+
+
+def first_column(batch: Any) -> Any:
+    """The keys of a two-dimensional numpy batch of ``(key, value)`` rows."""
+    return batch[:, 0] if batch.ndim == 2 else None
 
 
 def _hash_route(key: Key) -> Callable[[Any], int]:
@@ -132,6 +150,7 @@ class Router:
         control: Stream[Any],
         bins: int,
         migrate: bool,
+        columns: Sequence[Column],
     ) -> None:
         from pytimely.dataflow.stream import Stream
 
@@ -153,6 +172,7 @@ class Router:
         )
         op.notify = True
         self._keys = list(keys)
+        self._columns = list(columns)
         self._data: list[InputPort[Any, Any]] = op.inputs[:n]
         self._control: InputPort[Any, Any] = op.inputs[n]
         self._outs: list[OutputPort[Any, Any]] = op.outputs[:n]
@@ -228,22 +248,24 @@ class Router:
         """Split ``batch`` by the owners at ``s`` and give each part to its worker."""
         key = self._keys[i]
         out = self._outs[i]
-        if key is None and hasattr(batch, "dtype"):
-            import numpy as np
-
-            from pytimely.dataflow.ports import take
-
-            dests = self.table.array_at(s)[bins_of(batch, self.bins)]
-            for j in np.unique(dests).tolist():
-                self.dest = j
-                out.give(cap, take(batch, np.flatnonzero(dests == j)))
-            return
-        owners = self.table.at(s)
         single = self.table.single_owner(s)
         if single is not None:  # one worker owns every bin (always so with one worker): no per-record work
             self.dest = single
             out.give(cap, batch)
             return
+        column = self._columns[i]
+        if column is not None and hasattr(batch, "dtype") and (keys := column(batch)) is not None:
+            import numpy as np
+
+            from pytimely.dataflow.ports import take
+
+            # One table lookup for the whole batch: bins of the key column, then their owners.
+            dests = self.table.array_at(s)[bins_of(keys, self.bins)]
+            for j in np.unique(dests).tolist():
+                self.dest = j
+                out.give(cap, take(batch, np.flatnonzero(dests == j)))
+            return
+        owners = self.table.at(s)
         buckets: list[list[Any]] = [[] for _ in range(self.table.peers)]
         appends = [b.append for b in buckets]
         find = self.find

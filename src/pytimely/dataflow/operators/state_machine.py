@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pytimely.dataflow.operators.binned import Router, bin_routes, earlier
+from pytimely.dataflow.operators.binned import Router, bin_routes, earlier, first_column
 from pytimely.dataflow.operators.generic import Notificator
 
 if TYPE_CHECKING:
@@ -67,15 +67,17 @@ def state_machine(
 ) -> Stream[Any]:
     """Fold each key's records into its state in timestamp order, emitting what ``fold`` returns.
 
-    Records are ``(key, value)`` pairs, or any record when ``key`` extracts its key (the value is then the
-    record). ``inspect_state(worker, time, states)``, if given, sees this worker's states after each time.
+    Records are ``(key, value)`` pairs (or rows of a two-dimensional numpy batch, routed by a vectorised
+    lookup), or any record when ``key`` extracts its key (the value is then the record).
+    ``inspect_state(worker, time, states)``, if given, sees this worker's states after each time.
     """
     from pytimely.dataflow.stream import Stream
 
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
     value_of: Callable[[Any], Any] = itemgetter(1) if key is None else _same
-    inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True)
+    columns = [first_column if key is None else None]
+    inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True, columns=columns)
     if router is not None:
         assert router.state_output is not None
         inputs.append((router.state_output, router.pact))
