@@ -202,7 +202,8 @@ def run_keyed(
 
 def owners_model(peers: int, bins: int, moves: Moves, time: int) -> list[int]:
     """The owners in force at ``time``: moves applied in time order, later sends winning ties."""
-    return _model_owners(peers, bins, [(t, b, w % peers) for _, t, b, w in moves], time)
+    in_sending_order = sorted(moves, key=lambda m: m[0])  # stable: one epoch's moves keep their order
+    return _model_owners(peers, bins, [(t, b, w % peers) for _, t, b, w in in_sending_order], time)
 
 
 runs = st.sampled_from([(1, None), (2, None), (2, 3), (3, None), (3, 8), (2, 21), (3, 40)])
