@@ -1,9 +1,11 @@
 """pytimely: Timely Dataflow for Python, with progress tracking checked against its formal model."""
 
 from pytimely.dataflow import (
+    BinTable,
     Capability,
     InputCapability,
     InputHandle,
+    Move,
     Notificator,
     ProbeHandle,
     Scope,
@@ -29,12 +31,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Antichain",
+    "BinTable",
     "Builder",
     "Capability",
     "ChangeBatch",
     "Increment",
     "InputCapability",
     "InputHandle",
+    "Move",
     "MutableAntichain",
     "Notificator",
     "ProbeHandle",

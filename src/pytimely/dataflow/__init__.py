@@ -1,5 +1,6 @@
 """The dataflow layer: scopes, streams, operators, capabilities."""
 
+from pytimely.dataflow.bins import BinTable, Move, bin_of
 from pytimely.dataflow.capability import Capability, InputCapability
 from pytimely.dataflow.operator import OperatorInfo
 from pytimely.dataflow.operators.generic import Notificator
@@ -10,11 +11,13 @@ from pytimely.dataflow.scope import LoopHandle, Scope
 from pytimely.dataflow.stream import Stream
 
 __all__ = [
+    "BinTable",
     "Capability",
     "InputCapability",
     "InputHandle",
     "InputPort",
     "LoopHandle",
+    "Move",
     "Notificator",
     "OperatorInfo",
     "OutputPort",
@@ -22,4 +25,5 @@ __all__ = [
     "Scope",
     "Session",
     "Stream",
+    "bin_of",
 ]
