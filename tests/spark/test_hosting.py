@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pytimely.errors import InputFormatError, SparkError, SparkSlotsError, SparkTaskError
 from pytimely.spark import collect, read, run_dataflow, save, to_record_batch
 from pytimely.spark.output import task_message, translate
+from tests.test_components_kernel import union_find_roots
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -75,17 +76,8 @@ def test_both_ways_of_meeting_give_the_same_components(spark: Any, meeting: str)
     frame = _edges_frame(spark, array)
     got = collect(run_dataflow(wcc._components, frame, "vertex long, label long", processes=2, meeting=meeting))
     rows = dict(zip(got.column("vertex").to_pylist(), got.column("label").to_pylist(), strict=True))
-    parent = {int(v): int(v) for v in np.unique(array)}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            x = parent[x]
-        return x
-
-    for a, b in array.tolist():
-        ra, rb = find(a), find(b)
-        parent[max(ra, rb)] = min(ra, rb)
-    assert rows == {v: find(v) for v in parent}
+    roots = union_find_roots(3000, [tuple(e) for e in array.tolist()])
+    assert rows == {v: roots[v] for v in np.unique(array).tolist()}
 
 
 @SPARK_SETTINGS

@@ -242,8 +242,7 @@ def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> l
         # Spark hands over small batches (10,000 rows by default); one batch per worker saves a pass through
         # the dataflow per batch.
         if len(batches) > 1:
-            table = pa.Table.from_batches(batches).combine_chunks()
-            batches = [pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)]
+            batches = [_one_batch(pa.Table.from_batches(batches))]
         pieces = [(0, b) for b in batches]
     elif batches:
         table = pa.Table.from_batches(batches).combine_chunks()
@@ -255,7 +254,7 @@ def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> l
         if len(column) and pc.min(column).as_py() < 0:
             raise InputFormatError(f"epoch column {epoch!r} has negative values (timestamps start at 0)")
         table = table.sort_by(epoch).combine_chunks()
-        whole = pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
+        whole = _one_batch(table)
         values = whole.column(epoch).to_numpy()
         # Rows are sorted by epoch: cut where the value changes, one piece per epoch.
         cuts = (np.flatnonzero(np.diff(values)) + 1).tolist()
@@ -270,6 +269,13 @@ def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> l
             if part.num_rows:
                 shares[k].append((time, part))
     return shares
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    """``table`` as a single record batch (its columns' chunks joined)."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
 
 
 def to_record_batch(batch: Any, schema: pa.Schema, *, time: Any = None, epoch: str | None = None) -> pa.RecordBatch:
