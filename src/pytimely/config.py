@@ -15,6 +15,10 @@ can configure processes without touching their command lines::
                          PYTIMELY_CONNECT_TIMEOUT  seconds to wait for every peer to connect (60)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
                          PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
+                         PYTIMELY_ELASTIC          1: processes may join and leave while the computation runs
+                         PYTIMELY_INITIAL          processes the computation started with (a joining process's view)
+                         PYTIMELY_JOIN             1: this process joins a computation already running
+                         PYTIMELY_LEFT             indices of processes that have left, comma-separated
 
 A flag wins over its variable. Worker indices are global: process ``p`` runs
 workers ``p*W .. p*W+W-1``. The secret is never taken on the command line,
@@ -52,6 +56,14 @@ class Config:
     """Bytes of data frames a process may queue towards one peer before its workers wait."""
     recv_window: int = 64 << 20
     """Bytes of received data not yet taken by this process's workers before it stops reading."""
+    elastic: bool = False
+    """Whether processes may join and leave while the computation runs (see :mod:`pytimely.membership`)."""
+    initial: int = 0
+    """How many processes the computation started with (0: ``processes``); processes that join come after."""
+    join: bool = False
+    """Whether this process joins a computation already running (it is then the highest index in ``hosts``)."""
+    left: tuple[int, ...] = ()
+    """Processes that have left the computation (a joining process does not look for them)."""
 
     def __post_init__(self) -> None:
         for name in ("workers", "processes"):
@@ -63,9 +75,27 @@ class Config:
         for name in ("heartbeat", "timeout", "connect_timeout", "send_window", "recv_window"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.initial < 0 or self.initial > self.processes:
+            raise ConfigError(f"initial must be between 0 and processes ({self.processes}), got {self.initial!r}")
+        if (self.join or self.left or self.initial) and not self.elastic:
+            raise ConfigError(
+                "joining, leaving and an initial process count need an elastic cluster (PYTIMELY_ELASTIC=1)"
+            )
+        if self.join and self.process != self.processes - 1:
+            raise ConfigError(
+                f"a joining process is the newest: its index must be the last in hosts ({self.processes - 1}), "
+                f"got {self.process}"
+            )
+        if self.elastic and self.initial_processes * self.workers < 2:
+            raise ConfigError(
+                "an elastic computation needs at least two workers from the start (one worker compiles exchanges "
+                "away, so a process joining later would find no channels to receive on)"
+            )
+        if self.process in self.left:
+            raise ConfigError(f"process {self.process} is listed as having left")
         if self.timeout <= 2 * self.heartbeat:
             raise ConfigError(f"timeout ({self.timeout} s) must exceed two heartbeats ({self.heartbeat} s each)")
-        if self.processes > 1:
+        if self.processes > 1 or self.elastic:
             if len(self.hosts) != self.processes:
                 raise ConfigError(
                     f"{self.processes} processes need {self.processes} host:port entries (--hosts or --hostfile), "
@@ -87,6 +117,16 @@ class Config:
     def peers(self) -> int:
         """Workers in the whole cluster."""
         return self.workers * self.processes
+
+    @property
+    def initial_processes(self) -> int:
+        """How many processes the computation started with."""
+        return self.initial or self.processes
+
+    @property
+    def initial_peers(self) -> int:
+        """Workers the computation started with: ``exchange`` spreads records over these."""
+        return self.initial_processes * self.workers
 
     @property
     def first_worker(self) -> int:
@@ -198,6 +238,10 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         connect_timeout=number("PYTIMELY_CONNECT_TIMEOUT", 60.0),
         send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
         recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),
+        elastic=env.get("PYTIMELY_ELASTIC", "") in ("1", "true", "yes"),
+        initial=int(number("PYTIMELY_INITIAL", 0)),
+        join=env.get("PYTIMELY_JOIN", "") in ("1", "true", "yes"),
+        left=tuple(int(x) for x in env.get("PYTIMELY_LEFT", "").replace(" ", "").split(",") if x),
     )
 
 

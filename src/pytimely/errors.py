@@ -57,6 +57,14 @@ class SequenceError(ProgressError):
         self.received = received
 
 
+class BootstrapError(ProgressError):
+    """A joining worker's bootstrap (seed 002 §3.4) got a message that does not fit the protocol."""
+
+
+class MembershipError(PytimelyError):
+    """A process cannot join or leave the running computation as asked."""
+
+
 class DataflowError(PytimelyError):
     """A dataflow was built or run in a way the runtime cannot honour."""
 

@@ -64,7 +64,7 @@ def execute(
     if config is not None:
         if workers != 1 and workers != config.workers:
             raise ValueError(f"workers={workers} contradicts config.workers={config.workers}; give one of them")
-        if config.processes > 1:
+        if config.processes > 1 or config.elastic:
             if seed is not None:
                 raise ValueError("seed= orders in-process workers; a cluster of processes cannot be replayed by it")
             return run_process(func, config)
@@ -171,6 +171,7 @@ def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket
             try:
                 results[i] = func(worker)
                 worker.finish()
+                workers[i]._allocator.retire()  # type: ignore[attr-defined]
             except BaseException as exc:
                 errors.append(exc)
                 cluster.fail(exc)

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from pytimely.communication.allocator import Allocator
 from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
-from pytimely.errors import ScopeError, StalledError
+from pytimely.errors import MembershipError, ScopeError, StalledError
 
 __all__ = ["Worker"]
 
@@ -27,6 +27,7 @@ class Worker:
         self._count = 0
         self._building = False
         self._after_step: Callable[[], None] | None = None
+        self._left = False
         self.last_step_worked = False
         """Whether the last :meth:`step` did anything (received, ran or sent something)."""
 
@@ -59,7 +60,59 @@ class Worker:
         subgraph.build(scope._summaries)
         self._allocator.built(ident)
         self._dataflows.append(subgraph)
+        if not subgraph.bootstrapped:
+            # A worker that joins a running computation starts from its server's progress state.
+            self.step_while(lambda: not subgraph.bootstrapped)
         return result
+
+    @property
+    def members(self) -> list[int]:
+        """The ids of the workers taking part now (``range(peers)`` unless processes join and leave)."""
+        members = getattr(self._allocator, "members", None)
+        return list(members) if members is not None else list(range(self.peers))
+
+    @property
+    def workers_per_process(self) -> int:
+        """How many workers each process runs (all of them, in a single process)."""
+        return int(getattr(self._allocator, "workers_per_process", self.peers))
+
+    @property
+    def joined(self) -> bool:
+        """Whether this worker's process joined the computation after it started."""
+        return getattr(self._allocator, "joining", None) is not None
+
+    @property
+    def leave_requested(self) -> bool:
+        """Whether this worker's process was asked to leave (it decides when, see :meth:`leave`)."""
+        return bool(getattr(self._allocator, "leave_requested", False))
+
+    def leave(self, at: Any = None) -> None:
+        """Leave the running computation: close inputs, step until this worker holds nothing, then disconnect.
+
+        ``at`` is the time from which the worker's keyed state belongs to others (the time of the
+        moves that took its bins away): it stays until nothing earlier can reach it. Raises
+        :class:`MembershipError` when the cluster is not elastic or a dataflow pins records to it.
+        """
+        allocator = self._allocator
+        if not getattr(allocator, "elastic", False):
+            raise MembershipError("only a worker of an elastic cluster (PYTIMELY_ELASTIC=1) can leave it")
+        for subgraph in self._dataflows:
+            subgraph.check_leave()
+        self.close_inputs()
+        self.step_while(lambda: not all(s.may_leave(at) for s in self._dataflows))
+        allocator.ready_to_leave()  # type: ignore[attr-defined]
+        self.step_while(lambda: not allocator.left_by_all())  # type: ignore[attr-defined]
+        # Everything the others sent arrived before their DONE: take it in and report it.
+        self.step()
+        self.step()
+        for subgraph in self._dataflows:
+            if not subgraph.may_leave():
+                raise MembershipError(
+                    f"worker {self.index} was left holding work in dataflow {subgraph.name!r} after its peers "
+                    f"stopped sending to it: {'; '.join(subgraph.held()) or 'messages it did not take'}"
+                )
+        self._dataflows = []
+        self._left = True
 
     def step(self) -> bool:
         """Run one step of every dataflow; return whether any dataflow is still running."""
@@ -115,6 +168,8 @@ class Worker:
 
     def finish(self) -> None:
         """Close inputs and step until every dataflow is done; a stall raises :class:`StalledError`."""
+        if self._left:
+            return
         self.close_inputs()
         idle = 0
         while self.step():

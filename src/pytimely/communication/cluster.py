@@ -37,6 +37,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 from pytimely.communication.frame import CONTROL_CHANNEL, HEADER, Control, Frame, FrameDecoder, FrameEncoder, Precedence
@@ -48,17 +49,66 @@ from pytimely.errors import (
     CommunicationError,
     ConfigError,
     FrameError,
+    MembershipError,
     PayloadError,
     PeerFailedError,
     UnknownChannelError,
 )
 
-__all__ = ["Cluster", "ClusterAllocator", "SendQueues"]
+__all__ = ["Cluster", "ClusterAllocator", "Membership", "SendQueues"]
 
 log = logging.getLogger("pytimely.cluster")
 
 _IOV = 512
 _BATCH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """A process joined or left: its workers' ids and, for a join, the worker its workers bootstrap from."""
+
+    kind: str
+    """``"join"`` or ``"leave"``."""
+    process: int
+    workers: tuple[int, ...]
+    server: int | None
+
+
+class _Pushes:
+    """Push ends of one channel by worker id, for a cluster whose members change (entries come and go)."""
+
+    __slots__ = ("_by_id", "_initial", "_live")
+
+    def __init__(self, initial: int) -> None:
+        self._by_id: dict[int, Any] = {}
+        self._live: list[tuple[int, Any]] = []
+        self._initial = initial
+
+    def add(self, worker: int, push: Any) -> None:
+        if worker not in self._by_id:
+            self._by_id[worker] = push
+            self._live = sorted(self._by_id.items())
+
+    def remove(self, worker: int) -> None:
+        if self._by_id.pop(worker, None) is not None:
+            self._live = sorted(self._by_id.items())
+
+    def targets(self) -> list[tuple[int, Any]]:
+        """``(worker id, push)`` of every member, by id."""
+        return self._live
+
+    def __len__(self) -> int:
+        # ``exchange`` spreads records over the workers the computation started with, whoever joins later.
+        return self._initial
+
+    def __getitem__(self, worker: int) -> Any:
+        push = self._by_id.get(worker)
+        if push is None:
+            raise MembershipError(f"worker {worker} is not a member of the computation (it left, or never joined)")
+        return push
+
+    def __iter__(self) -> Any:
+        return iter([push for _, push in self._live])
 
 
 class _Wire:
@@ -239,7 +289,7 @@ class _Link:
             while True:
                 with self.cond:
                     while True:
-                        if self.closed:
+                        if self.closed or (self.done_sent and self.done_received and self.cluster.elastic):
                             return
                         batch = self.outgoing.take()
                         if batch:
@@ -263,7 +313,7 @@ class _Link:
                 if done_taken:
                     self.cluster._wake_all()
         except OSError as exc:
-            if not self.closed:
+            if not self.closed and not (self.done_sent and self.done_received):
                 self.cluster.fail(self._lost(exc))
         except CommunicationError as exc:
             self.cluster.fail(exc)
@@ -330,7 +380,7 @@ class _Link:
         except OSError as exc:
             if not self.closed and not self.done_received:
                 cluster.fail(self._lost(exc))
-        except CommunicationError as exc:
+        except (CommunicationError, MembershipError) as exc:
             cluster.fail(exc)
 
     def _handle(self, frame: Frame) -> None:
@@ -344,6 +394,12 @@ class _Link:
             if frame.channel == Control.ABORT:
                 reason = bytes(frame.payload).decode("utf-8", "replace")
                 raise PeerFailedError(f"process {self.peer} stopped: {reason}", self.peer)
+            if frame.channel == Control.JOIN and self.cluster.elastic:
+                self.cluster._joined(self.peer, bytes(frame.payload).decode("ascii", "replace"))
+                return
+            if frame.channel == Control.LEAVING and self.cluster.elastic:
+                self.cluster._leaving(self.peer)
+                return
             raise FrameError(
                 f"process {self.peer} sent an unknown control frame {frame.channel}",
                 peer=self.peer,
@@ -392,11 +448,33 @@ class Cluster:
         # A host that hands out addresses before the cluster starts (Spark's barrier stage) binds the
         # listening socket itself, so the port it announced cannot be taken in between.
         self._listener: socket.socket | None = listener
+        self.elastic = config.elastic
+        self.initial_peers = config.initial_peers if config.elastic else config.peers
+        self.events: list[Membership] = []
+        """Every membership change this process has heard of, in order (its workers apply them between steps)."""
+        self._applied: list[int] = []
+        self._retired = 0
+        self.live: set[int] = set(range(config.processes)) - set(config.left)
+        """Processes taking part (as far as this process knows), itself included."""
+        self.server: int | None = None
+        """For a joining process: the worker whose progress state its workers bootstrap from."""
+        self.leave_requested = False
+        """Set when someone asked this process to leave (``pytimely launch``'s control endpoint)."""
+        self._ready = 0
+        self._acceptor: threading.Thread | None = None
 
     # -- setting up ------------------------------------------------------------------------
 
     def start(self) -> None:
         """Listen, connect to every other process, authenticate, and start the links."""
+        if self.config.join:
+            self._start_joining()
+            return
+        self._start()
+        if self.elastic:
+            self._accept_later()
+
+    def _start(self) -> None:
         config = self.config
         secret = config.secret
         assert secret is not None
@@ -422,7 +500,8 @@ class Cluster:
                 sockets[peer] = self._connect(peer, secret, deadline)
         finally:
             acceptor.join()
-            self._listener.close()
+            if not self.elastic:
+                self._listener.close()
         if accept_error:
             for s in sockets.values():
                 s.close()
@@ -434,6 +513,146 @@ class Cluster:
             self.links[peer] = _Link(self, peer, sock)
         for link in self.links.values():
             link.start()
+
+    def _start_joining(self) -> None:
+        """Join a running computation: connect to every live process, say so, and keep accepting later joiners."""
+        config = self.config
+        secret = config.secret
+        assert secret is not None
+        port = config.hosts[self.me][1]
+        if self._listener is None:
+            try:
+                self._listener = socket.create_server((config.bind, port), backlog=16)
+            except OSError as exc:
+                raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
+        deadline = time.monotonic() + config.connect_timeout
+        members = sorted(self.live - {self.me})
+        if not members:
+            raise MembershipError(f"process {self.me} has no running process to join")
+        sockets: dict[int, socket.socket] = {}
+        try:
+            for peer in members:
+                sockets[peer] = self._connect(peer, secret, deadline)
+        except BaseException:
+            for sock in sockets.values():
+                sock.close()
+            self._listener.close()
+            raise
+        # The lowest member's first worker serves every newcomer: all members agree on it without asking.
+        self.server = members[0] * self.workers
+        for peer, sock in sockets.items():
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            link = self.links[peer] = _Link(self, peer, sock)
+            link.control(Control.JOIN, f"{self.server},{self.workers}")
+            link.start()
+        self._accept_later()
+
+    def _accept_later(self) -> None:
+        """Accept processes that join later, for as long as this process runs."""
+        self._acceptor = threading.Thread(target=self._accept_joiners, name="pytimely-accept-joiners", daemon=True)
+        self._acceptor.start()
+
+    def _accept_joiners(self) -> None:
+        listener = self._listener
+        assert listener is not None and self.config.secret is not None
+        listener.settimeout(0.2)
+        while self.failure is None:
+            try:
+                sock, address = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed: this process is finishing
+            try:
+                sock.settimeout(10.0)
+                peer = accept_peer(sock, self.config.secret, self.me, self._shape(), bound=1 << 16)
+            except (AuthenticationError, ConfigError, OSError) as exc:
+                log.warning(
+                    "process %d refused a joining connection from %s:%s: %s", self.me, address[0], address[1], exc
+                )
+                sock.close()
+                continue
+            with self._lock:
+                if peer in self.links or peer in self.live:
+                    log.warning("process %d refused a second connection claiming to be process %d", self.me, peer)
+                    sock.close()
+                    continue
+                sock.settimeout(None)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                link = self.links[peer] = _Link(self, peer, sock)
+            link.start()
+
+    def _shape(self) -> int:
+        """What the handshake compares: the process count, or for elastic clusters the initial count and a flag."""
+        return (self.config.initial_processes | 1 << 31) if self.elastic else self.config.processes
+
+    def _joined(self, peer: int, text: str) -> None:
+        """A process connected to every member and said it joins (its ``JOIN`` frame)."""
+        try:
+            server, workers = (int(x) for x in text.split(","))
+        except ValueError:
+            raise FrameError(
+                f"process {peer} sent a malformed join frame {text!r}", peer=peer, channel=(CONTROL_CHANNEL, 3)
+            ) from None
+        if workers != self.workers:
+            raise MembershipError(
+                f"process {peer} runs {workers} workers; every process of an elastic computation runs the same "
+                f"number ({self.workers} here)"
+            )
+        first = peer * self.workers
+        with self._lock:
+            self.live.add(peer)
+            self.events.append(Membership("join", peer, tuple(range(first, first + workers)), server))
+            self._applied.append(self._retired)
+        log.info("process %d: process %d joins (bootstrap server: worker %d)", self.me, peer, server)
+        self._wake_all()
+
+    def _leaving(self, peer: int) -> None:
+        """A process said it leaves: once every worker here stops sending to it, tell it ``DONE``."""
+        first = peer * self.workers
+        with self._lock:
+            self.live.discard(peer)
+            self.events.append(Membership("leave", peer, tuple(range(first, first + self.workers)), None))
+            self._applied.append(self._retired)
+            self._check_applied(len(self.events) - 1)
+        log.info("process %d: process %d leaves", self.me, peer)
+        self._wake_all()
+
+    def _applied_by_worker(self, index: int) -> None:
+        with self._lock:
+            self._applied[index] += 1
+            self._check_applied(index)
+
+    def _check_applied(self, index: int) -> None:
+        event = self.events[index]
+        if event.kind == "leave" and self._applied[index] >= self.workers:
+            link = self.links.get(event.process)
+            if link is not None:
+                with link.cond:
+                    link.done_wanted = True
+                    link.cond.notify_all()
+
+    def _retire_worker(self) -> None:
+        """A worker here has finished: it applies no more membership changes, so count it as having applied all."""
+        with self._lock:
+            self._retired += 1
+            for index in range(len(self._applied)):
+                self._applied[index] += 1
+                self._check_applied(index)
+
+    def _worker_leaves(self) -> None:
+        """A worker here is ready to leave; once all are, tell every other process."""
+        with self._lock:
+            self._ready += 1
+            ready = self._ready == self.workers
+        if ready:
+            for link in list(self.links.values()):
+                link.control(Control.LEAVING)
+
+    def left_by_all(self) -> bool:
+        """Whether every other process has said ``DONE`` to this leaving one (it sends it nothing more)."""
+        return all(link.done_received for link in list(self.links.values()))
 
     def _connect(self, peer: int, secret: bytes, deadline: float) -> socket.socket:
         host, port = self.config.hosts[peer]
@@ -453,7 +672,7 @@ class Cluster:
                 continue
             try:
                 sock.settimeout(max(1.0, deadline - time.monotonic()))
-                connect_peer(sock, secret, self.me, peer, self.config.processes)
+                connect_peer(sock, secret, self.me, peer, self._shape())
             except BaseException:
                 sock.close()
                 raise
@@ -481,7 +700,7 @@ class Cluster:
                     continue
                 try:
                     sock.settimeout(max(1.0, min(10.0, remaining)))
-                    peer = accept_peer(sock, secret, self.me, self.config.processes)
+                    peer = accept_peer(sock, secret, self.me, self._shape(), bound=1 << 16 if self.elastic else None)
                 except (AuthenticationError, OSError) as exc:
                     log.warning("process %d refused a connection from %s:%s: %s", self.me, address[0], address[1], exc)
                     sock.close()
@@ -610,7 +829,7 @@ class Cluster:
             self.failure = error
         reason = f"{type(error).__name__}: {error}"
         log.debug("process %d fails: %s", self.me, reason)
-        for link in self.links.values():
+        for link in list(self.links.values()):
             link.control(Control.ABORT, reason)
         self._wake_all()
 
@@ -621,26 +840,28 @@ class Cluster:
             for wires in self._pending.values():
                 if wires:
                     self._unknown(wires[0])
-        for link in self.links.values():
+        for link in list(self.links.values()):
             with link.cond:
                 link.done_wanted = True
                 link.cond.notify_all()
         while True:
             self.check()
-            if all(link.done_received and link.done_sent for link in self.links.values()):
+            if all(link.done_received and link.done_sent for link in list(self.links.values())):
                 return
             with self._lock:
                 self._lock.wait(0.05)
 
     def close(self, *, grace: float = 1.0) -> None:
         """Close every link; after a failure, first give the ABORT frames ``grace`` seconds to leave."""
+        if self._listener is not None and self.elastic:
+            self._listener.close()
         if self.failure is not None:
             deadline = time.monotonic() + grace
             for link in self.links.values():
                 with link.cond:
                     while link.queues[3] and not link.closed and time.monotonic() < deadline:
                         link.cond.wait(0.02)
-        for link in self.links.values():
+        for link in list(self.links.values()):
             link.close()
 
     def stats(self) -> dict[str, Any]:
@@ -668,18 +889,50 @@ class ClusterAllocator:
         self._index = cluster.first + local
         self._wake = cluster._wakes[local]
         self._outbox: list[Any] = []
+        self.elastic = cluster.elastic
+        self._handed: list[tuple[tuple[int, int], int, _Pushes]] = []
+        self.seen = 0
+        """How many of :attr:`events` this worker has applied to its channels."""
+        workers = cluster.workers
+        self._members: set[int] = {p * workers + i for p in cluster.live for i in range(workers)}
+        self.joining: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
+        """For a worker of a joining process: its bootstrap server, the members it hears from, its fellow newcomers."""
+        if cluster.config.join:
+            assert cluster.server is not None
+            fresh = tuple(range(cluster.first, cluster.first + workers))
+            self.joining = (cluster.server, tuple(sorted(self._members - set(fresh))), fresh)
 
     @property
     def index(self) -> int:
-        """This worker's global index."""
+        """This worker's global index (stable while processes join and leave)."""
         return self._index
 
     @property
     def peers(self) -> int:
-        """Workers in the whole cluster."""
-        return self._cluster.peers
+        """Workers in the whole cluster (for an elastic one, those it started with)."""
+        return self._cluster.initial_peers if self.elastic else self._cluster.peers
 
-    def allocate(self, channel: Hashable, precedence: int = Precedence.DATA) -> tuple[list[Any], Any]:
+    @property
+    def workers_per_process(self) -> int:
+        """How many workers each process runs."""
+        return self._cluster.workers
+
+    @property
+    def events(self) -> list[Membership]:
+        """The cluster's membership changes; the first :attr:`seen` are applied to this worker's channels."""
+        return self._cluster.events
+
+    @property
+    def members(self) -> list[int]:
+        """The ids of the workers taking part, as this worker has applied the changes so far."""
+        return sorted(self._members)
+
+    @property
+    def leave_requested(self) -> bool:
+        """Whether this worker's process was asked to leave."""
+        return self._cluster.leave_requested
+
+    def allocate(self, channel: Hashable, precedence: int = Precedence.DATA) -> tuple[Any, Any]:
         """Push ends to every worker (by reference locally, as frames remotely) and this worker's mailbox."""
         if not (
             isinstance(channel, tuple)
@@ -690,23 +943,68 @@ class ClusterAllocator:
         key: tuple[int, int] = (channel[0], channel[1])
         cluster = self._cluster
         boxes = cluster.open(key)
-        pushes: list[Any] = []
         workers = cluster.workers
+        if self.elastic:
+            pushes = _Pushes(cluster.initial_peers)
+            for target in sorted(self._members):
+                pushes.add(target, self._push_to(boxes, key, int(precedence), target))
+            self._handed.append((key, int(precedence), pushes))
+            return pushes, boxes[self._local]
+        plain: list[Any] = []
         for target in range(cluster.peers):
             if cluster.first <= target < cluster.first + workers:
-                pushes.append(boxes[target - cluster.first])
+                plain.append(boxes[target - cluster.first])
             else:
-                pushes.append(_RemotePush(self._outbox, int(precedence), key, self._index, target))
-        return pushes, boxes[self._local]
+                plain.append(_RemotePush(self._outbox, int(precedence), key, self._index, target))
+        return plain, boxes[self._local]
+
+    def _push_to(self, boxes: list[_Mailbox], key: tuple[int, int], precedence: int, target: int) -> Any:
+        cluster = self._cluster
+        if cluster.first <= target < cluster.first + cluster.workers:
+            return boxes[target - cluster.first]
+        return _RemotePush(self._outbox, precedence, key, self._index, target)
 
     def built(self, dataflow: int) -> None:
         """Frames for channels of ``dataflow`` that no worker here opened are now known to be errors."""
         self._cluster.seal(dataflow)
 
     def receive(self) -> None:
-        """Raise if the cluster has failed (frames are taken in by the links' threads)."""
-        if self._cluster.failure is not None:
-            raise self._cluster.failure
+        """Raise if the cluster has failed; apply membership changes to this worker's channels."""
+        cluster = self._cluster
+        if cluster.failure is not None:
+            raise cluster.failure
+        if self.elastic and len(cluster.events) > self.seen:
+            self._apply(cluster.events[self.seen :])
+
+    def _apply(self, events: list[Membership]) -> None:
+        cluster = self._cluster
+        for event in events:
+            if event.kind == "join":
+                self._members.update(event.workers)
+                for key, precedence, pushes in self._handed:
+                    boxes = cluster.open(key)
+                    for target in event.workers:
+                        pushes.add(target, self._push_to(boxes, key, precedence, target))
+            else:
+                self._members.difference_update(event.workers)
+                for _, _, pushes in self._handed:
+                    for target in event.workers:
+                        pushes.remove(target)
+            cluster._applied_by_worker(self.seen)
+            self.seen += 1
+
+    def retire(self) -> None:
+        """This worker has finished; it applies no further membership changes."""
+        if self.elastic:
+            self._cluster._retire_worker()
+
+    def ready_to_leave(self) -> None:
+        """This worker may go; once every worker of the process is ready, the process says it leaves."""
+        self._cluster._worker_leaves()
+
+    def left_by_all(self) -> bool:
+        """Whether every other process has stopped sending to this leaving one."""
+        return self._cluster.left_by_all()
 
     def release(self) -> None:
         """Hand this step's frames to the links (waiting while a peer's send window is full)."""

@@ -72,6 +72,10 @@ class Control(enum.IntEnum):
     HEARTBEAT = 0
     DONE = 1
     ABORT = 2
+    JOIN = 3
+    """A process that joins a running computation says so, naming its bootstrap server and workers per process."""
+    LEAVING = 4
+    """A process that leaves says so; each member answers, once it sends it nothing more, with ``DONE``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,8 +86,13 @@ def connect_peer(sock: socket.socket, secret: bytes, me: int, server: int, proce
         raise AuthenticationError(f"process {server} refused this process's proof of the cluster secret", server)
 
 
-def accept_peer(sock: socket.socket, secret: bytes, me: int, processes: int) -> int:
-    """Authenticate a connection accepted by process ``me``; return the connecting process's index."""
+def accept_peer(sock: socket.socket, secret: bytes, me: int, processes: int, bound: int | None = None) -> int:
+    """Authenticate a connection accepted by process ``me``; return the connecting process's index.
+
+    ``bound`` (default ``processes``) is one more than the highest index a peer may have: processes that join a
+    running computation take indices beyond the first ``processes``.
+    """
+    bound = processes if bound is None else bound
     hello = _recv_exact(sock, _HELLO.size, "a greeting")
     magic, version, client, their_processes, probe, client_nonce = _HELLO.unpack(hello)
     if magic != _MAGIC:
@@ -102,7 +107,7 @@ def accept_peer(sock: socket.socket, secret: bytes, me: int, processes: int) -> 
             f"a peer claiming to be process {client} did not prove it knows the cluster secret", client
         )
     # Checked only after authentication so strangers learn nothing of the cluster's shape.
-    if their_processes != processes or not me < client < processes:
+    if their_processes != processes or not me < client < bound:
         sock.sendall(_BAD_SHAPE)
         raise ConfigError(
             f"process {client} believes the cluster has {their_processes} processes, this one (process {me}) "

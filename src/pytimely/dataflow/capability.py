@@ -34,8 +34,10 @@ class Capability(Generic[T]):
     def __init__(self, time: T, output: OutputPort[T, Any], *, counted: bool = False) -> None:
         self._time = time
         self._output = output
-        self._valid = True
-        if not counted:
+        self._valid: bool | None = True
+        if counted:
+            output.initial.append(self)
+        else:
             output._record(output.source, time, 1)
 
     @property
@@ -53,7 +55,7 @@ class Capability(Generic[T]):
     @property
     def valid(self) -> bool:
         """Whether the capability is still held (not dropped)."""
-        return self._valid
+        return bool(self._valid)
 
     def _describe(self) -> str:
         return f"capability at {self._time!r} for output {self._output.port} of {self._output.operator_name}"
@@ -88,9 +90,18 @@ class Capability(Generic[T]):
 
     def drop(self) -> None:
         """Give the capability up; the time it held may now pass downstream."""
+        if self._valid is None:
+            return  # never granted: a worker that joined after every copy of it was dropped
         self._check()
         self._valid = False
         self._output._record(self._output.source, self._time, -1)
+
+    def _retime(self, time: T | None) -> None:
+        """At a joining worker's bootstrap: the capability is the one minted for it at ``time``, or none at all."""
+        if time is None:
+            self._valid = None
+        else:
+            self._time = time
 
     def __repr__(self) -> str:
         state = "" if self._valid else ", dropped"

@@ -208,7 +208,7 @@ class _Exchange:
 
 
 class _Broadcast:
-    """Copies every batch to every worker."""
+    """Copies every batch to every worker (every member at the time, when workers join and leave)."""
 
     __slots__ = ("_index", "_local", "_location", "_pushes", "_record")
 
@@ -220,7 +220,9 @@ class _Broadcast:
         self._record = record
 
     def push(self, time: Any, batch: Any) -> None:
-        for j, push in enumerate(self._pushes):
+        pushes = self._pushes
+        targets = pushes.targets() if hasattr(pushes, "targets") else enumerate(pushes)
+        for j, push in targets:
             self._record(self._location, time, 1)
             if j == self._index:
                 self._local._deliver((time, batch))
@@ -228,10 +230,41 @@ class _Broadcast:
                 push.push((time, batch))
 
 
+class _Direct:
+    """Sends each batch whole to the worker ``dest()`` names (a router that has split its batches already)."""
+
+    __slots__ = ("_dest", "_index", "_local", "_location", "_pushes", "_record")
+
+    def __init__(
+        self,
+        target: InputPort[Any, Any],
+        pushes: Sequence[Push[Any]],
+        index: int,
+        dest: Callable[[], int],
+        record: Record,
+    ) -> None:
+        self._local = target
+        self._location = target.location
+        self._pushes = pushes
+        self._index = index
+        self._dest = dest
+        self._record = record
+
+    def push(self, time: Any, batch: Any) -> None:
+        if not len(batch):
+            return
+        j = self._dest()
+        self._record(self._location, time, 1)
+        if j == self._index:
+            self._local._deliver((time, batch))
+        else:
+            self._pushes[j].push((time, batch))
+
+
 class OutputPort(Generic[T, D]):
     """An operator's output: sends batches to every channel connected to it."""
 
-    __slots__ = ("_channels", "_op", "_record", "port", "source")
+    __slots__ = ("_channels", "_op", "_record", "initial", "port", "source")
 
     def __init__(self, op: OperatorCore, port: int, record: Record) -> None:
         self._op = op
@@ -239,6 +272,8 @@ class OutputPort(Generic[T, D]):
         self.source = Source(op.index, port)
         self._record = record
         self._channels: list[Any] = []
+        self.initial: list[Capability[T]] = []
+        """The capabilities this worker's copy started with (a joining worker re-times them at its bootstrap)."""
 
     @property
     def operator_name(self) -> str:

@@ -25,9 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Precedence
 from pytimely.dataflow.operator import OperatorCore
-from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Exchange, _Pipeline
-from pytimely.errors import OperatorError, PytimelyError, ScopeError
-from pytimely.progress.broadcast import ProgressReceiver, ProgressSender
+from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
+from pytimely.errors import BootstrapError, MembershipError, OperatorError, PytimelyError, ScopeError
+from pytimely.order import sort_key
+from pytimely.progress.bootstrap import Bootstrap, BootstrapServer, Hello, ProgressState, RangeReply, RangeRequest
+from pytimely.progress.broadcast import ProgressBatch, ProgressReceiver, ProgressSender
+from pytimely.progress.change_batch import ChangeBatch
 from pytimely.progress.location import Source, Target
 from pytimely.progress.reachability import Builder, Tracker
 from pytimely.progress.timestamp import identity_for
@@ -54,7 +57,15 @@ class Subgraph:
         self.operators: list[OperatorCore] = []
         self.sender: ProgressSender[Any] = ProgressSender(self.worker)
         self.record = self.sender.record
-        self._receiver = ProgressReceiver(self.peers)
+        self.elastic: bool = getattr(allocator, "elastic", False)
+        self._events_seen = getattr(allocator, "seen", 0)
+        self._receiver = ProgressReceiver(allocator.members if self.elastic else self.peers)  # type: ignore[attr-defined]
+        self._server = BootstrapServer(self.worker)
+        self._own: ChangeBatch[tuple[Source, Any]] = ChangeBatch()
+        """This worker's own capabilities, as far as it has sent them (pending changes come on top)."""
+        self._pinned: list[str] = []
+        joining = getattr(allocator, "joining", None)
+        self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
         self._progress_push: list[Push[Any]]
         self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
         self._channels = 1
@@ -87,13 +98,16 @@ class Subgraph:
         """Add an edge from ``output`` to ``target`` moving data by ``pact``."""
         if self.built:
             raise ScopeError(f"dataflow {self.name!r} is already built; connect streams inside its build function")
-        if pact is None or (self.peers == 1 and pact[0] in ("exchange", "broadcast")):
+        if pact is None or (self.peers == 1 and not self.elastic and pact[0] in ("exchange", "broadcast", "direct")):
             output._connect(_Pipeline(target, self.record))
         else:
             pushes, pull = self.allocator.allocate((self.ident, self._channels), Precedence.DATA)
             self._channels += 1
             if pact[0] == "exchange":
+                self._pinned.append(target._op.name)
                 output._connect(_Exchange(target, pushes, self.worker, pact[1], pact[2], self.record))
+            elif pact[0] == "direct":
+                output._connect(_Direct(target, pushes, self.worker, pact[1], self.record))
             elif pact[0] == "broadcast":
                 output._connect(_Broadcast(target, pushes, self.worker, self.record))
             else:  # pragma: no cover - pacts are made by this package only
@@ -125,10 +139,13 @@ class Subgraph:
         tracker: Tracker[Any] = builder.build()
         # Every worker's copy of an operator starts with a capability per output, so each worker
         # counts all of them; a worker's drop of its own copy then arrives as an ordinary update.
-        for op in self.operators:
-            if op.initial_caps:
-                for port in op.outputs:
-                    tracker.update(port.source, op.scope.minimum, self.peers)
+        # A joining worker's copies hold nothing yet: its view comes from its bootstrap (progress/bootstrap.py).
+        if self._boot is None:
+            for op in self.operators:
+                if op.initial_caps:
+                    for port in op.outputs:
+                        tracker.update(port.source, op.scope.minimum, self.peers)
+                        self._own.update((port.source, op.scope.minimum), len(port.initial))
         tracker.propagate_all()
         for op in self.operators:
             for inport in op.inputs:
@@ -155,14 +172,28 @@ class Subgraph:
         tracker = self.tracker
         assert tracker is not None
         worked = False
+        if self.elastic:
+            seen = self.allocator.seen  # type: ignore[attr-defined]
+            if seen > self._events_seen:
+                self._membership(self.allocator.events[self._events_seen : seen])  # type: ignore[attr-defined]
+                self._events_seen = seen
+                worked = True
+        if self._boot is not None:
+            return self._bootstrap_step() or worked
         for hook in self._before_step:
             worked = hook() or worked
         batches = self._progress_pull.drain()
         if batches:
             worked = True
             receiver = self._receiver
+            server = self._server
             for batch in batches:
+                if type(batch) is not ProgressBatch:
+                    self._control(batch)
+                    continue
                 tracker.update_batch(receiver.accept(batch))
+                if server.serving:
+                    server.applied(batch)
             operators = self.operators
             for target in tracker.propagate_all():
                 if operators[target.node].notify:
@@ -178,9 +209,138 @@ class Subgraph:
         batch = self.sender.flush()
         if batch is not None:
             worked = True
+            if self.elastic:
+                self._own.extend(((u[0], u[1]), u[2]) for u in batch.updates if type(u[0]) is Source)
             for push in self._progress_push:
                 push.push(batch)
+        if self._server.serving:
+            for newcomer, reply in self._server.replies(self._receiver):
+                self._progress_push[newcomer].push(reply)
         return worked
+
+    # -- membership (seed 002) --------------------------------------------------------------
+
+    def _control(self, message: Any) -> None:
+        """A message on the progress channel that is not a batch: a newcomer's range request."""
+        if type(message) is RangeRequest:
+            self._server.request(message)
+            return
+        raise BootstrapError(
+            f"worker {self.worker} is a member of dataflow {self.name!r} and got {type(message).__name__}, which only "
+            "a joining worker expects"
+        )
+
+    def own_capabilities(self) -> dict[tuple[Source, Any], int]:
+        """The capabilities this worker's operators hold, by output and time (sent and pending changes)."""
+        own = ChangeBatch(self._own.items())
+        own.extend(((p, d) for p, d in self.sender.pending().items() if type(p[0]) is Source))
+        return dict(own.items())
+
+    def _membership(self, events: list[Any]) -> None:
+        """Processes joined or left: greet newcomers on the progress channel and, as their server, bootstrap them."""
+        tracker = self.tracker
+        assert tracker is not None
+        for event in events:
+            if event.kind != "join":
+                continue  # a leaver's batches still count until its link closes; nothing more goes to it
+            hello = Hello(self.worker, self.sender.next_seq())
+            for n in event.workers:
+                self._receiver.add(n, 0)
+                self._progress_push[n].push(hello)
+            if event.server != self.worker:
+                continue
+            updates = [(loc, t, c) for loc, counts in tracker.held().items() for t, c in counts.items()]
+            own = self.own_capabilities()
+            for n in event.workers:
+                minted = []
+                for op in self.operators:
+                    if not op.initial_caps:
+                        continue
+                    for port in op.outputs:
+                        times = [t for (src, t), c in own.items() if src == port.source and c > 0]
+                        if times:
+                            # A clone of a capability this worker holds, reported in its next batch (§6.2).
+                            t = min(times, key=sort_key)
+                            self.record(port.source, t, 1)
+                            self._own.update((port.source, t), -1)
+                            minted.append((port.source, t))
+                state = self._server.state(n, updates, self._receiver, minted)
+                self._progress_push[n].push(state)
+
+    @property
+    def bootstrapped(self) -> bool:
+        """Whether this worker's view of the progress state is complete (always, unless it is joining)."""
+        return self._boot is None
+
+    def _bootstrap_step(self) -> bool:
+        boot = self._boot
+        assert boot is not None
+        messages = self._progress_pull.drain()
+        for message in messages:
+            kind = type(message)
+            if kind is ProgressBatch:
+                boot.batch(message)
+            elif kind is Hello:
+                boot.hello(message)
+            elif kind is ProgressState:
+                boot.state(message)
+            elif kind is RangeReply:
+                boot.reply(message)
+            else:
+                raise BootstrapError(f"worker {self.worker} is joining and got {message!r} on the progress channel")
+        request = boot.request()
+        if request is not None:
+            self._progress_push[boot.server].push(request)
+        if boot.done:
+            self._finish_bootstrap(boot)
+        return bool(messages) or request is not None
+
+    def _finish_bootstrap(self, boot: Bootstrap) -> None:
+        tracker = self.tracker
+        assert tracker is not None
+        updates, self._receiver, state = boot.finish()
+        tracker.update_batch(updates)
+        minted = dict(state.minted)
+        for op in self.operators:
+            if not op.initial_caps:
+                continue
+            for port in op.outputs:
+                t = minted.get(port.source)
+                for i, cap in enumerate(port.initial):
+                    cap._retime(t if i == 0 else None)
+                if t is not None:
+                    self._own.update((port.source, t), 1)
+        for handle in self.inputs:
+            handle._rejoined()
+        operators = self.operators
+        for target in tracker.propagate_all():
+            if operators[target.node].notify:
+                self.activate(target.node)
+        self._boot = None
+
+    def may_leave(self, at: Any = None) -> bool:
+        """Whether this worker holds no capability, has no queued message, and (given ``at``) can receive
+        nothing earlier than ``at`` any more."""
+        if any(c for c in self.own_capabilities().values()):
+            return False
+        for op in self.operators:
+            for port in op.inputs:
+                if port.pending():
+                    return False
+                if at is not None and any(not at <= e for e in port.frontier.frontier_elements()):
+                    return False
+        return True
+
+    def check_leave(self) -> None:
+        """:class:`MembershipError` if a channel of this dataflow pins records to the workers it started with."""
+        # ``exchange`` spreads records over the workers the computation started with: only those receive on it.
+        if self._pinned and self.worker < self.peers:
+            names = ", ".join(repr(n) for n in sorted(set(self._pinned)))
+            raise MembershipError(
+                f"dataflow {self.name!r} exchanges records into {names} by worker index, which ties them to the "
+                "workers the computation started with; only keyed operators given a control stream (bins) let a "
+                "process leave"
+            )
 
     def _run(self) -> None:
         queue = self._queue
@@ -228,7 +388,7 @@ class Subgraph:
     def complete(self) -> bool:
         """Whether no capability or message remains anywhere (as far as this worker has heard)."""
         assert self.tracker is not None
-        return self.tracker.is_idle() and not self.sender.pending()
+        return self._boot is None and self.tracker.is_idle() and not self.sender.pending()
 
     def held(self) -> list[str]:
         """Descriptions of the pointstamps keeping the dataflow alive (for stall reports)."""

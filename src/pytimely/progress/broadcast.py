@@ -180,9 +180,12 @@ class ProgressSender(Generic[T]):
 class ProgressReceiver:
     """A worker's incoming side: checks each sender's FIFO order by sequence number."""
 
-    def __init__(self, peers: int | Iterable[int]) -> None:
-        senders = range(peers) if isinstance(peers, int) else peers
-        self._expected: dict[int, int] = {s: 0 for s in senders}
+    def __init__(self, peers: int | Iterable[int] | Mapping[int, int]) -> None:
+        if isinstance(peers, Mapping):
+            self._expected: dict[int, int] = dict(peers)
+        else:
+            senders = range(peers) if isinstance(peers, int) else peers
+            self._expected = {s: 0 for s in senders}
 
     def accept(self, batch: ProgressBatch[T]) -> tuple[tuple[Any, T, int], ...]:
         """Check that ``batch`` is its sender's next one and return its updates.
@@ -209,3 +212,15 @@ class ProgressReceiver:
     def expected(self, sender: int) -> int:
         """The sequence number expected next from ``sender``."""
         return self._expected[sender]
+
+    def numbers(self) -> dict[int, int]:
+        """Per sender, the number expected next (how many of its batches were accepted)."""
+        return dict(self._expected)
+
+    def add(self, sender: int, next_seq: int = 0) -> None:
+        """Start accepting batches from ``sender`` (a worker that joined), from ``next_seq`` on."""
+        self._expected.setdefault(sender, next_seq)
+
+    def remove(self, sender: int) -> None:
+        """Stop accepting batches from ``sender`` (a worker that left)."""
+        self._expected.pop(sender, None)

@@ -159,12 +159,16 @@ class Router:
         self.name = name
         self.bins = bins
         self.index = scope.index
-        self.table = BinTable.default(scope.peers, bins)
+        if scope.subgraph.elastic:
+            # Workers that join later take ids beyond the first ``peers``: any id may come to own a bin.
+            self.table = BinTable([b % scope.peers for b in range(bins)], 1 << 16)
+        else:
+            self.table = BinTable.default(scope.peers, bins)
         self.find = binner(bins)
         self.holder: StateHolder | None = None
         """The operator whose state moves; set by it before the dataflow runs."""
         self.dest = 0
-        self.pact = ("exchange", self._route, True)
+        self.pact = ("direct", self._dest)
         # An ordinary exchange whose route says "all of this batch to ``dest``": the router splits batches
         # itself and sets ``dest`` right before each part is given (the push is synchronous).
         op = scope._operator(
@@ -192,10 +196,8 @@ class Router:
         """Whether some move has not been shipped yet."""
         return bool(self._move_caps)
 
-    def _route(self, batch: Any) -> Any:
-        import numpy as np
-
-        return np.full(len(batch), self.dest, dtype=np.int64)
+    def _dest(self) -> int:
+        return self.dest
 
     def _logic(self) -> None:
         frontier = self._control.frontier
@@ -266,7 +268,7 @@ class Router:
                 out.give(cap, take(batch, np.flatnonzero(dests == j)))
             return
         owners = self.table.at(s)
-        buckets: list[list[Any]] = [[] for _ in range(self.table.peers)]
+        buckets: list[list[Any]] = [[] for _ in range(max(owners) + 1)]
         appends = [b.append for b in buckets]
         find = self.find
         known = self._known

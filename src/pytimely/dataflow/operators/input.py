@@ -93,6 +93,15 @@ class InputHandle(Generic[T, D]):
         self._cap.drop()
         self._cap = None
 
+    def _rejoined(self) -> None:
+        """After a joining worker's bootstrap: follow the capability minted for this copy, or start closed."""
+        cap = self._cap
+        if cap is not None:
+            if cap.valid:
+                self._time = cap.time
+            else:
+                self._cap = None
+
     def __repr__(self) -> str:
         return f"InputHandle({self._name!r}, time={self._time!r}{', closed' if self.closed else ''})"
 
