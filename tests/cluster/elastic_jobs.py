@@ -8,7 +8,9 @@ members; worker 0 writes each word's last count.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Any
 
 from pytimely import Scope, Worker
@@ -51,6 +53,8 @@ def word_count(worker: Worker) -> None:
         if me not in members:
             # This worker's process leaves: its bins go to the others at this epoch.
             control_handle.send_batch(balanced_moves(epoch, members))
+            # Lingering lets the others run ahead, so this worker holds the only capability at the frontier.
+            time.sleep(float(os.environ.get("ELASTIC_LEAVE_DELAY", "0")))
             worker.leave(at=epoch)
             return
         if epoch in plan.join_epochs:

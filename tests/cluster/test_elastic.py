@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pytimely.cli import _free_ports
 from pytimely.membership import RescalePlan
 from tests.cluster.bins_jobs import words_for
 from tests.cluster.helpers import Cluster, env_for, start
 
+EPOCHS, ROWS = 6, 2000
 
-def expected_counts(plan: RescalePlan, epochs: int, rows: int) -> dict[str, int]:
+
+def expected_counts(plan: RescalePlan, epochs: int = EPOCHS, rows: int = ROWS) -> dict[str, int]:
     """What a run without rescaling of the same input gives."""
     return dict(Counter(w for e in range(epochs) for m in plan.members_at(e) for w in words_for(m, e, rows)))
 
@@ -24,31 +31,76 @@ def run_elastic(
     *,
     initial: int = 2,
     workers: int = 1,
-    epochs: int = 6,
-    rows: int = 2000,
     join_delay: float = 0.0,
-) -> tuple[dict[str, object], RescalePlan, list[tuple[int, str, str]]]:
+    env: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], RescalePlan]:
     """Run the elastic word count with ``text`` as its plan; newcomers start ``join_delay`` s after the others."""
     out = tmp_path / "counts.json"
     plan = RescalePlan.parse(text, initial=initial, workers=workers)
-    args = ["tests.cluster.elastic_jobs:word_count", str(out), str(epochs), str(rows), text]
-    cluster = Cluster(initial, workers=str(workers), PYTIMELY_ELASTIC="1")
-    extra_ports = _free_ports(plan.processes - initial)
-    hosts = cluster.hosts + [("127.0.0.1", p) for p in extra_ports]
+    args = ["tests.cluster.elastic_jobs:word_count", str(out), str(EPOCHS), str(ROWS), text]
+    extra = {"workers": str(workers), "PYTIMELY_ELASTIC": "1", **(env or {})}
+    cluster = Cluster(initial, **extra)
+    hosts = cluster.hosts + [("127.0.0.1", p) for p in _free_ports(plan.processes - initial)]
     try:
         cluster.start(args)
-        time.sleep(join_delay)
         for p in range(initial, plan.processes):
-            env = env_for(p + 1, p, hosts[: p + 1], cluster.secret, workers=str(workers), PYTIMELY_ELASTIC="1",
-                          PYTIMELY_INITIAL=str(initial), PYTIMELY_JOIN="1")
-            cluster.procs.append(start(args, env))
-        results = cluster.wait(float(__import__("os").environ.get("ELASTIC_WAIT", "120")))
+            # One membership change at a time: processes that leave before this one joins are gone first.
+            joins = plan.joins_at(p * workers)
+            gone = [q for q in range(p) if q not in plan.processes_at(joins)]
+            for q in gone:
+                cluster.procs[q].wait(60)
+            time.sleep(join_delay)
+            joiner = env_for(
+                p + 1,
+                p,
+                hosts[: p + 1],
+                cluster.secret,
+                **extra,
+                PYTIMELY_INITIAL=str(initial),
+                PYTIMELY_JOIN="1",
+                PYTIMELY_LEFT=",".join(map(str, gone)),
+            )
+            cluster.procs.append(start(args, joiner))
+        results = cluster.wait(float(os.environ.get("ELASTIC_WAIT", "120")))
     finally:
         cluster.kill()
     assert [r[0] for r in results] == [0] * len(results), results
-    return json.loads(out.read_text()), plan, results
+    return json.loads(out.read_text()), plan
+
+
+def newcomer_ids(plan: RescalePlan) -> set[int]:
+    """The worker ids of processes that joined."""
+    return {m for e in range(EPOCHS) for m in plan.members_at(e) if m >= plan.initial * plan.workers}
 
 
 def test_a_process_joins_and_leaves_and_the_counts_are_exact(tmp_path: Path) -> None:
-    counts, plan, _ = run_elastic(tmp_path, "1:+1,3:-1")
-    assert counts == expected_counts(plan, 6, 2000)
+    written, plan = run_elastic(tmp_path, "1:+1,3:-1")
+    assert written["counts"] == expected_counts(plan)
+    # The newcomer's source sent words and its worker counted some bins while it was there.
+    assert {int(w) for w in written["emitters"]} >= newcomer_ids(plan) == {2}
+
+
+def test_a_join_while_data_and_progress_are_in_flight(tmp_path: Path) -> None:
+    # Two workers per process; the newcomer connects while the first epochs are still being counted.
+    written, plan = run_elastic(tmp_path, "2:+1,4:-1", workers=2, join_delay=0.3)
+    assert written["counts"] == expected_counts(plan)
+    assert {int(w) for w in written["emitters"]} >= {4, 5}
+
+
+def test_a_leave_while_the_leaver_holds_the_only_capability_at_the_frontier(tmp_path: Path) -> None:
+    # The leaver lingers after its last epoch while the others have sent the next one and wait for it.
+    written, plan = run_elastic(tmp_path, "0:+1,2:-1", env={"ELASTIC_LEAVE_DELAY": "1.0"})
+    assert written["counts"] == expected_counts(plan)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_joins_and_leaves_match_the_reference(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    epochs = sorted(rng.sample(range(EPOCHS - 1), 3))
+    processes, changes = 2, []
+    for epoch in epochs:
+        delta = 1 if processes == 2 or rng.random() < 0.5 else -1
+        processes += delta
+        changes.append(f"{epoch}:{delta:+d}")
+    written, plan = run_elastic(tmp_path, ",".join(changes))
+    assert written["counts"] == expected_counts(plan)

@@ -574,6 +574,10 @@ class Cluster:
                 sock.close()
                 continue
             with self._lock:
+                if self._ready:
+                    log.warning("process %d is leaving and refused process %d, which tried to join", self.me, peer)
+                    sock.close()
+                    continue
                 if peer in self.links or peer in self.live:
                     log.warning("process %d refused a second connection claiming to be process %d", self.me, peer)
                     sock.close()

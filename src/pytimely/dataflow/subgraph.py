@@ -298,7 +298,10 @@ class Subgraph:
     def _finish_bootstrap(self, boot: Bootstrap) -> None:
         tracker = self.tracker
         assert tracker is not None
-        updates, self._receiver, state = boot.finish()
+        updates, receiver, state = boot.finish()
+        for sender, next_seq in self._receiver.numbers().items():
+            receiver.add(sender, next_seq)  # workers that joined while this one bootstrapped
+        self._receiver = receiver
         tracker.update_batch(updates)
         minted = dict(state.minted)
         for op in self.operators:
