@@ -2,6 +2,8 @@
 
     python examples/wordcount.py --input TEXT --output OUT [-w W]
     pytimely launch -n 2 -- python examples/wordcount.py --input TEXT --output OUT
+    pytimely launch -n 2 --elastic -- python examples/wordcount.py --input TEXT --output OUT \
+        --epochs 8 --rescale 2:+1,5:-1
 
 Cluster flags (``-w -n -p --hosts --hostfile``, or their ``PYTIMELY_*``
 variables) spread the workers over processes; process 0 writes OUT, under a
@@ -9,6 +11,11 @@ temporary name renamed on success.
 
 Words are split on whitespace, case kept. Each worker reads its share of the
 words; counting exchanges each word to the worker that owns it.
+
+With ``--epochs K`` the words are streamed in K epochs; ``--rescale E:+1,E2:-1``
+(under ``pytimely launch --elastic``) adds a process after epoch E and has the
+newest one leave after E2, while the counts stay exact: keyed state moves with
+its bins (see ``docs/rescaling.md``).
 """
 
 from __future__ import annotations
@@ -47,6 +54,27 @@ def run(
     if config is not None and config.first_worker != 0:
         return None
     return sorted(pair for captured in parts for _, batch in captured for pair in batch)
+
+
+def run_rescaling(path: str, epochs: int, plan_text: str, config: Config) -> list[tuple[str, int]] | None:
+    """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (worker 0 gets the counts)."""
+    from pytimely.algorithms.elastic_count import count_while_rescaling
+    from pytimely.membership import RescalePlan, request
+
+    words = read_words(path, part=0, parts=1)
+    size = -(-len(words) // epochs) if words else 0
+    plan = RescalePlan.parse(plan_text, initial=config.initial_processes, workers=config.workers)
+
+    def share(worker: int, epoch: int, members: list[int]) -> list[str]:
+        return words[epoch * size : (epoch + 1) * size][members.index(worker) :: len(members)]
+
+    def job(worker: Worker) -> Any:
+        return count_while_rescaling(worker, share, epochs, plan, request_join=lambda: request("add") and None)
+
+    results = execute(job, config=config)
+    if config.first_worker != 0 or results[0] is None:
+        return None
+    return sorted(results[0][0].items())
 
 
 def _words(batch: Any) -> list[str]:
@@ -95,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="where to write word<TAB>count lines")
     parser.add_argument("--spark", metavar="MASTER", help="run on Spark, e.g. local[2] (Spark reads and writes)")
     parser.add_argument("--retries", type=int, default=0, help="with --spark: re-run a failed computation")
+    parser.add_argument("--epochs", type=int, default=0, help="stream the words in this many epochs")
+    parser.add_argument("--rescale", default="", help="E:+1,E2:-1: add a process after epoch E, remove one after E2")
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.spark:
@@ -107,7 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     args, config = parse_config(parser, argv)
     started = time.perf_counter()
     try:
-        counts = run(args.input, config=config)
+        if args.epochs > 0:
+            counts = run_rescaling(args.input, args.epochs, args.rescale, config)
+        elif args.rescale:
+            parser.error("--rescale needs --epochs")
+        else:
+            counts = run(args.input, config=config)
     except (InputFormatError, OSError) as exc:
         print(f"wordcount: {exc}", file=sys.stderr)
         return 2

@@ -105,29 +105,45 @@ def _forward(stream: IO[bytes], prefix: bytes, out: IO[bytes]) -> None:
 
 
 def launch(
-    command: Sequence[str], processes: int, workers: int = 1, *, port: int | None = None, grace: float = 5.0
+    command: Sequence[str],
+    processes: int,
+    workers: int = 1,
+    *,
+    port: int | None = None,
+    grace: float = 5.0,
+    elastic: bool = False,
 ) -> int:
-    """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status."""
+    """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status.
+
+    With ``elastic``, processes may join and leave while it runs: the launcher listens on a control endpoint
+    (``PYTIMELY_CONTROL``, requests signed with the cluster secret, see :func:`pytimely.membership.request`),
+    starts a joining process on ``add`` and asks a process to leave on ``remove`` (it sees
+    ``worker.leave_requested``).
+    """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
     if not command:
         raise ConfigError("launch needs a command after --")
     ports = list(range(port, port + processes)) if port else _free_ports(processes)
-    hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
+    hosts = [f"127.0.0.1:{p}" for p in ports]
     secret = secrets.token_hex(32)
     hashseed = os.environ.get("PYTHONHASHSEED") or str(secrets.randbelow(2**32))
     children: list[subprocess.Popen[bytes]] = []
     forwarders: list[threading.Thread] = []
     out, err = sys.stdout.buffer, sys.stderr.buffer
-    for index in range(processes):
+    lock = threading.Lock()
+    left: list[int] = []
+
+    def spawn(index: int, extra: dict[str, str]) -> None:
         env = dict(os.environ)
         env.update(
-            PYTIMELY_PROCESSES=str(processes),
+            PYTIMELY_PROCESSES=str(len(hosts)),
             PYTIMELY_PROCESS=str(index),
             PYTIMELY_WORKERS=str(workers),
-            PYTIMELY_HOSTS=hosts,
+            PYTIMELY_HOSTS=",".join(hosts),
             PYTIMELY_SECRET=secret,
             PYTHONHASHSEED=hashseed,
+            **extra,
         )
         env.pop("PYTIMELY_HOSTFILE", None)
         env.pop("PYTIMELY_SECRET_FILE", None)
@@ -139,10 +155,38 @@ def launch(
             t = threading.Thread(target=_forward, args=(stream, prefix, sink), daemon=True)
             t.start()
             forwarders.append(t)
+
+    endpoint = None
+    extra: dict[str, str] = {}
+    if elastic:
+        from pytimely.membership import ControlEndpoint
+
+        def handle(op: str, process: int | None) -> dict[str, Any]:
+            with lock:
+                if op == "add":
+                    # One change at a time: a process still leaving must be gone before another joins.
+                    for q in left:
+                        children[q].wait()
+                    index = len(hosts)
+                    hosts.append(f"127.0.0.1:{_free_ports(1)[0]}")
+                    spawn(index, {**extra, "PYTIMELY_JOIN": "1", "PYTIMELY_LEFT": ",".join(map(str, left))})
+                    return {"process": index}
+                if process is None or not 0 <= process < len(children) or children[process].poll() is not None:
+                    return {"error": f"no running process {process!r}"}
+                left.append(process)
+                children[process].send_signal(signal.SIGUSR1)
+                return {"process": process}
+
+        endpoint = ControlEndpoint(secret.encode(), handle)
+        extra = {"PYTIMELY_ELASTIC": "1", "PYTIMELY_INITIAL": str(processes), "PYTIMELY_CONTROL": endpoint.address}
+    with lock:
+        for index in range(processes):
+            spawn(index, extra)
     status = 0
     try:
         while True:
-            codes = [c.poll() for c in children]
+            with lock:
+                codes = [c.poll() for c in children]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 index, code = failed[0]
@@ -158,6 +202,9 @@ def launch(
     except KeyboardInterrupt:
         _stop(children, grace)
         status = 130
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     for t in forwarders:
         t.join(timeout=grace)
     return status
@@ -183,11 +230,14 @@ def _launch(argv: Sequence[str]) -> int:
     parser.add_argument("-n", "--processes", type=int, required=True, help="number of processes")
     parser.add_argument("-w", "--workers", type=int, default=1, help="workers per process (default 1)")
     parser.add_argument("--port", type=int, help="first of N consecutive ports (default: free ports)")
+    parser.add_argument(
+        "--elastic", action="store_true", help="let processes join and leave while it runs (control endpoint)"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
-        return launch(command, args.processes, args.workers, port=args.port)
+        return launch(command, args.processes, args.workers, port=args.port, elastic=args.elastic)
     except ConfigError as exc:
         parser.error(str(exc))
     except OSError as exc:

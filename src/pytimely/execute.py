@@ -154,6 +154,11 @@ def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket
     the address before the cluster starts; it is closed once every peer has connected.
     """
     cluster = Cluster(config, listener=listener)
+    if config.elastic and threading.current_thread() is threading.main_thread():
+        import signal
+
+        # ``pytimely launch --elastic`` asks a process to leave with SIGUSR1; its job decides when.
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(cluster, "leave_requested", True))
     try:
         cluster.start()
     except BaseException:

@@ -16,12 +16,22 @@ tells every process, the same way, which workers take part at each epoch.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pytimely.dataflow.bins import DEFAULT_BINS, Move
 from pytimely.errors import MembershipError
 
-__all__ = ["RescalePlan", "balanced_moves"]
+__all__ = ["ControlEndpoint", "RescalePlan", "balanced_moves", "request"]
 
 
 def balanced_moves(time: int, members: list[int] | tuple[int, ...], bins: int = DEFAULT_BINS) -> list[Move]:
@@ -106,3 +116,85 @@ class RescalePlan:
     def processes(self) -> int:
         """How many process indices the plan uses in all."""
         return self.initial + sum(1 for _, d in self.changes if d > 0)
+
+
+# -- the launcher's control endpoint ---------------------------------------------------------------------
+
+
+def _sign(secret: bytes, body: bytes) -> str:
+    return hmac.new(secret, b"pytimely-control|" + body, hashlib.sha256).hexdigest()
+
+
+def request(op: str, process: int | None = None, *, address: str | None = None, secret: bytes | None = None,
+            timeout: float = 10.0) -> dict[str, Any]:
+    """Ask ``pytimely launch --elastic`` to ``"add"`` a process or ``"remove"`` process ``process``.
+
+    ``address`` and ``secret`` default to ``PYTIMELY_CONTROL`` and ``PYTIMELY_SECRET``, which the launcher
+    gives every process it starts. Returns the launcher's answer (``{"process": index}``); a refusal raises
+    :class:`MembershipError` with the launcher's reason.
+    """
+    address = address or os.environ.get("PYTIMELY_CONTROL")
+    if not address:
+        raise MembershipError("no control endpoint: run under `pytimely launch --elastic` or set PYTIMELY_CONTROL")
+    if secret is None:
+        secret = os.environ.get("PYTIMELY_SECRET", "").encode()
+    if not secret:
+        raise MembershipError("the control endpoint needs the cluster secret (PYTIMELY_SECRET)")
+    host, _, port = address.rpartition(":")
+    body = json.dumps({"op": op, "process": process, "nonce": secrets.token_hex(8)}).encode()
+    line = json.dumps({"body": body.decode(), "mac": _sign(secret, body)}).encode() + b"\n"
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(line)
+        reply = sock.makefile("rb").readline()
+    try:
+        answer: dict[str, Any] = json.loads(reply)
+    except ValueError:
+        raise MembershipError(f"the control endpoint at {address} gave no answer") from None
+    if "error" in answer:
+        raise MembershipError(f"the launcher refused {op!r}: {answer['error']}")
+    return answer
+
+
+class ControlEndpoint:
+    """The launcher's side: one listening socket on loopback; each request is a JSON line signed with the secret."""
+
+    def __init__(self, secret: bytes, handle: Callable[[str, int | None], dict[str, Any]]) -> None:
+        self._secret = secret
+        self._handle = handle
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._sock.getsockname()[1]}"
+        self._seen: set[str] = set()
+        self._thread = threading.Thread(target=self._serve, name="pytimely-control", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5.0)
+                try:
+                    answer = self._answer(conn.makefile("rb").readline())
+                except Exception as exc:  # a bad request must not stop the endpoint
+                    answer = {"error": f"{type(exc).__name__}: {exc}"}
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def _answer(self, line: bytes) -> dict[str, Any]:
+        message = json.loads(line)
+        body = str(message["body"]).encode()
+        if not hmac.compare_digest(str(message["mac"]), _sign(self._secret, body)):
+            return {"error": "the request is not signed with the cluster secret"}
+        request = json.loads(body)
+        if request["nonce"] in self._seen:
+            return {"error": "a replayed request"}
+        self._seen.add(request["nonce"])
+        if request["op"] not in ("add", "remove"):
+            return {"error": f"unknown operation {request['op']!r} (add or remove)"}
+        return self._handle(request["op"], request.get("process"))
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._sock.close()

@@ -89,7 +89,7 @@ def test_a_join_while_data_and_progress_are_in_flight(tmp_path: Path) -> None:
 
 def test_a_leave_while_the_leaver_holds_the_only_capability_at_the_frontier(tmp_path: Path) -> None:
     # The leaver lingers after its last epoch while the others have sent the next one and wait for it.
-    written, plan = run_elastic(tmp_path, "0:+1,2:-1", env={"ELASTIC_LEAVE_DELAY": "1.0"})
+    written, plan = run_elastic(tmp_path, "0:+1,2:-1", env={"PYTIMELY_LEAVE_DELAY": "1.0"})
     assert written["counts"] == expected_counts(plan)
 
 
@@ -104,3 +104,79 @@ def test_random_joins_and_leaves_match_the_reference(tmp_path: Path, seed: int) 
         changes.append(f"{epoch}:{delta:+d}")
     written, plan = run_elastic(tmp_path, ",".join(changes))
     assert written["counts"] == expected_counts(plan)
+
+
+def test_wordcount_rescales_under_the_launcher_and_writes_the_reference_counts(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.cluster.helpers import ROOT
+
+    text = tmp_path / "words.txt"
+    rng = random.Random(3)
+    vocabulary = [f"w{i}" for i in range(500)] + ["é", "日本"]
+    text.write_text("\n".join(" ".join(rng.choices(vocabulary, k=8)) for _ in range(4000)), encoding="utf-8")
+    out = tmp_path / "counts.tsv"
+    command = [sys.executable, str(ROOT / "examples" / "wordcount.py"), "--input", str(text), "--output", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--elastic", "--", *command,
+         "--epochs", "6", "--rescale", "1:+1,3:-1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = Counter(text.read_text(encoding="utf-8").split())
+    rows = [line.split("\t") for line in out.read_text(encoding="utf-8").splitlines() if line and line != "word\tcount"]
+    assert {w: int(c) for w, c in rows} == dict(expected)
+
+
+def test_the_control_endpoint_refuses_unsigned_and_replayed_requests() -> None:
+    import json
+    import socket
+
+    from pytimely.errors import MembershipError
+    from pytimely.membership import ControlEndpoint, request
+
+    asked: list[tuple[str, int | None]] = []
+
+    def handle(op: str, process: int | None) -> dict[str, Any]:
+        asked.append((op, process))
+        return {"process": 7}
+
+    endpoint = ControlEndpoint(b"right secret", handle)
+    try:
+        assert request("add", address=endpoint.address, secret=b"right secret") == {"process": 7}
+        with pytest.raises(MembershipError, match="not signed"):
+            request("add", address=endpoint.address, secret=b"wrong secret")
+        with pytest.raises(MembershipError, match="unknown operation"):
+            request("grow", address=endpoint.address, secret=b"right secret")
+        # The same signed line sent twice: the second is refused.
+        from pytimely.membership import _sign
+
+        body = json.dumps({"op": "remove", "process": 1, "nonce": "n1"}).encode()
+        line = json.dumps({"body": body.decode(), "mac": _sign(b"right secret", body)}).encode() + b"\n"
+        answers = []
+        for _ in range(2):
+            host, _, port = endpoint.address.rpartition(":")
+            with socket.create_connection((host, int(port))) as sock:
+                sock.sendall(line)
+                answers.append(json.loads(sock.makefile("rb").readline()))
+        assert answers[0] == {"process": 7} and "replayed" in answers[1]["error"]
+        assert asked == [("add", None), ("remove", 1)]
+    finally:
+        endpoint.close()
+
+
+def test_bad_rescale_plans_are_refused_with_the_reason() -> None:
+    from pytimely.errors import MembershipError
+
+    with pytest.raises(MembershipError, match="not EPOCH"):
+        RescalePlan.parse("3:+2", initial=2)
+    with pytest.raises(MembershipError, match="increase"):
+        RescalePlan.parse("3:+1,2:-1", initial=2)
+    with pytest.raises(MembershipError, match="no process would be left"):
+        RescalePlan.parse("1:-1", initial=1)
+    plan = RescalePlan.parse("1:+1,3:-1", initial=2, workers=2)
+    assert plan.members_at(1) == [0, 1, 2, 3]
+    assert plan.members_at(2) == [0, 1, 2, 3, 4, 5]
+    assert plan.members_at(4) == [0, 1, 2, 3]
+    assert plan.joins_at(5) == 2
