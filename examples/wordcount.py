@@ -68,8 +68,11 @@ def run_rescaling(path: str, epochs: int, plan_text: str, config: Config) -> lis
     def share(worker: int, epoch: int, members: list[int]) -> list[str]:
         return words[epoch * size : (epoch + 1) * size][members.index(worker) :: len(members)]
 
+    def join() -> None:
+        request("add")
+
     def job(worker: Worker) -> Any:
-        return count_while_rescaling(worker, share, epochs, plan, request_join=lambda: request("add") and None)
+        return count_while_rescaling(worker, share, epochs, plan, request_join=join)
 
     results = execute(job, config=config)
     if config.first_worker != 0 or results[0] is None:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from pytimely import Worker
@@ -21,7 +22,8 @@ def word_count(worker: Worker) -> None:
     out, epochs, rows, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     per = worker.workers_per_process
     plan = RescalePlan.parse(text, initial=worker.peers // per, workers=per)
-    result = count_while_rescaling(worker, lambda w, e, _: words_for(w, e, rows), epochs, plan)
+    linger = float(os.environ.get("PYTIMELY_LEAVE_DELAY", "0"))
+    result = count_while_rescaling(worker, lambda w, e, _: words_for(w, e, rows), epochs, plan, linger=linger)
     if result is not None:
         counts, emitters = result
         with atomic_output(out) as f:

@@ -9,7 +9,6 @@ gives its bins away at the epoch it is gone in, then :meth:`Worker.leave
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,12 +31,13 @@ def count_while_rescaling(
     plan: RescalePlan,
     *,
     request_join: Callable[[], None] | None = None,
+    linger: float = 0.0,
 ) -> tuple[dict[Any, int], dict[int, int]] | None:
     """Count the keys ``share(worker, epoch, members)`` gives each member, following ``plan``.
 
     ``request_join()``, called by worker 0 before an epoch a process joins in, starts the newcomer (the
-    launcher's ``add``). Worker 0 returns each key's count and how many counts each worker emitted; the
-    others return ``None``.
+    launcher's ``add``). A leaving worker waits ``linger`` seconds before it leaves. Worker 0 returns each
+    key's count and how many counts each worker emitted; the others return ``None``.
     """
     me = worker.index
 
@@ -59,8 +59,8 @@ def count_while_rescaling(
         members = plan.members_at(epoch)
         if me not in members:
             control_handle.send_batch(balanced_moves(epoch, members))
-            # Lingering lets the others run ahead (tests use it to leave holding the only frontier capability).
-            time.sleep(float(os.environ.get("PYTIMELY_LEAVE_DELAY", "0")))
+            # Lingering lets the others run ahead, so the leaver holds the only capability at the frontier.
+            time.sleep(linger)
             worker.leave(at=epoch)
             return None
         if epoch in plan.join_epochs:

@@ -947,20 +947,13 @@ class ClusterAllocator:
         key: tuple[int, int] = (channel[0], channel[1])
         cluster = self._cluster
         boxes = cluster.open(key)
-        workers = cluster.workers
         if self.elastic:
             pushes = _Pushes(cluster.initial_peers)
             for target in sorted(self._members):
                 pushes.add(target, self._push_to(boxes, key, int(precedence), target))
             self._handed.append((key, int(precedence), pushes))
             return pushes, boxes[self._local]
-        plain: list[Any] = []
-        for target in range(cluster.peers):
-            if cluster.first <= target < cluster.first + workers:
-                plain.append(boxes[target - cluster.first])
-            else:
-                plain.append(_RemotePush(self._outbox, int(precedence), key, self._index, target))
-        return plain, boxes[self._local]
+        return [self._push_to(boxes, key, int(precedence), t) for t in range(cluster.peers)], boxes[self._local]
 
     def _push_to(self, boxes: list[_Mailbox], key: tuple[int, int], precedence: int, target: int) -> Any:
         cluster = self._cluster
