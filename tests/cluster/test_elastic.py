@@ -180,3 +180,30 @@ def test_bad_rescale_plans_are_refused_with_the_reason() -> None:
     assert plan.members_at(2) == [0, 1, 2, 3, 4, 5]
     assert plan.members_at(4) == [0, 1, 2, 3]
     assert plan.joins_at(5) == 2
+
+
+def test_elastic_settings_that_cannot_work_are_refused_with_the_reason() -> None:
+    from pytimely.config import Config
+    from pytimely.errors import ConfigError
+
+    hosts = (("127.0.0.1", 1), ("127.0.0.1", 2))
+    with pytest.raises(ConfigError, match="need an elastic cluster"):
+        Config(processes=2, process=1, hosts=hosts, secret=b"s", join=True)
+    with pytest.raises(ConfigError, match="at least two workers"):
+        Config(processes=1, hosts=hosts[:1], secret=b"s", elastic=True)
+    with pytest.raises(ConfigError, match="must be the last"):
+        Config(processes=2, process=0, hosts=hosts, secret=b"s", elastic=True, initial=1, join=True)
+    with pytest.raises(ConfigError, match="having left"):
+        Config(processes=2, process=1, hosts=hosts, secret=b"s", elastic=True, left=(1,))
+
+
+def test_leaving_a_computation_that_is_not_elastic_is_refused() -> None:
+    from pytimely import execute
+    from pytimely.errors import MembershipError
+
+    def job(worker: Any) -> None:
+        worker.dataflow(lambda scope: scope.new_input()[0])
+        with pytest.raises(MembershipError, match="elastic"):
+            worker.leave()
+
+    execute(job, 2)
