@@ -77,7 +77,9 @@ class Registry:
         self._secrets: dict[str, bytes] = {}
         self._groups: dict[tuple[str, str], _Group] = {}
         self._buffers: dict[socket.socket, bytearray] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: ``forget`` runs as a finalizer, which garbage collection may call on a thread already
+        # holding the lock (the serving thread, in the middle of ``_expire``).
+        self._lock = threading.RLock()
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ)
         self._wake_r, self._wake_w = socket.socketpair()
