@@ -112,6 +112,28 @@ def test_receiver_checks_fifo_order() -> None:
         receiver.accept(b)
 
 
+def test_receiver_discards_counted_batches_in_order() -> None:
+    _, _, tgt = two_ops()
+    sender: ProgressSender[int] = ProgressSender(1)
+    batches = []
+    for t in range(4):
+        sender.record(tgt, t, 1)
+        b = sender.flush()
+        assert b is not None
+        batches.append(b)
+    # The view holds batches 0..2 of worker 1 from elsewhere; its link is at batch 1.
+    receiver = ProgressReceiver({0: 0, 1: 1}, counted={1: 3})
+    assert receiver.numbers() == {0: 0, 1: 3} and receiver.on_link(1) == 1
+    with pytest.raises(SequenceError, match="gap"):
+        receiver.accept(batches[2])
+    assert receiver.accept(batches[1]) == ()
+    assert receiver.accept(batches[2]) == ()
+    assert receiver.accept(batches[3]) == ((tgt, 3, 1),)
+    assert receiver.numbers() == {0: 0, 1: 4}
+    with pytest.raises(ValueError, match="worker 7"):
+        ProgressReceiver({0: 0}, counted={7: 1})
+
+
 def test_demand_mode_without_what_it_needs_is_refused_and_keeps_the_changes() -> None:
     order, _, tgt = two_ops()
     with pytest.raises(DemandModeError, match="could-result-in"):

@@ -244,6 +244,8 @@ class Subgraph:
             if event.kind != "join":
                 continue  # a leaver's batches still count until its link closes; nothing more goes to it
             hello = Hello(self.worker, self.sender.next_seq())
+            if self._boot is not None:
+                self._boot.joined(event.workers)  # a later newcomer, greeted while this one still bootstraps
             for n in event.workers:
                 self._receiver.add(n, 0)
                 self._progress_push[n].push(hello)

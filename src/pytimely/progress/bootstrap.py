@@ -19,7 +19,11 @@ what its own links carry.
    ever sent, with none counted twice (:class:`Bootstrap`).
 
 Newcomers that join together start from zero on each other's links, so they
-send no :class:`Hello` to one another.
+send no :class:`Hello` to one another; nor does a worker that joins while this
+one bootstraps (:meth:`Bootstrap.joined`), whose batches the state includes up
+to its ``included`` number. Batches the state already includes may still be on
+a link when the view completes: the receiver :meth:`Bootstrap.finish` returns
+checks them in order and discards them.
 
 The state also names the capabilities the server minted for the newcomer
 (§6.2): clones of capabilities the server holds, counted in the server's next
@@ -192,6 +196,10 @@ class Bootstrap:
             )
         self._state = state
 
+    def joined(self, workers: Iterable[int]) -> None:
+        """Workers that joined after this one: their links start at zero and send no hello."""
+        self._fresh.update(w for w in workers if w not in self._members)
+
     def batch(self, batch: ProgressBatch[Any]) -> None:
         """A batch on a link (kept until the view is complete)."""
         if batch.sender not in self._members and batch.sender not in self._fresh:
@@ -237,6 +245,7 @@ class Bootstrap:
             for b in self._reply.batches:
                 updates.extend(b.updates)
         expected: dict[int, int] = {}
+        counted: dict[int, int] = {}
         for sender in sorted(self._members | self._fresh):
             start = max(state.included.get(sender, 0), self._hello.get(sender, 0))
             link = self._links.get(sender, [])
@@ -249,6 +258,8 @@ class Bootstrap:
                     )
                 if b.seq >= start:
                     updates.extend(b.updates)
-            expected[sender] = max(start, first + len(link))
-        receiver = ProgressReceiver(expected)
+            # Batches in [first + len(link), start) are in the state and may still be on the link.
+            expected[sender] = first + len(link)
+            counted[sender] = start
+        receiver = ProgressReceiver(expected, counted)
         return updates, receiver, state

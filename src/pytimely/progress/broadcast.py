@@ -178,17 +178,30 @@ class ProgressSender(Generic[T]):
 
 
 class ProgressReceiver:
-    """A worker's incoming side: checks each sender's FIFO order by sequence number."""
+    """A worker's incoming side: checks each sender's FIFO order by sequence number.
 
-    def __init__(self, peers: int | Iterable[int] | Mapping[int, int]) -> None:
+    ``counted`` names, per sender, how many of its batches the view already
+    holds from elsewhere (a bootstrap's state): those still arrive on the link,
+    are checked in order like any other, and are then discarded.
+    """
+
+    def __init__(
+        self, peers: int | Iterable[int] | Mapping[int, int], counted: Mapping[int, int] | None = None
+    ) -> None:
         if isinstance(peers, Mapping):
             self._expected: dict[int, int] = dict(peers)
         else:
             senders = range(peers) if isinstance(peers, int) else peers
             self._expected = {s: 0 for s in senders}
+        self._counted: dict[int, int] = {}
+        for sender, n in (counted or {}).items():
+            if sender not in self._expected:
+                raise ValueError(f"counted batches of worker {sender}, which is not a sender")
+            if n > self._expected[sender]:
+                self._counted[sender] = n
 
     def accept(self, batch: ProgressBatch[T]) -> tuple[tuple[Any, T, int], ...]:
-        """Check that ``batch`` is its sender's next one and return its updates.
+        """Check that ``batch`` is its sender's next one and return its updates (none if already counted).
 
         A gap, a duplicate or an unknown sender raises :class:`SequenceError` and
         changes nothing.
@@ -207,15 +220,24 @@ class ProgressReceiver:
                 batch.seq,
             )
         self._expected[batch.sender] = expected + 1
+        counted = self._counted
+        if counted and batch.sender in counted:
+            if expected + 1 >= counted[batch.sender]:
+                del counted[batch.sender]
+            return ()
         return batch.updates
 
     def expected(self, sender: int) -> int:
-        """The sequence number expected next from ``sender``."""
-        return self._expected[sender]
+        """How many of ``sender``'s batches the view holds (the sequence number it needs next)."""
+        return max(self._expected[sender], self._counted.get(sender, 0))
 
     def numbers(self) -> dict[int, int]:
-        """Per sender, the number expected next (how many of its batches were accepted)."""
-        return dict(self._expected)
+        """Per sender, how many of its batches the view holds."""
+        return {s: self.expected(s) for s in self._expected}
+
+    def on_link(self, sender: int) -> int:
+        """The sequence number due next on ``sender``'s link (below :meth:`expected` while counted ones arrive)."""
+        return self._expected[sender]
 
     def add(self, sender: int, next_seq: int = 0) -> None:
         """Start accepting batches from ``sender`` (a worker that joined), from ``next_seq`` on."""
@@ -224,3 +246,4 @@ class ProgressReceiver:
     def remove(self, sender: int) -> None:
         """Stop accepting batches from ``sender`` (a worker that left)."""
         self._expected.pop(sender, None)
+        self._counted.pop(sender, None)
