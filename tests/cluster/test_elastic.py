@@ -93,6 +93,13 @@ def test_a_leave_while_the_leaver_holds_the_only_capability_at_the_frontier(tmp_
     assert written["counts"] == expected_counts(plan)
 
 
+def test_processes_joining_back_to_back_while_the_one_before_still_bootstraps(tmp_path: Path) -> None:
+    # Each joiner starts right after the previous one, so its batches can reach a process still bootstrapping.
+    written, plan = run_elastic(tmp_path, "0:+1,1:+1,2:+1", workers=2)
+    assert written["counts"] == expected_counts(plan)
+    assert {int(w) for w in written["emitters"]} >= newcomer_ids(plan)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_joins_and_leaves_match_the_reference(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
