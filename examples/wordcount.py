@@ -58,7 +58,7 @@ def run(
 
 def run_rescaling(path: str, epochs: int, plan_text: str, config: Config) -> list[tuple[str, int]] | None:
     """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (worker 0 gets the counts)."""
-    from pytimely.algorithms.elastic_count import count_while_rescaling
+    from pytimely.algorithms.rescaling import count_while_rescaling
     from pytimely.membership import RescalePlan, request
 
     words = read_words(path, part=0, parts=1)

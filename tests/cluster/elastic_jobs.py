@@ -1,17 +1,21 @@
-"""A job for the rescaling tests: ``python -m pytimely run tests.cluster.elastic_jobs:word_count OUT EPOCHS ROWS PLAN``.
+"""Jobs for the rescaling tests: ``python -m pytimely run tests.cluster.elastic_jobs:JOB OUT EPOCHS ROWS PLAN``.
 
 ``PLAN`` is ``E:+1,E2:-1``-style (see :class:`pytimely.membership.RescalePlan`); every member worker sends
-``ROWS`` words per epoch; worker 0 writes each word's last count and how many counts each worker emitted.
+``ROWS`` records per epoch. ``word_count``: worker 0 writes each word's last count and how many counts each
+worker emitted. ``components``: worker 0 writes each epoch's ``(vertex, label)`` changes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 
+import numpy as np
+
 from pytimely import Worker
-from pytimely.algorithms.elastic_count import count_while_rescaling
+from pytimely.algorithms.rescaling import components_while_rescaling, count_while_rescaling
 from pytimely.io import atomic_output
 from pytimely.membership import RescalePlan
 from tests.cluster.bins_jobs import words_for
@@ -28,3 +32,24 @@ def word_count(worker: Worker) -> None:
         counts, emitters = result
         with atomic_output(out) as f:
             json.dump({"counts": counts, "emitters": emitters}, f)
+
+
+VERTICES = 4000
+"""Edges join vertices below this, so components merge across epochs and workers."""
+
+
+def edges_for(worker: int, epoch: int, rows: int) -> np.ndarray:
+    """The edges worker ``worker`` sends at ``epoch``: an ``(n, 2)`` int64 array."""
+    rng = random.Random(epoch * 1000 + worker)
+    return np.array([(rng.randrange(VERTICES), rng.randrange(VERTICES)) for _ in range(rows)], dtype=np.int64)
+
+
+def components(worker: Worker) -> None:
+    """Label components while processes join and leave as the plan says; worker 0 writes the changes."""
+    out, epochs, rows, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    per = worker.workers_per_process
+    plan = RescalePlan.parse(text, initial=worker.peers // per, workers=per)
+    result = components_while_rescaling(worker, lambda w, e, _: edges_for(w, e, rows), epochs, plan)
+    if result is not None:
+        with atomic_output(out) as f:
+            json.dump({"changes": result}, f)

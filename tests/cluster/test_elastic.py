@@ -15,7 +15,9 @@ import pytest
 from pytimely.cli import _free_ports
 from pytimely.membership import RescalePlan
 from tests.cluster.bins_jobs import words_for
+from tests.cluster.elastic_jobs import edges_for
 from tests.cluster.helpers import Cluster, env_for, start
+from tests.test_union_components import reference_changes
 
 EPOCHS, ROWS = 6, 2000
 
@@ -29,6 +31,8 @@ def run_elastic(
     tmp_path: Path,
     text: str,
     *,
+    job: str = "word_count",
+    rows: int = ROWS,
     initial: int = 2,
     workers: int = 1,
     join_delay: float = 0.0,
@@ -37,7 +41,7 @@ def run_elastic(
     """Run the elastic word count with ``text`` as its plan; newcomers start ``join_delay`` s after the others."""
     out = tmp_path / "counts.json"
     plan = RescalePlan.parse(text, initial=initial, workers=workers)
-    args = ["tests.cluster.elastic_jobs:word_count", str(out), str(EPOCHS), str(ROWS), text]
+    args = [f"tests.cluster.elastic_jobs:{job}", str(out), str(EPOCHS), str(rows), text]
     extra = {"workers": str(workers), "PYTIMELY_ELASTIC": "1", **(env or {})}
     cluster = Cluster(initial, **extra)
     hosts = cluster.hosts + [("127.0.0.1", p) for p in _free_ports(plan.processes - initial)]
@@ -100,8 +104,8 @@ def test_processes_joining_back_to_back_while_the_one_before_still_bootstraps(tm
     assert {int(w) for w in written["emitters"]} >= newcomer_ids(plan)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_random_joins_and_leaves_match_the_reference(tmp_path: Path, seed: int) -> None:
+def random_plan(seed: int) -> str:
+    """Three membership changes at random epochs; never fewer than two processes."""
     rng = random.Random(seed)
     epochs = sorted(rng.sample(range(EPOCHS - 1), 3))
     processes, changes = 2, []
@@ -109,8 +113,29 @@ def test_random_joins_and_leaves_match_the_reference(tmp_path: Path, seed: int) 
         delta = 1 if processes == 2 or rng.random() < 0.5 else -1
         processes += delta
         changes.append(f"{epoch}:{delta:+d}")
-    written, plan = run_elastic(tmp_path, ",".join(changes))
+    return ",".join(changes)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_joins_and_leaves_match_the_reference(tmp_path: Path, seed: int) -> None:
+    written, plan = run_elastic(tmp_path, random_plan(seed))
     assert written["counts"] == expected_counts(plan)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_components_with_random_joins_and_leaves_match_the_reference(tmp_path: Path, seed: int) -> None:
+    rows = 300
+    text = random_plan(seed)
+    written, plan = run_elastic(tmp_path, text, job="components", rows=rows)
+    edges = [[tuple(e) for m in plan.members_at(t) for e in edges_for(m, t, rows).tolist()] for t in range(EPOCHS)]
+    got = []
+    for t, pairs in enumerate(written["changes"]):
+        vertices = [v for v, _ in pairs]
+        assert len(vertices) == len(set(vertices)), f"a vertex changed twice at epoch {t}"
+        got.append(dict(map(tuple, pairs)))
+    assert got == reference_changes(edges), text
+    # Components merged across epochs: some label changed after the vertex was first seen.
+    assert any(v in set().union(*got[:t]) for t in range(1, EPOCHS) for v in got[t])
 
 
 def test_wordcount_rescales_under_the_launcher_and_writes_the_reference_counts(tmp_path: Path) -> None:

@@ -1,0 +1,242 @@
+"""Jobs that run while processes join and leave: a driver and two keyed stages (word count, components).
+
+:func:`run_while_rescaling` feeds each member worker's share of every epoch
+into a stage whose keyed state lives in bins, and sends the stage's control
+stream the moves that make the bins follow the members
+(:func:`pytimely.membership.balanced_moves`). A newcomer takes its bins at the
+epoch it joins in; a leaver gives its bins away at the epoch it is gone in,
+then :meth:`Worker.leave <pytimely.worker.Worker.leave>`. Worker 0 gathers
+what the stage emits.
+
+The stages:
+
+- :func:`count_keys`: each key's running count (behind ``wordcount --rescale``);
+- :func:`union_components`: weakly connected components of a growing edge
+  set, labelled by their least vertex. Edges go to one of ``shards`` keyed
+  states by their first vertex; each shard keeps the partition of the
+  vertices its edges touch (a label per vertex) and, per epoch, merges the new
+  edges into it with one vectorised pass. The vertices whose shard label
+  changed then go, as ``vertex -- label`` edges, to a single keyed state that
+  merges the shards' partitions the same way. Both levels are keyed state in
+  bins, so both move with their bins when processes come and go.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pytimely.algorithms.connected_components import _components
+from pytimely.dataflow.stream import Stream
+from pytimely.membership import RescalePlan, balanced_moves
+from pytimely.worker import Worker
+
+__all__ = [
+    "components_while_rescaling",
+    "count_keys",
+    "count_while_rescaling",
+    "run_while_rescaling",
+    "union_components",
+]
+
+Stage = Callable[[Stream[Any], Stream[Any]], Stream[Any]]
+"""A dataflow fragment from ``(records, control)`` to what it emits; its keyed state follows ``control``."""
+
+Share = Callable[[int, int, list[int]], Any]
+"""``share(worker, epoch, members)``: the records a member worker feeds in at an epoch."""
+
+
+def run_while_rescaling(
+    worker: Worker,
+    stage: Stage,
+    share: Share,
+    epochs: int,
+    plan: RescalePlan,
+    *,
+    request_join: Callable[[], None] | None = None,
+    linger: float = 0.0,
+) -> list[tuple[int, list[tuple[Any, int]]]] | None:
+    """Feed ``share(worker, epoch, members)`` into ``stage`` for ``epochs`` epochs, following ``plan``.
+
+    ``request_join()``, called by worker 0 before an epoch a process joins in, starts the newcomer (the
+    launcher's ``add``). A leaving worker waits ``linger`` seconds before it leaves. Worker 0 returns, per
+    emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others return ``None``.
+    """
+    me = worker.index
+
+    def tag(record: Any) -> tuple[Any, int]:
+        return record, me
+
+    def build(scope: Any) -> Any:
+        handle, records = scope.new_input(name="records")
+        control_handle, control = scope.new_input(name="control")
+        gathered = stage(records, control).map(tag).exchange(lambda _: 0, name="gather")
+        return handle, control_handle, gathered.capture(), gathered.probe()
+
+    handle, control_handle, captured, probe = worker.dataflow(build)
+    start = 0
+    if worker.joined:
+        start = plan.joins_at(me)
+        handle.advance_to(start)
+        control_handle.advance_to(start)
+        control_handle.send_batch(balanced_moves(start, plan.members_at(start)))
+    for epoch in range(start, epochs):
+        members = plan.members_at(epoch)
+        if me not in members:
+            control_handle.send_batch(balanced_moves(epoch, members))
+            # Lingering lets the others run ahead, so the leaver holds the only capability at the frontier.
+            time.sleep(linger)
+            worker.leave(at=epoch)
+            return None
+        if epoch in plan.join_epochs:
+            if me == 0 and request_join is not None:
+                request_join()
+            wanted = set(members)
+            worker.step_while(lambda: not wanted <= set(worker.members))  # noqa: B023 - used at once
+        handle.send_batch(share(me, epoch, members))
+        handle.advance_to(epoch + 1)
+        control_handle.advance_to(epoch + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+    handle.close()
+    control_handle.close()
+    worker.step_while(lambda: not probe.done())
+    if me != 0:
+        return None
+    return [(t, list(batch)) for t, batch in captured]
+
+
+# --- counting ------------------------------------------------------------------------------------------------------
+
+
+def _count(key: Any, value: int, state: int | None) -> tuple[int, list[tuple[Any, int]]]:
+    total = (state or 0) + value
+    return total, [(key, total)]
+
+
+def count_keys(keys: Stream[Any], control: Stream[Any]) -> Stream[tuple[Any, int]]:
+    """Each key's running count, as ``(key, count)`` at every time the key occurs."""
+    return keys.map(lambda k: (k, 1)).state_machine(_count, control=control)
+
+
+def count_while_rescaling(
+    worker: Worker,
+    share: Share,
+    epochs: int,
+    plan: RescalePlan,
+    *,
+    request_join: Callable[[], None] | None = None,
+    linger: float = 0.0,
+) -> tuple[dict[Any, int], dict[int, int]] | None:
+    """Count the keys ``share`` gives each member, following ``plan`` (see :func:`run_while_rescaling`).
+
+    Worker 0 returns each key's count and how many counts each worker emitted; the others return ``None``.
+    """
+    emitted = run_while_rescaling(worker, count_keys, share, epochs, plan, request_join=request_join, linger=linger)
+    if emitted is None:
+        return None
+    counts: dict[Any, int] = {}
+    emitters: dict[int, int] = {}
+    for _, batch in emitted:
+        for (key, total), emitter in batch:
+            counts[key] = max(counts.get(key, 0), total)
+            emitters[emitter] = emitters.get(emitter, 0) + 1
+    return counts, emitters
+
+
+# --- components ------------------------------------------------------------------------------------------------------
+
+_NO_ROWS = np.empty((0, 2), dtype=np.int64)
+
+Partition = tuple[Any, Any]
+"""Sorted vertex ids and each one's label (the least vertex of its component), as two int64 arrays."""
+
+
+def merge_edges(state: Partition | None, edges: Any) -> tuple[Partition, Any]:
+    """Merge ``edges`` (an ``(n, 2)`` int64 array) into a partition: the new one and its ``(vertex, label)`` changes.
+
+    The partition's ``vertex -- label`` pairs stand for all edges merged before, so one vectorised pass over
+    them and the new edges gives the components of everything merged so far.
+    """
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    verts, labels = state if state is not None else (_NO_ROWS[:, 0], _NO_ROWS[:, 0])
+    nodes = np.union1d(verts, edges.ravel())
+    a = np.concatenate([np.searchsorted(nodes, verts), np.searchsorted(nodes, edges[:, 0])])
+    b = np.concatenate([np.searchsorted(nodes, labels), np.searchsorted(nodes, edges[:, 1])])
+    # Rows are sorted by vertex id, so a component's least row is its least vertex.
+    new_labels = nodes[_components(len(nodes), a, b)]
+    old = np.full(len(nodes), -1, dtype=np.int64)
+    old[np.searchsorted(nodes, verts)] = labels
+    changed = np.flatnonzero(old != new_labels)
+    return (nodes, new_labels), np.column_stack([nodes[changed], new_labels[changed]])
+
+
+def _merge(_key: Any, edges: Any, state: Partition | None) -> tuple[Partition, list[tuple[int, Any]]]:
+    partition, changes = merge_edges(state, edges)
+    return partition, [(0, changes)] if len(changes) else []
+
+
+def _shards(count: int) -> Callable[[Any], list[tuple[int, Any]]]:
+    def split(edges: Any) -> list[tuple[int, Any]]:
+        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        if not len(edges):
+            return []
+        shard = edges[:, 0] % count
+        order = np.argsort(shard, kind="stable")
+        edges, shard = edges[order], shard[order]
+        cuts = np.flatnonzero(np.diff(shard)) + 1
+        return [(int(part[0, 0] % count), part) for part in np.split(edges, cuts)]
+
+    return split
+
+
+def union_components(edges: Stream[Any], control: Stream[Any], shards: int = 64) -> Stream[Any]:
+    """Weakly connected components of all edges so far: ``(n, 2)`` arrays of ``(vertex, label)`` changes.
+
+    ``edges`` carries batches that are ``(n, 2)`` int64 arrays; at every time, each vertex whose label (the
+    least vertex of its component) is new or changed appears once, in one of the emitted arrays.
+    """
+    # One record per key and time reaches each fold, so a vertex changes at most once per time.
+    sharded = edges.map_batch(_shards(shards), name="shard").reduce_by(_first, _concat, name="edges", control=control)
+    per_shard = sharded.state_machine(_merge, control=control, name="shards")
+    union = per_shard.reduce_by(_first, _concat, name="changes", control=control)
+    return union.state_machine(_merge, control=control, name="union").map(_second, name="labels")
+
+
+def _first(record: tuple[Any, Any]) -> Any:
+    return record[0]
+
+
+def _second(record: tuple[Any, Any]) -> Any:
+    return record[1]
+
+
+def _concat(_key: Any, records: list[tuple[Any, Any]]) -> Any:
+    return np.concatenate([r[1] for r in records]) if len(records) > 1 else records[0][1]
+
+
+def components_while_rescaling(
+    worker: Worker,
+    share: Share,
+    epochs: int,
+    plan: RescalePlan,
+    *,
+    request_join: Callable[[], None] | None = None,
+    linger: float = 0.0,
+) -> list[list[tuple[int, int]]] | None:
+    """The components of the edges (``(n, 2)`` arrays) ``share`` gives each member, following ``plan``.
+
+    Worker 0 returns, per epoch, the ``(vertex, label)`` changes at that epoch; the others return ``None``.
+    """
+    emitted = run_while_rescaling(
+        worker, union_components, share, epochs, plan, request_join=request_join, linger=linger
+    )
+    if emitted is None:
+        return None
+    changes: list[list[tuple[int, int]]] = [[] for _ in range(epochs)]
+    for t, batch in emitted:
+        for rows, _ in batch:
+            changes[t].extend(map(tuple, rows.tolist()))
+    return changes
