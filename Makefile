@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint verify bench bench-cluster bench-spark bench-bytewax clean
+.PHONY: venv demo test lint verify bench bench-cluster bench-spark bench-elastic bench-bytewax clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ bench-cluster: venv
 
 bench-spark: venv
 	$(PY) bench/bench_spark.py
+
+bench-elastic: venv
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/bench_elastic.py --png bench/progress_state.png
 
 bench-bytewax: venv
 	$(PY) -m pip install -q -e '.[bench]'

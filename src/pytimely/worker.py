@@ -152,6 +152,14 @@ class Worker:
         stats = getattr(self._allocator, "stats", None)
         return stats() if stats is not None else {}
 
+    def progress_stats(self) -> dict[str, float]:
+        """Progress-state sizes summed over this worker's dataflows (see ``Subgraph.progress_stats``)."""
+        total: dict[str, float] = {}
+        for subgraph in self._dataflows:
+            for name, value in subgraph.progress_stats().items():
+                total[name] = total.get(name, 0) + value
+        return total
+
     def stall_report(self) -> str:
         """What keeps this worker's unfinished dataflows alive."""
         parts = []

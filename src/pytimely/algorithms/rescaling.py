@@ -58,12 +58,14 @@ def run_while_rescaling(
     *,
     request_join: Callable[[], None] | None = None,
     linger: float = 0.0,
+    on_epoch: Callable[[int], None] | None = None,
 ) -> list[tuple[int, list[tuple[Any, int]]]] | None:
     """Feed ``share(worker, epoch, members)`` into ``stage`` for ``epochs`` epochs, following ``plan``.
 
     ``request_join()``, called by worker 0 before an epoch a process joins in, starts the newcomer (the
-    launcher's ``add``). A leaving worker waits ``linger`` seconds before it leaves. Worker 0 returns, per
-    emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others return ``None``.
+    launcher's ``add``). A leaving worker waits ``linger`` seconds before it leaves. ``on_epoch(epoch)`` is
+    called once this worker's probe has passed ``epoch``. Worker 0 returns, per emitted batch, its epoch and
+    ``(record, emitting worker)`` pairs; the others return ``None``.
     """
     me = worker.index
 
@@ -100,6 +102,8 @@ def run_while_rescaling(
         handle.advance_to(epoch + 1)
         control_handle.advance_to(epoch + 1)
         worker.step_while(lambda: probe.less_than(handle.time))
+        if on_epoch is not None:
+            on_epoch(epoch)
     handle.close()
     control_handle.close()
     worker.step_while(lambda: not probe.done())

@@ -20,10 +20,12 @@ A step (:meth:`Subgraph.step`) does, in order:
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Precedence
+from pytimely.communication.payload import dumps
 from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
 from pytimely.errors import BootstrapError, MembershipError, OperatorError, PytimelyError, ScopeError
@@ -66,6 +68,8 @@ class Subgraph:
         self._pinned: list[str] = []
         joining = getattr(allocator, "joining", None)
         self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
+        self._boot_started = time.perf_counter()
+        self._boot_report: dict[str, float] = {}
         self._progress_push: list[Push[Any]]
         self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
         self._channels = 1
@@ -152,6 +156,7 @@ class Subgraph:
                 inport.frontier = tracker.live_frontier(inport.location)
         self.tracker = tracker
         self.built = True
+        self._boot_started = time.perf_counter()  # a newcomer's bootstrap is timed from here
         for op in self.operators:
             if op.logic is not None:
                 self._active.add(op.index)
@@ -252,14 +257,17 @@ class Subgraph:
             if event.server != self.worker:
                 continue
             updates = [(loc, t, c) for loc, counts in tracker.held().items() for t, c in counts.items()]
-            own = self.own_capabilities()
+            held: dict[Source, list[Any]] = {}
+            for (src, t), c in self.own_capabilities().items():
+                if c > 0:
+                    held.setdefault(src, []).append(t)
             for n in event.workers:
                 minted = []
                 for op in self.operators:
                     if not op.initial_caps:
                         continue
                     for port in op.outputs:
-                        times = [t for (src, t), c in own.items() if src == port.source and c > 0]
+                        times = held.get(port.source)
                         if times:
                             # A clone of a capability this worker holds, reported in its next batch (§6.2).
                             t = min(times, key=sort_key)
@@ -301,6 +309,12 @@ class Subgraph:
         tracker = self.tracker
         assert tracker is not None
         updates, receiver, state = boot.finish()
+        self._boot_report = {
+            "bootstrap_seconds": time.perf_counter() - self._boot_started,
+            "bootstrap_pointstamps": len(state.updates),
+            "bootstrap_bytes": dumps(state)[1],
+            "bootstrap_link_batches": sum(boot.link_batches().values()),
+        }
         for sender, next_seq in self._receiver.numbers().items():
             receiver.add(sender, next_seq)  # workers that joined while this one bootstrapped
         self._receiver = receiver
@@ -322,6 +336,19 @@ class Subgraph:
             if operators[target.node].notify:
                 self.activate(target.node)
         self._boot = None
+
+    def progress_stats(self) -> dict[str, float]:
+        """The size of the progress state a bootstrap server would send now and, if this worker joined, of the
+        one it bootstrapped from and how long that took (from its dataflow's build to a complete view)."""
+        assert self.tracker is not None
+        updates = [(loc, t, c) for loc, counts in self.tracker.held().items() for t, c in counts.items()]
+        state = ProgressState(self.worker, tuple(updates), self._receiver.numbers())
+        return {
+            "pointstamps": len(updates),
+            "state_bytes": dumps(state)[1],
+            "senders": len(state.included),
+            **self._boot_report,
+        }
 
     def may_leave(self, at: Any = None) -> bool:
         """Whether this worker holds no capability, has no queued message, and (given ``at``) can receive

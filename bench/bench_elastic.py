@@ -1,0 +1,290 @@
+"""Live rescaling on loopback with real processes, each figure against a baseline measured in the same run.
+
+    python bench/bench_elastic.py [--quick] [--json] [--png PATH]
+
+Every run is the elastic word count (``count_keys`` under ``run_while_rescaling``, as ``wordcount --rescale``
+runs it), started by ``pytimely launch -n 2 --elastic``: each member worker sends ``ROWS`` words per epoch.
+
+(a) epoch latency around a join and a leave, plan ``J:+1,L:-1``: a third process joins after epoch ``J``
+    (requested through the launcher's control endpoint) and leaves after epoch ``L``. Worker 0 times each
+    epoch from the end of the one before until its probe passes it, so the wait for a newcomer and the
+    handing over of bins count. p50 and p99 per phase: before the join, the three epochs from the join on,
+    between, the three epochs from the leave on, after. Baseline: the same job without rescaling, in the
+    same run, over the same epochs; the ratio is the phase's p50 over the baseline's p50.
+(b) bootstrap time against the progress state's size: the same job joined by a third process after epoch
+    2, with ``K`` input handles per worker that nobody advances, so each holds a capability and adds held
+    pointstamps to the state a newcomer receives. The newcomer reports how long it took from building its
+    dataflow until its view was complete, and the state it got (pointstamps, bytes on the wire). Baseline:
+    ``K = 0``.
+(c) the progress state's size as epochs grow: after each epoch of run (a), worker 0's
+    ``Worker.progress_stats()``, the state a bootstrap server would send at that moment. Seed 002 expects it
+    to stay small; the row reports its size at the first and last epoch and its largest. ``--png PATH``
+    plots it (needs matplotlib: ``pip install -e '.[bench]'``).
+
+Prints a Markdown table; ``--json`` prints one JSON object per row instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+JOINED_AT = 2
+"""The epoch after which run (b)'s newcomer joins."""
+
+
+# -- the job, run inside every process -----------------------------------------------------------------------
+
+
+def job(out: str, epochs: int, rows: int, plan_text: str, held: int) -> None:
+    """One process of a run: every worker writes its epoch times and progress-state sizes to ``out``."""
+    from pytimely import Worker, execute
+    from pytimely.algorithms.rescaling import count_keys, run_while_rescaling
+    from pytimely.config import config_from_args
+    from pytimely.membership import RescalePlan, request
+
+    config = config_from_args()
+    plan = RescalePlan.parse(plan_text, initial=config.initial_processes, workers=config.workers)
+    vocabulary = [f"w{i}" for i in range(5000)]
+    pool = [random.Random(seed).choices(vocabulary, k=rows) for seed in range(16)]
+
+    def stage(records: Any, control: Any) -> Any:
+        for _ in range(held):
+            records.scope.new_input(name="held")
+        return count_keys(records, control)
+
+    def run(worker: Worker) -> None:
+        stamps: list[float] = []
+        stats: list[dict[str, float]] = []
+
+        def on_epoch(epoch: int) -> None:
+            stamps.append(time.perf_counter())
+            stats.append(worker.progress_stats())
+
+        started = time.perf_counter()
+        run_while_rescaling(
+            worker,
+            stage,
+            lambda w, e, _: pool[(7 * w + e) % len(pool)],
+            epochs,
+            plan,
+            request_join=lambda: request("add"),
+            on_epoch=on_epoch,
+        )
+        first = plan.joins_at(worker.index) if worker.joined else 0
+        record = {"worker": worker.index, "first": first, "started": started, "stamps": stamps, "stats": stats}
+        Path(out, f"worker-{worker.index}.json").write_text(json.dumps(record))
+
+    execute(run, config=config)
+
+
+def launch(epochs: int, rows: int, plan: str, held: int = 0) -> dict[int, dict[str, Any]]:
+    """Run the job on ``launch -n 2 --elastic``; each worker's record."""
+    with tempfile.TemporaryDirectory(prefix="pytimely-bench-elastic-") as out:
+        command = [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--elastic", "--"]
+        command += [sys.executable, __file__, "--job", out, str(epochs), str(rows), plan, str(held)]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the elastic job failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in Path(out).glob("worker-*.json")}
+
+
+def latencies(record: dict[str, Any]) -> list[float]:
+    """Each epoch's latency on a worker, in seconds (from the end of the epoch before)."""
+    times = [record["started"], *record["stamps"]]
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def cut(samples: list[float]) -> tuple[float, float]:
+    """p50 and p99 in milliseconds (the largest sample stands in for p99 when there are few)."""
+    if len(samples) < 20:
+        return statistics.median(samples) * 1e3, max(samples) * 1e3
+    q = statistics.quantiles(samples, n=100)
+    return q[49] * 1e3, q[98] * 1e3
+
+
+# -- (a) and (c) -------------------------------------------------------------------------------------------
+
+
+def latency_and_size_rows(quick: bool) -> tuple[list[Row], dict[str, Any]]:
+    """Per-phase latency around a join and a leave, the progress state's size per epoch, and what to plot."""
+    epochs, rows = (36, 1000) if quick else (120, 4000)
+    join, leave, warmup, window = epochs // 3 - 1, 2 * epochs // 3 - 1, 3, 3
+    plan = f"{join}:+1,{leave}:-1"
+    rescaled_record = launch(epochs, rows, plan)[0]
+    static_record = launch(epochs, rows, "")[0]
+    rescaled, static = latencies(rescaled_record), latencies(static_record)
+    phases = [
+        ("before the join", warmup, join + 1),
+        ("join", join + 1, join + 1 + window),
+        ("between", join + 1 + window, leave + 1),
+        ("leave", leave + 1, leave + 1 + window),
+        ("after the leave", leave + 1 + window, epochs),
+    ]
+    base_p50, base_p99 = cut(static[warmup:])
+    out = []
+    for name, lo, hi in phases:
+        p50, p99 = cut(rescaled[lo:hi])
+        out.append(
+            {
+                "id": "a " + name,
+                "workload": f"epochs {lo}..{hi - 1}, plan {plan}, {rows} words/worker/epoch",
+                "epochs": hi - lo,
+                "p50_ms": round(p50, 3),
+                "p99_ms": round(p99, 3),
+                "baseline": f"the same job without rescaling, epochs {warmup}..{epochs - 1} (same run)",
+                "baseline_p50_ms": round(base_p50, 3),
+                "baseline_p99_ms": round(base_p99, 3),
+                "p50_vs_baseline": round(p50 / base_p50, 2),
+            }
+        )
+    sizes = [s["state_bytes"] for s in rescaled_record["stats"]]
+    points = [s["pointstamps"] for s in rescaled_record["stats"]]
+    static_sizes = [s["state_bytes"] for s in static_record["stats"]]
+    out.append(
+        {
+            "id": "c",
+            "workload": f"worker 0's progress state after each of {epochs} epochs, plan {plan}",
+            "epochs": epochs,
+            "first_bytes": sizes[0],
+            "last_bytes": sizes[-1],
+            "max_bytes": max(sizes),
+            "max_pointstamps": max(points),
+            "baseline": "the same job without rescaling: its largest state (same run)",
+            "baseline_max_bytes": max(static_sizes),
+            "last_vs_first": round(sizes[-1] / sizes[0], 2),
+        }
+    )
+    plot = {
+        "plan": plan,
+        "join": join,
+        "leave": leave,
+        "rescaled": rescaled_record["stats"],
+        "static": static_record["stats"],
+    }
+    return out, plot
+
+
+# -- (b) -----------------------------------------------------------------------------------------------------
+
+
+def bootstrap_rows(quick: bool) -> list[Row]:
+    """Bootstrap time of a newcomer as the state it receives grows."""
+    epochs, rows = 6, 1000
+    counts = (0, 64, 256) if quick else (0, 64, 256, 1024, 4096)
+    measured = []
+    for held in counts:
+        records = launch(epochs, rows, f"{JOINED_AT}:+1", held)
+        newcomer = records[2]["stats"][0]
+        measured.append((held, newcomer))
+    base = measured[0][1]["bootstrap_seconds"]
+    return [
+        {
+            "id": f"b K={held}",
+            "workload": f"a third process joins after epoch {JOINED_AT}; {held} held inputs per worker",
+            "pointstamps": int(stats["bootstrap_pointstamps"]),
+            "state_bytes": int(stats["bootstrap_bytes"]),
+            "bootstrap_ms": round(stats["bootstrap_seconds"] * 1e3, 2),
+            "baseline": "the same join with K = 0 (same run)",
+            "baseline_ms": round(base * 1e3, 2),
+            "vs_baseline": round(stats["bootstrap_seconds"] / base, 2),
+        }
+        for held, stats in measured
+    ]
+
+
+# -- report --------------------------------------------------------------------------------------------------
+
+
+def write_png(plot: dict[str, Any], path: str) -> None:
+    """The progress state's size per epoch, with and without rescaling, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for name, style in (("static", "--"), ("rescaled", "-")):
+        stats = plot[name]
+        label = "no rescaling" if name == "static" else f"plan {plot['plan']}"
+        top.plot(range(len(stats)), [s["state_bytes"] for s in stats], style, label=label)
+        bottom.plot(range(len(stats)), [s["pointstamps"] for s in stats], style, label=label)
+    for axis in (top, bottom):
+        axis.axvline(plot["join"] + 0.5, color="green", linewidth=0.8)
+        axis.axvline(plot["leave"] + 0.5, color="red", linewidth=0.8)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+    top.set_ylabel("state on the wire (bytes)")
+    bottom.set_ylabel("held pointstamps")
+    bottom.set_xlabel("epoch (green: a process joins, red: it leaves)")
+    top.set_title("Worker 0's progress state (what a bootstrap server sends) as epochs grow")
+    top.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def print_table(rows: list[Row]) -> None:
+    """The rows as a Markdown table."""
+    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; one run each\n")
+    print("| | workload | pytimely | baseline | baseline figure | ratio |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        if row["id"].startswith("a"):
+            print(
+                f"| {row['id']} | {row['workload']} | p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms | "
+                f"{row['baseline']} | p50 {row['baseline_p50_ms']:.2f} ms, p99 {row['baseline_p99_ms']:.2f} ms | "
+                f"p50 {row['p50_vs_baseline']:.2f}x |"
+            )
+        elif row["id"].startswith("b"):
+            print(
+                f"| {row['id']} | {row['workload']} | {row['bootstrap_ms']:.1f} ms for {row['pointstamps']} "
+                f"pointstamps ({row['state_bytes']} B) | {row['baseline']} | {row['baseline_ms']:.1f} ms | "
+                f"{row['vs_baseline']:.2f}x |"
+            )
+        else:
+            print(
+                f"| c | {row['workload']} | {row['first_bytes']} B first, {row['last_bytes']} B last, "
+                f"{row['max_bytes']} B max ({row['max_pointstamps']} pointstamps) | {row['baseline']} | "
+                f"{row['baseline_max_bytes']} B | last {row['last_vs_first']:.2f}x first |"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with ``--job``, one process of a run)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per row")
+    parser.add_argument("--png", metavar="PATH", help="plot the progress state's size per epoch to PATH")
+    parser.add_argument("--job", nargs=5, metavar=("OUT", "EPOCHS", "ROWS", "PLAN", "HELD"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.job:
+        out, epochs, rows, plan, held = args.job
+        job(out, int(epochs), int(rows), plan, int(held))
+        return 0
+    rows, plot = latency_and_size_rows(args.quick)
+    rows += bootstrap_rows(args.quick)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        print_table(rows)
+    if args.png:
+        write_png(plot, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The rescaling benchmark runs at a small size with real processes and reports every figure (no timings checked)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_elastic.py"
+
+PHASES = ["a before the join", "a join", "a between", "a leave", "a after the leave"]
+LATENCY = ["epochs", "p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p50_vs_baseline"]
+SIZE = ["epochs", "first_bytes", "last_bytes", "max_bytes", "max_pointstamps", "baseline_max_bytes"]
+BOOT = ["pointstamps", "state_bytes", "bootstrap_ms", "baseline_ms", "vs_baseline"]
+
+
+@pytest.mark.timeout(300)
+def test_bench_elastic_quick_reports_every_figure() -> None:
+    """Every row is there, names its baseline, and each of its figures is positive and finite."""
+    result = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True, timeout=290, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {row["id"]: row for row in map(json.loads, result.stdout.splitlines())}
+    wanted = {**{p: LATENCY for p in PHASES}, "c": SIZE, **{f"b K={k}": BOOT for k in (0, 64, 256)}}
+    assert set(rows) == set(wanted)
+    for ident, names in wanted.items():
+        row = rows[ident]
+        assert row["baseline"], ident
+        for name in names:
+            assert math.isfinite(row[name]) and row[name] > 0, (ident, name, row[name])
+    # The state a newcomer receives grows with the capabilities held: the held inputs are in it.
+    sizes = [rows[f"b K={k}"]["pointstamps"] for k in (0, 64, 256)]
+    assert sizes[0] < sizes[1] < sizes[2] and sizes[2] >= 256
