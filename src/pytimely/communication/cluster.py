@@ -474,16 +474,30 @@ class Cluster:
         if self.elastic:
             self._accept_later()
 
+    def _listen(self, backlog: int) -> socket.socket:
+        """The listener on this process's port (made here unless one was handed in)."""
+        if self._listener is not None:
+            return self._listener
+        config = self.config
+        port = config.hosts[self.me][1]
+        try:
+            self._listener = socket.create_server((config.bind, port), backlog=backlog)
+        except OSError as exc:
+            raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
+        return self._listener
+
+    def _link(self, peer: int, sock: socket.socket) -> _Link:
+        """The link to ``peer`` over an authenticated socket (not started yet)."""
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = self.links[peer] = _Link(self, peer, sock)
+        return link
+
     def _start(self) -> None:
         config = self.config
         secret = config.secret
         assert secret is not None
-        port = config.hosts[self.me][1]
-        if self._listener is None:
-            try:
-                self._listener = socket.create_server((config.bind, port), backlog=max(16, config.processes))
-            except OSError as exc:
-                raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
+        listener = self._listen(backlog=max(16, config.processes))
         deadline = time.monotonic() + config.connect_timeout
         accepted: dict[int, socket.socket] = {}
         accept_error: list[BaseException] = []
@@ -501,16 +515,14 @@ class Cluster:
         finally:
             acceptor.join()
             if not self.elastic:
-                self._listener.close()
+                listener.close()
         if accept_error:
             for s in sockets.values():
                 s.close()
             raise accept_error[0]
         sockets.update(accepted)
         for peer, sock in sorted(sockets.items()):
-            sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.links[peer] = _Link(self, peer, sock)
+            self._link(peer, sock)
         for link in self.links.values():
             link.start()
 
@@ -519,12 +531,7 @@ class Cluster:
         config = self.config
         secret = config.secret
         assert secret is not None
-        port = config.hosts[self.me][1]
-        if self._listener is None:
-            try:
-                self._listener = socket.create_server((config.bind, port), backlog=16)
-            except OSError as exc:
-                raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
+        listener = self._listen(backlog=16)
         deadline = time.monotonic() + config.connect_timeout
         members = sorted(self.live - {self.me})
         if not members:
@@ -536,14 +543,12 @@ class Cluster:
         except BaseException:
             for sock in sockets.values():
                 sock.close()
-            self._listener.close()
+            listener.close()
             raise
         # The lowest member's first worker serves every newcomer: all members agree on it without asking.
         self.server = members[0] * self.workers
         for peer, sock in sockets.items():
-            sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link = self.links[peer] = _Link(self, peer, sock)
+            link = self._link(peer, sock)
             link.control(Control.JOIN, f"{self.server},{self.workers}")
             link.start()
         self._accept_later()
@@ -582,9 +587,7 @@ class Cluster:
                     log.warning("process %d refused a second connection claiming to be process %d", self.me, peer)
                     sock.close()
                     continue
-                sock.settimeout(None)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                link = self.links[peer] = _Link(self, peer, sock)
+                link = self._link(peer, sock)
             link.start()
 
     def _shape(self) -> int:
