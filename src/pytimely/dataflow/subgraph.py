@@ -243,8 +243,6 @@ class Subgraph:
 
     def _membership(self, events: list[Any]) -> None:
         """Processes joined or left: greet newcomers on the progress channel and, as their server, bootstrap them."""
-        tracker = self.tracker
-        assert tracker is not None
         for event in events:
             if event.kind != "join":
                 continue  # a leaver's batches still count until its link closes; nothing more goes to it
@@ -256,7 +254,7 @@ class Subgraph:
                 self._progress_push[n].push(hello)
             if event.server != self.worker:
                 continue
-            updates = [(loc, t, c) for loc, counts in tracker.held().items() for t, c in counts.items()]
+            updates = self._held_updates()
             held: dict[Source, list[Any]] = {}
             for (src, t), c in self.own_capabilities().items():
                 if c > 0:
@@ -313,7 +311,6 @@ class Subgraph:
             "bootstrap_seconds": time.perf_counter() - self._boot_started,
             "bootstrap_pointstamps": len(state.updates),
             "bootstrap_bytes": dumps(state)[1],
-            "bootstrap_link_batches": sum(boot.link_batches().values()),
         }
         for sender, next_seq in self._receiver.numbers().items():
             receiver.add(sender, next_seq)  # workers that joined while this one bootstrapped
@@ -337,11 +334,15 @@ class Subgraph:
                 self.activate(target.node)
         self._boot = None
 
+    def _held_updates(self) -> list[tuple[Any, Any, int]]:
+        """The tracker's nonzero pointstamp counts, as updates (what a bootstrap state carries)."""
+        assert self.tracker is not None
+        return [(loc, t, c) for loc, counts in self.tracker.held().items() for t, c in counts.items()]
+
     def progress_stats(self) -> dict[str, float]:
         """The size of the progress state a bootstrap server would send now and, if this worker joined, of the
         one it bootstrapped from and how long that took (from its dataflow's build to a complete view)."""
-        assert self.tracker is not None
-        updates = [(loc, t, c) for loc, counts in self.tracker.held().items() for t, c in counts.items()]
+        updates = self._held_updates()
         state = ProgressState(self.worker, tuple(updates), self._receiver.numbers())
         return {
             "pointstamps": len(updates),

@@ -229,10 +229,6 @@ class Bootstrap:
             raise BootstrapError(f"worker {self.me} asked for batches {want} and got {got}")
         self._reply = reply
 
-    def link_batches(self) -> dict[int, int]:
-        """Per sender, how many batches its link carried before the view completed."""
-        return {sender: len(link) for sender, link in self._links.items()}
-
     @property
     def done(self) -> bool:
         """Whether the view can be completed."""
