@@ -169,8 +169,8 @@ class Router:
         """The operator whose state moves; set by it before the dataflow runs."""
         self.dest = 0
         self.pact = ("direct", self._dest)
-        # An ordinary exchange whose route says "all of this batch to ``dest``": the router splits batches
-        # itself and sets ``dest`` right before each part is given (the push is synchronous).
+        # Each batch goes whole to ``dest``: the router splits batches itself and sets ``dest`` right before
+        # each part is given (the push is synchronous).
         op = scope._operator(
             name, [*((s, None) for s in streams), (control, ("broadcast",))], n + (1 if migrate else 0)
         )
