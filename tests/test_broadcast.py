@@ -8,7 +8,7 @@ import pytest
 
 from pytimely.errors import DemandModeError, SequenceError, UnjustifiedHoldError
 from pytimely.progress import Builder, PointstampOrder, ProgressMode, ProgressReceiver, ProgressSender, Source, Target
-from pytimely.progress.broadcast import justified
+from pytimely.progress.broadcast import ProgressBatch, justified
 
 
 def two_ops() -> tuple[PointstampOrder[int], Source, Target]:
@@ -86,16 +86,22 @@ def test_justified_follows_the_seed_definition() -> None:
     assert not justified({3: 1}, {2: 1}, lt)
 
 
-def test_receiver_checks_fifo_order() -> None:
-    _, _, tgt = two_ops()
+def batches_of_worker_1(tgt: Any, n: int) -> list[ProgressBatch[int]]:
+    """Worker 1's first ``n`` batches, batch ``t`` adding one at ``(tgt, t)``."""
     sender: ProgressSender[int] = ProgressSender(1)
-    receiver = ProgressReceiver(2)
     batches = []
-    for t in range(3):
+    for t in range(n):
         sender.record(tgt, t, 1)
         b = sender.flush()
         assert b is not None
         batches.append(b)
+    return batches
+
+
+def test_receiver_checks_fifo_order() -> None:
+    _, _, tgt = two_ops()
+    receiver = ProgressReceiver(2)
+    batches = batches_of_worker_1(tgt, 3)
     assert receiver.accept(batches[0]) == ((tgt, 0, 1),)
     with pytest.raises(SequenceError, match="gap") as gap:
         receiver.accept(batches[2])
@@ -114,13 +120,7 @@ def test_receiver_checks_fifo_order() -> None:
 
 def test_receiver_discards_counted_batches_in_order() -> None:
     _, _, tgt = two_ops()
-    sender: ProgressSender[int] = ProgressSender(1)
-    batches = []
-    for t in range(4):
-        sender.record(tgt, t, 1)
-        b = sender.flush()
-        assert b is not None
-        batches.append(b)
+    batches = batches_of_worker_1(tgt, 4)
     # The view holds batches 0..2 of worker 1 from elsewhere; its link is at batch 1.
     receiver = ProgressReceiver({0: 0, 1: 1}, counted={1: 3})
     assert receiver.numbers() == {0: 0, 1: 3} and receiver.on_link(1) == 1
