@@ -54,9 +54,16 @@ class Run:
     """Members and fresh siblings sending batches, a bootstrap server applying them, and the newcomer."""
 
     def __init__(
-        self, members: list[int], server: int, fresh: list[int], server_knows_fresh: bool, late: bool = False
+        self,
+        members: list[int],
+        server: int,
+        fresh: list[int],
+        server_knows_fresh: bool,
+        late: bool = False,
+        unmet: Iterable[int] = (),
     ) -> None:
-        """Nothing sent yet; the server's receiver knows the members (and the fresh siblings if told so).
+        """Nothing sent yet; the server's receiver knows the members but ``unmet`` (and the fresh siblings if told
+        so). The server meets the others during the run, and applies their batches from then on.
 
         With ``late``, worker :data:`LATE` joins during the run: the server and the newcomer learn of it in
         either order, and it sends (from zero, to both) once both know it.
@@ -66,10 +73,11 @@ class Run:
         self.late = [LATE] if late else []
         self.knows_late: set[str] = set()
         self.senders = members + fresh + self.late
-        known = members + fresh if server_knows_fresh else members
+        known = [m for m in members if m not in set(unmet)] + (fresh if server_knows_fresh else [])
+        self.unmet = [s for s in members + fresh if s not in known]
         self.next = {s: 0 for s in self.senders}
         self.sent: list[ProgressBatch[Any]] = []
-        self.to_server: dict[int, deque[ProgressBatch[Any]]] = {s: deque() for s in known}
+        self.to_server: dict[int, deque[ProgressBatch[Any]]] = {s: deque() for s in members + fresh}
         self.receiver = ProgressReceiver(known)
         self.server = BootstrapServer(server)
         self.applied_updates: list[Update] = []
@@ -94,7 +102,8 @@ class Run:
         if self.late:
             acts += [(who, LATE) for who in ("late_server", "late_newcomer") if who not in self.knows_late]
         acts += [("learn", m) for m in self.members if m not in self.greeted]
-        acts += [("apply", s) for s, q in self.to_server.items() if q]
+        acts += [("meet", s) for s in self.unmet]
+        acts += [("apply", s) for s, q in self.to_server.items() if q and s not in self.unmet]
         acts += [("link", s) for s, q in self.link.items() if q]
         if self.state is None:
             acts.append(("state", 0))
@@ -114,14 +123,16 @@ class Run:
             batch = ProgressBatch(s, self.next[s], data.draw(updates_st, label=f"batch {self.next[s]} of {s}"))
             self.next[s] += 1
             self.sent.append(batch)
-            if s in self.to_server:
-                self.to_server[s].append(batch)
+            self.to_server[s].append(batch)
             if s in self.greeted or s in self.fresh or s in self.late:
                 self.link[s].append(batch)
         elif kind == "late_server":
             self.knows_late.add(kind)
             self.receiver.add(s, 0)
             self.to_server[s] = deque()
+        elif kind == "meet":
+            self.unmet.remove(s)
+            self.receiver.add(s, 0)
         elif kind == "late_newcomer":
             self.knows_late.add(kind)
             self.boot.joined([s])
@@ -183,10 +194,12 @@ class Run:
         for who in ("late_server", "late_newcomer"):
             if self.late and who not in self.knows_late:
                 self.do((who, LATE))
+        for s in list(self.unmet):
+            self.do(("meet", s))
         for _ in range(1000):
             if self.boot.done and not self.requests:
                 break
-            acts = [a for a in self.actions() if a[0] not in ("send", "learn", "late_server", "late_newcomer")]
+            acts = [a for a in self.actions() if a[0] not in ("send", "learn", "meet", "late_server", "late_newcomer")]
             if not drain_links:
                 acts = [a for a in acts if a[0] != "link" or isinstance(self.link[a[1]][0], Hello)]
             assert acts, "the bootstrap is stuck"
@@ -205,7 +218,11 @@ def simulate(data: st.DataObject, drain_links: bool) -> tuple[Run, list[Update],
     server = data.draw(st.sampled_from(members), label="server")
     fresh = list(FRESH_IDS[: data.draw(st.integers(0, 2), label="fresh")])
     late = data.draw(st.booleans(), label="a worker joins during the bootstrap")
-    run = Run(members, server, fresh, data.draw(st.booleans(), label="server knows fresh"), late)
+    others = [m for m in members if m != server]
+    unmet = data.draw(
+        st.sets(st.sampled_from(others)) if others else st.just(set()), label="members the server meets later"
+    )
+    run = Run(members, server, fresh, data.draw(st.booleans(), label="server knows fresh"), late, unmet)
     for _ in range(data.draw(st.integers(0, 40), label="steps")):
         acts = run.actions()
         if not acts:
@@ -220,6 +237,8 @@ def simulate(data: st.DataObject, drain_links: bool) -> tuple[Run, list[Update],
         event("the state includes batches of a worker that joined during the bootstrap")
     if any(state.included.get(m, 0) > n for m, n in run.hellos.items()):
         event("the state runs ahead of some hello")
+    if run.asked is not None and any(s not in state.included for s, _, _ in run.asked.ranges):
+        event("a range was requested of a member the state does not name")
     return run, updates, receiver, state
 
 

@@ -8,8 +8,9 @@ what its own links carry.
    :class:`Hello` carrying the sequence number of the next batch it sends there.
 2. The server sends its :class:`ProgressState`: the accumulated updates of every
    batch it applied and, per sender, how many of that sender's batches they
-   include. From then on it keeps a copy of every batch it applies
-   (:class:`BootstrapServer`).
+   include (a sender it has not met yet, whose join is still on its way to the
+   server, is left out: none of its batches). From then on it keeps a copy of
+   every batch it applies (:class:`BootstrapServer`).
 3. For each sender whose link starts later than the state ends, the newcomer
    asks the server for the missing range ``[included, hello)``
    (:class:`RangeRequest`); the server answers once it has applied those
@@ -117,8 +118,8 @@ class BootstrapServer:
     def applied(self, batch: ProgressBatch[Any]) -> None:
         """The server applied ``batch``: keep it for every newcomer whose state does not include it."""
         for log in self._logs.values():
-            start = log.start.get(batch.sender)
-            if start is not None and batch.seq >= start:
+            # A sender the state does not name had no batch applied yet: the newcomer's range for it starts at 0.
+            if batch.seq >= log.start.get(batch.sender, 0):
                 log.batches.setdefault(batch.sender, []).append(batch)
 
     def request(self, request: RangeRequest) -> None:
@@ -129,10 +130,10 @@ class BootstrapServer:
                 f"worker {self.me} sent no progress state to worker {request.newcomer}, which asks it for batches"
             )
         for sender, lo, hi in request.ranges:
-            if log.start.get(sender) != lo or hi < lo:
+            if log.start.get(sender, 0) != lo or hi < lo:
                 raise BootstrapError(
                     f"worker {request.newcomer} asks worker {self.me} for batches {lo}..{hi - 1} of worker {sender}, "
-                    f"but the state it was sent ends at {log.start.get(sender)}"
+                    f"but the state it was sent ends at {log.start.get(sender, 0)}"
                 )
         if not request.ranges:
             del self._logs[request.newcomer]  # nothing missing: no reply, the log can go
@@ -142,11 +143,14 @@ class BootstrapServer:
     def replies(self, receiver: ProgressReceiver) -> list[tuple[int, RangeReply]]:
         """Replies to requests whose batches have all been applied here (their logs are then closed)."""
         out = []
+        numbers: dict[int, int] | None = None
         for newcomer, log in list(self._logs.items()):
             request = log.request
             if request is None:
                 continue
-            if any(receiver.expected(sender) < hi for sender, _, hi in request.ranges):
+            numbers = receiver.numbers() if numbers is None else numbers
+            # A member the server has not met yet (its join is still on the way here) has no batch applied.
+            if any(numbers.get(sender, 0) < hi for sender, _, hi in request.ranges):
                 continue
             batches: list[ProgressBatch[Any]] = []
             for sender, lo, hi in request.ranges:
