@@ -18,6 +18,7 @@ soon as one fails; its exit status is the first failure's (0 if all succeed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import secrets
@@ -194,7 +195,7 @@ def launch(
                 print(
                     f"pytimely launch: process {index} exited with status {code}; stopping the others", file=sys.stderr
                 )
-                _stop(children, grace)
+                _stop(children, grace, settle=min(grace, 2.0))
                 break
             if all(c == 0 for c in codes):
                 break
@@ -210,7 +211,13 @@ def launch(
     return status
 
 
-def _stop(children: list[subprocess.Popen[bytes]], grace: float) -> None:
+def _stop(children: list[subprocess.Popen[bytes]], grace: float, settle: float = 0.0) -> None:
+    # The others learn of a failure from the failed process itself and stop on their own, saying why; ``settle``
+    # gives them that chance before they are terminated.
+    deadline = time.monotonic() + settle
+    for child in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)

@@ -237,6 +237,8 @@ class _Link:
         self.done_sent = False
         self.done_received = False
         self.closed = False
+        # Control frames queued but not yet written: leaving the queue is not being on the wire.
+        self.controls_unsent = 0
         self.encoder = FrameEncoder()
         self.decoder = FrameDecoder(peer)
         self.last_heard = time.monotonic()
@@ -278,6 +280,7 @@ class _Link:
             self.queues[3].append(
                 (3, CONTROL_CHANNEL, int(code), self.cluster.config.process, self.peer, [body], len(body))
             )
+            self.controls_unsent += 1
             self.cond.notify_all()
 
     def _send_loop(self) -> None:
@@ -292,6 +295,7 @@ class _Link:
                         if self.closed or (self.done_sent and self.done_received and self.cluster.elastic):
                             return
                         batch = self.outgoing.take()
+                        controls = sum(1 for f in batch if f[1] == CONTROL_CHANNEL)
                         if batch:
                             break
                         if self.done_wanted and not done_taken:
@@ -307,6 +311,7 @@ class _Link:
                 last_sent = time.monotonic()
                 with self.cond:
                     self.queued -= sum(f[6] for f in batch)
+                    self.controls_unsent -= controls
                     # Only now is DONE on the wire: closing earlier could cut it off.
                     self.done_sent = done_taken
                     self.cond.notify_all()
@@ -866,7 +871,7 @@ class Cluster:
             deadline = time.monotonic() + grace
             for link in self.links.values():
                 with link.cond:
-                    while link.queues[3] and not link.closed and time.monotonic() < deadline:
+                    while link.controls_unsent and not link.closed and time.monotonic() < deadline:
                         link.cond.wait(0.02)
         for link in list(self.links.values()):
             link.close()
