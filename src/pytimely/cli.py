@@ -84,18 +84,12 @@ def _run(argv: Sequence[str]) -> int:
     return 0
 
 
-def _free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free now (held open together so they are distinct)."""
-    socks = []
+def _bind(port: int) -> socket.socket:
+    """A socket listening on loopback ``port`` (0: any free one) for a process this launcher starts."""
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        return socket.create_server(("127.0.0.1", port), backlog=128)
+    except OSError as exc:
+        raise ConfigError(f"launch cannot listen on 127.0.0.1:{port} for a process: {exc}") from exc
 
 
 def _forward(stream: IO[bytes], prefix: bytes, out: IO[bytes]) -> None:
@@ -125,8 +119,9 @@ def launch(
         raise ConfigError("launch needs at least one process and one worker")
     if not command:
         raise ConfigError("launch needs a command after --")
-    ports = list(range(port, port + processes)) if port else _free_ports(processes)
-    hosts = [f"127.0.0.1:{p}" for p in ports]
+    # Every process's port is bound here and handed down, so nothing can take it before the process starts.
+    listeners = [_bind(port + i if port else 0) for i in range(processes)]
+    hosts = [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners]
     secret = secrets.token_hex(32)
     hashseed = os.environ.get("PYTHONHASHSEED") or str(secrets.randbelow(2**32))
     children: list[subprocess.Popen[bytes]] = []
@@ -135,9 +130,10 @@ def launch(
     lock = threading.Lock()
     left: list[int] = []
 
-    def spawn(index: int, extra: dict[str, str]) -> None:
+    def spawn(index: int, extra: dict[str, str], listener: socket.socket) -> None:
         env = dict(os.environ)
         env.update(
+            PYTIMELY_LISTEN_FD=str(listener.fileno()),
             PYTIMELY_PROCESSES=str(len(hosts)),
             PYTIMELY_PROCESS=str(index),
             PYTIMELY_WORKERS=str(workers),
@@ -148,7 +144,12 @@ def launch(
         )
         env.pop("PYTIMELY_HOSTFILE", None)
         env.pop("PYTIMELY_SECRET_FILE", None)
-        child = subprocess.Popen(list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            child = subprocess.Popen(
+                list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(listener.fileno(),)
+            )
+        finally:
+            listener.close()  # the child holds its own copy
         children.append(child)
         prefix = f"[p{index}] ".encode()
         for stream, sink in ((child.stdout, out), (child.stderr, err)):
@@ -169,8 +170,9 @@ def launch(
                     for q in left:
                         children[q].wait()
                     index = len(hosts)
-                    hosts.append(f"127.0.0.1:{_free_ports(1)[0]}")
-                    spawn(index, {**extra, "PYTIMELY_JOIN": "1", "PYTIMELY_LEFT": ",".join(map(str, left))})
+                    listener = _bind(0)
+                    hosts.append(f"127.0.0.1:{listener.getsockname()[1]}")
+                    spawn(index, {**extra, "PYTIMELY_JOIN": "1", "PYTIMELY_LEFT": ",".join(map(str, left))}, listener)
                     return {"process": index}
                 if process is None or not 0 <= process < len(children) or children[process].poll() is not None:
                     return {"error": f"no running process {process!r}"}
@@ -182,7 +184,7 @@ def launch(
         extra = {"PYTIMELY_ELASTIC": "1", "PYTIMELY_INITIAL": str(processes), "PYTIMELY_CONTROL": endpoint.address}
     with lock:
         for index in range(processes):
-            spawn(index, extra)
+            spawn(index, extra, listeners[index])
     status = 0
     try:
         while True:

@@ -19,6 +19,7 @@ can configure processes without touching their command lines::
                          PYTIMELY_INITIAL          processes the computation started with (a joining process's view)
                          PYTIMELY_JOIN             1: this process joins a computation already running
                          PYTIMELY_LEFT             indices of processes that have left, comma-separated
+                         PYTIMELY_LISTEN_FD        an inherited socket already listening on this process's port
 
 A flag wins over its variable. Worker indices are global: process ``p`` runs
 workers ``p*W .. p*W+W-1``. The secret is never taken on the command line,
@@ -64,6 +65,9 @@ class Config:
     """Whether this process joins a computation already running (it is then the highest index in ``hosts``)."""
     left: tuple[int, ...] = ()
     """Processes that have left the computation (a joining process does not look for them)."""
+    listen_fd: int | None = None
+    """A socket this process inherited, already listening on its port: a launcher that binds every port before
+    starting the processes leaves nothing else the time to take one (``pytimely launch`` does this)."""
 
     def __post_init__(self) -> None:
         for name in ("workers", "processes"):
@@ -91,6 +95,8 @@ class Config:
                 "an elastic computation needs at least two workers from the start (one worker compiles exchanges "
                 "away, so a process joining later would find no channels to receive on)"
             )
+        if self.listen_fd is not None and (type(self.listen_fd) is not int or self.listen_fd < 0):
+            raise ConfigError(f"listen_fd must be a file descriptor (an int >= 0), got {self.listen_fd!r}")
         if self.process in self.left:
             raise ConfigError(f"process {self.process} is listed as having left")
         if self.timeout <= 2 * self.heartbeat:
@@ -242,6 +248,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         initial=int(number("PYTIMELY_INITIAL", 0)),
         join=env.get("PYTIMELY_JOIN", "") in ("1", "true", "yes"),
         left=tuple(int(x) for x in env.get("PYTIMELY_LEFT", "").replace(" ", "").split(",") if x),
+        listen_fd=integer("listen_fd", "PYTIMELY_LISTEN_FD", -1) if env.get("PYTIMELY_LISTEN_FD") else None,
     )
 
 

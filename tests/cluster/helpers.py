@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytimely.cli import _free_ports
 from pytimely.communication.frame import HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,16 +38,34 @@ def env_for(
     return env
 
 
-def start(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start ``python -m pytimely run ARGS`` with ``env``, capturing its output."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytimely", "run", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def listen() -> socket.socket:
+    """A loopback socket listening on a free port, for :func:`start` to hand to a process."""
+    return socket.create_server(("127.0.0.1", 0), backlog=128)
+
+
+def start(args: Sequence[str], env: dict[str, str], listener: socket.socket | None = None) -> subprocess.Popen[str]:
+    """Start ``python -m pytimely run ARGS`` with ``env``, capturing its output.
+
+    A ``listener`` is handed to the process (and closed here), as ``pytimely launch`` does: a port picked and
+    released before the process binds it could be taken in between by any connection on the machine.
+    """
+    fds: tuple[int, ...] = ()
+    if listener is not None:
+        env = {**env, "PYTIMELY_LISTEN_FD": str(listener.fileno())}
+        fds = (listener.fileno(),)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pytimely", "run", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=fds,
+        )
+    finally:
+        if listener is not None:
+            listener.close()
 
 
 class Cluster:
@@ -56,8 +73,8 @@ class Cluster:
 
     def __init__(self, processes: int, **extra: str) -> None:
         self.processes = processes
-        self.ports = _free_ports(processes)
-        self.hosts = [("127.0.0.1", p) for p in self.ports]
+        self.listeners: dict[int, socket.socket] = {p: listen() for p in range(processes)}
+        self.hosts = [("127.0.0.1", self.listeners[p].getsockname()[1]) for p in range(processes)]
         self.secret = secrets.token_hex(16)
         self.extra = extra
         self.procs: list[subprocess.Popen[str]] = []
@@ -74,7 +91,8 @@ class Cluster:
         for p in range(self.processes) if only is None else only:
             process_hosts = (hosts or {}).get(p, self.hosts)
             extra = {**self.extra, **(env or {}).get(p, {})}
-            self.procs.append(start(args, env_for(self.processes, p, process_hosts, self.secret, **extra)))
+            env_p = env_for(self.processes, p, process_hosts, self.secret, **extra)
+            self.procs.append(start(args, env_p, self.listeners.pop(p)))
         return self.procs
 
     def wait(self, timeout: float = 60) -> list[tuple[int, str, str]]:
@@ -91,7 +109,10 @@ class Cluster:
         return out
 
     def kill(self) -> None:
-        """Kill whatever still runs."""
+        """Kill whatever still runs; close the listeners of processes never started."""
+        for listener in self.listeners.values():
+            listener.close()
+        self.listeners.clear()
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()

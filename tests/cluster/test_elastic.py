@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytimely.cli import _free_ports
 from pytimely.membership import RescalePlan
 from tests.cluster.bins_jobs import words_for
 from tests.cluster.elastic_jobs import edges_for
-from tests.cluster.helpers import Cluster, env_for, start
+from tests.cluster.helpers import Cluster, env_for, listen, start
 from tests.test_union_components import reference_changes
 
 EPOCHS, ROWS = 6, 2000
@@ -44,7 +43,8 @@ def run_elastic(
     args = [f"tests.cluster.elastic_jobs:{job}", str(out), str(EPOCHS), str(rows), text]
     extra = {"workers": str(workers), "PYTIMELY_ELASTIC": "1", **(env or {})}
     cluster = Cluster(initial, **extra)
-    hosts = cluster.hosts + [("127.0.0.1", p) for p in _free_ports(plan.processes - initial)]
+    listeners = [listen() for _ in range(plan.processes - initial)]
+    hosts = cluster.hosts + [s.getsockname() for s in listeners]
     try:
         cluster.start(args)
         for p in range(initial, plan.processes):
@@ -64,10 +64,12 @@ def run_elastic(
                 PYTIMELY_JOIN="1",
                 PYTIMELY_LEFT=",".join(map(str, gone)),
             )
-            cluster.procs.append(start(args, joiner))
+            cluster.procs.append(start(args, joiner, listeners[p - initial]))
         results = cluster.wait(float(os.environ.get("ELASTIC_WAIT", "120")))
     finally:
         cluster.kill()
+        for listener in listeners:
+            listener.close()
     assert [r[0] for r in results] == [0] * len(results), results
     return json.loads(out.read_text()), plan
 

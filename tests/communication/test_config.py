@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pytimely.communication.cluster import Cluster
 from pytimely.config import Config, add_arguments, config_from_args
 from pytimely.errors import ConfigError
 
@@ -63,6 +67,8 @@ def test_hostfile_with_comments_and_secret_file(tmp_path: Path) -> None:
         (["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001"], {"PYTIMELY_SECRET": "x"}, "--bind 10.1.2.3"),
         (["--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),
         ([], {"PYTIMELY_HEARTBEAT": "2", "PYTIMELY_TIMEOUT": "3"}, "must exceed two heartbeats"),
+        ([], {"PYTIMELY_LISTEN_FD": "three"}, "PYTIMELY_LISTEN_FD: 'three' is not an integer"),
+        ([], {"PYTIMELY_LISTEN_FD": "-1"}, "listen_fd must be a file descriptor"),
     ],
 )
 def test_bad_layouts_are_named(argv: list[str], env: dict[str, str], match: str) -> None:
@@ -73,3 +79,56 @@ def test_bad_layouts_are_named(argv: list[str], env: dict[str, str], match: str)
 def test_remote_hosts_are_accepted_with_an_explicit_bind() -> None:
     config = parse(["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001", "--bind", "0.0.0.0"], {"PYTIMELY_SECRET": "x"})
     assert config.bind == "0.0.0.0"
+
+
+# --- a listening socket handed down by a launcher (PYTIMELY_LISTEN_FD) ----------------------------------------------
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A socket listening on a free loopback port."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    yield sock
+    sock.close()
+
+
+def adopt(fd: int, port: int) -> socket.socket:
+    """What a cluster process listens on, given ``fd`` and ``port`` as its own in hosts."""
+    config = Config(processes=2, hosts=(("127.0.0.1", port), ("127.0.0.1", 1)), secret=b"s", listen_fd=fd)
+    return Cluster(config)._listen(backlog=16)
+
+
+def test_an_inherited_listener_is_used_and_accepts_connections(listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    assert parse([], {"PYTIMELY_LISTEN_FD": str(listener.fileno())}).listen_fd == listener.fileno()
+    adopted = adopt(os.dup(listener.fileno()), port)
+    try:
+        assert adopted.getsockname()[1] == port
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            peer, _ = adopted.accept()
+            peer.close()
+    finally:
+        adopted.close()
+
+
+def test_an_inherited_descriptor_that_is_not_our_listener_is_refused_and_left_open(
+    listener: socket.socket, tmp_path: Path
+) -> None:
+    port = listener.getsockname()[1]
+    with open(tmp_path / "file", "wb") as f:
+        with pytest.raises(ConfigError, match="is not an open socket"):
+            adopt(f.fileno(), port)
+        f.write(b"still open")
+    with pytest.raises(ConfigError, match=f"not a TCP socket listening on port {port + 1}"):
+        adopt(listener.fileno(), port + 1)
+    listener.getsockname()  # still open: a refused descriptor is not closed
+    unbound = socket.socket()
+    try:
+        with pytest.raises(ConfigError, match="not listening"):
+            adopt(unbound.fileno(), port)
+    finally:
+        unbound.close()
+    closed = os.dup(listener.fileno())
+    os.close(closed)
+    with pytest.raises(ConfigError, match=f"PYTIMELY_LISTEN_FD={closed}"):
+        adopt(closed, port)

@@ -430,6 +430,27 @@ class _Link:
                 thread.join(timeout=2)
 
 
+def _inherited_listener(fd: int, port: int) -> socket.socket:
+    """The listening socket a launcher handed down as ``fd``; :class:`ConfigError` unless it listens on ``port``."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise ConfigError(f"PYTIMELY_LISTEN_FD={fd} is not an open socket: {exc}") from exc
+    try:
+        listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        bound = sock.getsockname()
+    except OSError as exc:
+        sock.detach()  # not ours to close: the descriptor was not a socket
+        raise ConfigError(f"PYTIMELY_LISTEN_FD={fd} is not a socket: {exc}") from exc
+    if sock.type != socket.SOCK_STREAM or not listening or not isinstance(bound, tuple) or bound[1] != port:
+        sock.detach()
+        raise ConfigError(
+            f"PYTIMELY_LISTEN_FD={fd} is not a TCP socket listening on port {port}, this process's port in hosts "
+            f"(it is bound to {bound!r}{'' if listening else ', not listening'})"
+        )
+    return sock
+
+
 class Cluster:
     """This process's part of a cluster: connections to every other process and its workers' mailboxes."""
 
@@ -485,6 +506,9 @@ class Cluster:
             return self._listener
         config = self.config
         port = config.hosts[self.me][1]
+        if config.listen_fd is not None:
+            self._listener = _inherited_listener(config.listen_fd, port)
+            return self._listener
         try:
             self._listener = socket.create_server((config.bind, port), backlog=backlog)
         except OSError as exc:
