@@ -119,6 +119,11 @@ class Cluster:
                 proc.communicate()
 
 
+def report(results: Sequence[tuple[int, str, str]]) -> str:
+    """Each process's exit status and the end of its stderr, for a failed assertion to show in full."""
+    return "\n".join(f"process {i} exited {code}:\n{err[-3000:]}" for i, (code, _, err) in enumerate(results))
+
+
 _HANDSHAKE_UP = 4 + 1 + 4 + 4 + 8 + 32 + 32  # client greeting and proof
 _HANDSHAKE_DOWN = 32 + 32 + 1  # server nonce and proof, verdict
 

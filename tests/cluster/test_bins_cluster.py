@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytimely.dataflow.bins import BinTable, bin_of
 from tests.cluster.bins_jobs import moves_at, words_for
-from tests.cluster.helpers import Cluster
+from tests.cluster.helpers import Cluster, report
 
 
 def test_word_counts_survive_bins_moving_between_processes(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_word_counts_survive_bins_moving_between_processes(tmp_path: Path) -> No
     cluster = Cluster(2)
     cluster.start(["tests.cluster.bins_jobs:moving_count", str(out), str(epochs), str(rows)])
     results = cluster.wait(120)
-    assert [r[0] for r in results] == [0, 0], results
+    assert [r[0] for r in results] == [0, 0], report(results)
     written = json.loads(out.read_text())
     expected = Counter(w for worker in range(2) for e in range(epochs) for w in words_for(worker, e, rows))
     assert written["counts"] == dict(expected)

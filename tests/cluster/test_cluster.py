@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytimely.communication.handshake import connect_peer
-from tests.cluster.helpers import CLOSE, ROOT, Cluster, Proxy
+from tests.cluster.helpers import CLOSE, ROOT, Cluster, Proxy, report
 from tests.cluster.jobs import expected_sums
 
 SUM = ["tests.cluster.jobs:exchange_sum"]
@@ -30,7 +30,7 @@ def test_two_processes_compute_what_one_does(tmp_path: Path) -> None:
     cluster = Cluster(2, workers="2")
     cluster.start([*SUM, str(out), "6", "5000"])
     results = cluster.wait()
-    assert [r[0] for r in results] == [0, 0], results
+    assert [r[0] for r in results] == [0, 0], report(results)
     assert read_sums(out) == expected_sums(6, 5000)
 
 
@@ -144,11 +144,11 @@ def test_damaged_frames_stop_the_run_cleanly(tmp_path: Path, fault: str | None) 
         proxy.close()
         cluster.kill()
     if fault is None:
-        assert [r[0] for r in results] == [0, 0], results
+        assert [r[0] for r in results] == [0, 0], report(results)
         assert read_sums(out) == expected_sums(4, 3000)
         return
     codes = [r[0] for r in results]
-    assert all(code == 1 for code in codes), results
+    assert all(code == 1 for code in codes), report(results)
     p0_err = results[0][2]
     assert FAULTS[fault][1] in p0_err, p0_err
     assert "process 1" in p0_err
@@ -221,7 +221,7 @@ def test_strangers_are_refused_and_logged_while_the_cluster_runs(tmp_path: Path)
     impostor.close()
     cluster.start([*SUM, str(out), "3", "1000"], only=[1])
     results = cluster.wait()
-    assert [r[0] for r in results] == [0, 0], results
+    assert [r[0] for r in results] == [0, 0], report(results)
     assert results[0][2].count("refused a connection") >= 2
     assert read_sums(out) == expected_sums(3, 1000)
     assert p0.returncode == 0
@@ -252,7 +252,7 @@ def test_a_slow_receiver_slows_its_sender_instead_of_growing_memory(tmp_path: Pa
     out = tmp_path / "stats"
     cluster.start(["tests.cluster.jobs:flood", str(out), "60", str(rows), "0.01"])
     results = cluster.wait(timeout=120)
-    assert [r[0] for r in results] == [0, 0], results
+    assert [r[0] for r in results] == [0, 0], report(results)
     stats = {s["worker"]: s for s in (json.loads(p.read_text()) for p in tmp_path.glob("stats.*.json"))}
     sender, receiver = stats[1], stats[0]
     link = sender["links"]["0"]

@@ -15,7 +15,7 @@ import pytest
 from pytimely.membership import RescalePlan
 from tests.cluster.bins_jobs import words_for
 from tests.cluster.elastic_jobs import edges_for
-from tests.cluster.helpers import Cluster, env_for, listen, start
+from tests.cluster.helpers import Cluster, env_for, listen, report, start
 from tests.test_union_components import reference_changes
 
 EPOCHS, ROWS = 6, 2000
@@ -70,7 +70,7 @@ def run_elastic(
         cluster.kill()
         for listener in listeners:
             listener.close()
-    assert [r[0] for r in results] == [0] * len(results), results
+    assert [r[0] for r in results] == [0] * len(results), report(results)
     return json.loads(out.read_text()), plan
 
 
