@@ -294,8 +294,10 @@ class _Link:
                     while True:
                         if self.closed or (self.done_sent and self.done_received and self.cluster.elastic):
                             return
+                        # Only control() queues at precedence 3, so what leaves that level is its control frames.
+                        controls = len(self.queues[3])
                         batch = self.outgoing.take()
-                        controls = sum(1 for f in batch if f[1] == CONTROL_CHANNEL)
+                        controls -= len(self.queues[3])
                         if batch:
                             break
                         if self.done_wanted and not done_taken:

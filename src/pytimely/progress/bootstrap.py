@@ -143,12 +143,11 @@ class BootstrapServer:
     def replies(self, receiver: ProgressReceiver) -> list[tuple[int, RangeReply]]:
         """Replies to requests whose batches have all been applied here (their logs are then closed)."""
         out = []
-        numbers: dict[int, int] | None = None
+        numbers = receiver.numbers()
         for newcomer, log in list(self._logs.items()):
             request = log.request
             if request is None:
                 continue
-            numbers = receiver.numbers() if numbers is None else numbers
             # A member the server has not met yet (its join is still on the way here) has no batch applied.
             if any(numbers.get(sender, 0) < hi for sender, _, hi in request.ranges):
                 continue
