@@ -205,7 +205,7 @@ def test_bad_rescale_plans_are_refused_with_the_reason() -> None:
 
     with pytest.raises(MembershipError, match="not EPOCH"):
         RescalePlan.parse("3:+2", initial=2)
-    with pytest.raises(MembershipError, match="increase"):
+    with pytest.raises(MembershipError, match="must not decrease"):
         RescalePlan.parse("3:+1,2:-1", initial=2)
     with pytest.raises(MembershipError, match="no process would be left"):
         RescalePlan.parse("1:-1", initial=1)
