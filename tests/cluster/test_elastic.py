@@ -164,11 +164,11 @@ def test_wordcount_rescales_under_the_launcher_and_writes_the_reference_counts(t
 
 
 def test_the_control_endpoint_refuses_unsigned_and_replayed_requests() -> None:
-    import json
     import socket
 
     from pytimely.errors import MembershipError
     from pytimely.membership import ControlEndpoint, request
+    from pytimely.signed_lines import decode, encode
 
     asked: list[tuple[str, int | None]] = []
 
@@ -184,16 +184,13 @@ def test_the_control_endpoint_refuses_unsigned_and_replayed_requests() -> None:
         with pytest.raises(MembershipError, match="unknown operation"):
             request("grow", address=endpoint.address, secret=b"right secret")
         # The same signed line sent twice: the second is refused.
-        from pytimely.membership import _sign
-
-        body = json.dumps({"op": "remove", "process": 1, "nonce": "n1"}).encode()
-        line = json.dumps({"body": body.decode(), "mac": _sign(b"right secret", body)}).encode() + b"\n"
+        line = encode(b"right secret", "control", {"op": "remove", "process": 1, "nonce": "n1", "time": time.time()})
         answers = []
         for _ in range(2):
             host, _, port = endpoint.address.rpartition(":")
-            with socket.create_connection((host, int(port))) as sock:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
                 sock.sendall(line)
-                answers.append(json.loads(sock.makefile("rb").readline()))
+                answers.append(decode(b"right secret", "control-reply", sock.makefile("rb").readline()))
         assert answers[0] == {"process": 7} and "replayed" in answers[1]["error"]
         assert asked == [("add", None), ("remove", 1)]
     finally:
