@@ -192,8 +192,9 @@ def run_while_rescaling(
     return [(t, list(batch)) for t, batch in captured]
 
 
-def _late_request(process: int, op: str, timeout: float) -> LeaveTimeoutError:
-    return LeaveTimeoutError(f"process {process} could not tell the launcher {op!r} within {timeout:g} s", process)
+def _late_request(process: int, op: str, timeout: float) -> JoinTimeoutError | LeaveTimeoutError:
+    kind = JoinTimeoutError if op == "joined" else LeaveTimeoutError
+    return kind(f"process {process} could not tell the launcher {op!r} within {timeout:g} s", process)
 
 
 def _wait_for_members(
