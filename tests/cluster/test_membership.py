@@ -181,3 +181,26 @@ def test_a_bad_signature_or_a_line_signed_for_another_exchange_is_refused(endpoi
             reply = sock.makefile("rb").readline(MAX_LINE)
         assert b"not signed" in reply
     assert endpoint.asked == []  # type: ignore[attr-defined]
+
+
+def test_the_launcher_starts_a_newcomer_only_after_a_leave_and_never_hands_it_the_leaver(tmp_path: Path) -> None:
+    import json
+    import os
+
+    path = os.pathsep.join([str(ROOT), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--elastic", "--",
+         sys.executable, "-m", "tests.cluster.launcher_jobs", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "requester.json").read_text())
+    newcomer = json.loads((tmp_path / f"newcomer-{record['newcomer']}.json").read_text())
+    assert record["newcomer"] == 2 and newcomer["left"] == "1"
+    assert len(newcomer["hosts"].split(",")) == 3
+    states = [(s["leaver"], s["newcomer"]) for s in record["seen"]]
+    # The add was answered while the leaver still ran, and the newcomer waited for it to be gone.
+    assert states[0] == ("leaving", "waiting"), states
+    assert all(n == "waiting" for leaver, n in states if leaver == "leaving"), states
+    assert states[-1] == ("exited", "exited"), states
