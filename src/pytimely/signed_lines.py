@@ -10,7 +10,9 @@ one exchange is never accepted by another.
 Everything read from the network is hostile until its MAC checks out: a line
 is read up to :data:`MAX_LINE` bytes and within one overall deadline (not a
 deadline per read, which a client sending a byte at a time would stretch
-forever), and nothing of it is interpreted before the MAC is verified.
+forever), and nothing in it is acted on before the MAC is verified (a server
+may read one field first to pick the key to verify with, as the rendezvous
+picks its run's secret).
 """
 
 from __future__ import annotations
