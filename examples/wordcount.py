@@ -80,7 +80,7 @@ def run_rescaling(
             share,
             epochs,
             plan,
-            coordinator=Launcher(),
+            coordinator=Launcher() if plan.changes else None,
             join_timeout=join_timeout,
             leave_timeout=leave_timeout,
         )
