@@ -189,9 +189,12 @@ class _Elastic:
         """After a failure: say which newcomers had exited, as a member's join deadline may name them."""
         for index in sorted(self.asked):
             state = self._state(index)
-            if state["state"] not in ("running", "joined"):
-                print(f"pytimely launch: process {index}, asked to join, was {state['state']}"
-                      + (f" (status {state['status']})" if state["status"] is not None else ""), file=sys.stderr)
+            if state["state"] == "exited":
+                print(f"pytimely launch: process {index}, asked to join, had exited with status {state['status']}",
+                      file=sys.stderr)
+            elif state["state"] == "waiting":
+                print(f"pytimely launch: process {index}, asked to join, was never started (a leave was in flight)",
+                      file=sys.stderr)
 
 
 class _Launcher:
@@ -295,10 +298,11 @@ def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -
     children = launcher.children
     try:
         while True:
-            reason = membership.tick() if membership is not None else None
             with launcher.lock:
                 codes = {i: c.poll() for i, c in children.items()}
-                waiting = bool(membership.waiting) if membership is not None else False
+            if all(c == 0 for c in codes.values()):
+                return 0  # a newcomer still waiting to start has nothing left to join: it is dropped
+            reason = membership.tick() if membership is not None else None
             failed = [(i, c) for i, c in sorted(codes.items()) if c not in (None, 0)]
             if failed or reason:
                 if reason:
@@ -316,8 +320,6 @@ def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -
                 with launcher.lock:
                     _stop(list(children.values()), grace, settle=min(grace, 2.0))
                 return status
-            if all(c == 0 for c in codes.values()) and not waiting:
-                return 0
             time.sleep(0.02)
     except KeyboardInterrupt:
         _stop(list(children.values()), grace)

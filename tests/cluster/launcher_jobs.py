@@ -29,11 +29,17 @@ def main(out: str) -> int:
     if me == 1:
         asked = threading.Event()
         signal.signal(signal.SIGUSR1, lambda *_: asked.set())
+        open(os.path.join(out, "ready"), "w").close()  # SIGUSR1 no longer kills it
         if not asked.wait(60):
             return 3
         time.sleep(1.0)  # a leave that takes a while: the newcomer must not be started before it is over
         return 0
     seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(out, "ready")):
+        if time.monotonic() > deadline:
+            return 4
+        time.sleep(0.01)
     request("remove", 1)
     newcomer = int(request("add")["process"])
     deadline = time.monotonic() + 60

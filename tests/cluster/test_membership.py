@@ -84,7 +84,7 @@ def test_a_newcomer_that_exits_without_joining_fails_every_member_naming_it(tmp_
     for member in (0, 1):
         mine = [line for line in lines if line.startswith(f"[p{member}] wordcount:")]
         assert mine and "JoinTimeoutError" in mine[-1] and "process 2" in mine[-1], done.stderr
-    assert any("process 2, asked to join, was exited (status 0)" in line for line in lines), done.stderr
+    assert any("process 2, asked to join, had exited with status 0" in line for line in lines), done.stderr
     assert "Traceback" not in done.stderr
 
 
