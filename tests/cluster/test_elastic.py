@@ -206,6 +206,11 @@ def test_bad_rescale_plans_are_refused_with_the_reason() -> None:
         RescalePlan.parse("3:+1,2:-1", initial=2)
     with pytest.raises(MembershipError, match="no process would be left"):
         RescalePlan.parse("1:-1", initial=1)
+    with pytest.raises(MembershipError, match="leaves come before joins"):
+        RescalePlan.parse("3:+1,3:-1", initial=2)  # the newcomer would leave before it took part
+    same = RescalePlan.parse("1:+1,3:-1,3:+1", initial=2)
+    assert [same.processes_at(e) for e in (1, 2, 3, 4)] == [[0, 1], [0, 1, 2], [0, 1, 2], [0, 1, 3]]
+    assert same.newcomers_at(4) == [3] and same.leavers_at(4) == [2] and same.newcomers_at(3) == []
     plan = RescalePlan.parse("1:+1,3:-1", initial=2, workers=2)
     assert plan.members_at(1) == [0, 1, 2, 3]
     assert plan.members_at(2) == [0, 1, 2, 3, 4, 5]
