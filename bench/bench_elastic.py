@@ -53,7 +53,7 @@ def job(out: str, epochs: int, rows: int, plan_text: str, held: int) -> None:
     from pytimely import Worker, execute
     from pytimely.algorithms.rescaling import count_keys, run_while_rescaling
     from pytimely.config import config_from_args
-    from pytimely.membership import RescalePlan, request
+    from pytimely.membership import Launcher, RescalePlan
 
     config = config_from_args()
     plan = RescalePlan.parse(plan_text, initial=config.initial_processes, workers=config.workers)
@@ -80,7 +80,7 @@ def job(out: str, epochs: int, rows: int, plan_text: str, held: int) -> None:
             lambda w, e, _: pool[(7 * w + e) % len(pool)],
             epochs,
             plan,
-            request_join=lambda: request("add"),
+            coordinator=Launcher(),
             on_epoch=on_epoch,
         )
         first = plan.joins_at(worker.index) if worker.joined else 0

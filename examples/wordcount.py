@@ -56,10 +56,16 @@ def run(
     return sorted(pair for captured in parts for _, batch in captured for pair in batch)
 
 
-def run_rescaling(path: str, epochs: int, plan_text: str, config: Config) -> list[tuple[str, int]] | None:
-    """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (worker 0 gets the counts)."""
+def run_rescaling(
+    path: str, epochs: int, plan_text: str, config: Config, *, join_timeout: float = 60.0, leave_timeout: float = 60.0
+) -> list[tuple[str, int]] | None:
+    """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (worker 0 gets the counts).
+
+    Newcomers are asked of the launcher's control endpoint, and a leaving process tells it first; a newcomer
+    not there within ``join_timeout`` s, or a leaver not gone within ``leave_timeout`` s, fails the run naming it.
+    """
     from pytimely.algorithms.rescaling import count_while_rescaling
-    from pytimely.membership import RescalePlan, request
+    from pytimely.membership import Launcher, RescalePlan
 
     words = read_words(path, part=0, parts=1)
     size = -(-len(words) // epochs) if words else 0
@@ -68,11 +74,16 @@ def run_rescaling(path: str, epochs: int, plan_text: str, config: Config) -> lis
     def share(worker: int, epoch: int, members: list[int]) -> list[str]:
         return words[epoch * size : (epoch + 1) * size][members.index(worker) :: len(members)]
 
-    def join() -> None:
-        request("add")
-
     def job(worker: Worker) -> Any:
-        return count_while_rescaling(worker, share, epochs, plan, request_join=join)
+        return count_while_rescaling(
+            worker,
+            share,
+            epochs,
+            plan,
+            coordinator=Launcher() if plan.changes else None,
+            join_timeout=join_timeout,
+            leave_timeout=leave_timeout,
+        )
 
     results = execute(job, config=config)
     if config.first_worker != 0 or results[0] is None:
@@ -128,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retries", type=int, default=0, help="with --spark: re-run a failed computation")
     parser.add_argument("--epochs", type=int, default=0, help="stream the words in this many epochs")
     parser.add_argument("--rescale", default="", help="E:+1,E2:-1: add a process after epoch E, remove one after E2")
+    parser.add_argument(
+        "--join-timeout", type=float, default=60.0, help="with --rescale: seconds a newcomer may take to join (60)"
+    )
+    parser.add_argument(
+        "--leave-timeout", type=float, default=60.0, help="with --rescale: seconds a leaver may take to say so (60)"
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.spark:
@@ -141,7 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         if args.epochs > 0:
-            counts = run_rescaling(args.input, args.epochs, args.rescale, config)
+            counts = run_rescaling(
+                args.input,
+                args.epochs,
+                args.rescale,
+                config,
+                join_timeout=args.join_timeout,
+                leave_timeout=args.leave_timeout,
+            )
         elif args.rescale:
             parser.error("--rescale needs --epochs")
         else:

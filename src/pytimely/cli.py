@@ -99,6 +99,150 @@ def _forward(stream: IO[bytes], prefix: bytes, out: IO[bytes]) -> None:
     stream.close()
 
 
+class _Elastic:
+    """The launcher's view of an elastic run: who runs, who is leaving, who waits to join; the control answers.
+
+    Every leave reaches it, whoever starts it: ``remove`` (it asks), ``leaving`` (the process says so before
+    it sends ``LEAVING``) and any exit. A newcomer is started only once every process known to be leaving has
+    exited, and dials exactly the processes running then, so it never dials one that left. A leaver not gone
+    within ``leave_timeout`` seconds fails the run naming it.
+    """
+
+    def __init__(self, launcher: _Launcher, leave_timeout: float) -> None:
+        self.launcher = launcher
+        self.leave_timeout = leave_timeout
+        self.leaving: dict[int, float] = {}
+        """Processes leaving, with the time by which they must have exited."""
+        self.waiting: list[tuple[int, socket.socket]] = []
+        """Newcomers asked for and not started yet (index, its listening socket)."""
+        self.asked: set[int] = set()
+        self.joined: set[int] = set()
+        """Workers of newcomers that said they have bootstrapped."""
+
+    def handle(self, op: str, process: int | None) -> dict[str, Any]:
+        """Answer one control request (called on the endpoint's threads)."""
+        launcher = self.launcher
+        with launcher.lock:
+            if op == "add":
+                index = len(launcher.hosts)
+                listener = _bind(0)
+                launcher.hosts.append(f"127.0.0.1:{listener.getsockname()[1]}")
+                self.waiting.append((index, listener))
+                self.asked.add(index)
+                return {"process": index}
+            if op == "joined" and process is not None and 0 <= process < len(launcher.hosts) * launcher.workers:
+                self.joined.add(process)
+                return {"process": process // launcher.workers}
+            if process is None or not 0 <= process < len(launcher.hosts):
+                return {"error": f"no process {process!r}"}
+            if op == "status":
+                return {"process": process, **self._state(process)}
+            child = launcher.children.get(process)
+            if child is None or child.poll() is not None:
+                return {"error": f"process {process} is not running"}
+            if op == "remove" and process not in self.leaving:
+                child.send_signal(signal.SIGUSR1)
+            self.leaving.setdefault(process, time.monotonic() + self.leave_timeout)
+            return {"process": process}
+
+    def _state(self, process: int) -> dict[str, Any]:
+        child = self.launcher.children.get(process)
+        if child is None:
+            return {"state": "waiting", "status": None}
+        code = child.poll()
+        if code is not None:
+            return {"state": "exited", "status": code}
+        if process in self.leaving:
+            return {"state": "leaving", "status": None}
+        w = self.launcher.workers
+        joined = all(process * w + i in self.joined for i in range(w))
+        return {"state": "joined" if joined else "running", "status": None}
+
+    def live(self) -> list[int]:
+        """Processes running and not leaving: what a newcomer dials."""
+        return [i for i, c in self.launcher.children.items() if c.poll() is None and i not in self.leaving]
+
+    def tick(self) -> str | None:
+        """Forget leavers that exited, start a waiting newcomer if none is leaving; a failure's reason, if any."""
+        launcher = self.launcher
+        with launcher.lock:
+            now = time.monotonic()
+            for process, deadline in list(self.leaving.items()):
+                if launcher.children[process].poll() is not None:
+                    del self.leaving[process]
+                elif now > deadline:
+                    return f"process {process} did not finish leaving within {self.leave_timeout:g} s"
+            if self.waiting and not self.leaving:
+                index, listener = self.waiting.pop(0)
+                live = set(self.live())
+                left = [q for q in range(index) if q not in live]
+                launcher.spawn(index, {"PYTIMELY_JOIN": "1", "PYTIMELY_LEFT": ",".join(map(str, left))}, listener)
+        return None
+
+    def close(self) -> None:
+        """Close the sockets of newcomers never started."""
+        for _, listener in self.waiting:
+            listener.close()
+        self.waiting.clear()
+
+    def explain(self) -> None:
+        """After a failure: say which newcomers had exited, as a member's join deadline may name them."""
+        for index in sorted(self.asked):
+            state = self._state(index)
+            if state["state"] == "exited":
+                print(f"pytimely launch: process {index}, asked to join, had exited with status {state['status']}",
+                      file=sys.stderr)
+            elif state["state"] == "waiting":
+                print(f"pytimely launch: process {index}, asked to join, was never started (a leave was in flight)",
+                      file=sys.stderr)
+
+
+class _Launcher:
+    """The processes of one ``launch``: their hosts, their environment, their output."""
+
+    def __init__(self, command: Sequence[str], workers: int, hosts: list[str]) -> None:
+        self.command = list(command)
+        self.workers = workers
+        self.hosts = hosts
+        # 32 random bytes (256 bits), hex-encoded: well above any minimum length for the cluster secret.
+        self.secret = secrets.token_hex(32)
+        self.hashseed = os.environ.get("PYTHONHASHSEED") or str(secrets.randbelow(2**32))
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.forwarders: list[threading.Thread] = []
+        self.lock = threading.RLock()
+        self.extra: dict[str, str] = {}
+
+    def spawn(self, index: int, extra: dict[str, str], listener: socket.socket) -> None:
+        """Start process ``index`` with ``listener`` (handed down, then closed here)."""
+        env = dict(os.environ)
+        env.update(
+            PYTIMELY_LISTEN_FD=str(listener.fileno()),
+            PYTIMELY_PROCESSES=str(index + 1 if extra.get("PYTIMELY_JOIN") else len(self.hosts)),
+            PYTIMELY_PROCESS=str(index),
+            PYTIMELY_WORKERS=str(self.workers),
+            PYTIMELY_HOSTS=",".join(self.hosts[: index + 1] if extra.get("PYTIMELY_JOIN") else self.hosts),
+            PYTIMELY_SECRET=self.secret,
+            PYTHONHASHSEED=self.hashseed,
+            **self.extra,
+            **extra,
+        )
+        env.pop("PYTIMELY_HOSTFILE", None)
+        env.pop("PYTIMELY_SECRET_FILE", None)
+        try:
+            child = subprocess.Popen(
+                self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(listener.fileno(),)
+            )
+        finally:
+            listener.close()  # the child holds its own copy
+        self.children[index] = child
+        prefix = f"[p{index}] ".encode()
+        for stream, sink in ((child.stdout, sys.stdout.buffer), (child.stderr, sys.stderr.buffer)):
+            assert stream is not None
+            t = threading.Thread(target=_forward, args=(stream, prefix, sink), daemon=True)
+            t.start()
+            self.forwarders.append(t)
+
+
 def launch(
     command: Sequence[str],
     processes: int,
@@ -107,13 +251,15 @@ def launch(
     port: int | None = None,
     grace: float = 5.0,
     elastic: bool = False,
+    leave_timeout: float = 60.0,
 ) -> int:
     """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status.
 
     With ``elastic``, processes may join and leave while it runs: the launcher listens on a control endpoint
     (``PYTIMELY_CONTROL``, requests signed with the cluster secret, see :func:`pytimely.membership.request`),
-    starts a joining process on ``add`` and asks a process to leave on ``remove`` (it sees
-    ``worker.leave_requested``).
+    starts a joining process on ``add`` once no process is leaving, asks a process to leave on ``remove`` (it
+    sees ``worker.leave_requested``), and hears ``leaving`` from a process that leaves on its own. A leaver
+    still running ``leave_timeout`` seconds after the launcher heard of it fails the run.
     """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
@@ -121,96 +267,63 @@ def launch(
         raise ConfigError("launch needs a command after --")
     # Every process's port is bound here and handed down, so nothing can take it before the process starts.
     listeners = [_bind(port + i if port else 0) for i in range(processes)]
-    hosts = [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners]
-    secret = secrets.token_hex(32)
-    hashseed = os.environ.get("PYTHONHASHSEED") or str(secrets.randbelow(2**32))
-    children: list[subprocess.Popen[bytes]] = []
-    forwarders: list[threading.Thread] = []
-    out, err = sys.stdout.buffer, sys.stderr.buffer
-    lock = threading.Lock()
-    left: list[int] = []
-
-    def spawn(index: int, extra: dict[str, str], listener: socket.socket) -> None:
-        env = dict(os.environ)
-        env.update(
-            PYTIMELY_LISTEN_FD=str(listener.fileno()),
-            PYTIMELY_PROCESSES=str(len(hosts)),
-            PYTIMELY_PROCESS=str(index),
-            PYTIMELY_WORKERS=str(workers),
-            PYTIMELY_HOSTS=",".join(hosts),
-            PYTIMELY_SECRET=secret,
-            PYTHONHASHSEED=hashseed,
-            **extra,
-        )
-        env.pop("PYTIMELY_HOSTFILE", None)
-        env.pop("PYTIMELY_SECRET_FILE", None)
-        try:
-            child = subprocess.Popen(
-                list(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(listener.fileno(),)
-            )
-        finally:
-            listener.close()  # the child holds its own copy
-        children.append(child)
-        prefix = f"[p{index}] ".encode()
-        for stream, sink in ((child.stdout, out), (child.stderr, err)):
-            assert stream is not None
-            t = threading.Thread(target=_forward, args=(stream, prefix, sink), daemon=True)
-            t.start()
-            forwarders.append(t)
-
+    launcher = _Launcher(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners])
     endpoint = None
-    extra: dict[str, str] = {}
+    membership: _Elastic | None = None
     if elastic:
         from pytimely.membership import ControlEndpoint
 
-        def handle(op: str, process: int | None) -> dict[str, Any]:
-            with lock:
-                if op == "add":
-                    # One change at a time: a process still leaving must be gone before another joins.
-                    for q in left:
-                        children[q].wait()
-                    index = len(hosts)
-                    listener = _bind(0)
-                    hosts.append(f"127.0.0.1:{listener.getsockname()[1]}")
-                    spawn(index, {**extra, "PYTIMELY_JOIN": "1", "PYTIMELY_LEFT": ",".join(map(str, left))}, listener)
-                    return {"process": index}
-                if process is None or not 0 <= process < len(children) or children[process].poll() is not None:
-                    return {"error": f"no running process {process!r}"}
-                left.append(process)
-                children[process].send_signal(signal.SIGUSR1)
-                return {"process": process}
-
-        endpoint = ControlEndpoint(secret.encode(), handle)
-        extra = {"PYTIMELY_ELASTIC": "1", "PYTIMELY_INITIAL": str(processes), "PYTIMELY_CONTROL": endpoint.address}
-    with lock:
-        for index in range(processes):
-            spawn(index, extra, listeners[index])
-    status = 0
+        membership = _Elastic(launcher, leave_timeout)
+        endpoint = ControlEndpoint(launcher.secret.encode(), membership.handle)
+        launcher.extra = {
+            "PYTIMELY_ELASTIC": "1", "PYTIMELY_INITIAL": str(processes), "PYTIMELY_CONTROL": endpoint.address
+        }
     try:
-        while True:
-            with lock:
-                codes = [c.poll() for c in children]
-            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                index, code = failed[0]
-                status = code if code and code > 0 else 1
-                print(
-                    f"pytimely launch: process {index} exited with status {code}; stopping the others", file=sys.stderr
-                )
-                _stop(children, grace, settle=min(grace, 2.0))
-                break
-            if all(c == 0 for c in codes):
-                break
-            time.sleep(0.02)
-    except KeyboardInterrupt:
-        _stop(children, grace)
-        status = 130
+        with launcher.lock:
+            for index in range(processes):
+                launcher.spawn(index, {}, listeners[index])
+        status = _supervise(launcher, membership, grace)
     finally:
         if endpoint is not None:
             endpoint.close()
-    for t in forwarders:
+        if membership is not None:
+            membership.close()
+    for t in launcher.forwarders:
         t.join(timeout=grace)
     return status
+
+
+def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -> int:
+    """Wait for the processes; on the first failure stop the others. The run's exit status."""
+    children = launcher.children
+    try:
+        while True:
+            with launcher.lock:
+                codes = {i: c.poll() for i, c in children.items()}
+            if all(c == 0 for c in codes.values()):
+                return 0  # a newcomer still waiting to start has nothing left to join: it is dropped
+            reason = membership.tick() if membership is not None else None
+            failed = [(i, c) for i, c in sorted(codes.items()) if c not in (None, 0)]
+            if failed or reason:
+                if reason:
+                    status = 1
+                    print(f"pytimely launch: {reason}; stopping the others", file=sys.stderr)
+                else:
+                    index, code = failed[0]
+                    status = code if code and code > 0 else 1
+                    print(
+                        f"pytimely launch: process {index} exited with status {code}; stopping the others",
+                        file=sys.stderr,
+                    )
+                if membership is not None:
+                    membership.explain()
+                with launcher.lock:
+                    _stop(list(children.values()), grace, settle=min(grace, 2.0))
+                return status
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        _stop(list(children.values()), grace)
+        return 130
 
 
 def _stop(children: list[subprocess.Popen[bytes]], grace: float, settle: float = 0.0) -> None:
@@ -242,11 +355,18 @@ def _launch(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--elastic", action="store_true", help="let processes join and leave while it runs (control endpoint)"
     )
+    parser.add_argument(
+        "--leave-timeout", type=float, default=60.0,
+        help="with --elastic: seconds a leaving process may take to exit before the run fails (60)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
-        return launch(command, args.processes, args.workers, port=args.port, elastic=args.elastic)
+        return launch(
+            command, args.processes, args.workers, port=args.port, elastic=args.elastic,
+            leave_timeout=args.leave_timeout,
+        )
     except ConfigError as exc:
         parser.error(str(exc))
     except OSError as exc:

@@ -317,3 +317,43 @@ class LateMoveError(BinError):
 
 class NotAMoveError(BinError, TypeError):
     """A control stream of a keyed operator carried a record that is not a ``Move``; names the record."""
+
+
+class SignedLineError(PytimelyError):
+    """A signed JSON-line exchange (control endpoint, Spark rendezvous) got a line it cannot accept."""
+
+
+class LineTooLongError(SignedLineError, ValueError):
+    """A peer sent a line longer than the limit; nothing of it was kept past the limit."""
+
+
+class LineTimeoutError(SignedLineError, TimeoutError):
+    """A peer did not send a whole line within the overall deadline."""
+
+
+class MalformedLineError(SignedLineError, ValueError):
+    """A line is not a signed JSON object, or the connection ended inside it."""
+
+
+class BadSignatureError(SignedLineError):
+    """A line's MAC is not right for the run's secret and the exchange's purpose."""
+
+
+class JoinTimeoutError(MembershipError):
+    """A process asked to join did not join within its deadline (or exited first); names the process."""
+
+    def __init__(self, message: str, process: int | None) -> None:
+        super().__init__(message)
+        self.process = process
+
+
+class LeaveTimeoutError(MembershipError):
+    """A process that is leaving did not finish within its deadline; names the process."""
+
+    def __init__(self, message: str, process: int | None) -> None:
+        super().__init__(message)
+        self.process = process
+
+
+class RequestTimeoutError(MembershipError):
+    """A request to the launcher's control endpoint got no answer within its deadline."""

@@ -17,21 +17,30 @@ tells every process, the same way, which workers take part at each epoch.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
-import json
 import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pytimely.dataflow.bins import DEFAULT_BINS, Move
-from pytimely.errors import MembershipError
+from pytimely.errors import JoinTimeoutError, MembershipError, RequestTimeoutError, SignedLineError
+from pytimely.signed_lines import decode, encode, exchange, read_line
 
-__all__ = ["ControlEndpoint", "RescalePlan", "balanced_moves", "request"]
+__all__ = [
+    "OPERATIONS",
+    "ControlEndpoint",
+    "JoinRequest",
+    "Launcher",
+    "Pending",
+    "RescalePlan",
+    "StatusWait",
+    "balanced_moves",
+    "request",
+]
 
 
 def balanced_moves(time: int, members: list[int] | tuple[int, ...], bins: int = DEFAULT_BINS) -> list[Move]:
@@ -47,7 +56,8 @@ class RescalePlan:
     """When processes join and leave: ``changes`` are ``(epoch, +1 or -1)``, after which epoch they happen.
 
     A joining process takes the next unused index; a leaving one is the newest process still there (never
-    process 0). Changes take effect from the epoch after the one named.
+    process 0). Changes take effect from the epoch after the one named. Several changes may name one epoch
+    (``4:-1,4:+1``: one leaves and one joins at once), leaves before joins.
     """
 
     initial: int
@@ -56,7 +66,11 @@ class RescalePlan:
 
     @classmethod
     def parse(cls, text: str, *, initial: int, workers: int = 1) -> RescalePlan:
-        """``"3:+1,6:-1"``: a process joins after epoch 3, one leaves after epoch 6 (empty text: no change)."""
+        """``"3:+1,6:-1"``: a process joins after epoch 3, one leaves after epoch 6 (empty text: no change).
+
+        Epochs never decrease; at one epoch, leaves come before joins (a newcomer never leaves before it
+        took part).
+        """
         changes = []
         for n, item in enumerate(t for t in text.replace(" ", "").split(",") if t):
             epoch, sep, delta = item.partition(":")
@@ -65,8 +79,10 @@ class RescalePlan:
                     f"rescale entry {n + 1} ({item!r}) is not EPOCH:+1 or EPOCH:-1 (for example 3:+1,6:-1)"
                 )
             changes.append((int(epoch), -1 if delta == "-1" else 1))
-        if [e for e, _ in changes] != sorted({e for e, _ in changes}):
-            raise MembershipError(f"rescale epochs must increase, one change per epoch: {text!r}")
+        if changes != sorted(changes):  # by epoch, and -1 before +1 within one
+            raise MembershipError(
+                f"rescale epochs must not decrease, and at one epoch leaves come before joins: {text!r}"
+            )
         plan = cls(initial, workers, tuple(changes))
         plan._check()
         return plan
@@ -112,6 +128,18 @@ class RescalePlan:
                 return epoch
         raise MembershipError(f"worker {worker} never joins in this plan")
 
+    def newcomers_at(self, epoch: int) -> list[int]:
+        """The processes that first take part in ``epoch``."""
+        before = set(self.processes_at(epoch - 1)) if epoch > 0 else set(range(self.initial))
+        return [p for p in self.processes_at(epoch) if p not in before]
+
+    def leavers_at(self, epoch: int) -> list[int]:
+        """The processes that took part in ``epoch - 1`` and no longer do in ``epoch``."""
+        if epoch <= 0:
+            return []
+        now = set(self.processes_at(epoch))
+        return [p for p in self.processes_at(epoch - 1) if p not in now]
+
     @property
     def processes(self) -> int:
         """How many process indices the plan uses in all."""
@@ -120,19 +148,17 @@ class RescalePlan:
 
 # -- the launcher's control endpoint ---------------------------------------------------------------------
 
+OPERATIONS = ("add", "remove", "leaving", "joined", "status")
+"""What the control endpoint does: start a newcomer, ask a process to leave, hear that one leaves or that a
+newcomer's worker has bootstrapped, report a process's state."""
 
-def _sign(secret: bytes, body: bytes) -> str:
-    return hmac.new(secret, b"pytimely-control|" + body, hashlib.sha256).hexdigest()
+_PURPOSE = "control"
+_REPLY = "control-reply"
+_WINDOW = 300.0
+"""Seconds a signed request stays valid (its nonce is remembered that long, so a replay is refused)."""
 
 
-def request(op: str, process: int | None = None, *, address: str | None = None, secret: bytes | None = None,
-            timeout: float = 10.0) -> dict[str, Any]:
-    """Ask ``pytimely launch --elastic`` to ``"add"`` a process or ``"remove"`` process ``process``.
-
-    ``address`` and ``secret`` default to ``PYTIMELY_CONTROL`` and ``PYTIMELY_SECRET``, which the launcher
-    gives every process it starts. Returns the launcher's answer (``{"process": index}``); a refusal raises
-    :class:`MembershipError` with the launcher's reason.
-    """
+def _target(address: str | None, secret: bytes | None) -> tuple[tuple[str, int], bytes]:
     address = address or os.environ.get("PYTIMELY_CONTROL")
     if not address:
         raise MembershipError("no control endpoint: run under `pytimely launch --elastic` or set PYTIMELY_CONTROL")
@@ -141,29 +167,202 @@ def request(op: str, process: int | None = None, *, address: str | None = None, 
     if not secret:
         raise MembershipError("the control endpoint needs the cluster secret (PYTIMELY_SECRET)")
     host, _, port = address.rpartition(":")
-    body = json.dumps({"op": op, "process": process, "nonce": secrets.token_hex(8)}).encode()
-    line = json.dumps({"body": body.decode(), "mac": _sign(secret, body)}).encode() + b"\n"
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(line)
-        reply = sock.makefile("rb").readline()
+    if not host or not port.isdigit():
+        raise MembershipError(f"the control endpoint address {address!r} is not HOST:PORT")
+    return (host, int(port)), secret
+
+
+def request(op: str, process: int | None = None, *, address: str | None = None, secret: bytes | None = None,
+            timeout: float = 10.0) -> dict[str, Any]:
+    """Ask ``pytimely launch --elastic`` to do ``op`` (see :data:`OPERATIONS`) and return its answer.
+
+    ``"add"`` returns ``{"process": index}`` at once (the launcher starts the newcomer as soon as no leave is
+    in flight); ``"remove"`` asks ``process`` to leave; ``"leaving"`` tells the launcher ``process`` is leaving
+    on its own; ``"joined"`` that worker ``process`` (a worker index here) of a newcomer has bootstrapped;
+    ``"status"`` gives ``{"process": p, "state": ..., "status": exit status or None}``, the state one of
+    ``waiting`` (not started yet), ``running``, ``joined`` (every worker bootstrapped), ``leaving``, ``exited``.
+    ``address`` and ``secret`` default to ``PYTIMELY_CONTROL`` and ``PYTIMELY_SECRET``, which the launcher gives
+    every process it starts. The whole exchange takes at most ``timeout`` seconds
+    (:class:`~pytimely.errors.RequestTimeoutError`); a refusal raises :class:`MembershipError` with the
+    launcher's reason.
+    """
+    where, key = _target(address, secret)
+    body = {"op": op, "process": process, "nonce": secrets.token_hex(16), "time": time.time()}
     try:
-        answer: dict[str, Any] = json.loads(reply)
-    except ValueError:
-        raise MembershipError(f"the control endpoint at {address} gave no answer") from None
+        answer = exchange(where, key, _PURPOSE, body, timeout=timeout)
+    except TimeoutError as exc:
+        raise RequestTimeoutError(f"the control endpoint at {where[0]}:{where[1]} did not answer {op!r} within "
+                                  f"{timeout:g} s") from exc
+    except SignedLineError as exc:
+        raise MembershipError(f"the control endpoint at {where[0]}:{where[1]} gave no valid answer to {op!r}: "
+                              f"{exc}") from None
+    except OSError as exc:
+        raise MembershipError(f"cannot reach the control endpoint at {where[0]}:{where[1]}: {exc}") from exc
     if "error" in answer:
         raise MembershipError(f"the launcher refused {op!r}: {answer['error']}")
     return answer
 
 
-class ControlEndpoint:
-    """The launcher's side: one listening socket on loopback; each request is a JSON line signed with the secret."""
+class Pending:
+    """A control request running on its own thread, so a worker keeps stepping: poll :meth:`done` between steps.
 
-    def __init__(self, secret: bytes, handle: Callable[[str, int | None], dict[str, Any]]) -> None:
+    The request itself is bounded by ``timeout``; :meth:`done` raises what it raised.
+    """
+
+    def __init__(self, op: str, process: int | None = None, *, address: str | None = None,
+                 secret: bytes | None = None, timeout: float = 10.0) -> None:
+        self.op = op
+        self._target = _target(address, secret)  # a missing endpoint is refused here, not on the thread
+        self._answer: dict[str, Any] | None = None
+        self._error: BaseException | None = None
+        self._finished = threading.Event()
+        address_text = f"{self._target[0][0]}:{self._target[0][1]}"
+        self._thread = threading.Thread(
+            target=self._run, args=(process, address_text, timeout), name=f"pytimely-request-{op}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, process: int | None, address: str, timeout: float) -> None:
+        try:
+            self._answer = request(self.op, process, address=address, secret=self._target[1], timeout=timeout)
+        except BaseException as exc:  # handed to the worker that polls
+            self._error = exc
+        finally:
+            self._finished.set()
+
+    def done(self) -> bool:
+        """Whether the answer is here; raises the request's error if it failed."""
+        if not self._finished.is_set():
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def result(self) -> dict[str, Any]:
+        """The launcher's answer (after :meth:`done` said so)."""
+        if not self.done() or self._answer is None:
+            raise MembershipError(f"the {self.op!r} request has not been answered yet")
+        return self._answer
+
+
+class JoinRequest:
+    """An ``add`` asked of the launcher and followed while the requester steps (see :meth:`check`).
+
+    The ``add`` and every later ``status`` question are :class:`Pending` requests, so nothing here blocks; the
+    launcher is asked every ``poll`` seconds whether the newcomer still runs.
+    """
+
+    def __init__(self, *, address: str | None = None, secret: bytes | None = None, timeout: float = 10.0,
+                 poll: float = 0.5) -> None:
+        self._options: dict[str, Any] = {"address": address, "secret": secret, "timeout": timeout}
+        self._poll = poll
+        self._add = Pending("add", **self._options)
+        self._status: Pending | None = None
+        self._next = 0.0
+        self.process: int | None = None
+        """The newcomer's index, once the launcher answered."""
+
+    def check(self) -> None:
+        """Raise :class:`JoinTimeoutError` if the newcomer exited before joining (or the request failed)."""
+        if self.process is None:
+            if not self._add.done():
+                return
+            self.process = int(self._add.result()["process"])
+        if self._status is not None and self._status.done():
+            answer, self._status = self._status.result(), None
+            if answer.get("state") == "exited":
+                raise JoinTimeoutError(
+                    f"process {self.process}, asked to join, exited with status {answer.get('status')} before "
+                    "it joined",
+                    self.process,
+                )
+        if self._status is None and time.monotonic() >= self._next:
+            self._next = time.monotonic() + self._poll
+            self._status = Pending("status", self.process, **self._options)
+
+
+class StatusWait:
+    """Done once the launcher reports ``process`` in one of ``states`` (asked every ``poll`` seconds, never blocking).
+
+    A process that exits first, when ``"exited"`` is not among ``states``, raises :class:`JoinTimeoutError`.
+    """
+
+    def __init__(self, process: int, states: tuple[str, ...], *, address: str | None = None,
+                 secret: bytes | None = None, timeout: float = 10.0, poll: float = 0.1) -> None:
+        self.process = process
+        self.states = states
+        self._options: dict[str, Any] = {"address": address, "secret": secret, "timeout": timeout}
+        self._poll = poll
+        self._next = 0.0
+        self._status: Pending | None = None
+        self._done = False
+
+    def done(self) -> bool:
+        """Whether the launcher reported one of the states; raises if the process exited instead."""
+        if self._done:
+            return True
+        if self._status is not None and self._status.done():
+            answer, self._status = self._status.result(), None
+            state = answer.get("state")
+            if state in self.states:
+                self._done = True
+                return True
+            if state == "exited":
+                raise JoinTimeoutError(
+                    f"process {self.process} exited with status {answer.get('status')} before it was "
+                    f"{' or '.join(self.states)}",
+                    self.process,
+                )
+        if self._status is None and time.monotonic() >= self._next:
+            self._next = time.monotonic() + self._poll
+            self._status = Pending("status", self.process, **self._options)
+        return False
+
+
+class Launcher:
+    """Membership changes asked of ``pytimely launch --elastic`` (the coordinator of
+    :func:`pytimely.algorithms.rescaling.run_while_rescaling`); every request is a non-blocking handle."""
+
+    def __init__(self, *, address: str | None = None, secret: bytes | None = None, timeout: float = 10.0) -> None:
+        self._options: dict[str, Any] = {"address": address, "secret": secret, "timeout": timeout}
+        _target(address, secret)  # refuse a missing endpoint at once
+
+    def join(self) -> JoinRequest:
+        """Ask for a newcomer."""
+        return JoinRequest(**self._options)
+
+    def leaving(self, process: int) -> Pending:
+        """Tell the launcher ``process`` leaves (before it sends ``LEAVING``)."""
+        return Pending("leaving", process, **self._options)
+
+    def joined(self, worker: int) -> Pending:
+        """Tell the launcher newcomer worker ``worker`` has bootstrapped."""
+        return Pending("joined", worker, **self._options)
+
+    def reached(self, process: int, states: tuple[str, ...]) -> StatusWait:
+        """Done once the launcher reports ``process`` in one of ``states``."""
+        return StatusWait(process, states, **self._options)
+
+
+class ControlEndpoint:
+    """The launcher's side: a loopback socket; each client sends one signed JSON line and gets one back.
+
+    Clients are served concurrently (one thread each, at most ``max_clients`` at once; more are closed at
+    once), and each one's line is read within ``line_timeout`` seconds in all and
+    :data:`~pytimely.signed_lines.MAX_LINE` bytes, so a silent, slow or endless client delays no one else and
+    holds no more than one line's memory.
+    """
+
+    def __init__(self, secret: bytes, handle: Callable[[str, int | None], dict[str, Any]], *,
+                 line_timeout: float = 5.0, max_clients: int = 64) -> None:
         self._secret = secret
         self._handle = handle
-        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.line_timeout = line_timeout
+        self._sock = socket.create_server(("127.0.0.1", 0), backlog=128)
         self.address = f"127.0.0.1:{self._sock.getsockname()[1]}"
-        self._seen: set[str] = set()
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_clients)
         self._thread = threading.Thread(target=self._serve, name="pytimely-control", daemon=True)
         self._thread.start()
 
@@ -173,27 +372,44 @@ class ControlEndpoint:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):
+                conn.close()  # too many clients at once: refuse this one rather than queue it
+                continue
+            threading.Thread(target=self._client, args=(conn,), name="pytimely-control-client", daemon=True).start()
+
+    def _client(self, conn: socket.socket) -> None:
+        try:
             with conn:
-                conn.settimeout(5.0)
                 try:
-                    answer = self._answer(conn.makefile("rb").readline())
+                    answer = self._answer(read_line(conn, timeout=self.line_timeout))
+                except SignedLineError as exc:
+                    answer = {"error": str(exc)}
                 except Exception as exc:  # a bad request must not stop the endpoint
                     answer = {"error": f"{type(exc).__name__}: {exc}"}
                 with contextlib.suppress(OSError):
-                    conn.sendall(json.dumps(answer).encode() + b"\n")
+                    conn.settimeout(self.line_timeout)
+                    conn.sendall(encode(self._secret, _REPLY, answer))
+        finally:
+            self._slots.release()
 
     def _answer(self, line: bytes) -> dict[str, Any]:
-        message = json.loads(line)
-        body = str(message["body"]).encode()
-        if not hmac.compare_digest(str(message["mac"]), _sign(self._secret, body)):
-            return {"error": "the request is not signed with the cluster secret"}
-        request = json.loads(body)
-        if request["nonce"] in self._seen:
-            return {"error": "a replayed request"}
-        self._seen.add(request["nonce"])
-        if request["op"] not in ("add", "remove"):
-            return {"error": f"unknown operation {request['op']!r} (add or remove)"}
-        return self._handle(request["op"], request.get("process"))
+        message = decode(self._secret, _PURPOSE, line)
+        nonce, sent = str(message.get("nonce")), message.get("time")
+        now = time.time()
+        if not isinstance(sent, (int, float)) or abs(now - sent) > _WINDOW:
+            return {"error": "a request too old or from a clock far off (a replay?)"}
+        with self._lock:
+            for old in [n for n, t in self._seen.items() if now - t > 2 * _WINDOW]:
+                del self._seen[old]
+            if nonce in self._seen:
+                return {"error": "a replayed request"}
+            self._seen[nonce] = now
+        op, process = message.get("op"), message.get("process")
+        if op not in OPERATIONS:
+            return {"error": f"unknown operation {op!r} ({', '.join(OPERATIONS)})"}
+        if process is not None and type(process) is not int:
+            return {"error": f"process must be an index, got {process!r}"}
+        return self._handle(str(op), process)
 
     def close(self) -> None:
         """Stop listening."""

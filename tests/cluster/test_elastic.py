@@ -164,11 +164,11 @@ def test_wordcount_rescales_under_the_launcher_and_writes_the_reference_counts(t
 
 
 def test_the_control_endpoint_refuses_unsigned_and_replayed_requests() -> None:
-    import json
     import socket
 
     from pytimely.errors import MembershipError
     from pytimely.membership import ControlEndpoint, request
+    from pytimely.signed_lines import decode, encode
 
     asked: list[tuple[str, int | None]] = []
 
@@ -184,16 +184,13 @@ def test_the_control_endpoint_refuses_unsigned_and_replayed_requests() -> None:
         with pytest.raises(MembershipError, match="unknown operation"):
             request("grow", address=endpoint.address, secret=b"right secret")
         # The same signed line sent twice: the second is refused.
-        from pytimely.membership import _sign
-
-        body = json.dumps({"op": "remove", "process": 1, "nonce": "n1"}).encode()
-        line = json.dumps({"body": body.decode(), "mac": _sign(b"right secret", body)}).encode() + b"\n"
+        line = encode(b"right secret", "control", {"op": "remove", "process": 1, "nonce": "n1", "time": time.time()})
         answers = []
         for _ in range(2):
             host, _, port = endpoint.address.rpartition(":")
-            with socket.create_connection((host, int(port))) as sock:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
                 sock.sendall(line)
-                answers.append(json.loads(sock.makefile("rb").readline()))
+                answers.append(decode(b"right secret", "control-reply", sock.makefile("rb").readline()))
         assert answers[0] == {"process": 7} and "replayed" in answers[1]["error"]
         assert asked == [("add", None), ("remove", 1)]
     finally:
@@ -205,10 +202,15 @@ def test_bad_rescale_plans_are_refused_with_the_reason() -> None:
 
     with pytest.raises(MembershipError, match="not EPOCH"):
         RescalePlan.parse("3:+2", initial=2)
-    with pytest.raises(MembershipError, match="increase"):
+    with pytest.raises(MembershipError, match="must not decrease"):
         RescalePlan.parse("3:+1,2:-1", initial=2)
     with pytest.raises(MembershipError, match="no process would be left"):
         RescalePlan.parse("1:-1", initial=1)
+    with pytest.raises(MembershipError, match="leaves come before joins"):
+        RescalePlan.parse("3:+1,3:-1", initial=2)  # the newcomer would leave before it took part
+    same = RescalePlan.parse("1:+1,3:-1,3:+1", initial=2)
+    assert [same.processes_at(e) for e in (1, 2, 3, 4)] == [[0, 1], [0, 1, 2], [0, 1, 2], [0, 1, 3]]
+    assert same.newcomers_at(4) == [3] and same.leavers_at(4) == [2] and same.newcomers_at(3) == []
     plan = RescalePlan.parse("1:+1,3:-1", initial=2, workers=2)
     assert plan.members_at(1) == [0, 1, 2, 3]
     assert plan.members_at(2) == [0, 1, 2, 3, 4, 5]

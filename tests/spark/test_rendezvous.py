@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -12,7 +11,8 @@ from typing import Any
 import pytest
 
 from pytimely.errors import SparkRendezvousError
-from pytimely.spark.rendezvous import Registry, Ticket, _mac, meet
+from pytimely.signed_lines import encode
+from pytimely.spark.rendezvous import Registry, Ticket, meet
 
 
 @pytest.fixture
@@ -113,8 +113,7 @@ def test_a_reply_not_signed_by_the_driver_is_refused() -> None:
         with conn:
             conn.recv(65536)
             body = {"run": "r", "stage": "1.0", "addresses": ["evil:1"], "error": None}
-            body["mac"] = _mac(b"x" * 32, body)
-            conn.sendall(json.dumps(body).encode() + b"\n")
+            conn.sendall(encode(b"x" * 32, "rendezvous-reply", body))
 
     thread = threading.Thread(target=impostor)
     thread.start()
@@ -190,3 +189,30 @@ def test_a_second_announcement_of_a_partition_takes_the_first_ones_place(registr
     assert meet(ticket, "1.0", 1, 2, "h:1") == ["new:0", "h:1"]
     second.join(timeout=10)
     assert late == [["new:0", "h:1"]]
+
+
+def test_a_silent_or_endless_client_is_dropped_and_holds_nothing() -> None:
+    reg = Registry("127.0.0.1", timeout=30, line_timeout=0.5)
+    try:
+        ticket = reg.ticket(b"s" * 32, timeout=10)
+        silent = socket.create_connection((reg.host, reg.port))
+        endless = socket.create_connection((reg.host, reg.port))
+        silent.settimeout(10)
+        endless.settimeout(10)
+        dropped = False
+        with silent, endless:
+            try:
+                for _ in range(64):  # 4 MiB without a newline: far past the 64 KiB limit
+                    endless.sendall(b"x" * 65536)
+            except OSError:
+                dropped = True
+            assert max((len(b._data) for b in list(reg._buffers.values())), default=0) <= 1 << 17
+            assert dropped or endless.recv(1) == b""
+            started = time.monotonic()
+            assert silent.recv(1) == b""  # closed by the registry once its line deadline passed
+            assert time.monotonic() - started < 5
+            # Meanwhile the registry served a real group at once.
+            results = in_threads([lambda: meet(ticket, "1.0", 0, 2, "h:0"), lambda: meet(ticket, "1.0", 1, 2, "h:1")])
+            assert results == [["h:0", "h:1"]] * 2
+    finally:
+        reg.close()

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from pytimely.algorithms.connected_components import _components
 from pytimely.dataflow.stream import Stream
+from pytimely.errors import JoinTimeoutError, LeaveTimeoutError
 from pytimely.membership import RescalePlan, balanced_moves
 from pytimely.worker import Worker
 
@@ -49,6 +50,61 @@ Share = Callable[[int, int, list[int]], Any]
 """``share(worker, epoch, members)``: the records a member worker feeds in at an epoch."""
 
 
+class Request(Protocol):
+    """A request in flight (see :class:`pytimely.membership.Pending`): polled between steps, never waited on."""
+
+    def done(self) -> bool:
+        """Whether it was answered; raises if it failed."""
+        ...
+
+
+class Join(Protocol):
+    """A newcomer being started (see :class:`pytimely.membership.JoinRequest`)."""
+
+    def check(self) -> None:
+        """Raise if the newcomer can no longer arrive."""
+        ...
+
+
+class Coordinator(Protocol):
+    """Whoever starts newcomers and hears of leaves (see :class:`pytimely.membership.Launcher`)."""
+
+    def join(self) -> Join:
+        """Ask for a newcomer."""
+        ...
+
+    def leaving(self, process: int) -> Request:
+        """Say ``process`` leaves (before it sends ``LEAVING``)."""
+        ...
+
+    def joined(self, worker: int) -> Request:
+        """Say newcomer worker ``worker`` has bootstrapped."""
+        ...
+
+    def reached(self, process: int, states: tuple[str, ...]) -> Request:
+        """Done once ``process`` is in one of ``states`` (``joined``, ``leaving``, ``exited``)."""
+        ...
+
+
+def _step_until(
+    worker: Worker, done: Callable[[], bool], timeout: float, late: Callable[[], Exception],
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Step ``worker`` until ``done()``; raise ``late()`` after ``timeout`` seconds (``check()`` may raise sooner)."""
+    deadline = time.monotonic() + timeout
+
+    def waiting() -> bool:
+        if check is not None:
+            check()
+        if done():
+            return False
+        if time.monotonic() > deadline:
+            raise late()
+        return True
+
+    worker.step_while(waiting)
+
+
 def run_while_rescaling(
     worker: Worker,
     stage: Stage,
@@ -56,18 +112,35 @@ def run_while_rescaling(
     epochs: int,
     plan: RescalePlan,
     *,
-    request_join: Callable[[], None] | None = None,
+    coordinator: Coordinator | None = None,
     linger: float = 0.0,
     on_epoch: Callable[[int], None] | None = None,
+    join_timeout: float = 60.0,
+    leave_timeout: float = 60.0,
 ) -> list[tuple[int, list[tuple[Any, int]]]] | None:
     """Feed ``share(worker, epoch, members)`` into ``stage`` for ``epochs`` epochs, following ``plan``.
 
-    ``request_join()``, called by worker 0 before an epoch a process joins in, starts the newcomer (the
-    launcher's ``add``). A leaving worker waits ``linger`` seconds before it leaves. ``on_epoch(epoch)`` is
-    called once this worker's probe has passed ``epoch``. Worker 0 returns, per emitted batch, its epoch and
-    ``(record, emitting worker)`` pairs; the others return ``None``.
+    ``coordinator`` starts newcomers and hears of leaves (``pytimely launch --elastic``'s control endpoint;
+    ``None`` when something else starts them). Its requests are handles polled between steps, so no worker
+    stops stepping while one is in flight:
+
+    - before an epoch a process joins in, worker 0 waits until the coordinator has heard of every leave the
+      plan had before it, then asks for the newcomer; every member then steps until the newcomer's workers are
+      members;
+    - a newcomer's workers say when they have bootstrapped;
+    - a leaving process's first worker says it leaves before it does. A leave in the same epoch as a join
+      waits until the newcomer has bootstrapped (so nobody leaves while a newcomer still bootstraps, and the
+      newcomer, started while the leaver still runs, dials it and hears its ``LEAVING``).
+
+    Every wait has a deadline: a newcomer not there within ``join_timeout`` seconds raises
+    :class:`JoinTimeoutError` naming it on every member (at once on worker 0, if the launcher reports the
+    newcomer exited); a leave not heard of within ``leave_timeout`` raises :class:`LeaveTimeoutError`. A leaving
+    worker waits ``linger`` seconds before it leaves. ``on_epoch(epoch)`` is called once this worker's probe has
+    passed ``epoch``. Worker 0 returns, per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the
+    others return ``None``.
     """
     me = worker.index
+    per = worker.workers_per_process
 
     def tag(record: Any) -> tuple[Any, int]:
         return record, me
@@ -85,19 +158,26 @@ def run_while_rescaling(
         handle.advance_to(start)
         control_handle.advance_to(start)
         control_handle.send_batch(balanced_moves(start, plan.members_at(start)))
+        if coordinator is not None:
+            said = coordinator.joined(me)
+            _step_until(worker, said.done, join_timeout, lambda: _late_request(me // per, "joined", join_timeout))
     for epoch in range(start, epochs):
         members = plan.members_at(epoch)
         if me not in members:
             control_handle.send_batch(balanced_moves(epoch, members))
+            if plan.newcomers_at(epoch):
+                _wait_for_newcomers(worker, plan, epoch, coordinator, join_timeout)
+            if coordinator is not None and me % per == 0:
+                notice = coordinator.leaving(me // per)
+                _step_until(
+                    worker, notice.done, leave_timeout, lambda: _late_request(me // per, "leaving", leave_timeout)
+                )
             # Lingering lets the others run ahead, so the leaver holds the only capability at the frontier.
             time.sleep(linger)
             worker.leave(at=epoch)
             return None
-        if epoch in plan.join_epochs:
-            if me == 0 and request_join is not None:
-                request_join()
-            wanted = set(members)
-            worker.step_while(lambda: not wanted <= set(worker.members))  # noqa: B023 - used at once
+        if plan.newcomers_at(epoch) and not (worker.joined and epoch == start):
+            _wait_for_members(worker, plan, epoch, coordinator, join_timeout, leave_timeout)
         handle.send_batch(share(me, epoch, members))
         handle.advance_to(epoch + 1)
         control_handle.advance_to(epoch + 1)
@@ -110,6 +190,77 @@ def run_while_rescaling(
     if me != 0:
         return None
     return [(t, list(batch)) for t, batch in captured]
+
+
+def _late_request(process: int, op: str, timeout: float) -> JoinTimeoutError | LeaveTimeoutError:
+    kind = JoinTimeoutError if op == "joined" else LeaveTimeoutError
+    return kind(f"process {process} could not tell the launcher {op!r} within {timeout:g} s", process)
+
+
+def _wait_for_members(
+    worker: Worker,
+    plan: RescalePlan,
+    epoch: int,
+    coordinator: Coordinator | None,
+    join_timeout: float,
+    leave_timeout: float,
+) -> None:
+    """Before ``epoch``: worker 0 makes sure earlier leaves were heard and asks for the newcomers; all wait."""
+    joins: list[Join] = []
+    if worker.index == 0 and coordinator is not None:
+        # Whoever starts a newcomer hands it the processes to dial: it must have heard of every earlier leave.
+        staying = set(plan.processes_at(epoch)) | set(plan.leavers_at(epoch))
+        gone = sorted(set(range(plan.processes)) - staying - set(plan.newcomers_at(epoch)))
+        gone = [p for p in gone if p < min(plan.newcomers_at(epoch))]
+        for process in gone:
+            heard = coordinator.reached(process, ("leaving", "exited"))
+            _step_until(
+                worker, heard.done, leave_timeout,
+                lambda p=process: LeaveTimeoutError(  # type: ignore[misc]
+                    f"worker 0: the launcher did not hear within {leave_timeout:g} s that process {p} leaves", p
+                ),
+            )
+        joins = [coordinator.join() for _ in plan.newcomers_at(epoch)]
+    _wait_for_newcomers(worker, plan, epoch, None, join_timeout, joins)
+
+
+def _wait_for_newcomers(
+    worker: Worker,
+    plan: RescalePlan,
+    epoch: int,
+    coordinator: Coordinator | None,
+    join_timeout: float,
+    joins: list[Join] | None = None,
+) -> None:
+    """Step until the processes joining at ``epoch`` are members (and, with ``coordinator``, bootstrapped)."""
+    per = plan.workers
+    wanted = {p * per + i for p in plan.newcomers_at(epoch) for i in range(per)}
+
+    def missing() -> list[int]:
+        return sorted({m // per for m in wanted - set(worker.members)})
+
+    def check() -> None:
+        for join in joins or ():
+            join.check()
+
+    _step_until(
+        worker, lambda: not missing(), join_timeout,
+        lambda: JoinTimeoutError(
+            f"worker {worker.index}: process(es) {', '.join(map(str, missing()))} did not join within "
+            f"{join_timeout:g} s (they were to take part from epoch {epoch})",
+            missing()[0],
+        ),
+        check,
+    )
+    if coordinator is not None:
+        for process in plan.newcomers_at(epoch):
+            ready = coordinator.reached(process, ("joined",))
+            _step_until(
+                worker, ready.done, join_timeout,
+                lambda p=process: JoinTimeoutError(  # type: ignore[misc]
+                    f"worker {worker.index}: process {p} did not bootstrap within {join_timeout:g} s", p
+                ),
+            )
 
 
 # --- counting ------------------------------------------------------------------------------------------------------
@@ -131,14 +282,18 @@ def count_while_rescaling(
     epochs: int,
     plan: RescalePlan,
     *,
-    request_join: Callable[[], None] | None = None,
+    coordinator: Coordinator | None = None,
     linger: float = 0.0,
+    **options: Any,
 ) -> tuple[dict[Any, int], dict[int, int]] | None:
     """Count the keys ``share`` gives each member, following ``plan`` (see :func:`run_while_rescaling`).
 
     Worker 0 returns each key's count and how many counts each worker emitted; the others return ``None``.
+    ``options`` go to :func:`run_while_rescaling` (the deadlines).
     """
-    emitted = run_while_rescaling(worker, count_keys, share, epochs, plan, request_join=request_join, linger=linger)
+    emitted = run_while_rescaling(
+        worker, count_keys, share, epochs, plan, coordinator=coordinator, linger=linger, **options
+    )
     if emitted is None:
         return None
     counts: dict[Any, int] = {}
@@ -227,15 +382,16 @@ def components_while_rescaling(
     epochs: int,
     plan: RescalePlan,
     *,
-    request_join: Callable[[], None] | None = None,
+    coordinator: Coordinator | None = None,
     linger: float = 0.0,
+    **options: Any,
 ) -> list[list[tuple[int, int]]] | None:
     """The components of the edges (``(n, 2)`` arrays) ``share`` gives each member, following ``plan``.
 
     Worker 0 returns, per epoch, the ``(vertex, label)`` changes at that epoch; the others return ``None``.
     """
     emitted = run_while_rescaling(
-        worker, union_components, share, epochs, plan, request_join=request_join, linger=linger
+        worker, union_components, share, epochs, plan, coordinator=coordinator, linger=linger, **options
     )
     if emitted is None:
         return None

@@ -9,10 +9,12 @@ connects, announces ``(run, stage attempt, partition, host:port)``, and gets
 the whole address list back as soon as the last task of its stage attempt has
 announced itself -- milliseconds after the tasks start.
 
-Messages are one JSON line each way, authenticated with HMAC-SHA256 under the
-run's secret (made on the driver, travelling in the task closure, never sent):
-the registry ignores announcements it cannot verify, and a task refuses a reply
-the registry could not have made. Announcements are grouped by run *and* by
+Messages are one signed JSON line each way (:mod:`pytimely.signed_lines`,
+HMAC-SHA256 under the run's secret, made on the driver, travelling in the task
+closure, never sent): the registry ignores announcements it cannot verify, and
+a task refuses a reply the registry could not have made. A connection that
+sends no whole announcement of at most 64 KiB within ``line_timeout`` seconds
+is dropped, so silent or endless clients hold nothing for long. Announcements are grouped by run *and* by
 Spark's stage id and task attempt number, so a retried stage (or a whole re-run) can
 never be mixed with a failed attempt's leftovers. A group that stays incomplete
 for longer than its timeout is answered with an error and forgotten.
@@ -21,8 +23,6 @@ for longer than its timeout is answered with an error and forgotten.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import secrets
 import selectors
@@ -32,11 +32,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytimely.errors import SparkRendezvousError
+from pytimely.errors import BadSignatureError, SignedLineError, SparkRendezvousError
+from pytimely.signed_lines import MAX_LINE, LineBuffer, decode, encode, read_line
 
 __all__ = ["Registry", "Ticket", "meet", "registry"]
 
-_MAX_LINE = 1 << 16
+_PURPOSE = "rendezvous"
+_REPLY = "rendezvous-reply"
+_MAX_REPLY = MAX_LINE * 16
+"""A reply lists every task's address: longer than an announcement, still bounded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +52,6 @@ class Ticket:
     run: str
     secret: bytes = field(repr=False)
     timeout: float
-
-
-def _mac(secret: bytes, message: dict[str, Any]) -> str:
-    """HMAC of ``message`` in a canonical JSON form (sorted keys, no spaces)."""
-    text = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(secret, text, hashlib.sha256).hexdigest()
 
 
 @dataclass(slots=True)
@@ -68,15 +66,16 @@ class _Group:
 class Registry:
     """The driver's registry: one listening socket, one selector thread, groups of waiting tasks."""
 
-    def __init__(self, host: str = "127.0.0.1", *, timeout: float = 120.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", *, timeout: float = 120.0, line_timeout: float = 10.0) -> None:
         self.host = host
         self.timeout = timeout
+        self.line_timeout = line_timeout
         self._listener = socket.create_server((host, 0), backlog=128)
         self._listener.setblocking(False)
         self.port: int = self._listener.getsockname()[1]
         self._secrets: dict[str, bytes] = {}
         self._groups: dict[tuple[str, str], _Group] = {}
-        self._buffers: dict[socket.socket, bytearray] = {}
+        self._buffers: dict[socket.socket, LineBuffer] = {}
         # Re-entrant: ``forget`` runs as a finalizer, which garbage collection may call on a thread already
         # holding the lock (the serving thread, in the middle of ``_expire``).
         self._lock = threading.RLock()
@@ -144,7 +143,7 @@ class Registry:
         except OSError:
             return
         conn.setblocking(False)
-        self._buffers[conn] = bytearray()
+        self._buffers[conn] = LineBuffer(self.line_timeout)
         self._selector.register(conn, selectors.EVENT_READ)
 
     def _drop(self, sock: socket.socket) -> None:
@@ -168,28 +167,31 @@ class Registry:
             self._leave(sock)
             self._drop(sock)
             return
-        buffer += chunk
-        if len(buffer) > _MAX_LINE:
+        try:
+            line = buffer.feed(chunk)
+        except SignedLineError:
+            self._leave(sock)
             self._drop(sock)
             return
-        if b"\n" not in buffer:
+        if line is None:
             return
-        line = bytes(buffer.split(b"\n", 1)[0])
-        buffer.clear()
+        # Announced: it now waits for its group (which has its own timeout), and may announce again.
+        self._buffers[sock] = LineBuffer(float("inf"))
         self._announce(sock, line)
 
     def _announce(self, sock: socket.socket, line: bytes) -> None:
         try:
-            message = json.loads(line)
-            run, stage, partition = str(message["run"]), str(message["stage"]), int(message["partition"])
-            processes, address, mac = int(message["processes"]), str(message["address"]), str(message["mac"])
-        except (ValueError, KeyError, TypeError):
-            self._drop(sock)
-            return
-        with self._lock:
-            secret = self._secrets.get(run)
-        body = {"run": run, "stage": stage, "partition": partition, "processes": processes, "address": address}
-        if secret is None or not hmac.compare_digest(mac, _mac(secret, body)) or not 0 <= partition < processes:
+            run = str(json.loads(line)["run"])
+            with self._lock:
+                secret = self._secrets.get(run)
+            if secret is None:
+                raise KeyError(run)
+            message = decode(secret, _PURPOSE, line)
+            stage, partition = str(message["stage"]), int(message["partition"])
+            processes, address = int(message["processes"]), str(message["address"])
+            if not 0 <= partition < processes:
+                raise ValueError(partition)
+        except (SignedLineError, ValueError, KeyError, TypeError):
             self._drop(sock)  # not ours, forged, or nonsense: say nothing to it
             return
         with self._lock:
@@ -229,14 +231,13 @@ class Registry:
         error: str | None = None,
     ) -> None:
         body: dict[str, Any] = {"run": run, "stage": stage, "addresses": addresses, "error": error}
-        body["mac"] = _mac(secret, {k: v for k, v in body.items() if k != "mac"})
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(sock)
         self._buffers.pop(sock, None)
         try:
             sock.setblocking(True)
             sock.settimeout(5)
-            sock.sendall(json.dumps(body).encode() + b"\n")
+            sock.sendall(encode(secret, _REPLY, body))
         except OSError:
             pass
         finally:
@@ -244,6 +245,9 @@ class Registry:
 
     def _expire(self) -> None:
         now = time.monotonic()
+        for sock, buffer in list(self._buffers.items()):
+            if buffer.deadline < now:
+                self._drop(sock)  # connected, but sent no whole announcement in time
         with self._lock:
             stale = [(k, g) for k, g in self._groups.items() if now - g.created > self.timeout]
             for key, _ in stale:
@@ -287,7 +291,6 @@ def meet(ticket: Ticket, stage: str, partition: int, processes: int, address: st
     complete group within the ticket's timeout, a reply the registry could not have signed.
     """
     body = {"run": ticket.run, "stage": stage, "partition": partition, "processes": processes, "address": address}
-    line = json.dumps({**body, "mac": _mac(ticket.secret, body)}).encode() + b"\n"
     try:
         sock = socket.create_connection((ticket.host, ticket.port), timeout=min(ticket.timeout, 30.0))
     except OSError as exc:
@@ -295,32 +298,30 @@ def meet(ticket: Ticket, stage: str, partition: int, processes: int, address: st
             f"cannot reach the driver's rendezvous at {ticket.host}:{ticket.port}: {exc}"
         ) from exc
     with sock:
-        sock.settimeout(ticket.timeout)
         try:
-            sock.sendall(line)
-            data = bytearray()
-            while not data.endswith(b"\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-                if len(data) > _MAX_LINE * 16:
-                    break
-        except TimeoutError as exc:
+            sock.settimeout(ticket.timeout)
+            sock.sendall(encode(ticket.secret, _PURPOSE, body))
+            line = read_line(sock, timeout=ticket.timeout, limit=_MAX_REPLY)
+        except TimeoutError as exc:  # LineTimeoutError included
             raise SparkRendezvousError(
                 f"task {partition} of {processes}: the other tasks did not arrive within {ticket.timeout:g} s"
             ) from exc
+        except SignedLineError as exc:
+            raise SparkRendezvousError(
+                f"task {partition} of {processes}: the rendezvous closed without a valid reply ({exc})"
+            ) from None
         except OSError as exc:
             raise SparkRendezvousError(f"task {partition} of {processes}: rendezvous connection failed: {exc}") from exc
     try:
-        reply = json.loads(bytes(data))
-        mac = reply.pop("mac")
-    except (ValueError, KeyError, AttributeError):
+        reply = decode(ticket.secret, _REPLY, line)
+    except BadSignatureError:
         raise SparkRendezvousError(
-            f"task {partition} of {processes}: the rendezvous closed without a valid reply"
+            f"task {partition} of {processes}: the rendezvous reply is not signed by the driver"
         ) from None
-    if not hmac.compare_digest(str(mac), _mac(ticket.secret, reply)):
-        raise SparkRendezvousError(f"task {partition} of {processes}: the rendezvous reply is not signed by the driver")
+    except SignedLineError as exc:
+        raise SparkRendezvousError(
+            f"task {partition} of {processes}: the rendezvous closed without a valid reply ({exc})"
+        ) from None
     if reply.get("run") != ticket.run or reply.get("stage") != stage:
         raise SparkRendezvousError(f"task {partition} of {processes}: the rendezvous replied for another run or stage")
     if reply.get("error"):
