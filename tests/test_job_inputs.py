@@ -1,0 +1,113 @@
+"""Bad input to the jobs: a typed error naming file and line, exit status 2, one line on stderr, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytimely.errors import InputFormatError, InvalidArgument, OutputPathError
+from pytimely.io import read_edges, read_words, write_table
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_cli(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit status 2, one line on stderr (no traceback) holding every needle."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+BAD_EDGES = [
+    # (name, bytes, flags, line): each once gave a wrong output, a silent drop or a raw traceback.
+    ("past_int64", b"1,2\n2,3\n18446744073709551617,4\n", (), 3),
+    ("below_int64", b"1,2\n-9223372036854775809,4\n", (), 2),
+    ("trailing_comma", b"1,2\n3,\n", (), 2),
+    ("negative_epoch", b"1,2,0\n2,3,-1\n4,5,1\n", ("--epochs",), 2),
+    ("binary", b"1,2\n\x9f\x80\xff\x00garbage", (), 2),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "flags", "line"), BAD_EDGES, ids=[b[0] for b in BAD_EDGES])
+def test_wcc_refuses_bad_edges_naming_file_and_line(
+    tmp_path: Path, name: str, content: bytes, flags: tuple[str, ...], line: int
+) -> None:
+    path = tmp_path / f"{name}.csv"
+    path.write_bytes(content)
+    with pytest.raises(InputFormatError) as info:
+        read_edges(path, epochs=bool(flags))
+    assert (info.value.path, info.value.line) == (str(path), line)
+    out = tmp_path / "out.csv"
+    assert_refused(run_cli("wcc.py", "--edges", str(path), "--output", str(out), *flags), f"{path}, line {line}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no output, no temporary file
+
+
+def test_int64_ends_are_read_exactly(tmp_path: Path) -> None:
+    # numpy clamps out-of-range values to these ends, so a value at an end is checked again; it must stay.
+    top, bottom = 2**63 - 1, -(2**63)
+    path = tmp_path / "ends.csv"
+    path.write_text(f"{top},1\n2,{bottom}\n")
+    assert read_edges(path).tolist() == [[top, 1], [2, bottom]]
+
+
+def test_a_share_of_lines_names_the_line_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "e.csv"
+    path.write_text("src,dst\n1,2\n3,x\n5,6\n")
+    assert read_edges(path, part=0, parts=2).tolist() == [[1, 2], [5, 6]]
+    with pytest.raises(InputFormatError) as info:
+        read_edges(path, part=1, parts=2)
+    assert info.value.line == 3
+    with pytest.raises(InvalidArgument):
+        read_edges(path, part=2, parts=2)
+
+
+def test_wcc_missing_output_folder_is_named_before_any_work(tmp_path: Path) -> None:
+    edges = tmp_path / "e.csv"
+    edges.write_text("1,2\n")
+    out = tmp_path / "no" / "such" / "out.csv"
+    assert_refused(run_cli("wcc.py", "--edges", str(edges), "--output", str(out)), str(out))
+    assert not (tmp_path / "no").exists()
+
+
+def test_wordcount_missing_output_folder_and_negative_epochs(tmp_path: Path) -> None:
+    text = tmp_path / "t.txt"
+    text.write_text("a b a\n")
+    out = tmp_path / "missing" / "o.tsv"
+    assert_refused(run_cli("wordcount.py", "--input", str(text), "--output", str(out)), str(out))
+    result = run_cli("wordcount.py", "--input", str(text), "--output", str(tmp_path / "o.tsv"), "--epochs", "-2")
+    assert result.returncode == 2 and "--epochs" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o.tsv").exists()
+
+
+def test_missing_input_is_one_line_with_status_2(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.csv"
+    assert_refused(run_cli("wcc.py", "--edges", str(missing), "--output", str(tmp_path / "o")), str(missing))
+    assert_refused(run_cli("wordcount.py", "--input", str(missing), "--output", str(tmp_path / "o")), str(missing))
+
+
+def test_write_table_into_a_missing_folder_is_a_typed_error_naming_the_output(tmp_path: Path) -> None:
+    out = tmp_path / "nope" / "t.csv"
+    with pytest.raises(OutputPathError) as info:
+        write_table(out, ["a"], np.zeros((2, 1), dtype=np.int64))
+    assert info.value.path == str(out)
+    assert ".tmp" not in str(info.value)
+
+
+def test_read_words_names_the_undecodable_line(tmp_path: Path) -> None:
+    path = tmp_path / "w.txt"
+    path.write_bytes(b"ok\nok\n\xc3(\n")
+    with pytest.raises(InputFormatError) as info:
+        read_words(path)
+    assert info.value.line == 3
