@@ -82,7 +82,7 @@ class ArityError(DataflowError, ValueError):
 
 
 class RouteError(DataflowError, TypeError):
-    """An exchange route gave something other than an integer key for a record."""
+    """An exchange route is not callable, or gave something other than an integer key for a record."""
 
 
 class CapabilityError(DataflowError):
