@@ -5,10 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from pytimely import Scope, Worker, execute
+from pytimely.algorithms import connected_components
 from pytimely.errors import InputFormatError, InvalidArgument, OutputPathError
 from pytimely.io import read_edges, read_words, write_table
 
@@ -111,3 +114,27 @@ def test_read_words_names_the_undecodable_line(tmp_path: Path) -> None:
     with pytest.raises(InputFormatError) as info:
         read_words(path)
     assert info.value.line == 3
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        [(1, 2**70)],
+        [(1, "x")],
+        [1, 2, 3],
+        np.array([[1.5, 2.0]]),
+        np.array([[2**63 + 5, 1]], dtype=np.uint64),
+    ],
+    ids=["past_int64", "text", "flat", "floats", "uint64_past_int64"],
+)
+def test_connected_components_refuses_edges_a_cast_would_change(batch: Any) -> None:
+    def job(worker: Worker) -> None:
+        def build(scope: Scope[int]) -> Any:
+            handle, stream = scope.new_input()
+            connected_components(stream).capture()
+            return handle
+
+        worker.dataflow(build).send_batch(batch)
+
+    with pytest.raises(InputFormatError, match="64-bit integers"):
+        execute(job)
