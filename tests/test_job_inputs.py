@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,37 @@ def test_connected_components_refuses_edges_a_cast_would_change(batch: Any) -> N
 
     with pytest.raises(InputFormatError, match="64-bit integers"):
         execute(job)
+
+
+@pytest.mark.parametrize("flag", ["--vertices", "--edges", "--processes"])
+def test_demo_refuses_non_positive_sizes_before_starting_spark(flag: str) -> None:
+    result = run_cli("demo.py", flag, "0", "--no-graphx")
+    assert result.returncode == 2 and flag in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def run_target(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pytimely run jobmod:job`` with ``source`` as the module ``jobmod``."""
+    (tmp_path / "jobmod.py").write_text(source)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "pytimely", "run", "jobmod:job", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+
+
+def test_pytimely_run_names_a_broken_module_as_a_usage_error(tmp_path: Path) -> None:
+    result = run_target(tmp_path, "def job(:\n")
+    assert result.returncode == 2 and "cannot import 'jobmod': SyntaxError" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_pytimely_run_reports_bad_input_with_status_2(tmp_path: Path) -> None:
+    edges = tmp_path / "e.csv"
+    edges.write_text("1,2\n3,\n")
+    source = f"from pytimely.io import read_edges\n\ndef job(worker):\n    read_edges({str(edges)!r})\n"
+    result = run_target(tmp_path, source)
+    assert_refused(result, f"{edges}, line 2")
