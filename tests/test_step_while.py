@@ -9,6 +9,7 @@ import pytest
 
 from pytimely import Scope, Worker, execute
 from pytimely.errors import InvalidArgument, StalledError, StepTimeoutError
+from tests.cluster.helpers import Cluster, report
 
 
 def hoarder(cap: Any, info: Any) -> Any:
@@ -48,13 +49,45 @@ def test_one_worker_waiting_for_a_held_time_is_a_stall_naming_the_capability() -
     assert "step_while" in str(info.value)
 
 
-def test_several_workers_waiting_for_a_held_time_meet_the_deadline() -> None:
-    # In-process peers could still send each other something, so no stall is proven: the deadline decides.
+@pytest.mark.parametrize("seed", [None, 3])
+def test_several_workers_in_one_process_waiting_for_a_held_time_are_a_stall(seed: int | None) -> None:
+    # Every worker waits in step_while and a full round of steps does nothing: no deadline needed.
+    with pytest.raises(StalledError, match="'hoarder' capability on output 0"):
+        execute(waiting_for(3, timeout=None), 2, seed=seed)
+
+
+def test_a_worker_still_running_its_function_keeps_the_others_waiting() -> None:
+    # Worker 1 sends its records only after worker 0 has waited through idle rounds: no stall may be declared.
+    def job(worker: Worker) -> int:
+        def build(scope: Scope[int]) -> Any:
+            handle, stream = scope.new_input()
+            return handle, stream.exchange(lambda r: 0).probe()
+
+        handle, probe = worker.dataflow(build)
+        if worker.index == 1:
+            for _ in range(20):
+                worker.step()  # idle steps outside step_while
+            handle.send(7)
+        handle.advance_to(1)
+        worker.step_while(lambda: probe.less_than(1), timeout=60)
+        return 1
+
+    assert execute(job, 2) == [1, 1]
+
+
+def test_across_processes_the_deadline_ends_the_wait() -> None:
+    # Each process's peers could still send something, so only the deadline can end this wait (the cluster-wide
+    # stall proof needs every process to say it is idle, which the communication layer does not yet carry).
+    cluster = Cluster(2)
     started = time.monotonic()
-    with pytest.raises(StepTimeoutError, match="'hoarder' capability on output 0") as info:
-        execute(waiting_for(3, timeout=1.0), 2)
-    assert time.monotonic() - started >= 1.0
-    assert isinstance(info.value, TimeoutError)
+    try:
+        cluster.start(["tests.cluster.misuse_jobs:wait_for_held_time", "2"])
+        results = cluster.wait(timeout=120)
+    finally:
+        cluster.kill()
+    assert all(code == 1 for code, _, _ in results), report(results)
+    assert any("StepTimeoutError" in err and "'hoarder'" in err for _, _, err in results), report(results)
+    assert time.monotonic() - started < 60, report(results)
 
 
 def test_a_time_that_comes_ends_the_wait_without_error() -> None:

@@ -144,8 +144,9 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
             continue
         if turns.abort:
             continue
-        # Once every worker only drains, a full round of steps in which nobody did anything means nothing ever will.
-        if all(draining[j] for j in live):
+        # Once every worker only drains or waits in step_while (where only its dataflows can end the wait), a full
+        # round of steps in which nobody did anything means nothing ever will.
+        if all(draining[j] or workers[j].waiting for j in live):
             if not workers[i].running:
                 idle.discard(i)  # finished: its thread ends at its next turn
             elif workers[i].last_step_worked:

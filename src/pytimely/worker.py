@@ -33,6 +33,8 @@ class Worker:
         self._left = False
         self.last_step_worked = False
         """Whether the last :meth:`step` did anything (received, ran or sent something)."""
+        self.waiting = False
+        """Whether the worker is inside :meth:`step_while`: only its dataflows can end the wait."""
 
     @property
     def index(self) -> int:
@@ -144,19 +146,23 @@ class Worker:
             raise InvalidArgument(f"step_while: timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         idle = 0
-        while condition():
-            if deadline is not None and time.monotonic() >= deadline:
-                raise StepTimeoutError(
-                    f"worker {self.index}: step_while's condition still held after {timeout} s; the dataflows "
-                    f"hold: {self.stall_report() or 'no running dataflow'}"
-                )
-            self.step()
-            idle = 0 if self.last_step_worked else idle + 1
-            if self._stalled_for(idle):
-                raise self._stalled("step_while's condition can never become false")
-            if idle:
-                wait = _PARK if deadline is None else max(0.0, min(_PARK, deadline - time.monotonic()))
-                self._allocator.park(wait)
+        waiting, self.waiting = self.waiting, True
+        try:
+            while condition():
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise StepTimeoutError(
+                        f"worker {self.index}: step_while's condition still held after {timeout} s; the dataflows "
+                        f"hold: {self.stall_report() or 'no running dataflow'}"
+                    )
+                self.step()
+                idle = 0 if self.last_step_worked else idle + 1
+                if self._stalled_for(idle):
+                    raise self._stalled("step_while's condition can never become false")
+                if idle:
+                    wait = _PARK if deadline is None else max(0.0, min(_PARK, deadline - time.monotonic()))
+                    self._allocator.park(wait)
+        finally:
+            self.waiting = waiting
 
     def _stalled_for(self, idle: int) -> bool:
         """Whether ``idle`` steps in a row prove nothing can move: no other worker could send this one anything."""

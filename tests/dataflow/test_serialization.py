@@ -91,7 +91,7 @@ def test_checked_numpy_batches_keep_their_rows() -> None:
 def test_across_two_processes_the_error_names_the_exchange_and_the_sender() -> None:
     cluster = Cluster(2)
     try:
-        cluster.start(["tests.cluster.pickle_jobs:lock_through_exchange"])
+        cluster.start(["tests.cluster.misuse_jobs:lock_through_exchange"])
         results = cluster.wait(timeout=120)
     finally:
         cluster.kill()
