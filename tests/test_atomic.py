@@ -101,3 +101,10 @@ def test_a_failing_block_leaves_neither_output_nor_temporary(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(InvalidArgument):
         atomic_output(target, "a").__enter__()
+
+
+def test_a_durable_write_lands_whole(tmp_path: Path) -> None:
+    target = tmp_path / "marker"
+    write_atomic(target, b"\x00" * 5000, durable=True)
+    write_atomic(target, "second", durable=True)
+    assert target.read_text() == "second" and temporaries(tmp_path) == []

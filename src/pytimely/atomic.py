@@ -85,12 +85,13 @@ def remove_stale(target: str | os.PathLike[str], *, stale_after: float = STALE_A
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+def atomic_output(path: str | os.PathLike[str], mode: str = "w", *, durable: bool = False) -> Iterator[IO[Any]]:
     """Write ``path`` under a temporary name beside it, renamed to ``path`` only if the block succeeds.
 
     A failed run leaves no partial output that could pass for a complete one; abandoned temporary files of
     earlier writes of ``path`` are removed first. A missing directory is an :class:`OutputPathError` naming
-    ``path``.
+    ``path``. With ``durable``, the file and then its directory are fsynced, so the rename survives a power
+    cut with the whole content behind it.
     """
     if mode not in ("w", "wb"):
         raise InvalidArgument(f"atomic_output writes with mode 'w' or 'wb', got {mode!r}")
@@ -107,11 +108,24 @@ def atomic_output(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[
     try:
         with out:
             yield out
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(tmp, target)
+        if durable:
+            _sync_directory(target.parent if str(target.parent) else Path("."))
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def check_output(path: str | os.PathLike[str]) -> None:
@@ -125,7 +139,7 @@ def check_output(path: str | os.PathLike[str]) -> None:
         raise OutputPathError(f"cannot write {name}: it is a directory", name)
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically."""
-    with atomic_output(path, "wb") as out:
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, durable: bool = False) -> None:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically (``durable``: as for atomic_output)."""
+    with atomic_output(path, "wb", durable=durable) as out:
         out.write(data.encode("utf-8") if isinstance(data, str) else data)
