@@ -56,6 +56,15 @@ def test_several_workers_in_one_process_waiting_for_a_held_time_are_a_stall(seed
         execute(waiting_for(3, timeout=None), 2, seed=seed)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_waiting_with_no_dataflow_left_is_a_stall(workers: int) -> None:
+    def job(worker: Worker) -> None:
+        worker.step_while(lambda: True)
+
+    with pytest.raises(StalledError, match="no running dataflow"):
+        execute(job, workers)
+
+
 def test_a_worker_still_running_its_function_keeps_the_others_waiting() -> None:
     # Worker 1 sends its records only after worker 0 has waited through idle rounds: no stall may be declared.
     def job(worker: Worker) -> int:

@@ -147,7 +147,7 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
         # Once every worker only drains or waits in step_while (where only its dataflows can end the wait), a full
         # round of steps in which nobody did anything means nothing ever will.
         if all(draining[j] or workers[j].waiting for j in live):
-            if not workers[i].running:
+            if not workers[i].running and not workers[i].waiting:
                 idle.discard(i)  # finished: its thread ends at its next turn
             elif workers[i].last_step_worked:
                 idle.clear()

@@ -201,9 +201,12 @@ class Worker:
         return " | ".join(parts)
 
     def _stalled(self, what: str = "the computation cannot finish") -> StalledError:
+        held = self.stall_report()
+        if not held:
+            return StalledError(f"worker {self.index}: {what}: no running dataflow is left to change it")
         return StalledError(
             f"worker {self.index}: {what}, as no operator has work and no message is in flight, yet these "
-            f"remain: {self.stall_report() or 'no running dataflow'}. An operator holds a capability it never drops."
+            f"remain: {held}. An operator holds a capability it never drops."
         )
 
     def finish(self) -> None:
