@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from pytimely.communication.payload import dumps, loads
 from pytimely.dataflow.capability import Capability, InputCapability
@@ -74,6 +74,17 @@ def _unpicklable(
         sender=sender,
         receiver=receiver,
     )
+
+
+def _push_failed(
+    kind: str, sender: str | None, target: InputPort[Any, Any], time: Any, batch: Any, exc: Exception
+) -> NoReturn:
+    """Raise what a push to another process raised: named, when the message cannot be pickled; else as it is."""
+    try:
+        dumps((time, batch))
+    except Exception:
+        raise _unpicklable(kind, sender, target, time, batch, exc) from exc
+    raise exc
 
 
 class InputPort(Generic[T, D]):
@@ -222,7 +233,7 @@ class _Exchange:
                     except PytimelyError:
                         raise
                     except Exception as exc:  # the communication layer pickles: its error names no operator
-                        raise _unpicklable("exchange", self.sender, self._local, time, part, exc) from exc
+                        _push_failed("exchange", self.sender, self._local, time, part, exc)
 
     def _failed(self, time: Any, exc: Exception, record: Any = None) -> Exception:
         """The error for a route that raised or gave no int: it names the operator the route belongs to."""
@@ -274,7 +285,7 @@ class _Broadcast:
                 except PytimelyError:
                     raise
                 except Exception as exc:  # the communication layer pickles: its error names no operator
-                    raise _unpicklable("broadcast", self.sender, self._local, time, batch, exc) from exc
+                    _push_failed("broadcast", self.sender, self._local, time, batch, exc)
 
 
 class _Direct:
@@ -312,7 +323,7 @@ class _Direct:
             except PytimelyError:
                 raise
             except Exception as exc:  # the communication layer pickles: its error names no operator
-                raise _unpicklable("exchange", self.sender, self._local, time, batch, exc) from exc
+                _push_failed("exchange", self.sender, self._local, time, batch, exc)
 
 
 class Checked:
