@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pytimely import Scope, Worker, execute
 from pytimely.algorithms import connected_components
@@ -173,3 +175,49 @@ def test_pytimely_run_reports_bad_input_with_status_2(tmp_path: Path) -> None:
     source = f"from pytimely.io import read_edges\n\ndef job(worker):\n    read_edges({str(edges)!r})\n"
     result = run_target(tmp_path, source)
     assert_refused(result, f"{edges}, line 2")
+
+
+def reference_edges(text: str, width: int) -> list[list[int]] | int:
+    """What read_edges must give for ``text``: the rows, or the 1-based number of the first bad line."""
+    lines = text.splitlines()
+    headers = {("src", "dst"), ("src", "dst", "epoch")}
+    start = 1 if lines and tuple(c.strip() for c in lines[0].split(",")) in headers else 0
+    rows = []
+    for i in range(start, len(lines)):
+        if not lines[i].strip():
+            continue
+        fields = lines[i].split(",")
+        try:
+            row = [int(f) for f in fields]
+        except ValueError:
+            return i + 1
+        if len(row) != width or not all(-(2**63) <= v < 2**63 for v in row) or (width == 3 and row[2] < 0):
+            return i + 1
+        rows.append(row)
+    return rows
+
+
+fields = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.sampled_from(["2**63", "9223372036854775808", "-9223372036854775809", "18446744073709551617", "", "x", " 7",
+                     "1.5", "1e3", "0x10", "+3", "٣"]),
+)
+csv_lines = st.lists(
+    st.one_of(st.lists(fields, min_size=1, max_size=4).map(",".join), st.just(""), st.just("src,dst")),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=csv_lines, epochs=st.booleans())
+def test_read_edges_agrees_with_a_line_by_line_reference(tmp_path: Path, lines: list[str], epochs: bool) -> None:
+    path = tmp_path / "e.csv"
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    expected = reference_edges(text, 3 if epochs else 2)
+    if isinstance(expected, int):
+        with pytest.raises(InputFormatError) as info:
+            read_edges(path, epochs=epochs)
+        assert info.value.line == expected
+    else:
+        assert read_edges(path, epochs=epochs).tolist() == expected

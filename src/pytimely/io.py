@@ -46,7 +46,7 @@ def read_edges(path: str | os.PathLike[str], *, epochs: bool = False, part: int 
     mine = numbers[part::parts] if parts > 1 else numbers
     array = _parse_quickly(lines, mine, width)
     if array is None:
-        array = _parse_slowly(name, lines, mine, width)
+        array = _parse_slowly(name, lines, mine, width, epochs)
     if epochs and array.size:
         negative = np.flatnonzero(array[:, 2] < 0)
         if negative.size:
@@ -100,7 +100,7 @@ def _parse_quickly(lines: list[str], mine: list[int], width: int) -> Any:
     return flat.reshape(-1, width)
 
 
-def _parse_slowly(name: str, lines: list[str], mine: list[int], width: int) -> Any:
+def _parse_slowly(name: str, lines: list[str], mine: list[int], width: int, epochs: bool) -> Any:
     """The lines ``mine`` parsed one by one; the first bad line raises :class:`InputFormatError` naming it."""
     rows = []
     for i in mine:
@@ -116,6 +116,8 @@ def _parse_slowly(name: str, lines: list[str], mine: list[int], width: int) -> A
             else:
                 if not all(_INT64.min <= v <= _INT64.max for v in row):
                     problem = "a value is outside the 64-bit integer range"
+                elif epochs and row[2] < 0:
+                    problem = "an epoch must be a non-negative integer"
         if problem is not None:
             raise InputFormatError(f"{name}, line {i + 1}: {problem}: {lines[i]!r}", path=name, line=i + 1)
         rows.append(row)
