@@ -221,3 +221,18 @@ def test_read_edges_agrees_with_a_line_by_line_reference(tmp_path: Path, lines: 
         assert info.value.line == expected
     else:
         assert read_edges(path, epochs=epochs).tolist() == expected
+
+
+def test_bad_edges_stop_a_two_process_run_with_nothing_written(tmp_path: Path) -> None:
+    edges = tmp_path / "e.csv"
+    edges.write_text("".join(f"{i},{i + 1}\n" for i in range(50)) + "7,18446744073709551617\n")
+    out = tmp_path / "out.csv"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--", sys.executable, str(EXAMPLES / "wcc.py"),
+         "--edges", str(edges), "--output", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"{edges}, line 51: a value is outside the 64-bit integer range" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [edges.name]
