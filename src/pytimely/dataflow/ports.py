@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pytimely.communication.allocator import Push
     from pytimely.dataflow.operator import OperatorCore
 
-__all__ = ["Checked", "InputPort", "OutputPort", "Session", "take"]
+__all__ = ["InputPort", "OutputPort", "Session", "take"]
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -326,7 +326,7 @@ class _Direct:
                 _push_failed("exchange", self.sender, self._local, time, batch, exc)
 
 
-class Checked:
+class _Checked:
     """Wraps a channel of an exchange pact: every batch goes through the cross-process codec first.
 
     In one process an exchange hands records over by reference, so a record that cannot be
@@ -382,7 +382,7 @@ class OutputPort(Generic[T, D]):
 
     def _check_serialization(self, kind: str, target: InputPort[Any, Any]) -> None:
         """Make the channel connected last (to ``target``, by an exchange pact) serialise what it carries."""
-        self._channels[-1] = Checked(self._channels[-1], kind, target, self._op.name)
+        self._channels[-1] = _Checked(self._channels[-1], kind, target, self._op.name)
 
     def _push(self, time: T, batch: D) -> None:
         for channel in self._channels:
