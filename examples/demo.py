@@ -38,12 +38,23 @@ def summary(labels: dict[int, int]) -> tuple[int, int]:
     return len(sizes), int(sizes.max()) if len(sizes) else 0
 
 
+def _positive(text: str) -> int:
+    """A whole number >= 1 for a flag; anything else is a usage error (exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Generate, run on Spark with pytimely and with GraphX, compare, report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--edges", type=int, default=1_000_000, help="edges to generate (default 1,000,000)")
-    parser.add_argument("--vertices", type=int, default=500_000, help="vertex ids to draw from (default 500,000)")
-    parser.add_argument("--processes", type=int, default=2, help="pytimely processes = Spark slots (default 2)")
+    parser.add_argument("--edges", type=_positive, default=1_000_000, help="edges to generate (default 1,000,000)")
+    parser.add_argument("--vertices", type=_positive, default=500_000, help="vertex ids to draw from (default 500,000)")
+    parser.add_argument("--processes", type=_positive, default=2, help="pytimely processes = Spark slots (default 2)")
     parser.add_argument("--no-graphx", action="store_true", help="skip the GraphX baseline")
     args = parser.parse_args(argv)
 

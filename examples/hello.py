@@ -11,10 +11,12 @@ when a round has passed through the whole dataflow.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.config import add_arguments, parse_config
+from pytimely.errors import PytimelyError
 
 
 def hello(worker: Worker) -> None:
@@ -37,13 +39,18 @@ def hello(worker: Worker) -> None:
         worker.step_while(lambda: probe.less_than(handle.time))
 
 
-def main() -> None:
-    """Parse the cluster flags and run."""
+def main(argv: list[str] | None = None) -> int:
+    """Parse the cluster flags and run; a failure is one line on stderr and exit status 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    _, config = parse_config(parser)
-    execute(hello, config=config)
+    _, config = parse_config(parser, argv)
+    try:
+        execute(hello, config=config)
+    except PytimelyError as exc:
+        print(f"hello: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

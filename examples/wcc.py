@@ -16,7 +16,7 @@ With ``--spark MASTER`` Spark reads EDGES, hosts the workers (``-n``
 processes, default one per task slot, of ``-w`` workers each, in one barrier
 stage) and writes OUT; the file is the same as without Spark.
 
-With ``--epochs`` EDGES has a third column ``epoch`` (integers, any order) and
+With ``--epochs`` EDGES has a third column ``epoch`` (integers >= 0, any order) and
 the job runs incrementally: OUT is CSV ``epoch,vertex,label`` with a line for
 every vertex whose label is new or changed at that epoch, given all edges with
 epoch up to it. The output is the same whatever the number of workers.
@@ -34,8 +34,8 @@ import numpy as np
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.algorithms import connected_components
 from pytimely.config import Config, add_arguments, parse_config
-from pytimely.errors import InputFormatError, PytimelyError
-from pytimely.io import read_edges, write_table
+from pytimely.errors import InputFormatError, OutputPathError, PytimelyError
+from pytimely.io import check_output, read_edges, write_table
 
 
 def _to_first(batch: Any) -> Any:
@@ -62,9 +62,7 @@ def run(
         handle, captured = worker.dataflow(build)
         if epochs:
             for epoch in np.unique(edges[:, 2]).tolist():
-                if epoch < handle.time:
-                    continue
-                handle.advance_to(epoch)
+                handle.advance_to(epoch)  # read_edges refused negative epochs: none is before the input's time
                 handle.send_batch(edges[edges[:, 2] == epoch, :2])
         else:
             handle.send_batch(edges)
@@ -138,17 +136,19 @@ def main(argv: list[str] | None = None) -> int:
     args, config = parse_config(parser, argv)
     started = time.perf_counter()
     try:
+        if config.first_worker == 0:
+            check_output(args.output)  # before the work, not after it
         table = run(args.edges, epochs=args.epochs, config=config)
-    except (InputFormatError, OSError) as exc:
+        if table is None:
+            return 0
+        names = ["epoch", "vertex", "label"] if args.epochs else ["vertex", "label"]
+        write_table(args.output, names, table)
+    except (InputFormatError, OutputPathError, OSError) as exc:
         print(f"wcc: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:
         print(f"wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if table is None:
-        return 0
-    names = ["epoch", "vertex", "label"] if args.epochs else ["vertex", "label"]
-    write_table(args.output, names, table)
     print(f"wcc: {len(table)} rows in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

@@ -228,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--max-steps", type=int, default=1_000_000, help="give up after this many worker steps")
     args = p.parse_args(argv)
-    if args.vertices < 1 or args.edges < 0 or args.workers < 1:
-        p.error("--vertices and --workers must be positive, --edges non-negative")
+    if args.vertices < 1 or args.edges < 0 or args.workers < 1 or args.max_steps < 1:
+        p.error("--vertices, --workers and --max-steps must be positive, --edges non-negative")
     rng = random.Random(args.seed)
     edges = [(rng.randrange(args.vertices), rng.randrange(args.vertices)) for _ in range(args.edges)]
     start = time.perf_counter()

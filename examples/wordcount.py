@@ -27,8 +27,8 @@ from typing import Any
 
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.config import Config, add_arguments, parse_config
-from pytimely.errors import InputFormatError, PytimelyError
-from pytimely.io import read_words, write_table
+from pytimely.errors import InputFormatError, OutputPathError, PytimelyError
+from pytimely.io import check_output, read_words, write_table
 
 BATCH = 1 << 16
 
@@ -130,6 +130,17 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
     return 0
 
 
+def _count_of_epochs(text: str) -> int:
+    """``--epochs``: a whole number >= 0 (0: no epochs); anything else is a usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, write OUT."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -137,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="where to write word<TAB>count lines")
     parser.add_argument("--spark", metavar="MASTER", help="run on Spark, e.g. local[2] (Spark reads and writes)")
     parser.add_argument("--retries", type=int, default=0, help="with --spark: re-run a failed computation")
-    parser.add_argument("--epochs", type=int, default=0, help="stream the words in this many epochs")
+    parser.add_argument("--epochs", type=_count_of_epochs, default=0, help="stream the words in this many epochs")
     parser.add_argument("--rescale", default="", help="E:+1,E2:-1: add a process after epoch E, remove one after E2")
     parser.add_argument(
         "--join-timeout", type=float, default=60.0, help="with --rescale: seconds a newcomer may take to join (60)"
@@ -156,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     args, config = parse_config(parser, argv)
     started = time.perf_counter()
+    if args.rescale and args.epochs == 0:
+        parser.error("--rescale needs --epochs")
     try:
+        if config.first_worker == 0:
+            check_output(args.output)  # before the work, not after it
         if args.epochs > 0:
             counts = run_rescaling(
                 args.input,
@@ -166,19 +181,17 @@ def main(argv: list[str] | None = None) -> int:
                 join_timeout=args.join_timeout,
                 leave_timeout=args.leave_timeout,
             )
-        elif args.rescale:
-            parser.error("--rescale needs --epochs")
         else:
             counts = run(args.input, config=config)
-    except (InputFormatError, OSError) as exc:
+        if counts is None:
+            return 0
+        write_table(args.output, ["word", "count"], counts, sep="\t")
+    except (InputFormatError, OutputPathError, OSError) as exc:
         print(f"wordcount: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:
         print(f"wordcount: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if counts is None:
-        return 0
-    write_table(args.output, ["word", "count"], counts, sep="\t")
     print(f"wordcount: {len(counts)} words in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

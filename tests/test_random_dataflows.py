@@ -99,7 +99,7 @@ def run(program: list[str], data: list[tuple[int, int]], workers: int, seed: int
         return captured
 
     out: dict[int, Counter[int]] = {}
-    for captured in execute(job, workers, seed=seed):
+    for captured in execute(job, workers, seed=seed, check_serialization=True):
         for time, batch in captured:
             out.setdefault(time, Counter()).update(batch)
     return out

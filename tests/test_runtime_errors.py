@@ -33,7 +33,7 @@ def run_unary(logic_factory: Any, workers: int = 1, data: list[Any] | None = Non
             handle.send_batch(data if data is not None else [1, 2, 3])
         return out
 
-    return execute(job, workers)
+    return execute(job, workers, check_serialization=True)
 
 
 def test_downgrading_backwards() -> None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from pytimely.config import add_arguments, config_from_args
-from pytimely.errors import ConfigError, PytimelyError
+from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError
 
 __all__ = ["launch", "main"]
 
@@ -45,6 +45,8 @@ def _load(target: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module itself is broken (a syntax error, or its top level raised)
+        raise ConfigError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
     func = module
     for part in attr.split("."):
         try:
@@ -73,6 +75,9 @@ def _run(argv: Sequence[str]) -> int:
     sys.argv = [args.target, *args.args]
     try:
         results = execute(func, config=config)
+    except (InputFormatError, OutputPathError) as exc:
+        print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
+        return 2
     except PytimelyError as exc:
         print(f"pytimely run: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -7,6 +7,10 @@ class PytimelyError(Exception):
     """Root of every error pytimely raises on purpose."""
 
 
+class InvalidArgument(PytimelyError, ValueError):
+    """A function was called with an argument it cannot take (wrong type, out of range); names the argument."""
+
+
 class TimestampError(PytimelyError, ValueError):
     """A timestamp or path summary breaks the laws progress tracking relies on."""
 
@@ -78,7 +82,7 @@ class ArityError(DataflowError, ValueError):
 
 
 class RouteError(DataflowError, TypeError):
-    """An exchange route gave something other than an integer key for a record."""
+    """An exchange route is not callable, or gave something other than an integer key for a record."""
 
 
 class CapabilityError(DataflowError):
@@ -103,6 +107,20 @@ class StalledError(DataflowError):
     """The computation cannot finish: nothing can happen, yet capabilities or messages remain."""
 
 
+class StepTimeoutError(DataflowError, TimeoutError):
+    """``Worker.step_while`` reached its deadline with its condition still true; names what is held."""
+
+
+class UnpicklableRecordError(DataflowError, TypeError):
+    """A record sent through an exchange could not be pickled; names the channel and the operator that sent it."""
+
+    def __init__(self, message: str, channel: str, sender: str | None, receiver: str) -> None:
+        super().__init__(message)
+        self.channel = channel
+        self.sender = sender
+        self.receiver = receiver
+
+
 class InputFormatError(PytimelyError, ValueError):
     """An input is malformed; names the file and line number when it is a file (else they are None)."""
 
@@ -110,6 +128,17 @@ class InputFormatError(PytimelyError, ValueError):
         super().__init__(message)
         self.path = path
         self.line = line
+
+
+class OutputPathError(PytimelyError, OSError):
+    """An output file cannot be written where it was asked for (no such directory, not writable); names it."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class ConfigError(PytimelyError, ValueError):

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from pytimely.communication.cluster import Cluster
 from pytimely.communication.local import LocalAllocator
 from pytimely.config import Config
+from pytimely.errors import InvalidArgument
 from pytimely.worker import Worker
 
 __all__ = ["execute"]
@@ -58,26 +59,40 @@ class _Turns:
 
 
 def execute(
-    func: Callable[[Worker], R], workers: int = 1, *, config: Config | None = None, seed: int | None = None
+    func: Callable[[Worker], R],
+    workers: int = 1,
+    *,
+    config: Config | None = None,
+    seed: int | None = None,
+    check_serialization: bool = False,
 ) -> list[R]:
-    """Run ``func(worker)`` on ``workers`` workers (or as ``config`` lays out); return this process's results."""
+    """Run ``func(worker)`` on ``workers`` workers (or as ``config`` lays out); return this process's results.
+
+    With ``check_serialization``, every exchange pickles the records it carries even between workers of
+    this process (one worker included) and delivers the copies, so a record that could not cross to
+    another process fails here as it would there, with an
+    :class:`~pytimely.errors.UnpicklableRecordError` naming the exchange and the operator that sent it.
+    It costs a pickle round trip per batch: meant for tests.
+    """
     if config is not None:
         if workers != 1 and workers != config.workers:
-            raise ValueError(f"workers={workers} contradicts config.workers={config.workers}; give one of them")
+            raise InvalidArgument(f"workers={workers} contradicts config.workers={config.workers}; give one of them")
         if config.processes > 1 or config.elastic:
             if seed is not None:
-                raise ValueError("seed= orders in-process workers; a cluster of processes cannot be replayed by it")
-            return run_process(func, config)
+                raise InvalidArgument(
+                    "seed= orders in-process workers; a cluster of processes cannot be replayed by it"
+                )
+            return run_process(func, config, check_serialization=check_serialization)
         workers = config.workers
     if type(workers) is not int or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+        raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
     allocators = LocalAllocator.group(workers)
     if workers == 1:
-        worker = Worker(allocators[0])
+        worker = Worker(allocators[0], check_serialization=check_serialization)
         result = func(worker)
         worker.finish()
         return [result]
-    return _run_threads(func, [Worker(a) for a in allocators], seed)
+    return _run_threads(func, [Worker(a, check_serialization=check_serialization) for a in allocators], seed)
 
 
 def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int | None) -> list[R]:
@@ -129,9 +144,10 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
             continue
         if turns.abort:
             continue
-        # Once every worker only drains, a full round of steps in which nobody did anything means nothing ever will.
-        if all(draining[j] for j in live):
-            if not workers[i].running:
+        # Once every worker only drains or waits in step_while (where only its dataflows can end the wait), a full
+        # round of steps in which nobody did anything means nothing ever will.
+        if all(draining[j] or workers[j].waiting for j in live):
+            if not workers[i].running and not workers[i].waiting:
                 idle.discard(i)  # finished: its thread ends at its next turn
             elif workers[i].last_step_worked:
                 idle.clear()
@@ -147,11 +163,18 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
     return results
 
 
-def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket.socket | None = None) -> list[R]:
+def run_process(
+    func: Callable[[Worker], R],
+    config: Config,
+    *,
+    listener: socket.socket | None = None,
+    check_serialization: bool = False,
+) -> list[R]:
     """Run this process's part of a cluster: ``func`` on each of its workers; their results, in order.
 
     ``listener``, a socket already listening on this process's address, is for hosts that must announce
     the address before the cluster starts; it is closed once every peer has connected.
+    ``check_serialization`` is as for :func:`execute`.
     """
     cluster = Cluster(config, listener=listener)
     if config.elastic and threading.current_thread() is threading.main_thread():
@@ -167,7 +190,7 @@ def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket
             listener.close()
         raise
     try:
-        workers = [Worker(cluster.allocator(i)) for i in range(config.workers)]
+        workers = [Worker(cluster.allocator(i), check_serialization=check_serialization) for i in range(config.workers)]
         results: list[Any] = [None] * config.workers
         errors: list[BaseException] = []
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
-from pytimely.errors import InputFormatError
+from pytimely.atomic import atomic_output, check_output
+from pytimely.errors import InputFormatError, InvalidArgument
 
-__all__ = ["atomic_output", "read_edges", "read_words", "write_table"]
+__all__ = ["atomic_output", "check_output", "read_edges", "read_words", "write_table"]
 
 _HEADERS = {("src", "dst"), ("src", "dst", "epoch")}
 
@@ -23,48 +21,107 @@ def read_edges(path: str | os.PathLike[str], *, epochs: bool = False, part: int 
 
     Blank lines and a ``src,dst[,epoch]`` header are skipped. With ``parts > 1``
     only every ``parts``-th data line starting at ``part`` is returned, so each
-    worker can read its own share. A malformed line raises
-    :class:`~pytimely.errors.InputFormatError` naming the file and line.
+    worker can read its own share. A malformed line (a field that is not an
+    integer, a value outside the 64-bit range, a negative epoch, bytes that are
+    not UTF-8) raises :class:`~pytimely.errors.InputFormatError` naming the file
+    and line.
     """
+    _check_share(part, parts)
     width = 3 if epochs else 2
     name = os.fspath(path)
     if name.lower().endswith(".parquet"):
-        return _read_parquet_edges(name, width, part, parts)
-    with open(name, encoding="utf-8") as handle:
-        lines = handle.read().splitlines()
+        array = _read_parquet_edges(name, width, part, parts)
+        if epochs and array.size and array[:, 2].min() < 0:
+            k = int(np.flatnonzero(array[:, 2] < 0)[0])
+            raise InputFormatError(
+                f"{name}, row {k * parts + part + 1}: an epoch must be a non-negative integer, got {array[k, 2]}",
+                path=name,
+            )
+        return array
+    lines = _read_text(name).splitlines()
     start = 0
     if lines and tuple(c.strip() for c in lines[0].split(",")) in _HEADERS:
         start = 1
     numbers = [i for i in range(start, len(lines)) if lines[i].strip()]
     mine = numbers[part::parts] if parts > 1 else numbers
-    ok = all(lines[i].count(",") == width - 1 for i in mine)
-    if ok:
-        joined = ",".join([lines[i] for i in mine])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                flat = np.fromstring(joined, dtype=np.int64, sep=",") if mine else np.empty(0, dtype=np.int64)
-            except ValueError:
-                flat = np.empty(0, dtype=np.int64)
-        ok = flat.size == len(mine) * width
-        array = flat.reshape(-1, width)
-    if not ok:
-        for i in mine:
-            fields = lines[i].split(",")
-            problem = None
-            if len(fields) != width:
-                problem = f"expected {width} comma-separated integers, found {len(fields)} field(s)"
-            else:
-                try:
-                    [int(f) for f in fields]
-                except ValueError:
-                    problem = "fields must be integers"
-            if problem is not None:
-                raise InputFormatError(
-                    f"{name}, line {i + 1}: {problem}: {lines[i]!r}", path=name, line=i + 1
-                ) from None
-        raise InputFormatError(f"{name}: values out of the 64-bit integer range", path=name, line=0)
+    array = _parse_quickly(lines, mine, width)
+    if array is None:
+        array = _parse_slowly(name, lines, mine, width, epochs)
+    if epochs and array.size:
+        negative = np.flatnonzero(array[:, 2] < 0)
+        if negative.size:
+            i = mine[int(negative[0])]
+            raise InputFormatError(
+                f"{name}, line {i + 1}: an epoch must be a non-negative integer: {lines[i]!r}", path=name, line=i + 1
+            )
     return array
+
+
+def _check_share(part: int, parts: int) -> None:
+    if type(parts) is not int or parts < 1:
+        raise InvalidArgument(f"parts must be a positive int, got {parts!r}")
+    if type(part) is not int or not 0 <= part < parts:
+        raise InvalidArgument(f"part must be an int in 0..{parts - 1}, got {part!r}")
+
+
+def _read_text(name: str) -> str:
+    """The file's text; bytes that are not UTF-8 raise :class:`InputFormatError` naming the line."""
+    with open(name, "rb") as handle:
+        data = handle.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputFormatError(
+            f"{name}, line {line}: not UTF-8 text ({exc.reason} at byte {exc.start})", path=name, line=line
+        ) from None
+
+
+_INT64 = np.iinfo(np.int64)
+
+
+def _parse_quickly(lines: list[str], mine: list[int], width: int) -> Any:
+    """The lines ``mine`` parsed by numpy in one pass, or None when any line needs a closer look."""
+    if not mine:
+        return np.empty((0, width), dtype=np.int64)
+    if not all(lines[i].count(",") == width - 1 for i in mine):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            flat = np.fromstring(",".join([lines[i] for i in mine]), dtype=np.int64, sep=",")
+        except ValueError:
+            return None
+    if flat.size != len(mine) * width:
+        return None
+    # numpy clamps values outside the 64-bit range to its ends: a value there is checked line by line.
+    if bool(((flat == _INT64.max) | (flat == _INT64.min)).any()):
+        return None
+    return flat.reshape(-1, width)
+
+
+def _parse_slowly(name: str, lines: list[str], mine: list[int], width: int, epochs: bool) -> Any:
+    """The lines ``mine`` parsed one by one; the first bad line raises :class:`InputFormatError` naming it."""
+    rows = []
+    for i in mine:
+        fields = lines[i].split(",")
+        problem = None
+        if len(fields) != width:
+            problem = f"expected {width} comma-separated integers, found {len(fields)} field(s)"
+        else:
+            try:
+                row = [int(f) for f in fields]
+            except ValueError:
+                problem = "fields must be integers"
+            else:
+                if not all(_INT64.min <= v <= _INT64.max for v in row):
+                    problem = "a value is outside the 64-bit integer range"
+                elif epochs and row[2] < 0:
+                    problem = "an epoch must be a non-negative integer"
+        if problem is not None:
+            raise InputFormatError(f"{name}, line {i + 1}: {problem}: {lines[i]!r}", path=name, line=i + 1)
+        rows.append(row)
+    return np.array(rows, dtype=np.int64).reshape(-1, width)
 
 
 def _read_parquet_edges(name: str, width: int, part: int, parts: int) -> Any:
@@ -121,32 +178,7 @@ def read_words(path: str | os.PathLike[str], *, part: int = 0, parts: int = 1) -
 
     Undecodable bytes raise :class:`~pytimely.errors.InputFormatError` naming the line.
     """
-    name = os.fspath(path)
-    with open(name, "rb") as handle:
-        data = handle.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputFormatError(f"{name}, line {line}: not valid UTF-8 ({exc.reason})", path=name, line=line) from None
+    _check_share(part, parts)
+    text = _read_text(os.fspath(path))
     words = text.split()
     return words if parts == 1 else words[part::parts]
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
-    """Write ``path`` under a temporary name in the same directory, renamed to ``path`` only if the block succeeds.
-
-    A failed run leaves no partial output that could pass for a complete one.
-    """
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    encoding = None if "b" in mode else "utf-8"
-    try:
-        with open(tmp, mode, encoding=encoding) as out:
-            yield out
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pytimely.communication.allocator import Allocator
 from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
-from pytimely.errors import MembershipError, ScopeError, StalledError
+from pytimely.errors import InvalidArgument, MembershipError, ScopeError, StalledError, StepTimeoutError
 
 __all__ = ["Worker"]
 
@@ -21,8 +22,10 @@ _PARK = 0.1
 class Worker:
     """One of the workers running a computation; every worker builds the same dataflows."""
 
-    def __init__(self, allocator: Allocator) -> None:
+    def __init__(self, allocator: Allocator, *, check_serialization: bool = False) -> None:
         self._allocator = allocator
+        self.check_serialization = check_serialization
+        """Whether exchanges pickle their records even between workers of one process (see ``execute``)."""
         self._dataflows: list[Subgraph] = []
         self._count = 0
         self._building = False
@@ -30,6 +33,8 @@ class Worker:
         self._left = False
         self.last_step_worked = False
         """Whether the last :meth:`step` did anything (received, ran or sent something)."""
+        self.waiting = False
+        """Whether the worker is inside :meth:`step_while`: only its dataflows can end the wait."""
 
     @property
     def index(self) -> int:
@@ -51,7 +56,7 @@ class Worker:
         ident = self._count
         self._count += 1
         subgraph = Subgraph(self._allocator, ident, name if name is not None else f"dataflow {ident}")
-        scope: Scope[Any] = Scope(subgraph, minimum)
+        scope: Scope[Any] = Scope(subgraph, minimum, check_serialization=self.check_serialization)
         self._building = True
         try:
             result = build(scope)
@@ -129,12 +134,39 @@ class Worker:
             self._after_step()
         return bool(self._dataflows)
 
-    def step_while(self, condition: Callable[[], bool]) -> None:
-        """Step while ``condition()`` holds (between idle steps, wait for messages from other processes)."""
-        while condition():
-            self.step()
-            if not self.last_step_worked:
-                self._allocator.park(_PARK)
+    def step_while(self, condition: Callable[[], bool], *, timeout: float | None = None) -> None:
+        """Step while ``condition()`` holds (between idle steps, wait for messages from other processes).
+
+        With ``timeout`` (seconds), a condition still true after it raises :class:`StepTimeoutError`
+        naming what the dataflows hold. A worker alone in its computation raises :class:`StalledError`
+        as soon as it can prove nothing will move again (as :meth:`finish` does): ``condition`` is then
+        taken to depend on the dataflows (a probe), not on other threads.
+        """
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout >= 0):
+            raise InvalidArgument(f"step_while: timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        idle = 0
+        waiting, self.waiting = self.waiting, True
+        try:
+            while condition():
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise StepTimeoutError(
+                        f"worker {self.index}: step_while's condition still held after {timeout} s; the dataflows "
+                        f"hold: {self.stall_report() or 'no running dataflow'}"
+                    )
+                self.step()
+                idle = 0 if self.last_step_worked else idle + 1
+                if self._stalled_for(idle):
+                    raise self._stalled("step_while's condition can never become false")
+                if idle:
+                    wait = _PARK if deadline is None else max(0.0, min(_PARK, deadline - time.monotonic()))
+                    self._allocator.park(wait)
+        finally:
+            self.waiting = waiting
+
+    def _stalled_for(self, idle: int) -> bool:
+        """Whether ``idle`` steps in a row prove nothing can move: no other worker could send this one anything."""
+        return idle >= 2 and self.peers == 1
 
     @property
     def running(self) -> bool:
@@ -168,10 +200,13 @@ class Worker:
             parts.append(f"{subgraph.name!r}: " + ("; ".join(held) if held else "nothing held"))
         return " | ".join(parts)
 
-    def _stalled(self) -> StalledError:
+    def _stalled(self, what: str = "the computation cannot finish") -> StalledError:
+        held = self.stall_report()
+        if not held:
+            return StalledError(f"worker {self.index}: {what}: no running dataflow is left to change it")
         return StalledError(
-            f"worker {self.index}: the computation cannot finish, as no operator has work and no message is in "
-            f"flight, yet these remain: {self.stall_report()}. An operator holds a capability it never drops."
+            f"worker {self.index}: {what}, as no operator has work and no message is in flight, yet these "
+            f"remain: {held}. An operator holds a capability it never drops."
         )
 
     def finish(self) -> None:
@@ -182,7 +217,7 @@ class Worker:
         idle = 0
         while self.step():
             idle = 0 if self.last_step_worked else idle + 1
-            if idle >= 2 and self.peers == 1:
+            if self._stalled_for(idle):
                 raise self._stalled()
             if idle:
                 self._allocator.park(_PARK)

@@ -80,4 +80,4 @@ def run_pipeline(
         feed(handle, worker, data)
         return captured
 
-    return execute(job, workers, seed=seed)
+    return execute(job, workers, seed=seed, check_serialization=True)

@@ -197,7 +197,7 @@ def run_keyed(
                 worker.step()
         return captured
 
-    return execute(job, workers, seed=seed)
+    return execute(job, workers, seed=seed, check_serialization=True)
 
 
 def owners_model(peers: int, bins: int, moves: Moves, time: int) -> list[int]:

@@ -34,7 +34,7 @@ def run_unary(constructor: Constructor, workers: int = 1, epochs: int = 3) -> li
             worker.step()
         return out
 
-    return execute(job, workers)
+    return execute(job, workers, check_serialization=True)
 
 
 # -- what capabilities allow -----------------------------------------------------------------

@@ -15,7 +15,9 @@ from pytimely.errors import (
     DataflowError,
     GraphError,
     InputError,
+    InvalidArgument,
     OperatorError,
+    RouteError,
     ScopeError,
     StalledError,
 )
@@ -28,6 +30,21 @@ def test_error_hierarchy() -> None:
         assert issubclass(error, DataflowError) and issubclass(error, PytimelyError)
     assert issubclass(ScopeError, GraphError)
     assert issubclass(InputError, ValueError) and issubclass(ArityError, ValueError)
+    assert issubclass(InvalidArgument, PytimelyError) and issubclass(InvalidArgument, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda: execute(lambda w: None, 0), InvalidArgument),
+        (lambda: execute(lambda w: w.dataflow(lambda s: s.to_stream([1], batch_size=0))), InvalidArgument),
+        (lambda: execute(lambda w: w.dataflow(lambda s: s.new_input()[1].exchange(3))), RouteError),
+        (lambda: execute(lambda w: w.step_while(lambda: False, timeout=-1)), InvalidArgument),
+    ],
+)
+def test_bad_arguments_are_typed(call: Callable[[], Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        call()
 
 
 # -- inputs ------------------------------------------------------------------------------------

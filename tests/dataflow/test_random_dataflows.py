@@ -123,7 +123,7 @@ def run(
                 worker.step()
         return captured
 
-    return merge(execute(job, workers, seed=seed))
+    return merge(execute(job, workers, seed=seed, check_serialization=True))
 
 
 @settings(max_examples=40, deadline=None)

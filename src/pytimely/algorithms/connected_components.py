@@ -29,11 +29,13 @@ from pytimely.dataflow.operator import OperatorInfo
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.ports import InputPort, OutputPort
 from pytimely.dataflow.stream import Stream
+from pytimely.errors import InputFormatError
 from pytimely.order import Product
 
 __all__ = ["connected_components"]
 
 _EMPTY = np.empty((0, 2), dtype=np.int64)
+_INT64_MAX = int(np.iinfo(np.int64).max)
 _PROPOSAL = 0
 _CHANGE = 1
 
@@ -43,8 +45,25 @@ def _by_vertex(batch: Any) -> Any:
 
 
 def _symmetric(edges: Any) -> Any:
-    """Both directions of every undirected edge, as ``(owner-side vertex, neighbour)`` rows."""
-    edges = np.asarray(edges, dtype=np.int64)[:, :2]
+    """Both directions of every undirected edge, as ``(owner-side vertex, neighbour)`` rows.
+
+    Anything but ``(n, 2+)`` integers within the 64-bit range is refused: a cast would truncate
+    floats and wrap large unsigned ids into other vertices' ids without a word.
+    """
+    array = np.asarray(edges)
+    if array.size == 0:
+        return _EMPTY
+    if array.dtype.kind not in "iu" or array.ndim != 2 or array.shape[1] < 2:
+        why = " (a value outside the 64-bit range, or not a number)" if array.dtype.kind == "O" else ""
+        raise InputFormatError(
+            f"connected_components: edges must be (n, 2) rows of 64-bit integers, got an array of {array.dtype} "
+            f"and shape {array.shape}{why}"
+        )
+    if array.dtype.kind == "u" and int(array[:, :2].max()) > _INT64_MAX:
+        raise InputFormatError(
+            f"connected_components: edges must be rows of 64-bit integers, got ids up to {int(array[:, :2].max())}"
+        )
+    edges = array[:, :2].astype(np.int64, copy=False)
     return np.concatenate([edges, edges[:, ::-1]])
 
 

@@ -14,10 +14,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
+from pytimely.communication.payload import dumps, loads
 from pytimely.dataflow.capability import Capability, InputCapability
-from pytimely.errors import ArityError, CapabilityError, OperatorError, RouteError
+from pytimely.errors import (
+    ArityError,
+    CapabilityError,
+    OperatorError,
+    PytimelyError,
+    RouteError,
+    UnpicklableRecordError,
+)
 from pytimely.progress.frontier import MutableAntichain
 from pytimely.progress.location import Source, Target
 
@@ -41,6 +49,42 @@ def take(batch: Any, indices: Any) -> Any:
         # ndarray.take along axis 0 copies whole rows at once; fancy indexing goes element by element.
         return batch.take(indices, axis=0)
     return batch.take(indices)
+
+
+def _unpicklable(
+    kind: str, sender: str | None, target: InputPort[Any, Any], time: Any, batch: Any, exc: BaseException
+) -> UnpicklableRecordError:
+    """The error for a batch an exchange could not serialise: names the channel, both operators and a record."""
+    receiver = target._op.name
+    dataflow = target._op.scope.subgraph.name
+    channel = f"{kind} from {sender!r} to {receiver!r} in dataflow {dataflow!r}"
+    culprit = ""
+    if isinstance(batch, list):
+        for record in batch:
+            try:
+                dumps(record)
+            except Exception:
+                text = repr(record)
+                culprit = f" (the record {text[:80] + '...' if len(text) > 80 else text})"
+                break
+    return UnpicklableRecordError(
+        f"operator {sender!r} sent a record at time {time!r} that cannot be pickled through the {channel}, so it "
+        f"cannot reach another process{culprit}: {type(exc).__name__}: {exc}",
+        channel=channel,
+        sender=sender,
+        receiver=receiver,
+    )
+
+
+def _push_failed(
+    kind: str, sender: str | None, target: InputPort[Any, Any], time: Any, batch: Any, exc: Exception
+) -> NoReturn:
+    """Raise what a push to another process raised: named, when the message cannot be pickled; else as it is."""
+    try:
+        dumps((time, batch))
+    except Exception:
+        raise _unpicklable(kind, sender, target, time, batch, exc) from exc
+    raise exc
 
 
 class InputPort(Generic[T, D]):
@@ -117,7 +161,7 @@ class _Pipeline:
 class _Exchange:
     """Routes each record to worker ``route(record) % peers``; this worker's share skips the mailbox."""
 
-    __slots__ = ("_index", "_local", "_location", "_peers", "_pushes", "_record", "_route", "_vectorized")
+    __slots__ = ("_index", "_local", "_location", "_peers", "_pushes", "_record", "_route", "_vectorized", "sender")
 
     def __init__(
         self,
@@ -136,6 +180,8 @@ class _Exchange:
         self._route = route
         self._vectorized = vectorized
         self._record = record
+        self.sender: str | None = None
+        """The operator whose output feeds this channel (set when connected), for errors."""
 
     def push(self, time: Any, batch: Any) -> None:
         peers = self._peers
@@ -182,7 +228,12 @@ class _Exchange:
                 if j == index:
                     self._local._deliver((time, part))
                 else:
-                    self._pushes[j].push((time, part))
+                    try:
+                        self._pushes[j].push((time, part))
+                    except PytimelyError:
+                        raise
+                    except Exception as exc:  # the communication layer pickles: its error names no operator
+                        _push_failed("exchange", self.sender, self._local, time, part, exc)
 
     def _failed(self, time: Any, exc: Exception, record: Any = None) -> Exception:
         """The error for a route that raised or gave no int: it names the operator the route belongs to."""
@@ -210,7 +261,7 @@ class _Exchange:
 class _Broadcast:
     """Copies every batch to every worker (every member at the time, when workers join and leave)."""
 
-    __slots__ = ("_index", "_local", "_location", "_pushes", "_record")
+    __slots__ = ("_index", "_local", "_location", "_pushes", "_record", "sender")
 
     def __init__(self, target: InputPort[Any, Any], pushes: Sequence[Push[Any]], index: int, record: Record) -> None:
         self._local = target
@@ -218,6 +269,8 @@ class _Broadcast:
         self._pushes = pushes
         self._index = index
         self._record = record
+        self.sender: str | None = None
+        """The operator whose output feeds this channel (set when connected), for errors."""
 
     def push(self, time: Any, batch: Any) -> None:
         pushes = self._pushes
@@ -227,13 +280,18 @@ class _Broadcast:
             if j == self._index:
                 self._local._deliver((time, batch))
             else:
-                push.push((time, batch))
+                try:
+                    push.push((time, batch))
+                except PytimelyError:
+                    raise
+                except Exception as exc:  # the communication layer pickles: its error names no operator
+                    _push_failed("broadcast", self.sender, self._local, time, batch, exc)
 
 
 class _Direct:
     """Sends each batch whole to the worker ``dest()`` names (a router that has split its batches already)."""
 
-    __slots__ = ("_dest", "_index", "_local", "_location", "_pushes", "_record")
+    __slots__ = ("_dest", "_index", "_local", "_location", "_pushes", "_record", "sender")
 
     def __init__(
         self,
@@ -249,6 +307,8 @@ class _Direct:
         self._index = index
         self._dest = dest
         self._record = record
+        self.sender: str | None = None
+        """The operator whose output feeds this channel (set when connected), for errors."""
 
     def push(self, time: Any, batch: Any) -> None:
         if not len(batch):
@@ -258,7 +318,38 @@ class _Direct:
         if j == self._index:
             self._local._deliver((time, batch))
         else:
-            self._pushes[j].push((time, batch))
+            try:
+                self._pushes[j].push((time, batch))
+            except PytimelyError:
+                raise
+            except Exception as exc:  # the communication layer pickles: its error names no operator
+                _push_failed("exchange", self.sender, self._local, time, batch, exc)
+
+
+class _Checked:
+    """Wraps a channel of an exchange pact: every batch goes through the cross-process codec first.
+
+    In one process an exchange hands records over by reference, so a record that cannot be
+    pickled passes unnoticed until the job runs on several processes. This channel serialises
+    each batch as the network would and delivers the copy, so such a record fails at once,
+    named, and a sender that keeps mutating what it sent cannot pass either.
+    """
+
+    __slots__ = ("_inner", "_kind", "_target", "sender")
+
+    def __init__(self, inner: Any, kind: str, target: InputPort[Any, Any], sender: str) -> None:
+        self._inner = inner
+        self._kind = kind
+        self._target = target
+        self.sender = sender
+
+    def push(self, time: Any, batch: Any) -> None:
+        try:
+            parts, _ = dumps((time, batch))
+            _, copy = loads(b"".join(parts))
+        except Exception as exc:
+            raise _unpicklable(self._kind, self.sender, self._target, time, batch, exc) from exc
+        self._inner.push(time, copy)
 
 
 class OutputPort(Generic[T, D]):
@@ -285,7 +376,13 @@ class OutputPort(Generic[T, D]):
         return self._op.output_port(port)
 
     def _connect(self, channel: Any) -> None:
+        if not isinstance(channel, _Pipeline):
+            channel.sender = self._op.name
         self._channels.append(channel)
+
+    def _check_serialization(self, kind: str, target: InputPort[Any, Any]) -> None:
+        """Make the channel connected last (to ``target``, by an exchange pact) serialise what it carries."""
+        self._channels[-1] = _Checked(self._channels[-1], kind, target, self._op.name)
 
     def _push(self, time: T, batch: D) -> None:
         for channel in self._channels:

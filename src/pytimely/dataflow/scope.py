@@ -42,6 +42,8 @@ class Scope(Generic[T]):
         parent: Scope[Any] | None = None,
         name: str = "root",
         summaries: dict[int, dict[tuple[int, int], Any]] | None = None,
+        *,
+        check_serialization: bool = False,
     ) -> None:
         self.subgraph = subgraph
         self.minimum = minimum
@@ -49,6 +51,8 @@ class Scope(Generic[T]):
         self.parent = parent
         self.name = name
         self._summaries: dict[int, dict[tuple[int, int], Any]] = {} if summaries is None else summaries
+        self.check_serialization: bool = check_serialization if parent is None else parent.check_serialization
+        """Whether exchanges serialise their records even where they stay in this process (for tests)."""
 
     @property
     def index(self) -> int:
@@ -83,6 +87,8 @@ class Scope(Generic[T]):
         op = self.subgraph.add_operator(name, self, len(inputs), outputs)
         for port, (stream, pact) in enumerate(inputs):
             self.subgraph.connect(stream._port, op.inputs[port], pact)
+            if pact is not None and self.check_serialization:
+                stream._port._check_serialization(str(pact[0]), op.inputs[port])
         if summary is not None:
             self._summaries[op.index] = summary
         return op

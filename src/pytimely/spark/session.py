@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytimely.atomic import write_atomic
 from pytimely.errors import SparkSetupError
 
 if TYPE_CHECKING:
@@ -119,9 +120,7 @@ def _quiet_log_config() -> Path:
     """A log4j2 configuration that keeps Spark's console to errors (written once per process)."""
     path = Path(tempfile.gettempdir()) / f"pytimely-log4j2-{os.getuid() if hasattr(os, 'getuid') else 0}.properties"
     if not path.exists() or path.read_text() != _LOG4J2:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(_LOG4J2)
-        os.replace(tmp, path)
+        write_atomic(path, _LOG4J2)
     return path
 
 

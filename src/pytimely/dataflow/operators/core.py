@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from pytimely.errors import ArityError
+from pytimely.errors import ArityError, RouteError
 
 if TYPE_CHECKING:
     from pytimely.dataflow.scope import Scope
@@ -151,7 +151,7 @@ def passthrough(stream: Stream[Any], pact: Any, name: str) -> Stream[Any]:
 def exchange(stream: Stream[Any], route: Callable[[Any], Any], vectorized: bool, name: str) -> Stream[Any]:
     """Send each record to worker ``route(record) % peers``."""
     if not callable(route):
-        raise TypeError(f"{name}: route must be callable, got {route!r}")
+        raise RouteError(f"{name}: route must be callable, got {route!r}")
     return passthrough(stream, ("exchange", route, vectorized), name)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability
+from pytimely.errors import RouteError
 from pytimely.order import sort_key
 from pytimely.progress.frontier import MutableAntichain
 
@@ -27,7 +28,7 @@ def pact_for(route: Callable[[Any], Any] | None, vectorized: bool = False) -> An
     if route is None:
         return None
     if not callable(route):
-        raise TypeError(f"an exchange route must be callable, got {route!r}")
+        raise RouteError(f"an exchange route must be callable, got {route!r}")
     return ("exchange", route, vectorized)
 
 

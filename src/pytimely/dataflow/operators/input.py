@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability
-from pytimely.errors import InputError
+from pytimely.errors import InputError, InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.ports import OutputPort
@@ -124,7 +124,7 @@ def to_stream(scope: Scope[T], iterable: Iterable[D], *, batch_size: int, name: 
     from pytimely.dataflow.stream import Stream
 
     if type(batch_size) is not int or batch_size < 1:
-        raise ValueError(f"{name}: batch_size must be a positive int, got {batch_size!r}")
+        raise InvalidArgument(f"{name}: batch_size must be a positive int, got {batch_size!r}")
     op = scope._operator(name, [], 1)
     op.initial_caps = True
     output = op.outputs[0]

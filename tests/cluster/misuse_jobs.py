@@ -1,0 +1,45 @@
+"""Worker functions for tests that run in real processes (``pytimely run tests.cluster.misuse_jobs:NAME``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from pytimely import Scope, Worker
+
+
+def lock_through_exchange(worker: Worker) -> None:
+    """Every worker sends ``(i, lock)`` pairs keyed to every worker: some must cross to the other process."""
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input(name="locks")
+        stream.map(lambda pair: pair, name="tag").exchange(lambda pair: pair[0], name="by key").probe()
+        return handle
+
+    handle = worker.dataflow(build)
+    for i in range(worker.peers):
+        handle.send((i, threading.Lock()))
+
+
+def wait_for_held_time(worker: Worker) -> None:
+    """Step while a probe is behind time 3, which an operator holding time 0 for ever never lets pass.
+
+    ``sys.argv[1]`` is the timeout in seconds.
+    """
+    import sys
+
+    def hoarder(cap: Any, info: Any) -> Any:
+        def logic(inp: Any, out: Any) -> None:
+            for _ in inp:
+                pass
+
+        return logic
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.exchange(lambda r: r).unary(hoarder, name="hoarder").probe()
+
+    handle, probe = worker.dataflow(build)
+    handle.send(worker.index)
+    handle.advance_to(3)
+    worker.step_while(lambda: probe.less_than(3), timeout=float(sys.argv[1]))
