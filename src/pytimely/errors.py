@@ -317,3 +317,19 @@ class LateMoveError(BinError):
 
 class NotAMoveError(BinError, TypeError):
     """A control stream of a keyed operator carried a record that is not a ``Move``; names the record."""
+
+
+class SinkModuleError(ModuleDefinitionError):
+    """A submodule has no out-ports, so nothing could ever ask it to run; names the module."""
+
+
+class StagingLockedError(StagingError):
+    """Another run holds the staging area's lock; names the holder (host, process, since when)."""
+
+
+class StagingUnavailableError(StagingError, OSError):
+    """A staging area cannot be written or reached (a read-only folder, a missing bucket); names the cause."""
+
+
+class ModuleTimeoutError(ExecutorError, TimeoutError):
+    """A module ran longer than its ``timeout``; names the module and the limit."""
