@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from pytimely.errors import ModuleDefinitionError, PortTypeError, UnconnectedPortError
+from pytimely.errors import ModuleDefinitionError, PortTypeError, SinkModuleError, UnconnectedPortError
 from pytimely.workflow.model import (
     CONTINUE,
     Connection,
@@ -357,6 +357,7 @@ def _define_parent(fn: Callable[..., Any], kind: Kind, name: str, localns: Mappi
             io_ports = tuple((p.name, p.name) for p in declared if p.name in {i.name for i in inputs})
     finally:
         _current.reset(token)
+    _refuse_unused(name, builder)
     return Module(
         name,
         kind,
@@ -367,6 +368,17 @@ def _define_parent(fn: Callable[..., Any], kind: Kind, name: str, localns: Mappi
         io_ports=io_ports,
         continue_port=CONTINUE if kind is Kind.LOOP else None,
     )
+
+
+def _refuse_unused(name: str, builder: _Builder) -> None:
+    """A called module none of whose out-ports feeds anything would never run (runs are driven by requests)."""
+    used = {c.source.module for c in builder.connections}
+    for sub in builder.submodules:
+        if sub.kind is not Kind.INPUT and sub.name not in used:
+            raise SinkModuleError(
+                f"module {name!r}: {sub.name!r} is called but none of its out-ports is used, so it would never "
+                f"run; return what it did (the path written, a count) from {name!r} to make its effect an out-port"
+            )
 
 
 def _returned(name: str, result: Any, declared: list[Port] | None, fields: bool) -> dict[str, Any]:
