@@ -45,6 +45,7 @@ import contextvars
 import inspect
 import sys
 import typing
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -179,7 +180,7 @@ def simple(fn: Callable[..., Any], /) -> Module: ...
 
 @overload
 def simple(
-    *, name: str | None = None, deps: Mapping[str, Iterable[str]] | None = None
+    *, name: str | None = None, deps: Mapping[str, Iterable[str]] | None = None, version: str | int | None = None
 ) -> Callable[[Callable[..., Any]], Module]: ...
 
 
@@ -189,11 +190,20 @@ def simple(
     *,
     name: str | None = None,
     deps: Mapping[str, Iterable[str]] | None = None,
+    version: str | int | None = None,
 ) -> Module | Callable[[Callable[..., Any]], Module]:
-    """A simple module running ``fn``: positional parameters are in-ports, the return annotation the out-ports."""
+    """A simple module running ``fn``: positional parameters are in-ports, the return annotation the out-ports.
+
+    ``version`` replaces the code fingerprint (source, globals read, the user's functions called): the module's
+    values are reused until the version changes, whatever the code does.
+    """
     localns = _caller_locals()
 
     def define(f: Callable[..., Any]) -> Module:
+        if version is not None:
+            if not isinstance(f, types.FunctionType):
+                raise ModuleDefinitionError(f"simple module {name or f.__name__!r}: version= needs a plain function")
+            f.__pytimely_version__ = str(version)  # type: ignore[attr-defined]
         hints = _hints(f, localns)
         module_name = name or f.__name__
         inputs: list[Port] = []

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytimely.errors import ModuleDefinitionError, WorkflowInputError
+from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.executors import Executor, ThreadExecutor
-from pytimely.workflow.fingerprint import value_fingerprint
+from pytimely.workflow.fingerprint import derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
 from pytimely.workflow.interpreter import (
     Event,
@@ -33,7 +34,7 @@ from pytimely.workflow.interpreter import (
 )
 from pytimely.workflow.model import Kind, Module
 from pytimely.workflow.resume import ResumeState
-from pytimely.workflow.staging import MemoryStaging, StagingArea, check_key, open_staging
+from pytimely.workflow.staging import LocalStaging, MemoryStaging, StagingArea, check_key, open_staging
 
 __all__ = ["Plan", "aplan", "arun", "plan", "run", "show"]
 
@@ -48,8 +49,35 @@ def _staging(staging: StagingLike) -> StagingArea:
     return staging
 
 
+CACHE_NAME = ".fingerprints.json"
+"""The file in a local staging area's root that caches its inputs' content fingerprints (not a staging key)."""
+
+
+def default_cache(staging: StagingArea) -> FingerprintCache:
+    """The content-fingerprint cache a run on ``staging`` uses by default: in a local area's root, else in memory."""
+    if isinstance(staging, LocalStaging):
+        return FingerprintCache(f"{staging.root}/{CACHE_NAME}")
+    return FingerprintCache()
+
+
+def input_fingerprint(
+    value: Any, cache: FingerprintCache, storage_options: Mapping[str, Any] | None = None
+) -> str:
+    """A workflow input's fingerprint: its value's, and for a path or URL also the content it names."""
+    own = value_fingerprint(value)
+    content = content_fingerprint(value, cache, storage_options=storage_options)
+    if content is None:
+        return own
+    return derive("input-content", {}, {"value": own, "content": content})
+
+
 def _prepare(
-    rt: Runtime, workflow: Module, inputs: Mapping[str, Any], outputs: Sequence[str] | None
+    rt: Runtime,
+    workflow: Module,
+    inputs: Mapping[str, Any],
+    outputs: Sequence[str] | None,
+    cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> tuple[Instance, frozenset[str]]:
     if workflow.kind is not Kind.COMPOSITE:
         raise ModuleDefinitionError(f"a workflow is a composite module; {workflow.name!r} is {workflow.kind.value}")
@@ -69,13 +97,15 @@ def _prepare(
     if not requested:
         raise WorkflowInputError(f"workflow {workflow.name!r}: no out-port requested")
     origins: dict[str, Origin | None] = {}
+    cache = cache if cache is not None else default_cache(rt.staging)
     for name in workflow.input_names:
         if name in inputs:
             key = f":input/{name}"
             rt.remember(key, inputs[name])
-            origins[name] = Origin(key, value_fingerprint(inputs[name]))
+            origins[name] = Origin(key, input_fingerprint(inputs[name], cache, storage_options))
         else:
             origins[name] = None
+    cache.save()
     for name in workflow.input_names:
         needed = workflow.deps.get(name, frozenset()) & requested
         if needed and name not in inputs:
@@ -96,15 +126,19 @@ async def arun(
     reuse: bool = True,
     progress: Callable[[Event], None] | None = None,
     trace: Trace | None = None,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``workflow`` on ``inputs`` and return its requested out-ports' values by name.
 
     ``staging`` is a staging area or a URL (default: a fresh in-memory area); ``executor`` runs the simple
     modules (default: a :class:`ThreadExecutor` closed afterwards). ``progress`` gets an :class:`Event` per
-    module start and finish; ``trace`` (if given) is filled with what the run did.
+    module start and finish; ``trace`` (if given) is filled with what the run did. Inputs naming files,
+    directories or URLs count by content (``fingerprint_cache``: default :func:`default_cache`;
+    ``storage_options`` for fsspec URLs).
     """
     rt = Runtime(_staging(staging), executor, reuse=reuse, progress=progress, trace=trace)
-    root, requested = _prepare(rt, workflow, inputs or {}, outputs)
+    root, requested = _prepare(rt, workflow, inputs or {}, outputs, fingerprint_cache, storage_options)
     own = executor is None
     if own:
         rt.executor = ThreadExecutor()
@@ -134,6 +168,8 @@ def run(
     reuse: bool = True,
     progress: Callable[[Event], None] | None = None,
     trace: Trace | None = None,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """:func:`arun` from synchronous code (starts an event loop; not for use inside a running one)."""
     return asyncio.run(
@@ -146,6 +182,8 @@ def run(
             reuse=reuse,
             progress=progress,
             trace=trace,
+            fingerprint_cache=fingerprint_cache,
+            storage_options=storage_options,
         )
     )
 
@@ -212,10 +250,12 @@ async def aplan(
     staging: StagingLike = None,
     outputs: Sequence[str] | None = None,
     reuse: bool = True,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Plan:
     """:func:`plan` for async code."""
     rt = Runtime(_staging(staging), None, reuse=reuse)
-    root, requested = _prepare(rt, workflow, inputs or {}, outputs)
+    root, requested = _prepare(rt, workflow, inputs or {}, outputs, fingerprint_cache, storage_options)
     return await _plan(rt, root, Kind.COMPOSITE, frozenset(), requested)
 
 
@@ -226,9 +266,14 @@ def plan(
     staging: StagingLike = None,
     outputs: Sequence[str] | None = None,
     reuse: bool = True,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Which ports are ready, which will be recomputed and which are irrelevant, without running anything."""
-    return asyncio.run(aplan(workflow, inputs, staging=staging, outputs=outputs, reuse=reuse))
+    return asyncio.run(
+        aplan(workflow, inputs, staging=staging, outputs=outputs, reuse=reuse, fingerprint_cache=fingerprint_cache,
+              storage_options=storage_options)
+    )
 
 
 async def _plan(
