@@ -326,9 +326,15 @@ class SinkModuleError(ModuleDefinitionError):
 class StagingLockedError(StagingError):
     """Another run holds the staging area's lock; names the holder (host, process, since when)."""
 
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message, key)
+
 
 class StagingUnavailableError(StagingError, OSError):
     """A staging area cannot be written or reached (a read-only folder, a missing bucket); names the cause."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message, key)
 
 
 class ModuleTimeoutError(ExecutorError, TimeoutError):

@@ -123,7 +123,7 @@ def test_racy_files_are_hashed_every_time(tmp_path: Path) -> None:
 def test_paths_that_name_nothing() -> None:
     assert content_fingerprint("no such file, just a string") is None
     assert content_fingerprint(42) is None
-    with pytest.raises(WorkflowInputError, match="no-such.csv"):
+    with pytest.raises(WorkflowInputError, match=r"no-such\.csv"):
         content_fingerprint(Path("/nonexistent/no-such.csv"))
 
 

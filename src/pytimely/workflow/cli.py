@@ -39,6 +39,8 @@ from pytimely.errors import (
     PytimelyError,
     ResumePreconditionError,
     StagingKeyError,
+    StagingLockedError,
+    StagingUnavailableError,
     WorkflowInputError,
     WorkflowUsageError,
 )
@@ -243,10 +245,14 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
                 reuse=not args.fresh,
                 progress=progress,
                 trace=trace,
+                holder=f"pytimely workflow run {args.target}",
             )
         )
     except _USAGE_ERRORS:
         raise
+    except (StagingLockedError, StagingUnavailableError) as exc:
+        print(f"pytimely workflow: {exc}", file=sys.stderr)
+        return 1
     except PytimelyError as exc:
         progress.summary(trace)
         print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)

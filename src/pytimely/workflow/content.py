@@ -151,7 +151,7 @@ def _object_version(info: Mapping[str, Any]) -> str | None:
 
 
 def _remote(url: str, storage_options: Mapping[str, Any]) -> str:
-    import fsspec
+    import fsspec  # type: ignore[import-untyped]
 
     try:
         fs, path = fsspec.core.url_to_fs(url, **storage_options)

@@ -44,8 +44,8 @@ from __future__ import annotations
 import contextvars
 import inspect
 import sys
-import typing
 import types
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload

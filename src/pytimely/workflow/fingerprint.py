@@ -177,7 +177,7 @@ _CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes)
 
 
 def _is_constant(value: Any) -> bool:
-    if isinstance(value, _CONSTANT_TYPES) or isinstance(value, enum.Enum):
+    if isinstance(value, (*_CONSTANT_TYPES, enum.Enum)):
         return True
     if type(value) in (tuple, frozenset):
         return all(_is_constant(v) for v in value)

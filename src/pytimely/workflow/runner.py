@@ -34,7 +34,14 @@ from pytimely.workflow.interpreter import (
 )
 from pytimely.workflow.model import Kind, Module
 from pytimely.workflow.resume import ResumeState
-from pytimely.workflow.staging import LocalStaging, MemoryStaging, StagingArea, check_key, open_staging
+from pytimely.workflow.staging import (
+    LocalStaging,
+    MemoryStaging,
+    StagingArea,
+    check_key,
+    open_staging,
+    staging_lock,
+)
 
 __all__ = ["Plan", "aplan", "arun", "plan", "run", "show"]
 
@@ -128,6 +135,7 @@ async def arun(
     trace: Trace | None = None,
     fingerprint_cache: FingerprintCache | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    holder: str | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``workflow`` on ``inputs`` and return its requested out-ports' values by name.
 
@@ -135,9 +143,28 @@ async def arun(
     modules (default: a :class:`ThreadExecutor` closed afterwards). ``progress`` gets an :class:`Event` per
     module start and finish; ``trace`` (if given) is filled with what the run did. Inputs naming files,
     directories or URLs count by content (``fingerprint_cache``: default :func:`default_cache`;
-    ``storage_options`` for fsspec URLs).
+    ``storage_options`` for fsspec URLs). The run holds the staging area's lock (:func:`staging_lock`, as
+    ``holder``): a run already holding it makes this one fail with ``StagingLockedError`` naming it.
     """
-    rt = Runtime(_staging(staging), executor, reuse=reuse, progress=progress, trace=trace)
+    area = _staging(staging)
+    with staging_lock(area, holder or f"a run of workflow {workflow.name!r}"):
+        return await _arun(area, workflow, inputs, executor, outputs, reuse, progress, trace, fingerprint_cache,
+                           storage_options)  # fmt: skip
+
+
+async def _arun(
+    area: StagingArea,
+    workflow: Module,
+    inputs: Mapping[str, Any] | None,
+    executor: Executor | None,
+    outputs: Sequence[str] | None,
+    reuse: bool,
+    progress: Callable[[Event], None] | None,
+    trace: Trace | None,
+    fingerprint_cache: FingerprintCache | None,
+    storage_options: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    rt = Runtime(area, executor, reuse=reuse, progress=progress, trace=trace)
     root, requested = _prepare(rt, workflow, inputs or {}, outputs, fingerprint_cache, storage_options)
     own = executor is None
     if own:
@@ -170,6 +197,7 @@ def run(
     trace: Trace | None = None,
     fingerprint_cache: FingerprintCache | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    holder: str | None = None,
 ) -> dict[str, Any]:
     """:func:`arun` from synchronous code (starts an event loop; not for use inside a running one)."""
     return asyncio.run(
@@ -184,6 +212,7 @@ def run(
             trace=trace,
             fingerprint_cache=fingerprint_cache,
             storage_options=storage_options,
+            holder=holder,
         )
     )
 
