@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-import linecache
 import os
-import sys
-import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -150,28 +145,6 @@ def test_s3_objects_by_etag_or_version(s3_server: Any, tmp_path: Path) -> None:
 
 
 # -- code: globals read and the user's functions called -----------------------------------------------------------
-
-
-@pytest.fixture
-def user_module(tmp_path: Path) -> Iterator[Any]:
-    """Write, import and re-import a module of the user's own under one name."""
-    sys.path.insert(0, str(tmp_path))
-    names: list[str] = []
-
-    def load(name: str, source: str) -> Any:
-        path = tmp_path / f"{name}.py"
-        path.write_text(textwrap.dedent(source), encoding="utf-8")
-        past = time.time() - 100 - len(names)  # a new mtime each time, so linecache and bytecode notice
-        os.utime(path, (past, past))
-        sys.modules.pop(name, None)
-        linecache.checkcache()
-        names.append(name)
-        return importlib.import_module(name)
-
-    yield load
-    sys.path.remove(str(tmp_path))
-    for name in names:
-        sys.modules.pop(name, None)
 
 
 BASE = """

@@ -124,6 +124,8 @@ class Progress:
             line = f"finished {event.path} ({event.seconds:.2f} s)"
         elif event.kind == "failed":
             line = f"failed   {event.path} ({event.seconds:.2f} s)"
+        elif event.kind == "cut-off":
+            line = f"cut off  {event.path} (its inputs came out as before: its staged values stand)"
         else:
             line = f"resumed  {event.path} at iteration {event.iteration}"
         print(line, file=self.stream, flush=True)
@@ -132,10 +134,11 @@ class Progress:
         """The closing line: modules run, values reused, time taken."""
         if self.quiet:
             return
-        ran, reused = len(trace.ran), len(trace.reused)
+        ran, reused, cut = len(trace.ran), len(trace.reused), len(trace.cut_off)
         print(
-            f"ran {ran} module{'s' if ran != 1 else ''}, reused {reused} value{'s' if reused != 1 else ''} "
-            f"in {time.perf_counter() - self.began:.2f} s",
+            f"ran {ran} module{'s' if ran != 1 else ''}, "
+            + (f"cut off {cut}, " if cut else "")
+            + f"reused {reused} value{'s' if reused != 1 else ''} in {time.perf_counter() - self.began:.2f} s",
             file=self.stream,
             flush=True,
         )

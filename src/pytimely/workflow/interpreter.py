@@ -33,7 +33,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytimely.errors import LoopError, ModuleCycleError, ModuleDefinitionError, WorkflowError, WorkflowInputError
+from pytimely.errors import (
+    FingerprintError,
+    LoopError,
+    ModuleCycleError,
+    ModuleDefinitionError,
+    StagingError,
+    WorkflowError,
+    WorkflowInputError,
+)
 from pytimely.workflow.executors import Call, Executor
 from pytimely.workflow.fingerprint import code_fingerprint, derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
@@ -79,6 +87,8 @@ class Instance:
     outputs: dict[str, Origin | None] = field(default_factory=dict)
     child_inputs: dict[PortRef, Origin | None] = field(default_factory=dict)
     children: dict[str, Instance] = field(default_factory=dict)
+    contents: dict[str, str] = field(default_factory=dict)
+    """A simple module's inputs' content fingerprints, once it has read them."""
 
     def origin_of(self, vertex: Vertex) -> Origin | None:
         """The origin of a port vertex of this (parent) instance's dependency graph."""
@@ -98,7 +108,7 @@ class Instance:
 class Event:
     """A progress event: a module ``started`` or ``finished`` (with seconds taken), or a loop ``resumed`` at k."""
 
-    kind: Literal["started", "finished", "failed", "resumed"]
+    kind: Literal["started", "finished", "failed", "resumed", "cut-off"]
     path: str
     seconds: float = 0.0
     iteration: int | None = None
@@ -122,6 +132,8 @@ class Trace:
     states: dict[str, ResumeState] = field(default_factory=dict)
     forwarded: list[tuple[str, Vertex]] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
+    cut_off: list[str] = field(default_factory=list)
+    """Modules that had to be recomputed but were not run: their inputs came out as before (early cutoff)."""
     reused: set[str] = field(default_factory=set)
     loop_starts: dict[str, int] = field(default_factory=dict)
 
@@ -145,6 +157,8 @@ class Runtime:
         self.trace = trace if trace is not None else Trace()
         self.memory: dict[str, Any] = {}
         self.produced: dict[str, Any] = {}
+        self.contents: dict[str, str] = {}
+        """Content fingerprints of staged values known in this run, by key."""
         self._structure: dict[int, str] = {}
         self._code: dict[int, tuple[Any, str]] = {}
         self.iterations: dict[str, tuple[str, int]] = {}
@@ -205,6 +219,29 @@ class Runtime:
         assert origin.fingerprint is not None
         await asyncio.to_thread(self.staging.put, origin.key, value, origin.fingerprint)
         self.produced[origin.key] = value
+
+    async def content(self, origin: Origin, value: Any) -> str | None:
+        """The content fingerprint of the value at ``origin`` (``None`` if it cannot be fingerprinted)."""
+        if origin.in_memory:
+            return origin.fingerprint  # inputs and constants are fingerprinted by content already
+        known = self.contents.get(origin.key)
+        if known is None:
+            try:
+                known = self.contents[origin.key] = await asyncio.to_thread(value_fingerprint, value)
+            except FingerprintError:
+                return None
+        return known
+
+    async def retag(self, key: str, old: str, new: str) -> bool:
+        """Record the value under ``key`` for ``new`` if it is there for ``old`` (a marker write where possible)."""
+        retag = getattr(self.staging, "retag", None)
+        if retag is not None:
+            return bool(await asyncio.to_thread(retag, key, old, new))
+        if not await asyncio.to_thread(self.staging.has, key, old):
+            return False
+        value = await asyncio.to_thread(self.staging.get, key, old)
+        await asyncio.to_thread(self.staging.put, key, value, new)
+        return True
 
     def emit(self, event: Event) -> None:
         """Report progress, if anyone listens."""
@@ -517,6 +554,13 @@ async def _simple(
         if origin is None or origin.fingerprint is None:
             raise WorkflowInputError(f"module {inst.path!r}: in-port {i!r} is not connected to any value")
         values[i] = await rt.load(origin)  # ValueMissingError, naming the key, if it vanished meanwhile
+    recipe = await _content_recipe(rt, inst, values)
+    if recipe is not None and rt.reuse and await _cut_off(rt, inst, recipe):
+        rt.trace.cut_off.append(inst.path)
+        rt.emit(Event("cut-off", inst.path))
+        for o in sorted(requested):
+            report(o)
+        return
     if rt.executor is None:
         raise WorkflowInputError(f"module {inst.path!r} must run, but no executor was given")
     rt.emit(Event("started", inst.path))
@@ -529,6 +573,8 @@ async def _simple(
             origin = inst.outputs[o]
             assert origin is not None
             await rt.store(origin, outputs[o])
+        if recipe is not None:
+            await _record_trace(rt, inst, recipe, outputs)
     except BaseException:
         rt.emit(Event("failed", inst.path, time.perf_counter() - began))
         raise
@@ -536,6 +582,82 @@ async def _simple(
     rt.emit(Event("finished", inst.path, time.perf_counter() - began))
     for o in sorted(requested):
         report(o)
+
+
+# -- early cutoff ------------------------------------------------------------------------------------------------
+#
+# A module's out-port origins are derived from its inputs' *origins*, so anything upstream that reruns makes it
+# recompute. After a run, a trace record under ``<path>/=trace`` keeps the module's *content recipe* — its code,
+# parameters and its inputs' content fingerprints — with the fingerprint and content of each out-port's value.
+# When the module is to run again and its content recipe is the one recorded (an upstream rerun produced what
+# it produced before), the staged values are right: they are retagged with their new fingerprints and the
+# module does not run. Its dependents then see unchanged contents too, and are cut off in turn.
+
+TRACE = "=trace"
+"""The key segment, below a module's path, of its trace record."""
+
+
+def trace_key(path: str) -> str:
+    """The staging key of the trace record of the module at ``path``."""
+    return f"{path}/{TRACE}"
+
+
+def code_recipe(rt: Runtime, module: Module) -> str:
+    """A simple module's code and parameters: what besides its inputs decides its outputs."""
+    return derive(rt.structure(module), {"params": dict(module.params)}, {})
+
+
+async def _content_recipe(rt: Runtime, inst: Instance, values: Mapping[str, Any]) -> str | None:
+    contents: dict[str, str] = {}
+    for i, value in values.items():
+        origin = inst.inputs.get(i)
+        if origin is None:
+            return None
+        fp = await rt.content(origin, value)
+        if fp is None:
+            return None
+        contents[i] = fp
+    inst.contents = contents
+    return derive(code_recipe(rt, inst.module), {}, contents)
+
+
+async def _cut_off(rt: Runtime, inst: Instance, recipe: str) -> bool:
+    key = trace_key(inst.path)
+    try:
+        if not await asyncio.to_thread(rt.staging.has, key, recipe):
+            return False
+        record = await asyncio.to_thread(rt.staging.get, key, recipe)
+        outputs = record["outputs"]
+        for o in inst.module.output_names:
+            origin = inst.outputs[o]
+            assert origin is not None and origin.fingerprint is not None
+            old = outputs[o]["fingerprint"]
+            if old == origin.fingerprint:
+                if not await asyncio.to_thread(rt.staging.has, origin.key, old):
+                    return False  # lost since (deleted, or overwritten): run the module
+            elif not await rt.retag(origin.key, old, origin.fingerprint):
+                return False  # overwritten since: run the module (it overwrites what was retagged)
+        for o in inst.module.output_names:
+            origin = inst.outputs[o]
+            assert origin is not None and origin.fingerprint is not None
+            rt.contents[origin.key] = outputs[o]["content"]
+            outputs[o]["fingerprint"] = origin.fingerprint
+        await asyncio.to_thread(rt.staging.put, key, record, recipe)
+    except (StagingError, KeyError, TypeError):
+        return False  # no usable record: the module runs, which is always right
+    return True
+
+
+async def _record_trace(rt: Runtime, inst: Instance, recipe: str, outputs: Mapping[str, Any]) -> None:
+    record: dict[str, Any] = {"code": code_recipe(rt, inst.module), "inputs": inst.contents, "outputs": {}}
+    for o in inst.module.output_names:
+        origin = inst.outputs[o]
+        assert origin is not None
+        content = await rt.content(origin, outputs[o])
+        if content is None:
+            return  # a value without a content fingerprint cannot be recognised again
+        record["outputs"][o] = {"fingerprint": origin.fingerprint, "content": content}
+    await asyncio.to_thread(rt.staging.put, trace_key(inst.path), record, recipe)
 
 
 async def _iteration(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytimely.errors import ModuleDefinitionError, WorkflowInputError
+from pytimely.errors import ModuleDefinitionError, StagingError, WorkflowInputError
 from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.executors import Executor, ThreadExecutor
 from pytimely.workflow.fingerprint import derive, value_fingerprint
@@ -26,11 +26,13 @@ from pytimely.workflow.interpreter import (
     Origin,
     Runtime,
     Trace,
+    code_recipe,
     derive_instance,
     interpret,
     iteration_inputs,
     iteration_recomputed,
     resume_state,
+    trace_key,
 )
 from pytimely.workflow.model import Kind, Module
 from pytimely.workflow.resume import ResumeState
@@ -233,6 +235,9 @@ class Plan:
     iteration: int | None = None
     """For a loop: the iteration it resumes at (later iterations run in full until the stop condition holds);
     ``None`` when every iteration it needs is stored."""
+    may_cut_off: bool = False
+    """For a simple module that will be recomputed: its code and parameters are those of its trace record, so
+    if its inputs come out as they were, it is cut off (not run)."""
 
     def walk(self) -> Iterator[Plan]:
         """This plan and every plan below it, parents first."""
@@ -243,6 +248,10 @@ class Plan:
     def will_run(self) -> list[str]:
         """The paths of the simple modules that will run (in a resumed loop: those of the iteration it resumes at)."""
         return sorted(p.path for p in self.walk() if p.kind is Kind.SIMPLE)
+
+    def may_be_cut_off(self) -> list[str]:
+        """The modules to recompute that will not run if their inputs come out unchanged (early cutoff)."""
+        return sorted(p.path for p in self.walk() if p.kind is Kind.SIMPLE and p.may_cut_off)
 
     def loops(self) -> dict[str, int | None]:
         """Each loop that will be interpreted, with the iteration it resumes at."""
@@ -266,6 +275,9 @@ class Plan:
                 lines.append(f"{p.path} (loop): {at}")
         runs = self.will_run()
         lines.append(f"will run {len(runs)} module{'s' if len(runs) != 1 else ''}: {', '.join(runs) or '-'}")
+        cut = self.may_be_cut_off()
+        if cut:
+            lines.append(f"of which may be cut off (not run if their inputs come out unchanged): {', '.join(cut)}")
         for path, k in self.loops().items():
             if k is not None:
                 lines.append(f"then loop {path} runs the iterations after {k} while it continues")
@@ -323,7 +335,27 @@ async def _plan(
                 node.children[name] = await _plan(rt, child, child.module.kind, rs.child_inputs(name), wanted)
     elif kind is Kind.LOOP:
         await _plan_loop(rt, inst, node)
+    elif kind is Kind.SIMPLE and rt.reuse:
+        node.may_cut_off = await _may_cut_off(rt, inst)
     return node
+
+
+async def _may_cut_off(rt: Runtime, inst: Instance) -> bool:
+    key = trace_key(inst.path)
+    try:
+        fp = await asyncio.to_thread(rt.staging.fingerprint, key)
+        if fp is None:
+            return False
+        record = await asyncio.to_thread(rt.staging.get, key, fp)
+        if record["code"] != code_recipe(rt, inst.module):
+            return False
+        # Inputs held by the run (workflow inputs, constants) are known now: a changed one rules cutoff out.
+        for i, origin in inst.inputs.items():
+            if origin is not None and origin.in_memory and record["inputs"].get(i) != origin.fingerprint:
+                return False
+        return True
+    except (StagingError, KeyError, TypeError):
+        return False
 
 
 async def _plan_loop(rt: Runtime, inst: Instance, node: Plan) -> None:

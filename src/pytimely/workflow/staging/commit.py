@@ -178,6 +178,18 @@ class PathStaging:
             self._write_marker(self._path(key), Marker(key, fingerprint, fmt, data, files).dumps())
             self._sweep(key, keep=data, replaced=None if previous is None else previous.data)
 
+    def retag(self, key: str, old: str, new: str) -> bool:
+        """Record the complete value under ``key`` for fingerprint ``new`` if it is there for ``old``: one marker
+        write, the payload stays (early cutoff: a value recomputed the same need not be written again)."""
+        check_fingerprint(new)
+        with self._key_lock(key):
+            marker = self._committed(key)
+            if marker is None or marker.fingerprint != old:
+                return False
+            retagged = Marker(key, new, marker.format, marker.data, marker.files)
+            self._write_marker(self._path(key), retagged.dumps())
+        return True
+
     def _put_file(self, key: str, data: str, value: Any, fmt: str) -> dict[str, dict[str, Any]]:
         name = payload_name(fmt)
         file = self._open_write(self._path(key, data, name))

@@ -49,6 +49,16 @@ class MemoryStaging:
         with self._lock:
             self._entries[check_key(key)] = entry
 
+    def retag(self, key: str, old: str, new: str) -> bool:
+        """Record the value under ``key`` for fingerprint ``new`` if it is there for ``old``."""
+        check_fingerprint(new)
+        with self._lock:
+            entry = self._entries.get(check_key(key))
+            if entry is None or entry.fingerprint != old:
+                return False
+            self._entries[key] = _Entry(new, entry.format, entry.value)
+        return True
+
     def get(self, key: str, fingerprint: str | None = None) -> Any:
         """The value under ``key``; ``ValueMissingError`` when absent or stored for another fingerprint."""
         entry = self._entries.get(check_key(key))
