@@ -15,9 +15,9 @@ parent interpreter computes its resume state with :func:`~pytimely.workflow.resu
 interpreters per §2.3 with ``child_inputs``/``child_outputs``, forwards a value only to connection targets
 whose state is *recompute* (never to ready or irrelevant ports), and finishes when every requested out-port
 has a value. A simple-module interpreter waits for its recomputed in-ports, loads its inputs (from memory
-when produced in this run, else from staging), runs the function through the executor and stores every
-out-port atomically with its fingerprint before reporting. A loop runs its body (the loop module read as a
-composite) as a child interpreter per iteration under ``<loop>/iter-<k>``; iteration ``k``'s paired in-ports
+when held by the run, else from staging: values are not kept between readers), runs the function through
+the executor and stores every out-port atomically with its fingerprint before reporting. A loop runs its
+body (the loop module read as a composite) as a child interpreter per iteration under ``<loop>/iter-<k>``; iteration ``k``'s paired in-ports
 take iteration ``k-1``'s paired out-ports, so stored iterations resume as all-ready and the first incomplete
 one resumes from its own checkpoint. Another iteration follows while the iteration's continue port is true;
 the last iteration's values are then stored as the loop's out-ports.
@@ -47,7 +47,7 @@ from pytimely.workflow.fingerprint import code_fingerprint, derive, value_finger
 from pytimely.workflow.graph import Vertex
 from pytimely.workflow.model import Kind, Module, PortRef
 from pytimely.workflow.resume import ResumeState, compute_resume_state_async
-from pytimely.workflow.staging import StagingArea
+from pytimely.workflow.staging import MemoryStaging, StagingArea
 
 __all__ = [
     "Event",
@@ -157,6 +157,11 @@ class Runtime:
         self.trace = trace if trace is not None else Trace()
         self.memory: dict[str, Any] = {}
         self.produced: dict[str, Any] = {}
+        """Values kept for this run's readers: only where staging keeps them in memory anyway."""
+        self.made: set[str] = set()
+        """Keys whose values this run staged (computed, or retagged by early cutoff)."""
+        # A memory area holds the objects themselves: reading them back costs nothing, and keeps identity.
+        self.keep_values = isinstance(staging, MemoryStaging)
         self.contents: dict[str, str] = {}
         """Content fingerprints of staged values known in this run, by key."""
         self._structure: dict[int, str] = {}
@@ -197,28 +202,33 @@ class Runtime:
             return False
         if origin.in_memory:
             return origin.key in self.memory
-        if origin.key in self.produced:
+        if origin.key in self.made:
             return True
         if not self.reuse:
             return False
         return await asyncio.to_thread(self.staging.has, origin.key, origin.fingerprint)
 
     async def load(self, origin: Origin) -> Any:
-        """The value at ``origin``: produced in this run, held in memory, or read from staging."""
+        """The value at ``origin``: held in memory, or read from staging when needed (not kept: a run holds only
+        the values the modules running at the moment read and return)."""
         if origin.in_memory:
             return self.memory[origin.key]
         if origin.key in self.produced:
             return self.produced[origin.key]
         value = await asyncio.to_thread(self.staging.get, origin.key, origin.fingerprint)
-        self.trace.reused.add(origin.key)
-        self.produced[origin.key] = value
+        if origin.key not in self.made:
+            self.trace.reused.add(origin.key)
+        if self.keep_values:
+            self.produced[origin.key] = value
         return value
 
     async def store(self, origin: Origin, value: Any) -> None:
-        """Stage ``value`` at ``origin`` (atomically, with its fingerprint) and keep it for this run's readers."""
+        """Stage ``value`` at ``origin`` (atomically, with its fingerprint); readers load it from there."""
         assert origin.fingerprint is not None
         await asyncio.to_thread(self.staging.put, origin.key, value, origin.fingerprint)
-        self.produced[origin.key] = value
+        self.made.add(origin.key)
+        if self.keep_values:
+            self.produced[origin.key] = value
 
     async def content(self, origin: Origin, value: Any) -> str | None:
         """The content fingerprint of the value at ``origin`` (``None`` if it cannot be fingerprinted)."""
@@ -641,6 +651,7 @@ async def _cut_off(rt: Runtime, inst: Instance, recipe: str) -> bool:
             origin = inst.outputs[o]
             assert origin is not None and origin.fingerprint is not None
             rt.contents[origin.key] = outputs[o]["content"]
+            rt.made.add(origin.key)
             outputs[o]["fingerprint"] = origin.fingerprint
         await asyncio.to_thread(rt.staging.put, key, record, recipe)
     except (StagingError, KeyError, TypeError):
