@@ -8,19 +8,19 @@ fed by a connection has its source's origin; a loop's out-port is derived from t
 in-ports the same way (its final iteration's value is copied there). A port *has a value* (is in ``H``) when
 its origin holds a value stored under exactly that fingerprint — changed code or inputs make it absent.
 
-**Interpreters** are asyncio tasks speaking the §2.2 protocol: each gets ``I*`` and ``O*``, receives
-in-port-has-value messages on an ``asyncio.Queue`` and sends out-port-has-value messages to its invoker. A
-parent interpreter computes its resume state with :func:`~pytimely.workflow.resume.compute_resume_state_async`
-(``H`` asked lazily and concurrently through ``asyncio.to_thread(staging.has, key, fp)``), starts child
-interpreters per §2.3 with ``child_inputs``/``child_outputs``, forwards a value only to connection targets
-whose state is *recompute* (never to ready or irrelevant ports), and finishes when every requested out-port
-has a value. A simple-module interpreter waits for its recomputed in-ports, loads its inputs (from memory
-when held by the run, else from staging: values are not kept between readers), runs the function through
-the executor and stores every out-port atomically with its fingerprint before reporting. A loop runs its
-body (the loop module read as a composite) as a child interpreter per iteration under ``<loop>/iter-<k>``; iteration ``k``'s paired in-ports
-take iteration ``k-1``'s paired out-ports, so stored iterations resume as all-ready and the first incomplete
-one resumes from its own checkpoint. Another iteration follows while the iteration's continue port is true;
-the last iteration's values are then stored as the loop's out-ports.
+**Interpreters** are asyncio tasks speaking the §2.2 protocol: each gets ``I*`` and ``O*``, receives in-port-has-
+value messages on an ``asyncio.Queue`` and sends out-port-has-value messages to its invoker. A parent interpreter
+computes its resume state with :func:`~pytimely.workflow.resume.compute_resume_state_async` (``H`` asked lazily
+and concurrently through ``asyncio.to_thread(staging.has, key, fp)``), starts child interpreters per §2.3 with
+``child_inputs``/``child_outputs``, forwards a value only to connection targets whose state is *recompute* (never
+to ready or irrelevant ports), and finishes when every requested out-port has a value. A simple-module interpreter
+waits for its recomputed in-ports, loads its inputs (from memory when held by the run, else from staging: values
+are not kept between readers), runs the function through the executor and stores every out-port atomically with
+its fingerprint before reporting. A loop runs its body (the loop module read as a composite) as a child
+interpreter per iteration under ``<loop>/iter-<k>``; iteration ``k``'s paired in-ports take iteration ``k-1``'s
+paired out-ports, so stored iterations resume as all-ready and the first incomplete one resumes from its own
+checkpoint. Another iteration follows while the iteration's continue port is true; the last iteration's values are
+then stored as the loop's out-ports.
 
 Values already staged stay when a module fails: that is what makes the next run resume.
 """
