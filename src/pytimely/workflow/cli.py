@@ -113,9 +113,15 @@ class Progress:
         self.stream = stream
         self.quiet = quiet
         self.began = time.perf_counter()
+        self.running: dict[str, None] = {}
+        """Modules started and not yet finished, failed or cut off (those stopped by a cancel stay)."""
 
     def __call__(self, event: Event) -> None:
         """Print one event."""
+        if event.kind == "started":
+            self.running[event.path] = None
+        elif event.kind in ("finished", "failed"):
+            self.running.pop(event.path, None)
         if self.quiet:
             return
         if event.kind == "started":
@@ -124,6 +130,10 @@ class Progress:
             line = f"finished {event.path} ({event.seconds:.2f} s)"
         elif event.kind == "failed":
             line = f"failed   {event.path} ({event.seconds:.2f} s)"
+        elif event.kind == "cancelled":
+            line = f"stopped  {event.path} ({event.seconds:.2f} s)"
+        elif event.kind == "retry":
+            line = f"retry    {event.path} (attempt {(event.iteration or 0) + 1}: {event.message})"
         elif event.kind == "cut-off":
             line = f"cut off  {event.path} (its inputs came out as before: its staged values stand)"
         else:
@@ -251,6 +261,17 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
                 holder=f"pytimely workflow run {args.target}",
             )
         )
+    except KeyboardInterrupt:
+        terminate = getattr(executor, "terminate", None)
+        if terminate is not None:
+            terminate()
+        running = list(progress.running)
+        what = f"while {', '.join(running)} {'was' if len(running) == 1 else 'were'} running" if running else ""
+        print(
+            f"pytimely workflow: interrupted {what}; values staged so far stay and the next run resumes from them",
+            file=sys.stderr,
+        )
+        return 130
     except _USAGE_ERRORS:
         raise
     except (StagingLockedError, StagingUnavailableError) as exc:

@@ -180,7 +180,12 @@ def simple(fn: Callable[..., Any], /) -> Module: ...
 
 @overload
 def simple(
-    *, name: str | None = None, deps: Mapping[str, Iterable[str]] | None = None, version: str | int | None = None
+    *,
+    name: str | None = None,
+    deps: Mapping[str, Iterable[str]] | None = None,
+    version: str | int | None = None,
+    retries: int = 0,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], Module]: ...
 
 
@@ -191,8 +196,12 @@ def simple(
     name: str | None = None,
     deps: Mapping[str, Iterable[str]] | None = None,
     version: str | int | None = None,
+    retries: int = 0,
+    timeout: float | None = None,
 ) -> Module | Callable[[Callable[..., Any]], Module]:
     """A simple module running ``fn``: positional parameters are in-ports, the return annotation the out-ports.
+
+    ``retries`` more attempts follow a failure, a worker's death or a run past ``timeout`` seconds.
 
     ``version`` replaces the code fingerprint (source, globals read, the user's functions called): the module's
     values are reused until the version changes, whatever the code does.
@@ -216,7 +225,12 @@ def simple(
         outputs, _ = _out_ports(module_name, hints.get("return", _MISSING))
         declared = {i: frozenset(os) for i, os in (deps or {}).items()}
         _make_importable(f)
-        return Module(module_name, Kind.SIMPLE, tuple(inputs), tuple(outputs or [Port("out")]), declared, function=f)
+        if not isinstance(retries, int) or retries < 0:
+            raise ModuleDefinitionError(f"simple module {module_name!r}: retries must be an int >= 0, got {retries!r}")
+        if timeout is not None and not timeout > 0:
+            raise ModuleDefinitionError(f"simple module {module_name!r}: timeout must be > 0 seconds, got {timeout!r}")
+        return Module(module_name, Kind.SIMPLE, tuple(inputs), tuple(outputs or [Port("out")]), declared, function=f,
+                      retries=retries, timeout=timeout)  # fmt: skip
 
     return define if fn is None else define(fn)
 

@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import multiprocessing
+import os
 import pickle
+import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -205,7 +209,20 @@ class ProcessExecutor(_ExecutorBase):
         self._pool = self._new_pool()
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
-        return concurrent.futures.ProcessPoolExecutor(self._max_workers, mp_context=self._context)
+        return concurrent.futures.ProcessPoolExecutor(
+            self._max_workers, mp_context=self._context, initializer=_watch_parent, initargs=(os.getpid(),)
+        )
+
+    def terminate(self) -> None:
+        """Stop now: kill the worker processes (running calls are lost) and close (Ctrl-C, a failed run)."""
+        with self._lock:
+            self._closed = True
+            pool = self._pool
+        # The pool has no public way to stop a running call: its processes are killed.
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
 
     async def run(self, call: Call) -> dict[str, Any]:
         """Run ``call`` in a worker process and return its out-port values."""
@@ -252,6 +269,27 @@ class ProcessExecutor(_ExecutorBase):
             self._closed = True
             pool = self._pool
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+PARENT_POLL_SECONDS = 0.2
+"""How often a worker process checks that the process that started it is still alive."""
+
+
+def _watch_parent(parent: int) -> None:
+    """In a worker: exit as soon as ``parent`` is gone (killed with SIGKILL, say) instead of living on orphaned,
+    holding the command's stderr. A thread polls the parent pid: the kernel's parent-death signal follows the
+    thread that started the worker, which may end long before the pool does."""
+
+    # Ctrl-C reaches the whole process group: the command decides what stops, not each worker on its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(PARENT_POLL_SECONDS)
+
+    threading.Thread(target=watch, name="pytimely-parent-watch", daemon=True).start()
 
 
 @dataclass(frozen=True, slots=True)

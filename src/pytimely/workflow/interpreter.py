@@ -38,7 +38,10 @@ from pytimely.errors import (
     LoopError,
     ModuleCycleError,
     ModuleDefinitionError,
+    ModuleFailedError,
+    ModuleTimeoutError,
     StagingError,
+    WorkerDiedError,
     WorkflowError,
     WorkflowInputError,
 )
@@ -106,12 +109,15 @@ class Instance:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A progress event: a module ``started`` or ``finished`` (with seconds taken), or a loop ``resumed`` at k."""
+    """A progress event: a module ``started``, ``finished``, ``failed`` or ``cancelled`` (with seconds), ``cut-off``
+    (early cutoff), a ``retry`` (attempt number in ``iteration``, the failure in ``message``), or a loop ``resumed``
+    at iteration k."""
 
-    kind: Literal["started", "finished", "failed", "resumed", "cut-off"]
+    kind: Literal["started", "finished", "failed", "cancelled", "resumed", "cut-off", "retry"]
     path: str
     seconds: float = 0.0
     iteration: int | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,15 +582,17 @@ async def _simple(
     rt.emit(Event("started", inst.path))
     began = time.perf_counter()
     try:
-        outputs = await rt.executor.run(
-            Call(inst.path, module.function, values, dict(module.params), module.output_names)
-        )
+        outputs = await _attempts(rt, rt.executor, inst, Call(inst.path, module.function, values,
+                                                                dict(module.params), module.output_names))
         for o in module.output_names:
             origin = inst.outputs[o]
             assert origin is not None
             await rt.store(origin, outputs[o])
         if recipe is not None:
             await _record_trace(rt, inst, recipe, outputs)
+    except asyncio.CancelledError:
+        rt.emit(Event("cancelled", inst.path, time.perf_counter() - began))
+        raise
     except BaseException:
         rt.emit(Event("failed", inst.path, time.perf_counter() - began))
         raise
@@ -592,6 +600,26 @@ async def _simple(
     rt.emit(Event("finished", inst.path, time.perf_counter() - began))
     for o in sorted(requested):
         report(o)
+
+
+async def _attempts(rt: Runtime, executor: Executor, inst: Instance, call: Call) -> dict[str, Any]:
+    """Run ``call`` with the module's timeout per attempt, and again after a failure while retries are left."""
+    module = inst.module
+    for attempt in range(module.retries + 1):
+        try:
+            if module.timeout is None:
+                return await executor.run(call)
+            try:
+                return await asyncio.wait_for(executor.run(call), module.timeout)
+            except TimeoutError:
+                raise ModuleTimeoutError(
+                    f"module {inst.path!r} ran longer than its timeout of {module.timeout:g} s", inst.path
+                ) from None
+        except (ModuleFailedError, WorkerDiedError, ModuleTimeoutError) as exc:
+            if attempt == module.retries:
+                raise
+            rt.emit(Event("retry", inst.path, iteration=attempt + 1, message=str(exc)))
+    raise AssertionError("unreachable")
 
 
 # -- early cutoff ------------------------------------------------------------------------------------------------

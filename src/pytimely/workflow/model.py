@@ -138,6 +138,10 @@ class Module:
     params: Mapping[str, Any] = field(default_factory=dict)
     continue_port: str | None = None
     path: str = ""
+    retries: int = 0
+    """A simple module's further attempts after a failure, a worker's death or a timeout."""
+    timeout: float | None = None
+    """A simple module's limit in seconds per attempt (``ModuleTimeoutError`` past it)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
