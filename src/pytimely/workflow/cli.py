@@ -277,6 +277,10 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
     except (StagingLockedError, StagingUnavailableError) as exc:
         print(f"pytimely workflow: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # nothing above named it: still one line, never a traceback
+        progress.summary(trace)
+        print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     except PytimelyError as exc:
         progress.summary(trace)
         print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -41,6 +41,7 @@ from pytimely.errors import (
     ModuleFailedError,
     ModuleTimeoutError,
     StagingError,
+    StagingUnavailableError,
     WorkerDiedError,
     WorkflowError,
     WorkflowInputError,
@@ -50,7 +51,7 @@ from pytimely.workflow.fingerprint import code_fingerprint, derive, value_finger
 from pytimely.workflow.graph import Vertex
 from pytimely.workflow.model import Kind, Module, PortRef
 from pytimely.workflow.resume import ResumeState, compute_resume_state_async
-from pytimely.workflow.staging import MemoryStaging, StagingArea
+from pytimely.workflow.staging import MemoryStaging, StagingArea, unavailable
 
 __all__ = [
     "Event",
@@ -231,7 +232,13 @@ class Runtime:
     async def store(self, origin: Origin, value: Any) -> None:
         """Stage ``value`` at ``origin`` (atomically, with its fingerprint); readers load it from there."""
         assert origin.fingerprint is not None
-        await asyncio.to_thread(self.staging.put, origin.key, value, origin.fingerprint)
+        try:
+            await asyncio.to_thread(self.staging.put, origin.key, value, origin.fingerprint)
+        except OSError as exc:
+            # The staging area's fault (a folder that cannot be written, a bucket that is gone), not the module's.
+            raise StagingUnavailableError(
+                f"cannot stage the value of {origin.key!r} in {self.staging!r}: {unavailable(exc)}", origin.key
+            ) from exc
         self.made.add(origin.key)
         if self.keep_values:
             self.produced[origin.key] = value

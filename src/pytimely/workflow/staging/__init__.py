@@ -45,6 +45,7 @@ from pytimely.workflow.staging.commit import ABANDONED_SECONDS, MARKER
 from pytimely.workflow.staging.keys import check_key, check_prefix, under
 from pytimely.workflow.staging.local import LocalStaging
 from pytimely.workflow.staging.lock import staging_lock
+from pytimely.workflow.staging.lock import unavailable_reason as unavailable
 from pytimely.workflow.staging.memory import MemoryStaging
 from pytimely.workflow.staging.remote import FsspecStaging
 
@@ -60,8 +61,10 @@ __all__ = [
     "format_of",
     "open_staging",
     "staging_lock",
+    "unavailable",
     "under",
 ]
+
 
 
 def open_staging(url: str | os.PathLike[str], **storage_options: Any) -> StagingArea:

@@ -29,7 +29,17 @@ from pytimely.workflow.staging.area import StagingArea
 from pytimely.workflow.staging.local import LocalStaging
 from pytimely.workflow.staging.remote import FsspecStaging
 
-__all__ = ["LOCK_NAME", "StagingLock", "staging_lock"]
+__all__ = ["LOCK_NAME", "StagingLock", "staging_lock", "unavailable_reason"]
+
+
+def unavailable_reason(exc: OSError) -> str:
+    """Why a staging area cannot be used, in words: the OS error's, or the object store's missing bucket."""
+    text = exc.strerror or str(exc) or type(exc).__name__
+    if isinstance(exc, FileNotFoundError) and ("bucket" in str(exc).lower() or "NoSuchBucket" in repr(exc)):
+        return f"its bucket does not exist ({text})"
+    if isinstance(exc, PermissionError):
+        return f"permission denied ({exc.filename or text})"
+    return text
 
 LOCK_NAME = ".lock"
 """The lock file (local) or lease object (object stores) in a staging area's root: not a staging key."""
@@ -106,7 +116,7 @@ class StagingLock:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StagingUnavailableError(
-                f"staging area {os.path.dirname(path)!r} cannot be written: {exc.strerror or exc}"
+                f"staging area {os.path.dirname(path)!r} cannot be written: {unavailable_reason(exc)}"
             ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -133,16 +143,18 @@ class StagingLock:
                 with fs.open(path, "xb") as f:  # S3: a PUT with If-None-Match: *
                     f.write(record.encode())
             except FileNotFoundError as exc:
-                raise StagingUnavailableError(f"staging area {self.area.url!r} cannot be reached: {exc}") from exc
+                raise StagingUnavailableError(
+                    f"staging area {self.area.url!r} cannot be written: {unavailable_reason(exc)}"
+                ) from exc
             except (FileExistsError, OSError) as exc:
                 try:
                     held = fs.cat_file(path)
                 except FileNotFoundError:
                     continue  # released meanwhile: try again
                 except OSError:
-                    raise StagingUnavailableError(
-                        f"staging area {self.area.url!r} cannot be written: {exc}"
-                    ) from exc
+                    reason = unavailable_reason(exc) if isinstance(exc, OSError) else str(exc)
+                    where = repr(self.area.url)
+                    raise StagingUnavailableError(f"staging area {where} cannot be written: {reason}") from exc
                 try:
                     expired = float(json.loads(held)["expires"]) < time.time()
                 except (ValueError, KeyError, TypeError):
