@@ -47,10 +47,10 @@ from pytimely.errors import (
 from pytimely.workflow.executors import Executor, ProcessExecutor, SparkExecutor, ThreadExecutor
 from pytimely.workflow.interpreter import Event, Trace
 from pytimely.workflow.model import Module
-from pytimely.workflow.runner import aplan, arun, show
+from pytimely.workflow.runner import aplan, arun, module_logs, show
 from pytimely.workflow.staging import StagingArea, open_staging
 
-__all__ = ["Progress", "load_workflow", "main", "parse_inputs"]
+__all__ = ["LiveProgress", "Progress", "load_workflow", "main", "parse_inputs"]
 
 _USAGE_ERRORS = (WorkflowUsageError, ModuleDefinitionError, WorkflowInputError, ResumePreconditionError)
 
@@ -154,6 +154,60 @@ class Progress:
         )
 
 
+class LiveProgress(Progress):
+    """A live display (rich) on a terminal: how many modules were reused, are running, done, cut off or failed,
+    and which are running now; the summary line stays when it ends."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        from rich.console import Console
+        from rich.live import Live
+
+        self.counts = {"done": 0, "cut off": 0, "failed": 0, "retried": 0}
+        self.trace: Trace | None = None
+        self.console = Console(file=stream)
+        self.live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
+        self.live.start()
+
+    def _render(self) -> Any:
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 2))
+        reused = len(self.trace.reused) if self.trace is not None else 0
+        shown = [("reused", reused), *self.counts.items()]
+        counts = "  ".join(f"{name} {n}" for name, n in shown if n or name == "done")
+        table.add_row(f"[bold]running {len(self.running)}[/]", counts, f"{time.perf_counter() - self.began:.1f} s")
+        for path in list(self.running)[:8]:
+            table.add_row("", f"[cyan]{path}[/]", "")
+        return table
+
+    def __call__(self, event: Event) -> None:
+        """Update the display with one event."""
+        if event.kind == "started":
+            self.running[event.path] = None
+        elif event.kind in ("finished", "failed"):
+            self.running.pop(event.path, None)
+        key = {"finished": "done", "cut-off": "cut off", "failed": "failed", "retry": "retried"}.get(event.kind)
+        if key is not None:
+            self.counts[key] += 1
+        self.live.update(self._render())
+
+    def summary(self, trace: Trace) -> None:
+        """Stop the display and print the closing line."""
+        self.live.stop()
+        super().summary(trace)
+
+
+def _progress(stream: IO[str], quiet: bool, mode: str) -> Progress:
+    live = mode == "live" or (mode == "auto" and stream.isatty())
+    if quiet or not live:
+        return Progress(stream, quiet)
+    try:
+        return LiveProgress(stream)
+    except ImportError:  # rich is in the workflow extra; lines do without it
+        return Progress(stream, quiet)
+
+
 def _executor(name: str) -> Executor:
     if name == "thread":
         return ThreadExecutor()
@@ -200,8 +254,13 @@ def _parser() -> argparse.ArgumentParser:
         ("run", "run or resume the workflow"),
         ("plan", "print what a run would reuse, recompute and leave, without running"),
         ("show", "print the module graph as a Mermaid flowchart"),
+        ("logs", "print what a module printed the last time it ran"),
     ):
         sub = commands.add_parser(name, help=text, description=text)
+        if name == "logs":
+            sub.add_argument("module", help="a module's path (workflow/load) or its last part (load)")
+            sub.add_argument("--staging", required=True, help="staging area URL or directory")
+            continue
         sub.add_argument("target", help="MODULE:NAME or FILE.py:NAME of a composite module")
         if name == "show":
             continue
@@ -213,6 +272,10 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--executor", choices=("thread", "process", "spark"), default="thread")
             sub.add_argument("--output-dir", help="write each output to DIR/NAME.json (or .pkl)")
             sub.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+            sub.add_argument("--progress", choices=("auto", "lines", "live"), default="auto",
+                             help="a live display (on a terminal by default) or one line per event")  # fmt: skip
+            sub.add_argument("--no-capture", action="store_true",
+                             help="let modules print to the terminal instead of keeping it for `logs`")  # fmt: skip
     return parser
 
 
@@ -220,6 +283,8 @@ def main(argv: Sequence[str]) -> int:
     """The ``pytimely workflow`` command; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "logs":
+            return _logs(args.module, _staging(args.staging))
         workflow = load_workflow(args.target)
         if args.command == "show":
             sys.stdout.write(show(workflow))
@@ -240,8 +305,10 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], staging: StagingArea) -> int:
-    progress = Progress(sys.stderr, args.quiet)
+    progress = _progress(sys.stderr, args.quiet, args.progress)
     trace = Trace()
+    if isinstance(progress, LiveProgress):
+        progress.trace = trace
     try:
         executor = _executor(args.executor)
     except PytimelyError as exc:
@@ -259,9 +326,12 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
                 progress=progress,
                 trace=trace,
                 holder=f"pytimely workflow run {args.target}",
+                capture_logs=not args.no_capture,
             )
         )
     except KeyboardInterrupt:
+        if isinstance(progress, LiveProgress):
+            progress.live.stop()
         terminate = getattr(executor, "terminate", None)
         if terminate is not None:
             terminate()
@@ -289,4 +359,17 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
         executor.close()
     progress.summary(trace)
     _write_outputs(outputs, args.output_dir, sys.stdout)
+    return 0
+
+
+def _logs(name: str, staging: StagingArea) -> int:
+    records = module_logs(staging, name)
+    if not records:
+        raise WorkflowUsageError(f"no output of a module {name!r} is kept in {staging!r} (run it with `run` first)")
+    for record in records:
+        for stream in ("stdout", "stderr"):
+            text = str(record[stream])
+            print(f"== {record['module']} ({stream}{', empty' if not text else ''}) ==")
+            if text:
+                print(text, end="" if text.endswith("\n") else "\n")
     return 0

@@ -49,6 +49,7 @@ from pytimely.errors import (
     UnpicklableCallError,
     WorkerDiedError,
 )
+from pytimely.workflow.logs import LOGS, Captured, captured, capturing
 
 __all__ = [
     "Call",
@@ -70,6 +71,8 @@ class Call:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ("out",)
+    capture: bool = False
+    """Collect what the function prints: the outputs then hold ``(stdout, stderr)`` under ``logs.LOGS``."""
 
     def __post_init__(self) -> None:
         both = set(self.inputs) & set(self.params)
@@ -84,6 +87,10 @@ class Call:
 
     def outputs_of(self, result: Any) -> dict[str, Any]:
         """The out-port values from the function's return value; ``ModuleOutputError`` when they do not fit."""
+        if isinstance(result, Captured):
+            outputs = self.outputs_of(result.value)
+            outputs[LOGS] = (result.stdout, result.stderr)
+            return outputs
         names = self.outputs
         if not names:
             return {}
@@ -112,7 +119,11 @@ class Call:
 def invoke(call: Call, arguments: Mapping[str, Any] | None = None) -> Any:
     """Run the call's function on this thread; user errors become ``ModuleFailedError`` naming the module."""
     try:
-        return call.fn(**(call.arguments() if arguments is None else arguments))
+        if not call.capture:
+            return call.fn(**(call.arguments() if arguments is None else arguments))
+        with capturing() as buffers:
+            value = call.fn(**(call.arguments() if arguments is None else arguments))
+        return captured(value, buffers)
     except Exception as exc:
         raise ModuleFailedError(f"module {call.module!r} failed: {type(exc).__name__}: {exc}", call.module) from exc
 
@@ -317,7 +328,7 @@ def _pickle_call(call: Call) -> bytes:
         ) from exc
     arguments = call.arguments()
     try:
-        return pickle.dumps((call.fn, arguments), protocol=5)
+        return pickle.dumps((call.fn, arguments, call.capture), protocol=5)
     except Exception as exc:
         for name, value in arguments.items():
             try:
@@ -334,11 +345,15 @@ def _pickle_call(call: Call) -> bytes:
 def _run_pickled(payload: bytes) -> Any:
     """In the worker process: unpickle the call and run it; user errors come back as ``_Raised``."""
     try:
-        fn, arguments = pickle.loads(payload)
+        fn, arguments, capture = pickle.loads(payload)
     except Exception as exc:
         return _Unloadable(f"{type(exc).__name__}: {exc}")
     try:
-        return fn(**arguments)
+        if not capture:
+            return fn(**arguments)
+        with capturing() as buffers:
+            value = fn(**arguments)
+        return captured(value, buffers)
     except Exception as exc:
         try:
             pickle.dumps(exc)

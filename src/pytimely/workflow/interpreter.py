@@ -49,6 +49,7 @@ from pytimely.errors import (
 from pytimely.workflow.executors import Call, Executor
 from pytimely.workflow.fingerprint import code_fingerprint, derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
+from pytimely.workflow.logs import LOGS
 from pytimely.workflow.model import Kind, Module, PortRef
 from pytimely.workflow.resume import ResumeState, compute_resume_state_async
 from pytimely.workflow.staging import MemoryStaging, StagingArea, unavailable
@@ -156,8 +157,10 @@ class Runtime:
         reuse: bool = True,
         progress: Callable[[Event], None] | None = None,
         trace: Trace | None = None,
+        capture_logs: bool = False,
     ) -> None:
         self.staging = staging
+        self.capture_logs = capture_logs
         self.executor = executor
         self.reuse = reuse
         self.progress = progress
@@ -589,14 +592,20 @@ async def _simple(
     rt.emit(Event("started", inst.path))
     began = time.perf_counter()
     try:
-        outputs = await _attempts(rt, rt.executor, inst, Call(inst.path, module.function, values,
-                                                                dict(module.params), module.output_names))
+        call = Call(inst.path, module.function, values, dict(module.params), module.output_names, rt.capture_logs)
+        outputs = await _attempts(rt, rt.executor, inst, call)
+        logs = outputs.pop(LOGS, None)
         for o in module.output_names:
             origin = inst.outputs[o]
             assert origin is not None
             await rt.store(origin, outputs[o])
         if recipe is not None:
             await _record_trace(rt, inst, recipe, outputs)
+        if logs is not None:
+            first = inst.outputs[module.output_names[0]]
+            assert first is not None and first.fingerprint is not None
+            record = {"module": inst.path, "stdout": logs[0], "stderr": logs[1]}
+            await asyncio.to_thread(rt.staging.put, log_key(inst.path), record, first.fingerprint)
     except asyncio.CancelledError:
         rt.emit(Event("cancelled", inst.path, time.perf_counter() - began))
         raise
@@ -645,6 +654,15 @@ TRACE = "=trace"
 def trace_key(path: str) -> str:
     """The staging key of the trace record of the module at ``path``."""
     return f"{path}/{TRACE}"
+
+
+LOG = "=log"
+"""The key segment, below a module's path, of what its function printed the last time it ran."""
+
+
+def log_key(path: str) -> str:
+    """The staging key of the captured output of the module at ``path``."""
+    return f"{path}/{LOG}"
 
 
 def code_recipe(rt: Runtime, module: Module) -> str:

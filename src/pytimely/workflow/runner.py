@@ -21,6 +21,7 @@ from pytimely.workflow.executors import Executor, ThreadExecutor
 from pytimely.workflow.fingerprint import derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
 from pytimely.workflow.interpreter import (
+    LOG,
     Event,
     Instance,
     Origin,
@@ -45,7 +46,7 @@ from pytimely.workflow.staging import (
     staging_lock,
 )
 
-__all__ = ["Plan", "aplan", "arun", "plan", "run", "show"]
+__all__ = ["Plan", "aplan", "arun", "module_logs", "plan", "run", "show"]
 
 StagingLike = StagingArea | str | None
 
@@ -138,6 +139,7 @@ async def arun(
     fingerprint_cache: FingerprintCache | None = None,
     storage_options: Mapping[str, Any] | None = None,
     holder: str | None = None,
+    capture_logs: bool = False,
 ) -> dict[str, Any]:
     """Run (or resume) ``workflow`` on ``inputs`` and return its requested out-ports' values by name.
 
@@ -147,28 +149,24 @@ async def arun(
     directories or URLs count by content (``fingerprint_cache``: default :func:`default_cache`;
     ``storage_options`` for fsspec URLs). The run holds the staging area's lock (:func:`staging_lock`, as
     ``holder``): a run already holding it makes this one fail with ``StagingLockedError`` naming it.
+    ``capture_logs`` keeps what each module prints with its values (see :func:`module_logs`).
     """
     area = _staging(staging)
     with staging_lock(area, holder or f"a run of workflow {workflow.name!r}"):
-        return await _arun(area, workflow, inputs, executor, outputs, reuse, progress, trace, fingerprint_cache,
-                           storage_options)  # fmt: skip
+        rt = Runtime(area, executor, reuse=reuse, progress=progress, trace=trace, capture_logs=capture_logs)
+        return await _arun(rt, workflow, inputs, outputs, fingerprint_cache, storage_options)
 
 
 async def _arun(
-    area: StagingArea,
+    rt: Runtime,
     workflow: Module,
     inputs: Mapping[str, Any] | None,
-    executor: Executor | None,
     outputs: Sequence[str] | None,
-    reuse: bool,
-    progress: Callable[[Event], None] | None,
-    trace: Trace | None,
     fingerprint_cache: FingerprintCache | None,
     storage_options: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    rt = Runtime(area, executor, reuse=reuse, progress=progress, trace=trace)
     root, requested = _prepare(rt, workflow, inputs or {}, outputs, fingerprint_cache, storage_options)
-    own = executor is None
+    own = rt.executor is None
     if own:
         rt.executor = ThreadExecutor()
     try:
@@ -200,6 +198,7 @@ def run(
     fingerprint_cache: FingerprintCache | None = None,
     storage_options: Mapping[str, Any] | None = None,
     holder: str | None = None,
+    capture_logs: bool = False,
 ) -> dict[str, Any]:
     """:func:`arun` from synchronous code (starts an event loop; not for use inside a running one)."""
     return asyncio.run(
@@ -215,6 +214,7 @@ def run(
             fingerprint_cache=fingerprint_cache,
             storage_options=storage_options,
             holder=holder,
+            capture_logs=capture_logs,
         )
     )
 
@@ -444,3 +444,19 @@ def show(workflow: Module) -> str:
     draw(workflow, workflow.name, "    ")
     lines.append("  end")
     return "\n".join(lines) + "\n"
+
+
+def module_logs(staging: StagingLike, name: str) -> list[dict[str, str]]:
+    """What the modules matching ``name`` (a path like ``workflow/load``, or its last part ``load``) printed the
+    last time they ran with ``capture_logs``: ``{"module", "stdout", "stderr"}`` each, by path."""
+    area = _staging(staging)
+    found = []
+    for key in area.keys(""):
+        if not key.endswith("/" + LOG):
+            continue
+        path = key[: -len(LOG) - 1]
+        if path == name or path.endswith("/" + name):
+            fp = area.fingerprint(key)
+            if fp is not None:
+                found.append(area.get(key, fp))
+    return sorted(found, key=lambda r: str(r["module"]))
