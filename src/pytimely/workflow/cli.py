@@ -4,6 +4,7 @@
                                   [--executor thread|process|spark] [--output-dir DIR] [--fresh] [-q]
     pytimely workflow plan TARGET [--staging URL] [--input NAME=VALUE ...] [--output NAME ...] [--fresh]
     pytimely workflow show TARGET
+    pytimely workflow logs MODULE --staging URL
 
 TARGET is ``package.module:NAME`` or ``path/to/file.py:NAME``, naming a composite module (a workflow).
 ``run`` resumes from whatever the staging area (a directory, ``file://``, ``s3://...``, ``memory://``; default
