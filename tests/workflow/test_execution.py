@@ -10,11 +10,12 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
-from pytimely.errors import ModuleFailedError, ModuleTimeoutError
-from pytimely.workflow import composite, simple
+from pytimely.errors import ModuleFailedError, ModuleTimeoutError, WorkflowInputError
+from pytimely.workflow import ProcessExecutor, SparkExecutor, composite, simple
 from pytimely.workflow.interpreter import Event, Trace
 from pytimely.workflow.runner import run
 
@@ -137,3 +138,54 @@ def test_a_module_past_its_timeout_fails_naming_it() -> None:
     with pytest.raises(ModuleTimeoutError, match=r"module 'timed/sleepy' ran longer than its timeout of 0.5 s"):
         run(timed, {"x": 1})
     assert time.monotonic() - began < 10
+
+
+@simple
+def here(x: int) -> int:
+    return os.getpid()
+
+
+@simple(executor="process")
+def elsewhere(x: int) -> int:
+    return os.getpid()
+
+
+class Pids(NamedTuple):
+    here: int
+    elsewhere: int
+
+
+@composite
+def mixed(x: int) -> Pids:
+    return Pids(here(x), elsewhere(x))
+
+
+def test_a_module_runs_on_the_executor_it_names_beside_the_default() -> None:
+    with ProcessExecutor(1) as process:
+        result = run(mixed, {"x": 1}, executors={"process": process})
+    assert result["here"] == os.getpid() and result["elsewhere"] != os.getpid()
+    with pytest.raises(WorkflowInputError, match=r"no executor 'process' \(given: \[\]\)"):
+        run(mixed, {"x": 2})
+
+
+def test_spark_starts_only_when_a_module_needs_its_session() -> None:
+    started: list[int] = []
+
+    def start() -> Any:
+        started.append(1)
+        raise AssertionError("no module here needs Spark")
+
+    with SparkExecutor(start=start) as executor:
+        assert run(retried_free, {"x": 3}, executor=executor) == {"out": 3}
+        assert not executor.started
+    assert started == []
+
+
+@simple
+def identity(x: int) -> int:
+    return x
+
+
+@composite
+def retried_free(x: int) -> int:
+    return identity(x)

@@ -141,6 +141,9 @@ class Progress:
             line = f"resumed  {event.path} at iteration {event.iteration}"
         print(line, file=self.stream, flush=True)
 
+    def stop(self) -> None:
+        """End any live display (lines need no ending)."""
+
     def summary(self, trace: Trace) -> None:
         """The closing line: modules run, values reused, time taken."""
         if self.quiet:
@@ -193,6 +196,10 @@ class LiveProgress(Progress):
             self.counts[key] += 1
         self.live.update(self._render())
 
+    def stop(self) -> None:
+        """End the live display (it leaves nothing behind on the terminal)."""
+        self.live.stop()
+
     def summary(self, trace: Trace) -> None:
         """Stop the display and print the closing line."""
         self.live.stop()
@@ -209,6 +216,9 @@ def _progress(stream: IO[str], quiet: bool, mode: str) -> Progress:
         return Progress(stream, quiet)
 
 
+_EXECUTORS = ("thread", "process", "spark")
+
+
 def _executor(name: str) -> Executor:
     if name == "thread":
         return ThreadExecutor()
@@ -216,7 +226,7 @@ def _executor(name: str) -> Executor:
         return ProcessExecutor()
     from pytimely.spark.session import local_session
 
-    return SparkExecutor(local_session())
+    return SparkExecutor(start=local_session)  # Spark starts when a module first needs its session
 
 
 def _staging(url: str) -> StagingArea:
@@ -310,8 +320,13 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
     trace = Trace()
     if isinstance(progress, LiveProgress):
         progress.trace = trace
+    named = sorted({m.executor for m in workflow.walk() if m.executor is not None})
+    unknown = [name for name in named if name not in _EXECUTORS]
+    if unknown:
+        raise WorkflowUsageError(f"a module asks for executor {unknown[0]!r}; there are {list(_EXECUTORS)}")
     try:
         executor = _executor(args.executor)
+        executors = {name: executor if name == args.executor else _executor(name) for name in named}
     except PytimelyError as exc:
         print(f"pytimely workflow: cannot start the {args.executor} executor: {exc}", file=sys.stderr)
         return 1
@@ -328,14 +343,15 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
                 trace=trace,
                 holder=f"pytimely workflow run {args.target}",
                 capture_logs=not args.no_capture,
+                executors=executors,
             )
         )
     except KeyboardInterrupt:
-        if isinstance(progress, LiveProgress):
-            progress.live.stop()
-        terminate = getattr(executor, "terminate", None)
-        if terminate is not None:
-            terminate()
+        progress.stop()
+        for running_executor in {id(e): e for e in (executor, *executors.values())}.values():
+            terminate = getattr(running_executor, "terminate", None)
+            if terminate is not None:
+                terminate()
         running = list(progress.running)
         what = f"while {', '.join(running)} {'was' if len(running) == 1 else 'were'} running" if running else ""
         print(
@@ -346,6 +362,7 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
     except _USAGE_ERRORS:
         raise
     except (StagingLockedError, StagingUnavailableError) as exc:
+        progress.stop()
         print(f"pytimely workflow: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # nothing above named it: still one line, never a traceback
@@ -357,7 +374,9 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
         print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
-        executor.close()
+        progress.stop()
+        for used in {id(e): e for e in (executor, *executors.values())}.values():
+            used.close()
     progress.summary(trace)
     _write_outputs(outputs, args.output_dir, sys.stdout)
     return 0

@@ -186,6 +186,7 @@ def simple(
     version: str | int | None = None,
     retries: int = 0,
     timeout: float | None = None,
+    executor: str | None = None,
 ) -> Callable[[Callable[..., Any]], Module]: ...
 
 
@@ -198,10 +199,12 @@ def simple(
     version: str | int | None = None,
     retries: int = 0,
     timeout: float | None = None,
+    executor: str | None = None,
 ) -> Module | Callable[[Callable[..., Any]], Module]:
     """A simple module running ``fn``: positional parameters are in-ports, the return annotation the out-ports.
 
-    ``retries`` more attempts follow a failure, a worker's death or a run past ``timeout`` seconds.
+    ``retries`` more attempts follow a failure, a worker's death or a run past ``timeout`` seconds. ``executor``
+    names the executor it runs on (``"spark"`` beside thread steps), else the run's default.
 
     ``version`` replaces the code fingerprint (source, globals read, the user's functions called): the module's
     values are reused until the version changes, whatever the code does.
@@ -230,7 +233,7 @@ def simple(
         if timeout is not None and not timeout > 0:
             raise ModuleDefinitionError(f"simple module {module_name!r}: timeout must be > 0 seconds, got {timeout!r}")
         return Module(module_name, Kind.SIMPLE, tuple(inputs), tuple(outputs or [Port("out")]), declared, function=f,
-                      retries=retries, timeout=timeout)  # fmt: skip
+                      retries=retries, timeout=timeout, executor=executor)  # fmt: skip
 
     return define if fn is None else define(fn)
 

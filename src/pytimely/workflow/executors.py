@@ -370,20 +370,42 @@ class SparkExecutor(_ExecutorBase):
     in the Spark UI by the module's name. DataFrame inputs and results pass as they are (lazily).
     """
 
-    def __init__(self, session: Any, max_workers: int | None = None) -> None:
-        self.session = session
+    def __init__(
+        self, session: Any = None, max_workers: int | None = None, *, start: Callable[[], Any] | None = None
+    ) -> None:
+        if session is None and start is None:
+            raise ValueError("SparkExecutor needs a session, or start= to make one when a module first needs it")
+        self._session = session
+        self._start = start
+        self._session_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="pytimely-spark-module")
+
+    @property
+    def session(self) -> Any:
+        """The session: the one given, or made by ``start()`` the first time a module needs it."""
+        with self._session_lock:
+            if self._session is None:
+                assert self._start is not None
+                self._session = self._start()
+            return self._session
+
+    @property
+    def started(self) -> bool:
+        """Whether the executor has a session (given, or started for a module)."""
+        return self._session is not None
 
     async def run(self, call: Call) -> dict[str, Any]:
         """Run ``call`` on a driver thread with the session and return its out-port values."""
         self._check_open(call)
         arguments = call.arguments()
         if "spark" not in arguments and _accepts(call.fn, "spark"):
-            arguments["spark"] = self.session
+            arguments["spark"] = await asyncio.to_thread(lambda: self.session)
         future = self._submit(call, self._pool, self._invoke, call, arguments)
         return call.outputs_of(await asyncio.wrap_future(future))
 
     def _invoke(self, call: Call, arguments: dict[str, Any]) -> Any:
+        if not self.started:
+            return invoke(call, arguments)  # a module that needs no session does not start Spark
         context = self.session.sparkContext
         context.setJobDescription(f"pytimely module {call.module}")
         try:

@@ -158,9 +158,11 @@ class Runtime:
         progress: Callable[[Event], None] | None = None,
         trace: Trace | None = None,
         capture_logs: bool = False,
+        executors: Mapping[str, Executor] | None = None,
     ) -> None:
         self.staging = staging
         self.capture_logs = capture_logs
+        self.executors = dict(executors or {})
         self.executor = executor
         self.reuse = reuse
         self.progress = progress
@@ -587,13 +589,15 @@ async def _simple(
         for o in sorted(requested):
             report(o)
         return
-    if rt.executor is None:
-        raise WorkflowInputError(f"module {inst.path!r} must run, but no executor was given")
+    executor = rt.executor if module.executor is None else rt.executors.get(module.executor)
+    if executor is None:
+        named = "" if module.executor is None else f" {module.executor!r} (given: {sorted(rt.executors)})"
+        raise WorkflowInputError(f"module {inst.path!r} must run, but no executor{named} was given")
     rt.emit(Event("started", inst.path))
     began = time.perf_counter()
     try:
         call = Call(inst.path, module.function, values, dict(module.params), module.output_names, rt.capture_logs)
-        outputs = await _attempts(rt, rt.executor, inst, call)
+        outputs = await _attempts(rt, executor, inst, call)
         logs = outputs.pop(LOGS, None)
         for o in module.output_names:
             origin = inst.outputs[o]

@@ -142,6 +142,8 @@ class Module:
     """A simple module's further attempts after a failure, a worker's death or a timeout."""
     timeout: float | None = None
     """A simple module's limit in seconds per attempt (``ModuleTimeoutError`` past it)."""
+    executor: str | None = None
+    """The name of the executor a simple module runs on (``"spark"``, ``"process"``), else the run's default."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):

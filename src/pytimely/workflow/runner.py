@@ -140,6 +140,7 @@ async def arun(
     storage_options: Mapping[str, Any] | None = None,
     holder: str | None = None,
     capture_logs: bool = False,
+    executors: Mapping[str, Executor] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``workflow`` on ``inputs`` and return its requested out-ports' values by name.
 
@@ -149,11 +150,13 @@ async def arun(
     directories or URLs count by content (``fingerprint_cache``: default :func:`default_cache`;
     ``storage_options`` for fsspec URLs). The run holds the staging area's lock (:func:`staging_lock`, as
     ``holder``): a run already holding it makes this one fail with ``StagingLockedError`` naming it.
-    ``capture_logs`` keeps what each module prints with its values (see :func:`module_logs`).
+    ``capture_logs`` keeps what each module prints with its values (see :func:`module_logs`). ``executors``
+    names the executors of modules that ask for one (``@simple(executor="spark")``).
     """
     area = _staging(staging)
     with staging_lock(area, holder or f"a run of workflow {workflow.name!r}"):
-        rt = Runtime(area, executor, reuse=reuse, progress=progress, trace=trace, capture_logs=capture_logs)
+        rt = Runtime(area, executor, reuse=reuse, progress=progress, trace=trace, capture_logs=capture_logs,
+                     executors=executors)  # fmt: skip
         return await _arun(rt, workflow, inputs, outputs, fingerprint_cache, storage_options)
 
 
@@ -199,6 +202,7 @@ def run(
     storage_options: Mapping[str, Any] | None = None,
     holder: str | None = None,
     capture_logs: bool = False,
+    executors: Mapping[str, Executor] | None = None,
 ) -> dict[str, Any]:
     """:func:`arun` from synchronous code (starts an event loop; not for use inside a running one)."""
     return asyncio.run(
@@ -215,6 +219,7 @@ def run(
             storage_options=storage_options,
             holder=holder,
             capture_logs=capture_logs,
+            executors=executors,
         )
     )
 
