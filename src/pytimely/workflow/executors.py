@@ -217,6 +217,7 @@ class ProcessExecutor(_ExecutorBase):
         self._context = multiprocessing.get_context(mp_context)
         self._max_workers = max_workers
         self._lock = threading.Lock()
+        self._shutdown_lock = threading.Lock()
         self._pool = self._new_pool()
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
@@ -272,7 +273,10 @@ class ProcessExecutor(_ExecutorBase):
         with self._lock:
             if self._pool is broken and not self._closed:
                 self._pool = self._new_pool()
-        broken.shutdown(wait=True, cancel_futures=True)  # joins what is left of it (again, if already done)
+        # Every call the dead worker failed comes here: one shutdown at a time, since two at once close the
+        # pool's pipes twice (EBADF).
+        with self._shutdown_lock, contextlib.suppress(OSError):
+            broken.shutdown(wait=True, cancel_futures=True)  # joins what is left of it (again, if already done)
 
     def close(self) -> None:
         """Wait for running calls and stop the worker processes."""
