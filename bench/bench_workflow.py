@@ -1,25 +1,37 @@
 """The workflow interpreter's own cost, against the same functions called directly, measured in one run.
 
-    python bench/bench_workflow.py [--modules N] [--width W] [--repeat R]
+    python bench/bench_workflow.py [--modules N] [--width W] [--repeat R] [--input-mb MB] [--skip-large]
 
 A layered workflow of N trivial simple modules (W per layer, each reading two modules of the layer above)
 is run fresh on an in-memory staging area and on a local directory, resumed with nothing to do (every value
 checked against its fingerprint), planned, and resumed after the last layer's values were lost. The baseline
 calls the same functions in topological order in plain Python. Printed: seconds (best of R) and the
 per-module overhead.
+
+Then (unless ``--skip-large``): the content fingerprint of an ``--input-mb`` file (1 GB by default, made in a
+temporary folder and deleted) the first time and the second (from the size-and-mtime cache), against reading the
+file once; the cost of taking and releasing a local staging area's lock, against a resume with nothing to do;
+and the peak memory of a 25-iteration loop of 40 MB arrays on local staging, against holding one such array.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
 from pytimely.workflow.runner import plan, run
-from pytimely.workflow.staging import LocalStaging, MemoryStaging
+from pytimely.workflow.staging import LocalStaging, MemoryStaging, staging_lock
 
 
 def add(a: int, b: int) -> int:
@@ -82,6 +94,8 @@ def main() -> None:
     parser.add_argument("--modules", type=int, default=200)
     parser.add_argument("--width", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--input-mb", type=int, default=1024)
+    parser.add_argument("--skip-large", action="store_true")
     args = parser.parse_args()
     wf, layers = layered(args.modules, args.width)
     n = args.modules
@@ -111,6 +125,118 @@ def main() -> None:
     for label, seconds in rows:
         per = (seconds - base) / n * 1e3
         print(f"  {label:<38} {seconds * 1e3:9.2f} ms   {per:7.3f} ms/module over plain calls")
+    if not args.skip_large:
+        bench_input(args.input_mb)
+        bench_lock(wf, args.repeat)
+        bench_loop_memory()
+
+
+def bench_input(megabytes: int) -> None:
+    """Fingerprinting a large input file: first (read and hashed) and second (cached), against one plain read."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "input.bin"
+        block = os.urandom(64 << 20)
+        with open(path, "wb") as f:
+            for _ in range(max(1, megabytes // 64)):
+                f.write(block)
+        past = time.time() - 3600  # not racy: the cache may keep it
+        os.utime(path, (past, past))
+        start = time.perf_counter()
+        with open(path, "rb") as f:
+            buf = bytearray(4 << 20)
+            while f.readinto(buf):
+                pass
+        read = time.perf_counter() - start
+        cache = FingerprintCache(Path(tmp) / "cache.json")
+        start = time.perf_counter()
+        content_fingerprint(path, cache)
+        first = time.perf_counter() - start
+        cache.save()
+        again = FingerprintCache(Path(tmp) / "cache.json")
+        start = time.perf_counter()
+        content_fingerprint(path, again)
+        second = time.perf_counter() - start
+        size = path.stat().st_size / (1 << 20)
+    print(f"content fingerprint of a {size:.0f} MB file (baseline: reading it once, {read:.2f} s)")
+    print(f"  first time (read and SHA-256)          {first:9.2f} s    {first / read:7.2f}x the read")
+    print(f"  second time (size-and-mtime cache)     {second * 1e3:9.2f} ms   {second / read:7.5f}x the read")
+
+
+def bench_lock(wf: Module, repeat: int) -> None:
+    """Taking and releasing a local staging area's lock, against a resume that runs nothing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = LocalStaging(f"{tmp}/kept", durable=False)
+        run(wf, {"x": 1}, staging=stage)
+        resume = best(repeat, lambda: run(wf, {"x": 1}, staging=stage))
+        n = 1000
+        start = time.perf_counter()
+        for _ in range(n):
+            with staging_lock(stage, "bench"):
+                pass
+        each = (time.perf_counter() - start) / n
+    print(f"staging lock, local: {each * 1e6:.0f} us to take and release; {each / resume * 100:.2f}% of a resume "
+          f"with nothing to run ({resume * 1e3:.1f} ms)")
+
+
+LOOP = """
+import json, resource, sys
+from typing import NamedTuple
+import numpy as np
+from pytimely.workflow import composite, loop, simple
+from pytimely.workflow.runner import run
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+@simple
+def start(n: int) -> np.ndarray:
+    return np.full(5 << 20, float(n))
+
+@simple
+def step(x: np.ndarray) -> np.ndarray:
+    return x + 1.0
+
+@simple
+def more(x: np.ndarray) -> bool:
+    return bool(x[0] < 25)
+
+class State(NamedTuple):
+    x: np.ndarray
+
+@loop
+def grow(x: np.ndarray) -> State:
+    y = step(x)
+    return State(x=y), more(y)
+
+@simple
+def first(x: np.ndarray) -> float:
+    return float(x[0])
+
+@composite
+def workflow(n: int) -> float:
+    return first(grow(start(n)).x)
+
+one = np.full(5 << 20, 1.0)
+one += 1
+del one
+before = peak()
+run(workflow, {"n": 0}, staging=sys.argv[1])
+print(json.dumps({"before": before, "after": peak()}))
+"""
+
+
+def bench_loop_memory() -> None:
+    """Peak RSS of a 25-iteration loop of 40 MB arrays on local staging, over the process holding one array."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "loop.py"
+        script.write_text(textwrap.dedent(LOOP), encoding="utf-8")
+        done = subprocess.run([sys.executable, str(script), f"{tmp}/stage"], capture_output=True, text=True,
+                              check=True, timeout=600)  # fmt: skip
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    grew = (figures["after"] - figures["before"]) / (1 << 20)
+    before, after = figures["before"] / (1 << 20), figures["after"] / (1 << 20)
+    print(f"loop of 25 x 40 MB arrays, local staging: peak RSS {after:.0f} MB, "
+          f"{grew:.0f} MB ({grew / 40:.1f} arrays) over the process holding one ({before:.0f} MB)")
 
 
 if __name__ == "__main__":

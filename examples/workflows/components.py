@@ -7,7 +7,8 @@ with a pytimely dataflow → report.
 
 ``csv`` is a text file of ``src,dst`` lines (integers; other lines are dropped by ``clean``); ``min_size``
 (default 2) is the smallest component the report counts. Run it twice: the second run reuses every staged
-value and runs nothing. Edit one function and run again: only it and what depends on it run.
+value and runs nothing. Edit one function and run again: only it runs, and what depends on it unless its output
+came out unchanged (early cutoff). Edit ``edges.csv`` in place: what reads it runs (inputs count by content).
 
 ``observe`` lets tests watch and interrupt a run: when ``PYTIMELY_EXAMPLE_TRACE`` names a file, each module
 appends its name to it; ``PYTIMELY_EXAMPLE_FAIL=NAME[#N]:raise|kill`` makes the N-th call (default first) of

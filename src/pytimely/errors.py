@@ -386,3 +386,25 @@ class LeaveTimeoutError(MembershipError):
 
 class RequestTimeoutError(MembershipError):
     """A request to the launcher's control endpoint got no answer within its deadline."""
+
+
+class SinkModuleError(ModuleDefinitionError):
+    """A submodule has no out-ports, so nothing could ever ask it to run; names the module."""
+
+
+class StagingLockedError(StagingError):
+    """Another run holds the staging area's lock; names the holder (host, process, since when)."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message, key)
+
+
+class StagingUnavailableError(StagingError, OSError):
+    """A staging area cannot be written or reached (a read-only folder, a missing bucket); names the cause."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message, key)
+
+
+class ModuleTimeoutError(ExecutorError, TimeoutError):
+    """A module ran longer than its ``timeout``; names the module and the limit."""

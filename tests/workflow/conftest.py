@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import linecache
+import os
+import sys
+import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,3 +84,25 @@ def staging(request: pytest.FixtureRequest, tmp_path: Path) -> StagingArea:
 def persistent(request: pytest.FixtureRequest, tmp_path: Path) -> StagingArea:
     """A fresh, empty staging area of each kind that writes files."""
     return make_area(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def user_module(tmp_path: Path) -> Iterator[Any]:
+    """Write, import and re-import a module of the user's own under one name."""
+    sys.path.insert(0, str(tmp_path))
+    names: list[str] = []
+
+    def load(name: str, source: str) -> Any:
+        path = tmp_path / f"{name}.py"
+        path.write_text(textwrap.dedent(source), encoding="utf-8")
+        past = time.time() - 100 - len(names)  # a new mtime each time, so linecache and bytecode notice
+        os.utime(path, (past, past))
+        sys.modules.pop(name, None)
+        linecache.checkcache()
+        names.append(name)
+        return importlib.import_module(name)
+
+    yield load
+    sys.path.remove(str(tmp_path))
+    for name in names:
+        sys.modules.pop(name, None)

@@ -350,6 +350,13 @@ def programs(draw: st.DrawFn) -> tuple[int, list[tuple[int, list[int], dict[int,
         steps.append((n_out, args, deps))
         values += n_out
     returned = draw(st.lists(st.integers(0, values - 1), min_size=1, max_size=4))
+    # A step none of whose out-ports is used would never run (and is refused): return its first out-port.
+    used = set(returned) | {a for _, args, _ in steps for a in args}
+    first = n_in
+    for n_out, _, _ in steps:
+        if not used & set(range(first, first + n_out)):
+            returned.append(first)
+        first += n_out
     return n_in, steps, returned
 
 
@@ -460,3 +467,24 @@ def test_out_ports_named_like_python_attributes_read_as_ports() -> None:
 
     assert uses.output_names == ("module", "names", "keys")
     assert ("odd.names", "names", ConnectionKind.CHILD_OUT_TO_PARENT_OUT) in connections(uses)
+
+
+def test_a_called_module_whose_out_ports_feed_nothing_is_refused() -> None:
+    from pytimely.errors import SinkModuleError
+
+    written: list[list[float]] = []
+
+    @simple
+    def save(values: list[float]) -> None:
+        written.append(values)
+
+    @simple
+    def double(values: list[float]) -> list[float]:
+        return [2 * v for v in values]
+
+    with pytest.raises(SinkModuleError, match="'save' is called but none of its out-ports is used"):
+
+        @composite
+        def workflow(values: list[float]) -> list[float]:
+            save(values)
+            return double(values)

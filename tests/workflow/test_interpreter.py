@@ -344,7 +344,8 @@ def test_loop_killed_at_iteration_k_resumes_at_k(staging: StagingArea, k: int) -
 
 def test_a_recomputed_iteration_recomputes_every_later_one(staging: StagingArea) -> None:
     """Consistency (§2.2): a new value for iteration k's out-port makes the later iterations' inputs new too,
-    even where values computed from the old one are still stored."""
+    even where values computed from the old one are still stored; each is recomputed, and cut off (not run) when
+    its inputs come out as they were."""
     inputs = {"start": 1, "limit": 50}
     value, iterations = expected_doubling(1, 50)
     run(doubling(), inputs, staging=staging)
@@ -354,7 +355,17 @@ def test_a_recomputed_iteration_recomputes_every_later_one(staging: StagingArea)
     assert predicted.loops() == {"wf/grow": 1}
     trace = Trace()
     assert run(doubling(), inputs, staging=staging, trace=trace)["result"] == ("after", (("v", value),))
-    assert sorted(trace.ran) == sorted([f"wf/grow/iter-{j}/step" for j in range(1, iterations)] + ["wf/after"])
+    recomputed = [f"wf/grow/iter-{j}/step" for j in range(1, iterations)] + ["wf/after"]
+    assert sorted(trace.ran + trace.cut_off) == sorted(recomputed)
+    assert sorted(trace.ran) == ["wf/after", "wf/grow/iter-1/step"]  # the others' inputs came out the same
+    # Without what early cutoff keeps, every one of them runs.
+    for j in range(iterations):
+        staging.delete(f"wf/grow/iter-{j}/step/=trace")
+    for key in ("wf/grow/iter-1/step/value", "wf/grow/value", "wf/after/out"):
+        staging.delete(key)
+    trace = Trace()
+    assert run(doubling(), inputs, staging=staging, trace=trace)["result"] == ("after", (("v", value),))
+    assert sorted(trace.ran) == sorted(recomputed)
 
 
 def test_stored_loop_result_is_reused_and_a_changed_limit_reruns_it(staging: StagingArea) -> None:

@@ -320,3 +320,78 @@ def test_is_assignable_is_a_preorder_on_classes(a: type, b: type, c: type) -> No
     assert is_assignable(a, b | c) == (is_assignable(a, b) or is_assignable(a, c))
     assert is_assignable(a | b, c) == (is_assignable(a, c) and is_assignable(b, c))
     assert is_assignable(list[a], collections.abc.Sequence[b])  # type: ignore[valid-type]
+
+
+# -- loop deps against an unrolled brute force ----------------------------------------------------------------
+
+
+@st.composite
+def loop_modules(draw: st.DrawFn) -> Module:
+    """A random loop of simple modules whose I/O pairs may share an out-port (one out-port, several in-ports)."""
+    body = draw(nested_modules(0))
+    outs = list(body.output_names)
+    ins = list(body.input_names)
+    # The continue port: fed by any available port of the body, like the others.
+    available = [PortRef(None, i) for i in ins] + [PortRef(c.name, o) for c in body.submodules for o in c.output_names]
+    flag = Connection(draw(st.sampled_from(available)), PortRef(None, CONTINUE))
+    pairs = tuple((i, draw(st.sampled_from(outs))) for i in ins if draw(st.booleans()))
+    return Module("L", Kind.LOOP, ports(ins), (*ports(outs), Port(CONTINUE, bool)), submodules=body.submodules,
+                  connections=(*body.connections, flag), io_ports=pairs)  # fmt: skip
+
+
+def unrolled_deps(loop: Module) -> dict[str, frozenset[str]]:
+    """Loop deps by unrolling: iteration k's paired in-ports take iteration k-1's out-ports, the others the loop's;
+    an out-port depends on i if i reaches it in some iteration, every out-port if i reaches a continue port."""
+    body = Module("B", Kind.COMPOSITE, loop.inputs, loop.outputs, submodules=loop.submodules,
+                  connections=loop.connections)  # fmt: skip
+    within = closure_deps(body)
+    pairs = dict(loop.io_ports)
+    rounds = len(loop.input_names) + 2  # a path through I/O pairs visits each in-port at most once
+    nodes = [("L", i) for i in loop.input_names]
+    nodes += [(k, f"in:{p}") for k in range(rounds) for p in loop.input_names]
+    nodes += [(k, f"out:{o}") for k in range(rounds) for o in loop.output_names]
+    index = {n: j for j, n in enumerate(nodes)}
+    reach = np.eye(len(nodes), dtype=bool)
+    for k in range(rounds):
+        for p in loop.input_names:
+            if k == 0 or p not in pairs:
+                reach[index[("L", p)], index[(k, f"in:{p}")]] = True
+            else:
+                reach[index[(k - 1, f"out:{pairs[p]}")], index[(k, f"in:{p}")]] = True
+            for o in within[p]:
+                reach[index[(k, f"in:{p}")], index[(k, f"out:{o}")]] = True
+    for j in range(len(nodes)):
+        reach |= reach[:, j : j + 1] & reach[j : j + 1, :]
+    deps = {}
+    for i in loop.input_names:
+        row = reach[index[("L", i)]]
+        hit = {o for o in loop.output_names for k in range(rounds) if row[index[(k, f"out:{o}")]]}
+        deps[i] = frozenset(loop.output_names) if CONTINUE in hit else frozenset(hit)
+    return deps
+
+
+@settings(max_examples=300, deadline=None)
+@given(loop_modules())
+def test_loop_deps_match_the_unrolled_loop(loop: Module) -> None:
+    assert minimal_deps(loop) == unrolled_deps(loop)
+
+
+def test_one_out_port_feeding_two_in_ports_gives_both_their_deps() -> None:
+    # b's next value is x_out, and so is a's: y depends on b, so on a too, through the shared out-port.
+    children = (leaf("step", "a", "b"), leaf("use", "a", "b"), leaf("test", "a", "b"))
+    loop = Module(
+        "L", Kind.LOOP, ports("pq"), (*ports(["x_out", "y"]), Port(CONTINUE, bool)), submodules=children,
+        connections=tuple(wire(*w.split(" -> ")) for w in (
+            "p -> step.a", "step.b -> x_out", "q -> use.a", "use.b -> y", "use.b -> test.a", "test.b -> continue")),
+        io_ports=(("q", "x_out"), ("p", "x_out")),
+    )  # fmt: skip
+    assert loop.deps["p"] == frozenset({"x_out", "y", CONTINUE})
+    assert loop.deps == unrolled_deps(loop)
+
+
+def test_a_submodule_without_out_ports_is_refused_when_defined() -> None:
+    from pytimely.errors import SinkModuleError
+
+    sink = Module("save", Kind.SIMPLE, ports("a"), ())
+    with pytest.raises(SinkModuleError, match="'save' has no out-ports, so it would never run"):
+        parent("W", "x", "", (sink,), "x -> save.a")

@@ -4,6 +4,7 @@
                                   [--executor thread|process|spark] [--output-dir DIR] [--fresh] [-q]
     pytimely workflow plan TARGET [--staging URL] [--input NAME=VALUE ...] [--output NAME ...] [--fresh]
     pytimely workflow show TARGET
+    pytimely workflow logs MODULE --staging URL
 
 TARGET is ``package.module:NAME`` or ``path/to/file.py:NAME``, naming a composite module (a workflow).
 ``run`` resumes from whatever the staging area (a directory, ``file://``, ``s3://...``, ``memory://``; default
@@ -39,16 +40,18 @@ from pytimely.errors import (
     PytimelyError,
     ResumePreconditionError,
     StagingKeyError,
+    StagingLockedError,
+    StagingUnavailableError,
     WorkflowInputError,
     WorkflowUsageError,
 )
 from pytimely.workflow.executors import Executor, ProcessExecutor, SparkExecutor, ThreadExecutor
 from pytimely.workflow.interpreter import Event, Trace
 from pytimely.workflow.model import Module
-from pytimely.workflow.runner import aplan, arun, show
+from pytimely.workflow.runner import aplan, arun, module_logs, show
 from pytimely.workflow.staging import StagingArea, open_staging
 
-__all__ = ["Progress", "load_workflow", "main", "parse_inputs"]
+__all__ = ["LiveProgress", "Progress", "load_workflow", "main", "parse_inputs"]
 
 _USAGE_ERRORS = (WorkflowUsageError, ModuleDefinitionError, WorkflowInputError, ResumePreconditionError)
 
@@ -111,9 +114,15 @@ class Progress:
         self.stream = stream
         self.quiet = quiet
         self.began = time.perf_counter()
+        self.running: dict[str, None] = {}
+        """Modules started and not yet finished, failed or cut off (those stopped by a cancel stay)."""
 
     def __call__(self, event: Event) -> None:
         """Print one event."""
+        if event.kind == "started":
+            self.running[event.path] = None
+        elif event.kind in ("finished", "failed"):
+            self.running.pop(event.path, None)
         if self.quiet:
             return
         if event.kind == "started":
@@ -122,21 +131,92 @@ class Progress:
             line = f"finished {event.path} ({event.seconds:.2f} s)"
         elif event.kind == "failed":
             line = f"failed   {event.path} ({event.seconds:.2f} s)"
+        elif event.kind == "cancelled":
+            line = f"stopped  {event.path} ({event.seconds:.2f} s)"
+        elif event.kind == "retry":
+            line = f"retry    {event.path} (attempt {(event.iteration or 0) + 1}: {event.message})"
+        elif event.kind == "cut-off":
+            line = f"cut off  {event.path} (its inputs came out as before: its staged values stand)"
         else:
             line = f"resumed  {event.path} at iteration {event.iteration}"
         print(line, file=self.stream, flush=True)
+
+    def stop(self) -> None:
+        """End any live display (lines need no ending)."""
 
     def summary(self, trace: Trace) -> None:
         """The closing line: modules run, values reused, time taken."""
         if self.quiet:
             return
-        ran, reused = len(trace.ran), len(trace.reused)
+        ran, reused, cut = len(trace.ran), len(trace.reused), len(trace.cut_off)
         print(
-            f"ran {ran} module{'s' if ran != 1 else ''}, reused {reused} value{'s' if reused != 1 else ''} "
-            f"in {time.perf_counter() - self.began:.2f} s",
+            f"ran {ran} module{'s' if ran != 1 else ''}, "
+            + (f"cut off {cut}, " if cut else "")
+            + f"reused {reused} value{'s' if reused != 1 else ''} in {time.perf_counter() - self.began:.2f} s",
             file=self.stream,
             flush=True,
         )
+
+
+class LiveProgress(Progress):
+    """A live display (rich) on a terminal: how many modules were reused, are running, done, cut off or failed,
+    and which are running now; the summary line stays when it ends."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        from rich.console import Console
+        from rich.live import Live
+
+        self.counts = {"done": 0, "cut off": 0, "failed": 0, "retried": 0}
+        self.trace: Trace | None = None
+        self.console = Console(file=stream)
+        self.live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
+        self.live.start()
+
+    def _render(self) -> Any:
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 2))
+        reused = len(self.trace.reused) if self.trace is not None else 0
+        shown = [("reused", reused), *self.counts.items()]
+        counts = "  ".join(f"{name} {n}" for name, n in shown if n or name == "done")
+        table.add_row(f"[bold]running {len(self.running)}[/]", counts, f"{time.perf_counter() - self.began:.1f} s")
+        for path in list(self.running)[:8]:
+            table.add_row("", f"[cyan]{path}[/]", "")
+        return table
+
+    def __call__(self, event: Event) -> None:
+        """Update the display with one event."""
+        if event.kind == "started":
+            self.running[event.path] = None
+        elif event.kind in ("finished", "failed"):
+            self.running.pop(event.path, None)
+        key = {"finished": "done", "cut-off": "cut off", "failed": "failed", "retry": "retried"}.get(event.kind)
+        if key is not None:
+            self.counts[key] += 1
+        self.live.update(self._render())
+
+    def stop(self) -> None:
+        """End the live display (it leaves nothing behind on the terminal)."""
+        self.live.stop()
+
+    def summary(self, trace: Trace) -> None:
+        """Stop the display and print the closing line."""
+        self.live.stop()
+        super().summary(trace)
+
+
+def _progress(stream: IO[str], quiet: bool, mode: str) -> Progress:
+    live = mode == "live" or (mode == "auto" and stream.isatty())
+    if quiet or not live:
+        return Progress(stream, quiet)
+    try:
+        return LiveProgress(stream)
+    except ImportError:  # rich is in the workflow extra; lines do without it
+        return Progress(stream, quiet)
+
+
+_EXECUTORS = ("thread", "process", "spark")
 
 
 def _executor(name: str) -> Executor:
@@ -146,7 +226,7 @@ def _executor(name: str) -> Executor:
         return ProcessExecutor()
     from pytimely.spark.session import local_session
 
-    return SparkExecutor(local_session())
+    return SparkExecutor(start=local_session)  # Spark starts when a module first needs its session
 
 
 def _staging(url: str) -> StagingArea:
@@ -185,8 +265,13 @@ def _parser() -> argparse.ArgumentParser:
         ("run", "run or resume the workflow"),
         ("plan", "print what a run would reuse, recompute and leave, without running"),
         ("show", "print the module graph as a Mermaid flowchart"),
+        ("logs", "print what a module printed the last time it ran"),
     ):
         sub = commands.add_parser(name, help=text, description=text)
+        if name == "logs":
+            sub.add_argument("module", help="a module's path (workflow/load) or its last part (load)")
+            sub.add_argument("--staging", required=True, help="staging area URL or directory")
+            continue
         sub.add_argument("target", help="MODULE:NAME or FILE.py:NAME of a composite module")
         if name == "show":
             continue
@@ -198,6 +283,10 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--executor", choices=("thread", "process", "spark"), default="thread")
             sub.add_argument("--output-dir", help="write each output to DIR/NAME.json (or .pkl)")
             sub.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+            sub.add_argument("--progress", choices=("auto", "lines", "live"), default="auto",
+                             help="a live display (on a terminal by default) or one line per event")  # fmt: skip
+            sub.add_argument("--no-capture", action="store_true",
+                             help="let modules print to the terminal instead of keeping it for `logs`")  # fmt: skip
     return parser
 
 
@@ -205,6 +294,8 @@ def main(argv: Sequence[str]) -> int:
     """The ``pytimely workflow`` command; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "logs":
+            return _logs(args.module, _staging(args.staging))
         workflow = load_workflow(args.target)
         if args.command == "show":
             sys.stdout.write(show(workflow))
@@ -225,10 +316,17 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], staging: StagingArea) -> int:
-    progress = Progress(sys.stderr, args.quiet)
+    progress = _progress(sys.stderr, args.quiet, args.progress)
     trace = Trace()
+    if isinstance(progress, LiveProgress):
+        progress.trace = trace
+    named = sorted({m.executor for m in workflow.walk() if m.executor is not None})
+    unknown = [name for name in named if name not in _EXECUTORS]
+    if unknown:
+        raise WorkflowUsageError(f"a module asks for executor {unknown[0]!r}; there are {list(_EXECUTORS)}")
     try:
         executor = _executor(args.executor)
+        executors = {name: executor if name == args.executor else _executor(name) for name in named}
     except PytimelyError as exc:
         print(f"pytimely workflow: cannot start the {args.executor} executor: {exc}", file=sys.stderr)
         return 1
@@ -243,16 +341,55 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
                 reuse=not args.fresh,
                 progress=progress,
                 trace=trace,
+                holder=f"pytimely workflow run {args.target}",
+                capture_logs=not args.no_capture,
+                executors=executors,
             )
         )
+    except KeyboardInterrupt:
+        progress.stop()
+        for running_executor in {id(e): e for e in (executor, *executors.values())}.values():
+            terminate = getattr(running_executor, "terminate", None)
+            if terminate is not None:
+                terminate()
+        running = list(progress.running)
+        what = f"while {', '.join(running)} {'was' if len(running) == 1 else 'were'} running" if running else ""
+        print(
+            f"pytimely workflow: interrupted {what}; values staged so far stay and the next run resumes from them",
+            file=sys.stderr,
+        )
+        return 130
     except _USAGE_ERRORS:
         raise
+    except (StagingLockedError, StagingUnavailableError) as exc:
+        progress.stop()
+        print(f"pytimely workflow: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # nothing above named it: still one line, never a traceback
+        progress.summary(trace)
+        print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     except PytimelyError as exc:
         progress.summary(trace)
         print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
-        executor.close()
+        progress.stop()
+        for used in {id(e): e for e in (executor, *executors.values())}.values():
+            used.close()
     progress.summary(trace)
     _write_outputs(outputs, args.output_dir, sys.stdout)
+    return 0
+
+
+def _logs(name: str, staging: StagingArea) -> int:
+    records = module_logs(staging, name)
+    if not records:
+        raise WorkflowUsageError(f"no output of a module {name!r} is kept in {staging!r} (run it with `run` first)")
+    for record in records:
+        for stream in ("stdout", "stderr"):
+            text = str(record[stream])
+            print(f"== {record['module']} ({stream}{', empty' if not text else ''}) ==")
+            if text:
+                print(text, end="" if text.endswith("\n") else "\n")
     return 0

@@ -44,12 +44,13 @@ from __future__ import annotations
 import contextvars
 import inspect
 import sys
+import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from pytimely.errors import ModuleDefinitionError, PortTypeError, UnconnectedPortError
+from pytimely.errors import ModuleDefinitionError, PortTypeError, SinkModuleError, UnconnectedPortError
 from pytimely.workflow.model import (
     CONTINUE,
     Connection,
@@ -179,7 +180,13 @@ def simple(fn: Callable[..., Any], /) -> Module: ...
 
 @overload
 def simple(
-    *, name: str | None = None, deps: Mapping[str, Iterable[str]] | None = None
+    *,
+    name: str | None = None,
+    deps: Mapping[str, Iterable[str]] | None = None,
+    version: str | int | None = None,
+    retries: int = 0,
+    timeout: float | None = None,
+    executor: str | None = None,
 ) -> Callable[[Callable[..., Any]], Module]: ...
 
 
@@ -189,11 +196,26 @@ def simple(
     *,
     name: str | None = None,
     deps: Mapping[str, Iterable[str]] | None = None,
+    version: str | int | None = None,
+    retries: int = 0,
+    timeout: float | None = None,
+    executor: str | None = None,
 ) -> Module | Callable[[Callable[..., Any]], Module]:
-    """A simple module running ``fn``: positional parameters are in-ports, the return annotation the out-ports."""
+    """A simple module running ``fn``: positional parameters are in-ports, the return annotation the out-ports.
+
+    ``retries`` more attempts follow a failure, a worker's death or a run past ``timeout`` seconds. ``executor``
+    names the executor it runs on (``"spark"`` beside thread steps), else the run's default.
+
+    ``version`` replaces the code fingerprint (source, globals read, the user's functions called): the module's
+    values are reused until the version changes, whatever the code does.
+    """
     localns = _caller_locals()
 
     def define(f: Callable[..., Any]) -> Module:
+        if version is not None:
+            if not isinstance(f, types.FunctionType):
+                raise ModuleDefinitionError(f"simple module {name or f.__name__!r}: version= needs a plain function")
+            f.__pytimely_version__ = str(version)  # type: ignore[attr-defined]
         hints = _hints(f, localns)
         module_name = name or f.__name__
         inputs: list[Port] = []
@@ -206,7 +228,12 @@ def simple(
         outputs, _ = _out_ports(module_name, hints.get("return", _MISSING))
         declared = {i: frozenset(os) for i, os in (deps or {}).items()}
         _make_importable(f)
-        return Module(module_name, Kind.SIMPLE, tuple(inputs), tuple(outputs or [Port("out")]), declared, function=f)
+        if not isinstance(retries, int) or retries < 0:
+            raise ModuleDefinitionError(f"simple module {module_name!r}: retries must be an int >= 0, got {retries!r}")
+        if timeout is not None and not timeout > 0:
+            raise ModuleDefinitionError(f"simple module {module_name!r}: timeout must be > 0 seconds, got {timeout!r}")
+        return Module(module_name, Kind.SIMPLE, tuple(inputs), tuple(outputs or [Port("out")]), declared, function=f,
+                      retries=retries, timeout=timeout, executor=executor)  # fmt: skip
 
     return define if fn is None else define(fn)
 
@@ -357,6 +384,7 @@ def _define_parent(fn: Callable[..., Any], kind: Kind, name: str, localns: Mappi
             io_ports = tuple((p.name, p.name) for p in declared if p.name in {i.name for i in inputs})
     finally:
         _current.reset(token)
+    _refuse_unused(name, builder)
     return Module(
         name,
         kind,
@@ -367,6 +395,17 @@ def _define_parent(fn: Callable[..., Any], kind: Kind, name: str, localns: Mappi
         io_ports=io_ports,
         continue_port=CONTINUE if kind is Kind.LOOP else None,
     )
+
+
+def _refuse_unused(name: str, builder: _Builder) -> None:
+    """A called module none of whose out-ports feeds anything would never run (runs are driven by requests)."""
+    used = {c.source.module for c in builder.connections}
+    for sub in builder.submodules:
+        if sub.kind is not Kind.INPUT and sub.name not in used:
+            raise SinkModuleError(
+                f"module {name!r}: {sub.name!r} is called but none of its out-ports is used, so it would never "
+                f"run; return what it did (the path written, a count) from {name!r} to make its effect an out-port"
+            )
 
 
 def _returned(name: str, result: Any, declared: list[Port] | None, fields: bool) -> dict[str, Any]:

@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import multiprocessing
+import os
 import pickle
+import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -45,6 +49,7 @@ from pytimely.errors import (
     UnpicklableCallError,
     WorkerDiedError,
 )
+from pytimely.workflow.logs import LOGS, Captured, captured, capturing
 
 __all__ = [
     "Call",
@@ -66,6 +71,8 @@ class Call:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ("out",)
+    capture: bool = False
+    """Collect what the function prints: the outputs then hold ``(stdout, stderr)`` under ``logs.LOGS``."""
 
     def __post_init__(self) -> None:
         both = set(self.inputs) & set(self.params)
@@ -80,6 +87,10 @@ class Call:
 
     def outputs_of(self, result: Any) -> dict[str, Any]:
         """The out-port values from the function's return value; ``ModuleOutputError`` when they do not fit."""
+        if isinstance(result, Captured):
+            outputs = self.outputs_of(result.value)
+            outputs[LOGS] = (result.stdout, result.stderr)
+            return outputs
         names = self.outputs
         if not names:
             return {}
@@ -108,7 +119,11 @@ class Call:
 def invoke(call: Call, arguments: Mapping[str, Any] | None = None) -> Any:
     """Run the call's function on this thread; user errors become ``ModuleFailedError`` naming the module."""
     try:
-        return call.fn(**(call.arguments() if arguments is None else arguments))
+        if not call.capture:
+            return call.fn(**(call.arguments() if arguments is None else arguments))
+        with capturing() as buffers:
+            value = call.fn(**(call.arguments() if arguments is None else arguments))
+        return captured(value, buffers)
     except Exception as exc:
         raise ModuleFailedError(f"module {call.module!r} failed: {type(exc).__name__}: {exc}", call.module) from exc
 
@@ -202,10 +217,24 @@ class ProcessExecutor(_ExecutorBase):
         self._context = multiprocessing.get_context(mp_context)
         self._max_workers = max_workers
         self._lock = threading.Lock()
+        self._shutdown_lock = threading.Lock()
         self._pool = self._new_pool()
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
-        return concurrent.futures.ProcessPoolExecutor(self._max_workers, mp_context=self._context)
+        return concurrent.futures.ProcessPoolExecutor(
+            self._max_workers, mp_context=self._context, initializer=_watch_parent, initargs=(os.getpid(),)
+        )
+
+    def terminate(self) -> None:
+        """Stop now: kill the worker processes (running calls are lost) and close (Ctrl-C, a failed run)."""
+        with self._lock:
+            self._closed = True
+            pool = self._pool
+        # The pool has no public way to stop a running call: its processes are killed.
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
 
     async def run(self, call: Call) -> dict[str, Any]:
         """Run ``call`` in a worker process and return its out-port values."""
@@ -244,7 +273,10 @@ class ProcessExecutor(_ExecutorBase):
         with self._lock:
             if self._pool is broken and not self._closed:
                 self._pool = self._new_pool()
-        broken.shutdown(wait=True, cancel_futures=True)  # joins what is left of it (again, if already done)
+        # Every call the dead worker failed comes here: one shutdown at a time, since two at once close the
+        # pool's pipes twice (EBADF).
+        with self._shutdown_lock, contextlib.suppress(OSError):
+            broken.shutdown(wait=True, cancel_futures=True)  # joins what is left of it (again, if already done)
 
     def close(self) -> None:
         """Wait for running calls and stop the worker processes."""
@@ -252,6 +284,27 @@ class ProcessExecutor(_ExecutorBase):
             self._closed = True
             pool = self._pool
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+PARENT_POLL_SECONDS = 0.2
+"""How often a worker process checks that the process that started it is still alive."""
+
+
+def _watch_parent(parent: int) -> None:
+    """In a worker: exit as soon as ``parent`` is gone (killed with SIGKILL, say) instead of living on orphaned,
+    holding the command's stderr. A thread polls the parent pid: the kernel's parent-death signal follows the
+    thread that started the worker, which may end long before the pool does."""
+
+    # Ctrl-C reaches the whole process group: the command decides what stops, not each worker on its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(PARENT_POLL_SECONDS)
+
+    threading.Thread(target=watch, name="pytimely-parent-watch", daemon=True).start()
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +332,7 @@ def _pickle_call(call: Call) -> bytes:
         ) from exc
     arguments = call.arguments()
     try:
-        return pickle.dumps((call.fn, arguments), protocol=5)
+        return pickle.dumps((call.fn, arguments, call.capture), protocol=5)
     except Exception as exc:
         for name, value in arguments.items():
             try:
@@ -296,11 +349,15 @@ def _pickle_call(call: Call) -> bytes:
 def _run_pickled(payload: bytes) -> Any:
     """In the worker process: unpickle the call and run it; user errors come back as ``_Raised``."""
     try:
-        fn, arguments = pickle.loads(payload)
+        fn, arguments, capture = pickle.loads(payload)
     except Exception as exc:
         return _Unloadable(f"{type(exc).__name__}: {exc}")
     try:
-        return fn(**arguments)
+        if not capture:
+            return fn(**arguments)
+        with capturing() as buffers:
+            value = fn(**arguments)
+        return captured(value, buffers)
     except Exception as exc:
         try:
             pickle.dumps(exc)
@@ -317,20 +374,42 @@ class SparkExecutor(_ExecutorBase):
     in the Spark UI by the module's name. DataFrame inputs and results pass as they are (lazily).
     """
 
-    def __init__(self, session: Any, max_workers: int | None = None) -> None:
-        self.session = session
+    def __init__(
+        self, session: Any = None, max_workers: int | None = None, *, start: Callable[[], Any] | None = None
+    ) -> None:
+        if session is None and start is None:
+            raise ValueError("SparkExecutor needs a session, or start= to make one when a module first needs it")
+        self._session = session
+        self._start = start
+        self._session_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="pytimely-spark-module")
+
+    @property
+    def session(self) -> Any:
+        """The session: the one given, or made by ``start()`` the first time a module needs it."""
+        with self._session_lock:
+            if self._session is None:
+                assert self._start is not None
+                self._session = self._start()
+            return self._session
+
+    @property
+    def started(self) -> bool:
+        """Whether the executor has a session (given, or started for a module)."""
+        return self._session is not None
 
     async def run(self, call: Call) -> dict[str, Any]:
         """Run ``call`` on a driver thread with the session and return its out-port values."""
         self._check_open(call)
         arguments = call.arguments()
         if "spark" not in arguments and _accepts(call.fn, "spark"):
-            arguments["spark"] = self.session
+            arguments["spark"] = await asyncio.to_thread(lambda: self.session)
         future = self._submit(call, self._pool, self._invoke, call, arguments)
         return call.outputs_of(await asyncio.wrap_future(future))
 
     def _invoke(self, call: Call, arguments: dict[str, Any]) -> Any:
+        if not self.started:
+            return invoke(call, arguments)  # a module that needs no session does not start Spark
         context = self.session.sparkContext
         context.setJobDescription(f"pytimely module {call.module}")
         try:

@@ -23,13 +23,18 @@ All digests are SHA-256 (hashed by the CPU's SHA instructions where it has them)
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import inspect
+import io
 import math
+import os
 import pickle
 import struct
+import sys
 import textwrap
+import tokenize
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -78,7 +83,11 @@ def _code_parts(fn: Any, seen: set[int]) -> list[bytes]:
     if isinstance(fn, types.MethodType):
         return [b"method", *_code_parts(fn.__func__, seen)]
     if isinstance(fn, types.FunctionType):
-        return [b"function", _name(fn).encode(), _source_or_code(fn), *_captured(fn, seen)]
+        version = getattr(fn, "__pytimely_version__", None)
+        if version is not None:
+            # An explicit version stands for the code and everything it uses: the user bumps it on purpose.
+            return [b"version", _name(fn).encode(), str(version).encode()]
+        return [b"function", _name(fn).encode(), _source_or_code(fn), *_captured(fn, seen), *_globals(fn, seen)]
     if isinstance(fn, type):
         return [b"class", _name(fn).encode(), _source_or_name(fn)]
     if callable(fn) and not isinstance(fn, types.BuiltinFunctionType | types.BuiltinMethodType):
@@ -93,9 +102,129 @@ def _name(fn: Any) -> str:
 
 def _source(obj: Any) -> str | None:
     try:
-        return textwrap.dedent(inspect.getsource(obj))
+        return _without_comments(textwrap.dedent(inspect.getsource(obj)))
     except (OSError, TypeError):
         return None
+
+
+def _without_comments(source: str) -> str:
+    """The source with comments and blank lines dropped: editing them changes nothing the code computes."""
+    try:
+        tokens = [
+            tok
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type not in (tokenize.COMMENT, tokenize.NL)
+        ]
+        return tokenize.untokenize((tok.type, tok.string) for tok in tokens)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source  # a lambda's lines may not tokenize alone: keep them as they are
+
+
+# -- what a function reads from its module: globals and the user's own functions --------------------------------
+
+_LIBRARY_ROOTS: tuple[str, ...] | None = None
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Folders holding installed code (the standard library, site-packages, pytimely): not the user's own."""
+    global _LIBRARY_ROOTS
+    if _LIBRARY_ROOTS is None:
+        import site
+        import sysconfig
+
+        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(__file__))}
+        roots.update(p for p in sysconfig.get_paths().values() if p)
+        try:
+            roots.update(site.getsitepackages())
+            roots.add(site.getusersitepackages())
+        except AttributeError:  # a virtualenv's old site module
+            pass
+        _LIBRARY_ROOTS = tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
+    return _LIBRARY_ROOTS
+
+
+_USER_FILES: dict[str, bool] = {}
+
+
+def _is_user_module(module: types.ModuleType | None) -> bool:
+    if module is None:
+        return False
+    if module.__name__ == "__main__":
+        return True
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False  # built in, or a namespace package
+    known = _USER_FILES.get(file)
+    if known is None:
+        known = _USER_FILES[file] = not os.path.realpath(file).startswith(_library_roots())
+    return known
+
+
+def _is_user_code(obj: Any) -> bool:
+    return _is_user_module(sys.modules.get(getattr(obj, "__module__", None) or ""))
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    """The global and attribute names a code object (and the functions defined in it) use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+_CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _is_constant(value: Any) -> bool:
+    if isinstance(value, (*_CONSTANT_TYPES, enum.Enum)):
+        return True
+    if type(value) in (tuple, frozenset):
+        return all(_is_constant(v) for v in value)
+    return False
+
+
+def _globals(fn: types.FunctionType, seen: set[int]) -> list[bytes]:
+    """What ``fn`` reads from its module and would compute differently if edited: the user's own functions
+    and classes it names (followed recursively) and immutable values (numbers, strings, bytes, enum members,
+    tuples and frozensets of them). Library code does not count (its version is the environment's business),
+    nor does mutable state (counters, caches, dicts): it changes as the program runs, not when it is edited."""
+    names = _code_names(fn.__code__)
+    namespace = fn.__globals__
+    parts: list[bytes] = []
+    for name in sorted(names):
+        if name not in namespace:
+            continue  # a builtin, an attribute name, or a global not yet assigned
+        part = _global_part(namespace[name], names, seen)
+        if part is not None:
+            parts.append(f"global {name}:".encode() + part)
+    return parts
+
+
+def _global_part(value: Any, names: set[str], seen: set[int]) -> bytes | None:
+    if isinstance(value, types.ModuleType):
+        if not _is_user_module(value):
+            return None
+        # helpers.normalize: the attributes the code names that the user's module holds.
+        found = [
+            f"{attr}=".encode() + part
+            for attr in sorted(names)
+            if attr in vars(value) and (part := _global_part(vars(value)[attr], set(), seen)) is not None
+        ]
+        return b"module " + value.__name__.encode() + b"{" + b";".join(found) + b"}"
+    inner = getattr(value, "function", None)
+    if type(value).__module__ == "pytimely.workflow.model" and isinstance(inner, types.FunctionType):
+        value = inner  # a @simple module called as a plain function
+    if isinstance(value, types.FunctionType | functools.partial):
+        target = value.func if isinstance(value, functools.partial) else value
+        if not _is_user_code(target):
+            return None
+        return b"".join(_code_parts(value, seen))
+    if isinstance(value, type):
+        return _source_or_name(value) if _is_user_code(value) else None
+    if _is_constant(value):
+        return _captured_bytes(value)
+    return None
 
 
 def _source_or_code(fn: types.FunctionType) -> bytes:

@@ -8,19 +8,19 @@ fed by a connection has its source's origin; a loop's out-port is derived from t
 in-ports the same way (its final iteration's value is copied there). A port *has a value* (is in ``H``) when
 its origin holds a value stored under exactly that fingerprint — changed code or inputs make it absent.
 
-**Interpreters** are asyncio tasks speaking the §2.2 protocol: each gets ``I*`` and ``O*``, receives
-in-port-has-value messages on an ``asyncio.Queue`` and sends out-port-has-value messages to its invoker. A
-parent interpreter computes its resume state with :func:`~pytimely.workflow.resume.compute_resume_state_async`
-(``H`` asked lazily and concurrently through ``asyncio.to_thread(staging.has, key, fp)``), starts child
-interpreters per §2.3 with ``child_inputs``/``child_outputs``, forwards a value only to connection targets
-whose state is *recompute* (never to ready or irrelevant ports), and finishes when every requested out-port
-has a value. A simple-module interpreter waits for its recomputed in-ports, loads its inputs (from memory
-when produced in this run, else from staging), runs the function through the executor and stores every
-out-port atomically with its fingerprint before reporting. A loop runs its body (the loop module read as a
-composite) as a child interpreter per iteration under ``<loop>/iter-<k>``; iteration ``k``'s paired in-ports
-take iteration ``k-1``'s paired out-ports, so stored iterations resume as all-ready and the first incomplete
-one resumes from its own checkpoint. Another iteration follows while the iteration's continue port is true;
-the last iteration's values are then stored as the loop's out-ports.
+**Interpreters** are asyncio tasks speaking the §2.2 protocol: each gets ``I*`` and ``O*``, receives in-port-has-
+value messages on an ``asyncio.Queue`` and sends out-port-has-value messages to its invoker. A parent interpreter
+computes its resume state with :func:`~pytimely.workflow.resume.compute_resume_state_async` (``H`` asked lazily
+and concurrently through ``asyncio.to_thread(staging.has, key, fp)``), starts child interpreters per §2.3 with
+``child_inputs``/``child_outputs``, forwards a value only to connection targets whose state is *recompute* (never
+to ready or irrelevant ports), and finishes when every requested out-port has a value. A simple-module interpreter
+waits for its recomputed in-ports, loads its inputs (from memory when held by the run, else from staging: values
+are not kept between readers), runs the function through the executor and stores every out-port atomically with
+its fingerprint before reporting. A loop runs its body (the loop module read as a composite) as a child
+interpreter per iteration under ``<loop>/iter-<k>``; iteration ``k``'s paired in-ports take iteration ``k-1``'s
+paired out-ports, so stored iterations resume as all-ready and the first incomplete one resumes from its own
+checkpoint. Another iteration follows while the iteration's continue port is true; the last iteration's values are
+then stored as the loop's out-ports.
 
 Values already staged stay when a module fails: that is what makes the next run resume.
 """
@@ -33,13 +33,26 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytimely.errors import LoopError, ModuleCycleError, ModuleDefinitionError, WorkflowError, WorkflowInputError
+from pytimely.errors import (
+    FingerprintError,
+    LoopError,
+    ModuleCycleError,
+    ModuleDefinitionError,
+    ModuleFailedError,
+    ModuleTimeoutError,
+    StagingError,
+    StagingUnavailableError,
+    WorkerDiedError,
+    WorkflowError,
+    WorkflowInputError,
+)
 from pytimely.workflow.executors import Call, Executor
 from pytimely.workflow.fingerprint import code_fingerprint, derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
+from pytimely.workflow.logs import LOGS
 from pytimely.workflow.model import Kind, Module, PortRef
 from pytimely.workflow.resume import ResumeState, compute_resume_state_async
-from pytimely.workflow.staging import StagingArea
+from pytimely.workflow.staging import MemoryStaging, StagingArea, unavailable
 
 __all__ = [
     "Event",
@@ -79,6 +92,8 @@ class Instance:
     outputs: dict[str, Origin | None] = field(default_factory=dict)
     child_inputs: dict[PortRef, Origin | None] = field(default_factory=dict)
     children: dict[str, Instance] = field(default_factory=dict)
+    contents: dict[str, str] = field(default_factory=dict)
+    """A simple module's inputs' content fingerprints, once it has read them."""
 
     def origin_of(self, vertex: Vertex) -> Origin | None:
         """The origin of a port vertex of this (parent) instance's dependency graph."""
@@ -96,12 +111,15 @@ class Instance:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A progress event: a module ``started`` or ``finished`` (with seconds taken), or a loop ``resumed`` at k."""
+    """A progress event: a module ``started``, ``finished``, ``failed`` or ``cancelled`` (with seconds), ``cut-off``
+    (early cutoff), a ``retry`` (attempt number in ``iteration``, the failure in ``message``), or a loop ``resumed``
+    at iteration k."""
 
-    kind: Literal["started", "finished", "failed", "resumed"]
+    kind: Literal["started", "finished", "failed", "cancelled", "resumed", "cut-off", "retry"]
     path: str
     seconds: float = 0.0
     iteration: int | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +140,8 @@ class Trace:
     states: dict[str, ResumeState] = field(default_factory=dict)
     forwarded: list[tuple[str, Vertex]] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
+    cut_off: list[str] = field(default_factory=list)
+    """Modules that had to be recomputed but were not run: their inputs came out as before (early cutoff)."""
     reused: set[str] = field(default_factory=set)
     loop_starts: dict[str, int] = field(default_factory=dict)
 
@@ -137,14 +157,25 @@ class Runtime:
         reuse: bool = True,
         progress: Callable[[Event], None] | None = None,
         trace: Trace | None = None,
+        capture_logs: bool = False,
+        executors: Mapping[str, Executor] | None = None,
     ) -> None:
         self.staging = staging
+        self.capture_logs = capture_logs
+        self.executors = dict(executors or {})
         self.executor = executor
         self.reuse = reuse
         self.progress = progress
         self.trace = trace if trace is not None else Trace()
         self.memory: dict[str, Any] = {}
         self.produced: dict[str, Any] = {}
+        """Values kept for this run's readers: only where staging keeps them in memory anyway."""
+        self.made: set[str] = set()
+        """Keys whose values this run staged (computed, or retagged by early cutoff)."""
+        # A memory area holds the objects themselves: reading them back costs nothing, and keeps identity.
+        self.keep_values = isinstance(staging, MemoryStaging)
+        self.contents: dict[str, str] = {}
+        """Content fingerprints of staged values known in this run, by key."""
         self._structure: dict[int, str] = {}
         self._code: dict[int, tuple[Any, str]] = {}
         self.iterations: dict[str, tuple[str, int]] = {}
@@ -183,28 +214,62 @@ class Runtime:
             return False
         if origin.in_memory:
             return origin.key in self.memory
-        if origin.key in self.produced:
+        if origin.key in self.made:
             return True
         if not self.reuse:
             return False
         return await asyncio.to_thread(self.staging.has, origin.key, origin.fingerprint)
 
     async def load(self, origin: Origin) -> Any:
-        """The value at ``origin``: produced in this run, held in memory, or read from staging."""
+        """The value at ``origin``: held in memory, or read from staging when needed (not kept: a run holds only
+        the values the modules running at the moment read and return)."""
         if origin.in_memory:
             return self.memory[origin.key]
         if origin.key in self.produced:
             return self.produced[origin.key]
         value = await asyncio.to_thread(self.staging.get, origin.key, origin.fingerprint)
-        self.trace.reused.add(origin.key)
-        self.produced[origin.key] = value
+        if origin.key not in self.made:
+            self.trace.reused.add(origin.key)
+        if self.keep_values:
+            self.produced[origin.key] = value
         return value
 
     async def store(self, origin: Origin, value: Any) -> None:
-        """Stage ``value`` at ``origin`` (atomically, with its fingerprint) and keep it for this run's readers."""
+        """Stage ``value`` at ``origin`` (atomically, with its fingerprint); readers load it from there."""
         assert origin.fingerprint is not None
-        await asyncio.to_thread(self.staging.put, origin.key, value, origin.fingerprint)
-        self.produced[origin.key] = value
+        try:
+            await asyncio.to_thread(self.staging.put, origin.key, value, origin.fingerprint)
+        except OSError as exc:
+            # The staging area's fault (a folder that cannot be written, a bucket that is gone), not the module's.
+            raise StagingUnavailableError(
+                f"cannot stage the value of {origin.key!r} in {self.staging!r}: {unavailable(exc)}", origin.key
+            ) from exc
+        self.made.add(origin.key)
+        if self.keep_values:
+            self.produced[origin.key] = value
+
+    async def content(self, origin: Origin, value: Any) -> str | None:
+        """The content fingerprint of the value at ``origin`` (``None`` if it cannot be fingerprinted)."""
+        if origin.in_memory:
+            return origin.fingerprint  # inputs and constants are fingerprinted by content already
+        known = self.contents.get(origin.key)
+        if known is None:
+            try:
+                known = self.contents[origin.key] = await asyncio.to_thread(value_fingerprint, value)
+            except FingerprintError:
+                return None
+        return known
+
+    async def retag(self, key: str, old: str, new: str) -> bool:
+        """Record the value under ``key`` for ``new`` if it is there for ``old`` (a marker write where possible)."""
+        retag = getattr(self.staging, "retag", None)
+        if retag is not None:
+            return bool(await asyncio.to_thread(retag, key, old, new))
+        if not await asyncio.to_thread(self.staging.has, key, old):
+            return False
+        value = await asyncio.to_thread(self.staging.get, key, old)
+        await asyncio.to_thread(self.staging.put, key, value, new)
+        return True
 
     def emit(self, event: Event) -> None:
         """Report progress, if anyone listens."""
@@ -517,18 +582,37 @@ async def _simple(
         if origin is None or origin.fingerprint is None:
             raise WorkflowInputError(f"module {inst.path!r}: in-port {i!r} is not connected to any value")
         values[i] = await rt.load(origin)  # ValueMissingError, naming the key, if it vanished meanwhile
-    if rt.executor is None:
-        raise WorkflowInputError(f"module {inst.path!r} must run, but no executor was given")
+    recipe = await _content_recipe(rt, inst, values)
+    if recipe is not None and rt.reuse and await _cut_off(rt, inst, recipe):
+        rt.trace.cut_off.append(inst.path)
+        rt.emit(Event("cut-off", inst.path))
+        for o in sorted(requested):
+            report(o)
+        return
+    executor = rt.executor if module.executor is None else rt.executors.get(module.executor)
+    if executor is None:
+        named = "" if module.executor is None else f" {module.executor!r} (given: {sorted(rt.executors)})"
+        raise WorkflowInputError(f"module {inst.path!r} must run, but no executor{named} was given")
     rt.emit(Event("started", inst.path))
     began = time.perf_counter()
     try:
-        outputs = await rt.executor.run(
-            Call(inst.path, module.function, values, dict(module.params), module.output_names)
-        )
+        call = Call(inst.path, module.function, values, dict(module.params), module.output_names, rt.capture_logs)
+        outputs = await _attempts(rt, executor, inst, call)
+        logs = outputs.pop(LOGS, None)
         for o in module.output_names:
             origin = inst.outputs[o]
             assert origin is not None
             await rt.store(origin, outputs[o])
+        if recipe is not None:
+            await _record_trace(rt, inst, recipe, outputs)
+        if logs is not None:
+            first = inst.outputs[module.output_names[0]]
+            assert first is not None and first.fingerprint is not None
+            record = {"module": inst.path, "stdout": logs[0], "stderr": logs[1]}
+            await asyncio.to_thread(rt.staging.put, log_key(inst.path), record, first.fingerprint)
+    except asyncio.CancelledError:
+        rt.emit(Event("cancelled", inst.path, time.perf_counter() - began))
+        raise
     except BaseException:
         rt.emit(Event("failed", inst.path, time.perf_counter() - began))
         raise
@@ -536,6 +620,112 @@ async def _simple(
     rt.emit(Event("finished", inst.path, time.perf_counter() - began))
     for o in sorted(requested):
         report(o)
+
+
+async def _attempts(rt: Runtime, executor: Executor, inst: Instance, call: Call) -> dict[str, Any]:
+    """Run ``call`` with the module's timeout per attempt, and again after a failure while retries are left."""
+    module = inst.module
+    for attempt in range(module.retries + 1):
+        try:
+            if module.timeout is None:
+                return await executor.run(call)
+            try:
+                return await asyncio.wait_for(executor.run(call), module.timeout)
+            except TimeoutError:
+                raise ModuleTimeoutError(
+                    f"module {inst.path!r} ran longer than its timeout of {module.timeout:g} s", inst.path
+                ) from None
+        except (ModuleFailedError, WorkerDiedError, ModuleTimeoutError) as exc:
+            if attempt == module.retries:
+                raise
+            rt.emit(Event("retry", inst.path, iteration=attempt + 1, message=str(exc)))
+    raise AssertionError("unreachable")
+
+
+# -- early cutoff ------------------------------------------------------------------------------------------------
+#
+# A module's out-port origins are derived from its inputs' *origins*, so anything upstream that reruns makes it
+# recompute. After a run, a trace record under ``<path>/=trace`` keeps the module's *content recipe* — its code,
+# parameters and its inputs' content fingerprints — with the fingerprint and content of each out-port's value.
+# When the module is to run again and its content recipe is the one recorded (an upstream rerun produced what
+# it produced before), the staged values are right: they are retagged with their new fingerprints and the
+# module does not run. Its dependents then see unchanged contents too, and are cut off in turn.
+
+TRACE = "=trace"
+"""The key segment, below a module's path, of its trace record."""
+
+
+def trace_key(path: str) -> str:
+    """The staging key of the trace record of the module at ``path``."""
+    return f"{path}/{TRACE}"
+
+
+LOG = "=log"
+"""The key segment, below a module's path, of what its function printed the last time it ran."""
+
+
+def log_key(path: str) -> str:
+    """The staging key of the captured output of the module at ``path``."""
+    return f"{path}/{LOG}"
+
+
+def code_recipe(rt: Runtime, module: Module) -> str:
+    """A simple module's code and parameters: what besides its inputs decides its outputs."""
+    return derive(rt.structure(module), {"params": dict(module.params)}, {})
+
+
+async def _content_recipe(rt: Runtime, inst: Instance, values: Mapping[str, Any]) -> str | None:
+    contents: dict[str, str] = {}
+    for i, value in values.items():
+        origin = inst.inputs.get(i)
+        if origin is None:
+            return None
+        fp = await rt.content(origin, value)
+        if fp is None:
+            return None
+        contents[i] = fp
+    inst.contents = contents
+    return derive(code_recipe(rt, inst.module), {}, contents)
+
+
+async def _cut_off(rt: Runtime, inst: Instance, recipe: str) -> bool:
+    key = trace_key(inst.path)
+    try:
+        if not await asyncio.to_thread(rt.staging.has, key, recipe):
+            return False
+        record = await asyncio.to_thread(rt.staging.get, key, recipe)
+        outputs = record["outputs"]
+        for o in inst.module.output_names:
+            origin = inst.outputs[o]
+            assert origin is not None and origin.fingerprint is not None
+            old = outputs[o]["fingerprint"]
+            if old == origin.fingerprint:
+                if not await asyncio.to_thread(rt.staging.has, origin.key, old):
+                    return False  # lost since (deleted, or overwritten): run the module
+            elif not await rt.retag(origin.key, old, origin.fingerprint):
+                return False  # overwritten since: run the module (it overwrites what was retagged)
+        for o in inst.module.output_names:
+            origin = inst.outputs[o]
+            assert origin is not None and origin.fingerprint is not None
+            rt.contents[origin.key] = outputs[o]["content"]
+            rt.made.add(origin.key)
+            outputs[o]["fingerprint"] = origin.fingerprint
+        await asyncio.to_thread(rt.staging.put, key, record, recipe)
+    except (StagingError, KeyError, TypeError):
+        return False  # no usable record: the module runs, which is always right
+    return True
+
+
+async def _record_trace(rt: Runtime, inst: Instance, recipe: str, outputs: Mapping[str, Any]) -> None:
+    record: dict[str, Any] = {"code": code_recipe(rt, inst.module), "inputs": inst.contents, "outputs": {}}
+    for o in inst.module.output_names:
+        origin = inst.outputs[o]
+        assert origin is not None
+        content = await rt.content(origin, outputs[o])
+        if content is None:
+            return  # a value without a content fingerprint cannot be recognised again
+        record["outputs"][o] = {"fingerprint": origin.fingerprint, "content": content}
+    await asyncio.to_thread(rt.staging.put, trace_key(inst.path), record, recipe)
 
 
 async def _iteration(

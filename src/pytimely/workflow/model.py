@@ -41,7 +41,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytimely.errors import ModuleCycleError, ModuleDefinitionError, PortTypeError, UnconnectedPortError
+from pytimely.errors import (
+    ModuleCycleError,
+    ModuleDefinitionError,
+    PortTypeError,
+    SinkModuleError,
+    UnconnectedPortError,
+)
 
 __all__ = [
     "CONTINUE",
@@ -132,6 +138,12 @@ class Module:
     params: Mapping[str, Any] = field(default_factory=dict)
     continue_port: str | None = None
     path: str = ""
+    retries: int = 0
+    """A simple module's further attempts after a failure, a worker's death or a timeout."""
+    timeout: float | None = None
+    """A simple module's limit in seconds per attempt (``ModuleTimeoutError`` past it)."""
+    executor: str | None = None
+    """The name of the executor a simple module runs on (``"spark"``, ``"process"``), else the run's default."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -168,6 +180,14 @@ class Module:
         if parent:
             self._check_sources()
             self._check_cycles()
+            for child in placed:
+                if not child.outputs:
+                    # A module runs only for the out-ports somebody requests: one without any would silently
+                    # never run. Its effect has to be an out-port (the path it wrote, a count) to be recorded.
+                    raise SinkModuleError(
+                        f"module {path!r}: submodule {child.name!r} has no out-ports, so it would never run; "
+                        "return what it did (the path written, a count) and connect that to an out-port"
+                    )
         object.__setattr__(self, "deps", types.MappingProxyType(self._deps()))
 
     # -- structure -------------------------------------------------------------------------------------------
@@ -433,15 +453,18 @@ def minimal_deps(module: Module) -> dict[str, frozenset[str]]:
     out_mask = {o: masks.get(source_of.get(PortRef(None, o), PortRef(None, "")), 0) for o in module.output_names}
     reach: dict[str, set[str]] = {i: {o for o, m in out_mask.items() if m & b} for i, b in bit.items()}
     if module.kind is Kind.LOOP:
-        feeds = {o: i for i, o in module.io_ports}
+        # One out-port may feed several in-ports of the next iteration: keep every pair, not one per out-port.
+        feeds: dict[str, list[str]] = {}
+        for i, o in module.io_ports:
+            feeds.setdefault(o, []).append(i)
         changed = True
         while changed:  # a fixpoint over the I/O pairs: an out-port's value is the next iteration's in-port
             changed = False
             for i, reached in reach.items():
                 grown = set(reached)
                 for o in reached:
-                    if o in feeds:
-                        grown |= reach[feeds[o]]
+                    for fed in feeds.get(o, ()):
+                        grown |= reach[fed]
                 if module.continue_port in grown:
                     grown = set(outs)
                 if grown != reached:

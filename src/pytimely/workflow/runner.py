@@ -15,27 +15,38 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytimely.errors import ModuleDefinitionError, WorkflowInputError
+from pytimely.errors import ModuleDefinitionError, StagingError, WorkflowInputError
+from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.executors import Executor, ThreadExecutor
-from pytimely.workflow.fingerprint import value_fingerprint
+from pytimely.workflow.fingerprint import derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
 from pytimely.workflow.interpreter import (
+    LOG,
     Event,
     Instance,
     Origin,
     Runtime,
     Trace,
+    code_recipe,
     derive_instance,
     interpret,
     iteration_inputs,
     iteration_recomputed,
     resume_state,
+    trace_key,
 )
 from pytimely.workflow.model import Kind, Module
 from pytimely.workflow.resume import ResumeState
-from pytimely.workflow.staging import MemoryStaging, StagingArea, check_key, open_staging
+from pytimely.workflow.staging import (
+    LocalStaging,
+    MemoryStaging,
+    StagingArea,
+    check_key,
+    open_staging,
+    staging_lock,
+)
 
-__all__ = ["Plan", "aplan", "arun", "plan", "run", "show"]
+__all__ = ["Plan", "aplan", "arun", "module_logs", "plan", "run", "show"]
 
 StagingLike = StagingArea | str | None
 
@@ -48,8 +59,35 @@ def _staging(staging: StagingLike) -> StagingArea:
     return staging
 
 
+CACHE_NAME = ".fingerprints.json"
+"""The file in a local staging area's root that caches its inputs' content fingerprints (not a staging key)."""
+
+
+def default_cache(staging: StagingArea) -> FingerprintCache:
+    """The content-fingerprint cache a run on ``staging`` uses by default: in a local area's root, else in memory."""
+    if isinstance(staging, LocalStaging):
+        return FingerprintCache(f"{staging.root}/{CACHE_NAME}")
+    return FingerprintCache()
+
+
+def input_fingerprint(
+    value: Any, cache: FingerprintCache, storage_options: Mapping[str, Any] | None = None
+) -> str:
+    """A workflow input's fingerprint: its value's, and for a path or URL also the content it names."""
+    own = value_fingerprint(value)
+    content = content_fingerprint(value, cache, storage_options=storage_options)
+    if content is None:
+        return own
+    return derive("input-content", {}, {"value": own, "content": content})
+
+
 def _prepare(
-    rt: Runtime, workflow: Module, inputs: Mapping[str, Any], outputs: Sequence[str] | None
+    rt: Runtime,
+    workflow: Module,
+    inputs: Mapping[str, Any],
+    outputs: Sequence[str] | None,
+    cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> tuple[Instance, frozenset[str]]:
     if workflow.kind is not Kind.COMPOSITE:
         raise ModuleDefinitionError(f"a workflow is a composite module; {workflow.name!r} is {workflow.kind.value}")
@@ -69,13 +107,15 @@ def _prepare(
     if not requested:
         raise WorkflowInputError(f"workflow {workflow.name!r}: no out-port requested")
     origins: dict[str, Origin | None] = {}
+    cache = cache if cache is not None else default_cache(rt.staging)
     for name in workflow.input_names:
         if name in inputs:
             key = f":input/{name}"
             rt.remember(key, inputs[name])
-            origins[name] = Origin(key, value_fingerprint(inputs[name]))
+            origins[name] = Origin(key, input_fingerprint(inputs[name], cache, storage_options))
         else:
             origins[name] = None
+    cache.save()
     for name in workflow.input_names:
         needed = workflow.deps.get(name, frozenset()) & requested
         if needed and name not in inputs:
@@ -96,16 +136,40 @@ async def arun(
     reuse: bool = True,
     progress: Callable[[Event], None] | None = None,
     trace: Trace | None = None,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    holder: str | None = None,
+    capture_logs: bool = False,
+    executors: Mapping[str, Executor] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) ``workflow`` on ``inputs`` and return its requested out-ports' values by name.
 
     ``staging`` is a staging area or a URL (default: a fresh in-memory area); ``executor`` runs the simple
     modules (default: a :class:`ThreadExecutor` closed afterwards). ``progress`` gets an :class:`Event` per
-    module start and finish; ``trace`` (if given) is filled with what the run did.
+    module start and finish; ``trace`` (if given) is filled with what the run did. Inputs naming files,
+    directories or URLs count by content (``fingerprint_cache``: default :func:`default_cache`;
+    ``storage_options`` for fsspec URLs). The run holds the staging area's lock (:func:`staging_lock`, as
+    ``holder``): a run already holding it makes this one fail with ``StagingLockedError`` naming it.
+    ``capture_logs`` keeps what each module prints with its values (see :func:`module_logs`). ``executors``
+    names the executors of modules that ask for one (``@simple(executor="spark")``).
     """
-    rt = Runtime(_staging(staging), executor, reuse=reuse, progress=progress, trace=trace)
-    root, requested = _prepare(rt, workflow, inputs or {}, outputs)
-    own = executor is None
+    area = _staging(staging)
+    with staging_lock(area, holder or f"a run of workflow {workflow.name!r}"):
+        rt = Runtime(area, executor, reuse=reuse, progress=progress, trace=trace, capture_logs=capture_logs,
+                     executors=executors)  # fmt: skip
+        return await _arun(rt, workflow, inputs, outputs, fingerprint_cache, storage_options)
+
+
+async def _arun(
+    rt: Runtime,
+    workflow: Module,
+    inputs: Mapping[str, Any] | None,
+    outputs: Sequence[str] | None,
+    fingerprint_cache: FingerprintCache | None,
+    storage_options: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    root, requested = _prepare(rt, workflow, inputs or {}, outputs, fingerprint_cache, storage_options)
+    own = rt.executor is None
     if own:
         rt.executor = ThreadExecutor()
     try:
@@ -134,6 +198,11 @@ def run(
     reuse: bool = True,
     progress: Callable[[Event], None] | None = None,
     trace: Trace | None = None,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    holder: str | None = None,
+    capture_logs: bool = False,
+    executors: Mapping[str, Executor] | None = None,
 ) -> dict[str, Any]:
     """:func:`arun` from synchronous code (starts an event loop; not for use inside a running one)."""
     return asyncio.run(
@@ -146,6 +215,11 @@ def run(
             reuse=reuse,
             progress=progress,
             trace=trace,
+            fingerprint_cache=fingerprint_cache,
+            storage_options=storage_options,
+            holder=holder,
+            capture_logs=capture_logs,
+            executors=executors,
         )
     )
 
@@ -166,6 +240,9 @@ class Plan:
     iteration: int | None = None
     """For a loop: the iteration it resumes at (later iterations run in full until the stop condition holds);
     ``None`` when every iteration it needs is stored."""
+    may_cut_off: bool = False
+    """For a simple module that will be recomputed: its code and parameters are those of its trace record, so
+    if its inputs come out as they were, it is cut off (not run)."""
 
     def walk(self) -> Iterator[Plan]:
         """This plan and every plan below it, parents first."""
@@ -176,6 +253,10 @@ class Plan:
     def will_run(self) -> list[str]:
         """The paths of the simple modules that will run (in a resumed loop: those of the iteration it resumes at)."""
         return sorted(p.path for p in self.walk() if p.kind is Kind.SIMPLE)
+
+    def may_be_cut_off(self) -> list[str]:
+        """The modules to recompute that will not run if their inputs come out unchanged (early cutoff)."""
+        return sorted(p.path for p in self.walk() if p.kind is Kind.SIMPLE and p.may_cut_off)
 
     def loops(self) -> dict[str, int | None]:
         """Each loop that will be interpreted, with the iteration it resumes at."""
@@ -199,6 +280,9 @@ class Plan:
                 lines.append(f"{p.path} (loop): {at}")
         runs = self.will_run()
         lines.append(f"will run {len(runs)} module{'s' if len(runs) != 1 else ''}: {', '.join(runs) or '-'}")
+        cut = self.may_be_cut_off()
+        if cut:
+            lines.append(f"of which may be cut off (not run if their inputs come out unchanged): {', '.join(cut)}")
         for path, k in self.loops().items():
             if k is not None:
                 lines.append(f"then loop {path} runs the iterations after {k} while it continues")
@@ -212,10 +296,12 @@ async def aplan(
     staging: StagingLike = None,
     outputs: Sequence[str] | None = None,
     reuse: bool = True,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Plan:
     """:func:`plan` for async code."""
     rt = Runtime(_staging(staging), None, reuse=reuse)
-    root, requested = _prepare(rt, workflow, inputs or {}, outputs)
+    root, requested = _prepare(rt, workflow, inputs or {}, outputs, fingerprint_cache, storage_options)
     return await _plan(rt, root, Kind.COMPOSITE, frozenset(), requested)
 
 
@@ -226,9 +312,14 @@ def plan(
     staging: StagingLike = None,
     outputs: Sequence[str] | None = None,
     reuse: bool = True,
+    fingerprint_cache: FingerprintCache | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Which ports are ready, which will be recomputed and which are irrelevant, without running anything."""
-    return asyncio.run(aplan(workflow, inputs, staging=staging, outputs=outputs, reuse=reuse))
+    return asyncio.run(
+        aplan(workflow, inputs, staging=staging, outputs=outputs, reuse=reuse, fingerprint_cache=fingerprint_cache,
+              storage_options=storage_options)
+    )
 
 
 async def _plan(
@@ -249,7 +340,27 @@ async def _plan(
                 node.children[name] = await _plan(rt, child, child.module.kind, rs.child_inputs(name), wanted)
     elif kind is Kind.LOOP:
         await _plan_loop(rt, inst, node)
+    elif kind is Kind.SIMPLE and rt.reuse:
+        node.may_cut_off = await _may_cut_off(rt, inst)
     return node
+
+
+async def _may_cut_off(rt: Runtime, inst: Instance) -> bool:
+    key = trace_key(inst.path)
+    try:
+        fp = await asyncio.to_thread(rt.staging.fingerprint, key)
+        if fp is None:
+            return False
+        record = await asyncio.to_thread(rt.staging.get, key, fp)
+        if record["code"] != code_recipe(rt, inst.module):
+            return False
+        # Inputs held by the run (workflow inputs, constants) are known now: a changed one rules cutoff out.
+        for i, origin in inst.inputs.items():
+            if origin is not None and origin.in_memory and record["inputs"].get(i) != origin.fingerprint:
+                return False
+        return True
+    except (StagingError, KeyError, TypeError):
+        return False
 
 
 async def _plan_loop(rt: Runtime, inst: Instance, node: Plan) -> None:
@@ -338,3 +449,19 @@ def show(workflow: Module) -> str:
     draw(workflow, workflow.name, "    ")
     lines.append("  end")
     return "\n".join(lines) + "\n"
+
+
+def module_logs(staging: StagingLike, name: str) -> list[dict[str, str]]:
+    """What the modules matching ``name`` (a path like ``workflow/load``, or its last part ``load``) printed the
+    last time they ran with ``capture_logs``: ``{"module", "stdout", "stderr"}`` each, by path."""
+    area = _staging(staging)
+    found = []
+    for key in area.keys(""):
+        if not key.endswith("/" + LOG):
+            continue
+        path = key[: -len(LOG) - 1]
+        if path == name or path.endswith("/" + name):
+            fp = area.fingerprint(key)
+            if fp is not None:
+                found.append(area.get(key, fp))
+    return sorted(found, key=lambda r: str(r["module"]))
