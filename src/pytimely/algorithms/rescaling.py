@@ -81,10 +81,10 @@ def run_while_rescaling(
     handle, control_handle, captured, probe = worker.dataflow(build)
     start = 0
     if worker.joined:
+        # Its capabilities were minted strictly above ones its server held (seed 000 Fig. 4): records at
+        # ``start``, control one later (the members sent the moves that hand it its bins at ``start``).
         start = plan.joins_at(me)
         handle.advance_to(start)
-        control_handle.advance_to(start)
-        control_handle.send_batch(balanced_moves(start, plan.members_at(start)))
     for epoch in range(start, epochs):
         members = plan.members_at(epoch)
         if me not in members:
@@ -93,12 +93,20 @@ def run_while_rescaling(
             time.sleep(linger)
             worker.leave(at=epoch)
             return None
-        if epoch in plan.join_epochs:
+        handle.send_batch(share(me, epoch, members))
+        if epoch + 1 in plan.join_epochs:
+            # A newcomer's server mints its capabilities strictly above ones it holds (seed 000 Fig. 4): the
+            # members hold this epoch's records while it joins, so it sends records from the next epoch on.
+            # Control moves on first (the bins a process leaving now gives away can go); once the newcomer is
+            # in, it carries the moves that give it its bins at the next epoch.
+            control_handle.advance_to(epoch + 1)
             if me == 0 and request_join is not None:
                 request_join()
-            wanted = set(members)
+            wanted = set(plan.members_at(epoch + 1))
             worker.step_while(lambda: not wanted <= set(worker.members))  # noqa: B023 - used at once
-        handle.send_batch(share(me, epoch, members))
+            worker.step()  # the dataflow applies the joins (and its server mints) before this epoch is given up
+            if me == 0:
+                control_handle.send_batch(balanced_moves(epoch + 1, plan.members_at(epoch + 1)))
         handle.advance_to(epoch + 1)
         control_handle.advance_to(epoch + 1)
         worker.step_while(lambda: probe.less_than(handle.time))
