@@ -3,16 +3,18 @@
 A newcomer's capability used to be a copy at the time its server held. When the
 server's ``+1`` travels a slow link and the newcomer's ``-1`` a fast one, the
 member behind the slow link sees the time vacant while the server still holds
-it, delivers records after declaring their time complete, and the job hangs or
-miscounts. A delaying relay inside this test holds every byte process 0 sends
-to process 1 for ``DELAY`` seconds; every member checks that no frontier it saw
-ever moves back and no record arrives behind one, and the word count must still
-equal ``Counter``'s.
+it: its frontier passes the time and then moves back. A delaying relay inside
+this test holds every byte process 0 sends to process 1 for ``DELAY`` seconds,
+and every worker's watching operator fails (``ProgressError``) if a frontier it
+saw moves back or a record arrives behind one.
 
-This run did not show the race with the old rule on this machine (delays of
-20–300 ms, two plans): the newcomer's ``-1`` did not overtake in time. The
-race is shown step by step in ``tests/test_rescale_lockstep.py``; this test
-keeps the runtime honest on real processes with a slow link.
+``watched_epochs`` sends no records between processes, so nothing else on the
+slow link holds process 1 back: with the old clone rule put back into
+``Subgraph`` the plan ``0:+1,2:+1`` failed 5 of 5 runs here ("the input
+frontier went back from 2 to 1"; ``1:+1`` did not show it). ``watched_word_count``
+is the elastic word count under the same relay: its exchanges make process 1
+wait for process 0's reports, which hid the race, and its counts must equal
+``Counter``'s.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from tests.cluster.test_elastic import EPOCHS, ROWS, expected_counts
 
 DELAY = 0.02
 """How long the relay holds each chunk process 0 sends to process 1."""
+JOIN_DELAY = 1.0
+"""How long after the members each newcomer starts."""
 
 
 def _watch(cap: Capability[Any], info: Any) -> Callable[[Any, Any], None]:
@@ -159,6 +163,67 @@ def with_shutdown(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_WR)
 
 
+def watched_epochs(worker: Worker) -> None:
+    """Each worker feeds its own records through a watching operator, no exchange: only progress crosses.
+
+    The members hold epoch ``e - 1`` while a newcomer joins for ``e`` (its server mints strictly above what it
+    holds); with nothing else on the slow link to hold a member back, a capability counted late shows at once.
+    """
+    out, epochs, text = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    plan = RescalePlan.parse(text, initial=worker.peers, workers=1)
+    me = worker.index
+
+    def build(scope: Any) -> Any:
+        handle, records = scope.new_input(name="records")
+        return handle, records.unary(_watch, name="watch").probe()
+
+    handle, probe = worker.dataflow(build)
+    start = plan.joins_at(me) if worker.joined else 0
+    handle.advance_to(start)
+    for epoch in range(start, epochs):
+        handle.send_batch([(me, epoch)])
+        if epoch + 1 in plan.join_epochs:
+            wanted = set(plan.members_at(epoch + 1))
+            worker.step_while(lambda: not wanted <= set(worker.members))  # noqa: B023 - used at once
+            worker.step()
+        handle.advance_to(epoch + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    if me == 0:
+        with atomic_output(out) as f:
+            json.dump({"epochs": epochs}, f)
+
+
+@pytest.mark.parametrize("text", ["1:+1", "0:+1,2:+1"])
+def test_a_member_behind_the_slow_link_never_sees_a_frontier_move_back(tmp_path: Path, text: str) -> None:
+    out = tmp_path / "done.json"
+    initial = 2
+    plan = RescalePlan.parse(text, initial=initial, workers=1)
+    args = ["tests.cluster.test_mint_race:watched_epochs", str(out), str(EPOCHS), text]
+    extra = {"workers": "1", "PYTIMELY_ELASTIC": "1"}
+    cluster = Cluster(initial, **extra)
+    relay = DelayRelay(cluster.hosts[0], DELAY)
+    listeners = [listen() for _ in range(plan.processes - initial)]
+    hosts = cluster.hosts + [s.getsockname() for s in listeners]
+    try:
+        cluster.start(args, hosts={1: [relay.address, *cluster.hosts[1:]]})
+        for p in range(initial, plan.processes):
+            time.sleep(JOIN_DELAY)
+            joiner = env_for(
+                p + 1, p, hosts[: p + 1], cluster.secret, **extra, PYTIMELY_INITIAL=str(initial), PYTIMELY_JOIN="1"
+            )
+            cluster.procs.append(start(args, joiner, listeners[p - initial]))
+        results = cluster.wait(float(os.environ.get("ELASTIC_WAIT", "120")))
+    finally:
+        cluster.kill()
+        relay.close()
+        for listener in listeners:
+            listener.close()
+    assert [r[0] for r in results] == [0] * len(results), report(results)
+    assert json.loads(out.read_text()) == {"epochs": EPOCHS}
+
+
 @pytest.mark.parametrize("text", ["1:+1", "0:+1,2:+1"])
 def test_a_newcomer_retires_its_capability_while_the_servers_link_is_slow(tmp_path: Path, text: str) -> None:
     out = tmp_path / "counts.json"
@@ -174,6 +239,7 @@ def test_a_newcomer_retires_its_capability_while_the_servers_link_is_slow(tmp_pa
         # Process 1 dials process 0 through the relay: everything 0 sends to 1 arrives DELAY late.
         cluster.start(args, hosts={1: [relay.address, *cluster.hosts[1:]]})
         for p in range(initial, plan.processes):
+            time.sleep(JOIN_DELAY)  # the members are waiting for it, holding the epoch it joins in
             joiner = env_for(
                 p + 1, p, hosts[: p + 1], cluster.secret, **extra, PYTIMELY_INITIAL=str(initial), PYTIMELY_JOIN="1"
             )
