@@ -12,7 +12,18 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from pytimely.errors import BootstrapError
-from pytimely.progress.bootstrap import Bootstrap, BootstrapServer, Hello, ProgressState, RangeReply, RangeRequest
+from pytimely.order import Product
+from pytimely.progress.bootstrap import (
+    Bootstrap,
+    BootstrapServer,
+    Hello,
+    ProgressState,
+    RangeReply,
+    RangeRequest,
+    mint,
+    mint_time,
+    successor,
+)
 from pytimely.progress.broadcast import ProgressBatch, ProgressReceiver
 from pytimely.verify.configs import rescale_config
 from pytimely.verify.mutants import Mutant
@@ -569,3 +580,29 @@ def test_off_by_one_range_gives_a_wrong_view() -> None:
     boot.reply(reply)
     updates, _, state = boot.finish()
     assert accumulate(updates) == view(lo) and accumulate(state.updates) == accumulate(state_updates)
+
+
+# --- minting for a newcomer (seed 000 Fig. 4: strictly above a held capability) -------------------------------
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=6))
+def test_mint_time_is_strictly_above_the_least_held_time(held: list[int]) -> None:
+    assert mint_time(held) == min(held) + 1
+
+
+def test_mint_for_products_and_nothing_held() -> None:
+    held = [Product(3, 0), Product(2, 5)]
+    t = mint_time(held)
+    assert t == Product(3, 5) and Product(2, 5) < t  # one step after the least held, in the outer coordinate
+    assert mint_time([]) is None
+    assert mint({"a": [4, 2], "b": []}, ["a", "b", "c"]) == [("a", 3)]
+
+
+def test_a_timestamp_without_a_successor_cannot_be_minted_for() -> None:
+    class Opaque:
+        def __le__(self, other: object) -> bool:
+            return self is other
+
+    assert successor(Product(Product(1, 2), 3)) == Product(Product(2, 2), 3)
+    with pytest.raises(BootstrapError, match="Opaque has no successor"):
+        mint_time([Opaque()])

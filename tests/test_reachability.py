@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from pytimely.errors import (
     NonAdvancingCycleError,
@@ -16,6 +18,7 @@ from pytimely.errors import (
 )
 from pytimely.order import Product
 from pytimely.progress import Antichain, Builder, Increment, ProductSummary, Source, Target
+from pytimely.progress.timestamp import Enter, Leave
 
 
 def chain(length: int) -> tuple[Builder[int, Increment], list[int]]:
@@ -34,9 +37,7 @@ def loop() -> tuple[Builder[Any, Any], dict[str, int]]:
     ids = {
         "input": b.add_node(0, 1, name="input"),
         "body": b.add_node(2, 1, name="body"),
-        "feedback": b.add_node(
-            1, 1, {(0, 0): ProductSummary(Increment(0), Increment(1, limit=5))}, name="feedback"
-        ),
+        "feedback": b.add_node(1, 1, {(0, 0): ProductSummary(Increment(0), Increment(1, limit=5))}, name="feedback"),
         "output": b.add_node(1, 0, name="output"),
     }
     b.add_edge(Source(ids["input"], 0), Target(ids["body"], 0))
@@ -205,3 +206,169 @@ def test_work_follows_frontier_changes_not_graph_size() -> None:
     tracker.update(Target(nodes[-2], 0), 0, -1)
     tracker.propagate_all()
     assert tracker.propagations - before <= 4
+
+
+# --- cycles through nested scopes (issue 15, item 5) ------------------------------------------------------
+
+INNER = ProductSummary(Increment(0), Increment(0))
+ITERATE = ProductSummary(Increment(0), Increment(1))
+
+
+def leave_and_reenter(outer_step: Increment) -> tuple[Builder[Any, Any], dict[str, int]]:
+    """``map -> enter -> feedback (+1 inner) -> leave -> map``: the loop leaves the scope and enters it again."""
+    b: Builder[Any, Any] = Builder()
+    ops = {
+        "map": b.add_node(1, 1, {(0, 0): outer_step}, name="map"),
+        "enter": b.add_node(1, 1, {(0, 0): Enter(0)}, name="enter", identity=INNER),
+        "feedback": b.add_node(1, 1, {(0, 0): ITERATE}, name="feedback", identity=INNER),
+        "leave": b.add_node(1, 1, {(0, 0): Leave()}, name="leave"),
+    }
+    b.add_edge(Source(ops["map"], 0), Target(ops["enter"], 0))
+    b.add_edge(Source(ops["enter"], 0), Target(ops["feedback"], 0))
+    b.add_edge(Source(ops["feedback"], 0), Target(ops["leave"], 0))
+    b.add_edge(Source(ops["leave"], 0), Target(ops["map"], 0))
+    return b, ops
+
+
+def test_a_loop_leaving_and_reentering_a_scope_is_refused_though_its_feedback_advances() -> None:
+    # Leave drops the iteration and Enter resets it to 0: (t, 0) comes back as (t, 0), and (t, 5) as (t, 1).
+    b, ops = leave_and_reenter(Increment(0))
+    with pytest.raises(NonAdvancingCycleError) as err:
+        b.build()
+    assert set(err.value.operators) == set(ops.values())
+    for name in ops:
+        assert name in str(err.value)
+
+
+def test_the_same_loop_advancing_the_outer_time_is_accepted() -> None:
+    b, _ = leave_and_reenter(Increment(1))
+    b.build()
+
+
+def test_an_inner_loop_inside_a_scope_entered_and_left_once_is_accepted() -> None:
+    b: Builder[Any, Any] = Builder()
+    src = b.add_node(0, 1, name="input")
+    enter = b.add_node(1, 1, {(0, 0): Enter(0)}, name="enter", identity=INNER)
+    body = b.add_node(2, 1, {(0, 0): INNER, (1, 0): INNER}, name="body", identity=INNER)
+    feedback = b.add_node(1, 1, {(0, 0): ITERATE}, name="feedback", identity=INNER)
+    leave = b.add_node(1, 1, {(0, 0): Leave()}, name="leave")
+    b.add_edge(Source(src, 0), Target(enter, 0))
+    b.add_edge(Source(enter, 0), Target(body, 0))
+    b.add_edge(Source(body, 0), Target(feedback, 0))
+    b.add_edge(Source(feedback, 0), Target(body, 1))
+    b.add_edge(Source(body, 0), Target(leave, 0))
+    b.build()
+    # without the increment the inner loop is stuck, and only it is named
+    b2: Builder[Any, Any] = Builder()
+    enter = b2.add_node(1, 1, {(0, 0): Enter(0)}, name="enter", identity=INNER)
+    body = b2.add_node(2, 1, {(0, 0): INNER, (1, 0): INNER}, name="body", identity=INNER)
+    b2.add_edge(Source(enter, 0), Target(body, 0))
+    b2.add_edge(Source(body, 0), Target(body, 1))
+    with pytest.raises(NonAdvancingCycleError) as err:
+        b2.build()
+    assert err.value.operators == [body]
+
+
+Spec = tuple[str, int, int]
+"""A node of a random nested graph: kind (``op``, ``enter``, ``leave``), outer increment, inner increment."""
+
+
+def _in_depth(spec: Spec) -> int:
+    return {"op1": 1, "op2": 2, "enter": 1, "leave": 2}[spec[0]]
+
+
+def _out_depth(spec: Spec) -> int:
+    return {"op1": 1, "op2": 2, "enter": 2, "leave": 1}[spec[0]]
+
+
+@st.composite
+def nested_graphs(draw: st.DrawFn) -> tuple[list[Spec], list[tuple[int, int]]]:
+    """Up to five one-input one-output operators at depth 1 or 2, enters and leaves, and edges that fit."""
+    specs = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["op1", "op2", "enter", "leave"]), st.integers(0, 1), st.integers(0, 1)),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    pairs = [
+        (a, c) for a in range(len(specs)) for c in range(len(specs)) if _out_depth(specs[a]) == _in_depth(specs[c])
+    ]
+    edges = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=8)) if pairs else []
+    return specs, edges
+
+
+def _build(specs: list[Spec], edges: list[tuple[int, int]]) -> Builder[Any, Any]:
+    b: Builder[Any, Any] = Builder()
+    for n, (kind, outer, inner) in enumerate(specs):
+        if kind == "op1":
+            b.add_node(1, 1, {(0, 0): Increment(outer)}, name=f"op{n}")
+        elif kind == "op2":
+            summary = ProductSummary(Increment(outer), Increment(inner))
+            b.add_node(1, 1, {(0, 0): summary}, name=f"op{n}", identity=INNER)
+        elif kind == "enter":
+            b.add_node(1, 1, {(0, 0): Enter(0)}, name=f"enter{n}", identity=INNER)
+        else:
+            b.add_node(1, 1, {(0, 0): Leave()}, name=f"leave{n}")
+    for a, c in edges:
+        b.add_edge(Source(a, 0), Target(c, 0))
+    return b
+
+
+def _step(spec: Spec, t: tuple[int, ...]) -> tuple[int, ...]:
+    kind, outer, inner = spec
+    if kind == "op1":
+        return (t[0] + outer,)
+    if kind == "op2":
+        return (t[0] + outer, t[1] + inner)
+    if kind == "enter":
+        return (t[0], 0)
+    return (t[0],)
+
+
+def stuck_by_brute_force(specs: list[Spec], edges: list[tuple[int, int]], top: int = 6, cap: int = 14) -> bool:
+    """Whether a concrete timestamp at some operator's input comes back there no later than it started.
+
+    Every start time with coordinates up to ``top`` is tried (a reset coordinate comes back as at most the
+    number of increments on a simple cycle, below ``top``), following every path while coordinates stay
+    under ``cap``.
+    """
+    succ: dict[int, list[int]] = {}
+    for a, c in edges:
+        succ.setdefault(a, []).append(c)
+    for start, spec in enumerate(specs):
+        depth = _in_depth(spec)
+        starts = [(x,) for x in range(top + 1)] if depth == 1 else [(x, y) for x in range(3) for y in range(top + 1)]
+        for t0 in starts:
+            seen: set[tuple[int, tuple[int, ...]]] = set()
+            todo = [(start, t0)]
+            while todo:
+                node, t = todo.pop()
+                out = _step(specs[node], t)
+                for nxt in succ.get(node, []):
+                    if nxt == start and all(a <= b for a, b in zip(out, t0, strict=True)):
+                        return True
+                    if max(out) <= cap and (nxt, out) not in seen:
+                        seen.add((nxt, out))
+                        todo.append((nxt, out))
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(nested_graphs())
+def test_build_refuses_exactly_the_cycles_a_timestamp_travels_without_advancing(
+    graph: tuple[list[Spec], list[tuple[int, int]]],
+) -> None:
+    specs, edges = graph
+    stuck = stuck_by_brute_force(specs, edges)
+    event("stuck" if stuck else "fine")
+    builder = _build(specs, edges)
+    if stuck:
+        with pytest.raises(NonAdvancingCycleError) as err:
+            builder.build()
+        # the operators it names form a cycle of the graph
+        named = err.value.operators
+        assert named and all(isinstance(n, int) for n in named)
+        assert all((named[i], named[(i + 1) % len(named)]) in set(edges) for i in range(len(named)))
+    else:
+        builder.build()

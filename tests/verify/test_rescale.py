@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -355,3 +356,46 @@ def test_configurations_and_command_line(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["rescale", "--mutant", "leave-drops-early", "--invariant", "Safe"]) == 1
     out = capsys.readouterr().out
     assert "config: leave" in out and "violation of Safe" in out and "counterexample (4 steps)" in out
+
+
+# --- concurrent joins and the clone rule ------------------------------------------------------------------
+
+JOINS = rescale_config("joins")
+
+
+def test_concurrent_joins_no_violation() -> None:
+    result = check(make_model("rescale", "joins"), 7)
+    assert result.violation is None and result.states > 10_000
+
+
+def test_a_newcomer_joins_while_another_bootstraps() -> None:
+    s = R.join(JOINS, sent(JOINS, op(JOINS, start(JOINS), 0, self_=("p1",)), 0), 2, 0)
+    assert not R.join_enabled(JOIN, R.join(JOIN, start(JOIN), 2, 0), 1, 0)  # one at a time by default
+    assert R.join_enabled(JOINS, s, 3, 0)
+    t = R.join(JOINS, s, 3, 0)
+    assert t.status == "mmjj" and [b.newcomer for b in t.boots] == [2, 3]
+    # 3's links start with the members' numbers and 2's (a newcomer has sent nothing); 2 counts 3 from zero
+    assert t.boots[1].hello == (1, 0, 0, None) and t.boots[0].hello == (1, 0, None, 0)
+    assert not R.join_enabled(JOINS, t, 1, 0) and not R.leave_enabled(replace(JOINS, max_leaves=1), t, 1, 0)
+    # each bootstrap goes on by itself: 3's state first, then 2 finishes while 3 is still bootstrapping
+    t = R.bootstrap_state(JOINS, t, 3)
+    assert t.boots[0].base is None and t.boots[1].base == (0, 0, 0, 0)
+    t = R.bootstrap_state(JOINS, t, 2)
+    t = R.range_request(JOINS, t, 0, 2)
+    t = recv(JOINS, t, 0, 0)
+    t = R.range_reply(JOINS, t, 0, 0, 1, 2)
+    assert R.bootstrap_done_enabled(JOINS, t, 2)
+    t = R.bootstrap_done(JOINS, t, 2)
+    assert t.status == "mmmj" and [b.newcomer for b in t.boots] == [3]
+    assert RescaleModel(JOINS).invariants()[0].holds(t)
+
+
+def test_announce_clone_mints_at_a_held_time() -> None:
+    clone = RescaleConfig(JOIN.poset, max_caps=1, mutant=Mutant.ANNOUNCE_CLONE)
+    s = R.bootstrap_state(JOIN, joined(JOIN, start(JOIN, holder=1), server=1))
+    assert R.announce_enabled(clone, s, "p0") and R.announce_enabled(clone, s, "p1")
+    assert not R.announce_enabled(JOIN, s, "p0")
+    # the server keeps its own p0 and reports the copy's +1 in temp: Fig. 4's justification is broken at once
+    t = R.announce(clone, s, "p0")
+    assert t.exch.caps[1] == ZMSet.of("p0") and t.exch.temp[1] == ZMSet.of("p0")
+    assert not RescaleModel(clone).invariants()[5].holds(t)  # InvTempJustified

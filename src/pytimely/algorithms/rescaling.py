@@ -124,9 +124,10 @@ def run_while_rescaling(
     ``None`` when something else starts them). Its requests are handles polled between steps, so no worker
     stops stepping while one is in flight:
 
-    - before an epoch a process joins in, worker 0 waits until the coordinator has heard of every leave the
-      plan had before it, then asks for the newcomer; every member then steps until the newcomer's workers are
-      members;
+    - in the epoch before a process joins, once its records are sent, worker 0 waits until the coordinator has
+      heard of every leave the plan had before it, then asks for the newcomer; every member then steps until
+      the newcomer's workers are members (they hold that epoch's records meanwhile, so the server can mint the
+      newcomer's capabilities strictly above them);
     - a newcomer's workers say when they have bootstrapped;
     - a leaving process's first worker says it leaves before it does. A leave in the same epoch as a join
       waits until the newcomer has bootstrapped (so nobody leaves while a newcomer still bootstraps, and the
@@ -154,10 +155,10 @@ def run_while_rescaling(
     handle, control_handle, captured, probe = worker.dataflow(build)
     start = 0
     if worker.joined:
+        # Its capabilities were minted strictly above ones its server held (seed 000 Fig. 4): records at
+        # ``start``, control one later (the members sent the moves that hand it its bins at ``start``).
         start = plan.joins_at(me)
         handle.advance_to(start)
-        control_handle.advance_to(start)
-        control_handle.send_batch(balanced_moves(start, plan.members_at(start)))
         if coordinator is not None:
             said = coordinator.joined(me)
             _step_until(worker, said.done, join_timeout, lambda: _late_request(me // per, "joined", join_timeout))
@@ -176,9 +177,17 @@ def run_while_rescaling(
             time.sleep(linger)
             worker.leave(at=epoch)
             return None
-        if plan.newcomers_at(epoch) and not (worker.joined and epoch == start):
-            _wait_for_members(worker, plan, epoch, coordinator, join_timeout, leave_timeout)
         handle.send_batch(share(me, epoch, members))
+        if plan.newcomers_at(epoch + 1):
+            # A newcomer's server mints its capabilities strictly above ones it holds (seed 000 Fig. 4): the
+            # members hold this epoch's records while it joins, so it sends records from the next epoch on.
+            # Control moves on first (the bins a process leaving now gives away can go); once the newcomer is
+            # in, it carries the moves that give it its bins at the next epoch.
+            control_handle.advance_to(epoch + 1)
+            _wait_for_members(worker, plan, epoch + 1, coordinator, join_timeout, leave_timeout)
+            worker.step()  # the dataflow applies the joins (and its server mints) before this epoch is given up
+            if me == 0:
+                control_handle.send_batch(balanced_moves(epoch + 1, plan.members_at(epoch + 1)))
         handle.advance_to(epoch + 1)
         control_handle.advance_to(epoch + 1)
         worker.step_while(lambda: probe.less_than(handle.time))

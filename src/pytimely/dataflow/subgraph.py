@@ -29,8 +29,15 @@ from pytimely.communication.payload import dumps
 from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
 from pytimely.errors import BootstrapError, MembershipError, OperatorError, PytimelyError, ScopeError
-from pytimely.order import sort_key
-from pytimely.progress.bootstrap import Bootstrap, BootstrapServer, Hello, ProgressState, RangeReply, RangeRequest
+from pytimely.progress.bootstrap import (
+    Bootstrap,
+    BootstrapServer,
+    Hello,
+    ProgressState,
+    RangeReply,
+    RangeRequest,
+    mint,
+)
 from pytimely.progress.broadcast import ProgressBatch, ProgressReceiver, ProgressSender
 from pytimely.progress.change_batch import ChangeBatch
 from pytimely.progress.location import Source, Target
@@ -259,19 +266,14 @@ class Subgraph:
             for (src, t), c in self.own_capabilities().items():
                 if c > 0:
                     held.setdefault(src, []).append(t)
+            outputs = [port.source for op in self.operators if op.initial_caps for port in op.outputs]
             for n in event.workers:
-                minted = []
-                for op in self.operators:
-                    if not op.initial_caps:
-                        continue
-                    for port in op.outputs:
-                        times = held.get(port.source)
-                        if times:
-                            # A clone of a capability this worker holds, reported in its next batch (§6.2).
-                            t = min(times, key=sort_key)
-                            self.record(port.source, t, 1)
-                            self._own.update((port.source, t), -1)
-                            minted.append((port.source, t))
+                # Strictly above a capability this worker holds, reported in its next batch (§6.2): a copy
+                # at the same time could be retired, and its -1 reach a member before this +1.
+                minted = mint(held, outputs)
+                for source, t in minted:
+                    self.record(source, t, 1)
+                    self._own.update((source, t), -1)
                 state = self._server.state(n, updates, self._receiver, minted)
                 self._progress_push[n].push(state)
 

@@ -27,8 +27,14 @@ a link when the view completes: the receiver :meth:`Bootstrap.finish` returns
 checks them in order and discards them.
 
 The state also names the capabilities the server minted for the newcomer
-(§6.2): clones of capabilities the server holds, counted in the server's next
-batch, which the newcomer then owns and retires like any other.
+(§6.2), counted in the server's next batch, which the newcomer then owns and
+retires like any other. Each is minted where seed ``000_306a8e6bd5c43d47.txt``
+Fig. 4 lets a worker hand a capability to another: strictly above one the
+server holds (:func:`mint_time`, one step after its least time at that output).
+A copy at the *same* time is unsafe: the newcomer may retire it and its
+``(t, -1)`` reach a member before the server's ``(t, +1)``, whose view then
+passes ``t`` while the server still holds it (the ``announce-clone`` mutant of
+:mod:`pytimely.verify.rescale`, ``Safe`` broken in 8 steps; see docs/verify.md).
 """
 
 from __future__ import annotations
@@ -38,11 +44,65 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytimely.errors import BootstrapError
+from pytimely.order import Product, sort_key
 from pytimely.progress.broadcast import ProgressBatch, ProgressReceiver
 
-__all__ = ["Bootstrap", "BootstrapServer", "Hello", "ProgressState", "RangeReply", "RangeRequest"]
+__all__ = [
+    "Bootstrap",
+    "BootstrapServer",
+    "Hello",
+    "ProgressState",
+    "RangeReply",
+    "RangeRequest",
+    "mint",
+    "mint_time",
+    "successor",
+]
 
 Update = tuple[Any, Any, int]
+
+
+def successor(t: Any) -> Any:
+    """A time strictly after ``t``: ``t + 1`` for ints, the outer coordinate's successor for products.
+
+    Other timestamp types say so with a ``successor()`` method; without one,
+    :class:`BootstrapError` (no capability can be minted strictly above ``t``).
+    """
+    if type(t) is int:
+        return t + 1
+    if isinstance(t, Product):
+        return Product(successor(t.outer), t.inner)
+    method = getattr(t, "successor", None)
+    if method is None:
+        raise BootstrapError(
+            f"cannot mint a capability for a joining worker strictly after {t!r}: {type(t).__name__} has no successor()"
+        )
+    return method()
+
+
+def mint_time(held: Iterable[Any]) -> Any | None:
+    """Where a bootstrap server mints a newcomer's capability at an output it holds ``held`` times at.
+
+    Fig. 4's ``perf_op`` (seed ``000_306a8e6bd5c43d47.txt``) lets a worker give
+    another a capability only strictly above one it holds itself: one step after
+    the least time held. ``None`` when it holds none there (the newcomer's copy
+    starts dropped).
+    """
+    times = list(held)
+    if not times:
+        return None
+    return successor(min(times, key=sort_key))
+
+
+def mint(held: Mapping[Any, Iterable[Any]], outputs: Iterable[Any]) -> list[tuple[Any, Any]]:
+    """The ``(output, time)`` capabilities a server mints for one newcomer worker, from the times it holds per
+    output: one per output it holds something at, at :func:`mint_time`."""
+    minted = []
+    for output in outputs:
+        t = mint_time(held.get(output, ()))
+        if t is not None:
+            minted.append((output, t))
+    return minted
 
 
 @dataclass(frozen=True, slots=True)

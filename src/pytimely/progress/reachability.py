@@ -2,8 +2,8 @@
 
 A :class:`Builder` collects operators (nodes with input and output ports and
 internal path summaries) and edges from output ports to input ports, rejects
-graphs whose cycles could carry a timestamp around unchanged, and builds a
-:class:`Tracker`.
+graphs with a cycle some timestamp can travel without strictly advancing
+(through a scope's ``leave`` and ``enter`` too), and builds a :class:`Tracker`.
 
 The tracker keeps, per location, the *pointstamps* (counted timestamps present
 there) and the *implications* (what could arrive there), and propagates changes
@@ -32,7 +32,7 @@ from pytimely.order import flat_key, sort_key
 from pytimely.progress.change_batch import ChangeBatch
 from pytimely.progress.frontier import Antichain, MutableAntichain
 from pytimely.progress.location import Location, Source, Target
-from pytimely.progress.timestamp import Increment, strictly_advances
+from pytimely.progress.timestamp import Enter, Increment, Leave, ProductSummary, strictly_advances
 
 __all__ = ["Builder", "PointstampOrder", "Tracker"]
 
@@ -43,13 +43,38 @@ SummarySpec = Mapping[tuple[int, int], Iterable[Any] | Any]
 
 
 class _Node:
-    __slots__ = ("inputs", "name", "outputs", "summary")
+    __slots__ = ("identity", "inputs", "name", "outputs", "summary")
 
-    def __init__(self, name: str, inputs: int, outputs: int, summary: dict[tuple[int, int], Antichain[Any]]):
+    def __init__(
+        self,
+        name: str,
+        inputs: int,
+        outputs: int,
+        summary: dict[tuple[int, int], Antichain[Any]],
+        identity: Any,
+    ):
         self.name = name
         self.inputs = inputs
         self.outputs = outputs
         self.summary = summary
+        self.identity = identity
+
+
+def _depth(identity: Any) -> int:
+    """How many coordinates a timestamp with this identity summary has (``Product`` nests add up)."""
+    if isinstance(identity, ProductSummary):
+        return _depth(identity.outer) + _depth(identity.inner)
+    return 1
+
+
+def _advanced(summary: Any, identity: Any) -> set[int]:
+    """The coordinates (outermost first) that ``summary`` strictly advances for every timestamp it passes."""
+    if isinstance(summary, ProductSummary):
+        outer_id = identity.outer if isinstance(identity, ProductSummary) else None
+        inner_id = identity.inner if isinstance(identity, ProductSummary) else None
+        shift = _depth(summary.outer)
+        return _advanced(summary.outer, outer_id) | {shift + j for j in _advanced(summary.inner, inner_id)}
+    return {0} if strictly_advances(summary, identity) else set()
 
 
 class Builder(Generic[T, S]):
@@ -107,7 +132,7 @@ class Builder(Generic[T, S]):
                     self._check_summary(label, i, o, s, node_identity)
                 if summaries:
                     compiled[(i, o)] = Antichain(summaries)
-        self._nodes.append(_Node(label, inputs, outputs, compiled))
+        self._nodes.append(_Node(label, inputs, outputs, compiled, node_identity))
         return index
 
     def _check_summary(self, label: str, i: int, o: int, s: Any, identity: Any) -> None:
@@ -192,47 +217,80 @@ class Builder(Generic[T, S]):
                 result[(start, loc)] = chain
         return result
 
+    def _depths(self) -> dict[Location, int]:
+        """Each location's number of timestamp coordinates.
+
+        An operator's locations have its identity's; an ``enter`` (its identity is
+        the inner scope's) takes one coordinate fewer in, a ``leave`` (the outer
+        scope's) one more.
+        """
+        depths: dict[Location, int] = {}
+        for n, node in enumerate(self._nodes):
+            d = _depth(node.identity)
+            shift = 0
+            for summaries in node.summary.values():
+                for s in summaries:
+                    if isinstance(s, Enter):
+                        shift = -1
+                    elif isinstance(s, Leave):
+                        shift = 1
+            for i in range(node.inputs):
+                depths[Target(n, i)] = d + shift
+            for o in range(node.outputs):
+                depths[Source(n, o)] = d
+        return depths
+
     def _find_stuck_cycle(self) -> list[int] | None:
-        """Operators on a cycle some timestamp can travel without advancing, if one exists."""
-        graph: dict[Location, list[Location]] = {}
+        """Operators on a cycle some timestamp can travel without strictly advancing, if one exists.
+
+        Along a cycle, the coordinates of the outermost scope it reaches (depth
+        ``k``) persist; deeper ones are dropped by a ``leave`` and reset by the
+        ``enter`` that follows. So a cycle advances only if some step on it strictly
+        advances one of its first ``k`` coordinates: an inner loop's feedback does
+        not make a cycle through ``leave`` and back through ``enter`` advance. For
+        each depth ``k``, the steps that advance none of the first ``k``
+        coordinates, between locations at least ``k`` deep, form a graph; a
+        strongly connected part of it holding a location exactly ``k`` deep has a
+        stuck cycle through that location.
+        """
+        depths = self._depths()
+        steps: list[tuple[Location, Location, int]] = []
+        """``(from, to, the first coordinate it surely advances, or a large number)`` for every one-step path."""
+        never = 1 << 30
         for source, target in self._edges:
-            graph.setdefault(source, []).append(target)
+            steps.append((source, target, never))
         for n, node in enumerate(self._nodes):
             for (i, o), summaries in node.summary.items():
-                if not all(strictly_advances(s, self.identity) for s in summaries):
-                    graph.setdefault(Target(n, i), []).append(Source(n, o))
-        white, grey, black = 0, 1, 2
-        colour: dict[Location, int] = {}
-        for root in graph:
-            if colour.get(root, white) != white:
-                continue
-            stack: list[tuple[Location, int]] = [(root, 0)]
-            path: list[Location] = [root]
-            colour[root] = grey
-            while stack:
-                loc, child = stack[-1]
-                nexts = graph.get(loc, [])
-                if child < len(nexts):
-                    stack[-1] = (loc, child + 1)
-                    nxt = nexts[child]
-                    c = colour.get(nxt, white)
-                    if c == grey:
-                        cycle = path[path.index(nxt):]
-                        ops: list[int] = []
-                        for location in cycle:
-                            if not ops or ops[-1] != location.node:
-                                ops.append(location.node)
-                        if len(ops) > 1 and ops[0] == ops[-1]:
-                            ops.pop()
-                        return ops
-                    if c == white:
-                        colour[nxt] = grey
-                        stack.append((nxt, 0))
-                        path.append(nxt)
-                else:
-                    colour[loc] = black
-                    stack.pop()
-                    path.pop()
+                # The least advancing summary decides (a timestamp may take that path): the step keeps the
+                # first k coordinates unchanged if some summary advances none of them.
+                least = max(
+                    (
+                        min(_advanced(s, node.identity), default=never)
+                        if not getattr(s, "changes_scope", False)
+                        else never
+                        for s in summaries
+                    ),
+                    default=never,
+                )
+                steps.append((Target(n, i), Source(n, o), least))
+        for k in sorted(set(depths.values())):
+            graph: dict[Location, list[Location]] = {}
+            for a, b, first in steps:
+                if first >= k and depths.get(a, 0) >= k and depths.get(b, 0) >= k:
+                    graph.setdefault(a, []).append(b)
+            for component in _strongly_connected(graph):
+                roots = [loc for loc in component if depths.get(loc) == k]
+                if not roots:
+                    continue
+                cycle = _cycle_through(roots[0], graph, component)
+                if cycle is not None:
+                    ops: list[int] = []
+                    for location in cycle:
+                        if not ops or ops[-1] != location.node:
+                            ops.append(location.node)
+                    if len(ops) > 1 and ops[0] == ops[-1]:
+                        ops.pop()
+                    return ops
         return None
 
     def build(self) -> Tracker[T]:
@@ -247,6 +305,79 @@ class Builder(Generic[T, S]):
                 operators=list(cycle),
             )
         return Tracker(self)
+
+
+def _strongly_connected(graph: dict[Location, list[Location]]) -> list[set[Location]]:
+    """The strongly connected components of ``graph`` (Tarjan's algorithm, without recursion)."""
+    index: dict[Location, int] = {}
+    low: dict[Location, int] = {}
+    on_stack: set[Location] = set()
+    stack: list[Location] = []
+    out: list[set[Location]] = []
+    counter = 0
+    for root in list(graph):
+        if root in index:
+            continue
+        work: list[tuple[Location, int]] = [(root, 0)]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, child = work[-1]
+            nexts = graph.get(v, [])
+            if child < len(nexts):
+                work[-1] = (v, child + 1)
+                w = nexts[child]
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+            if low[v] == index[v]:
+                component: set[Location] = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.add(w)
+                    if w == v:
+                        break
+                out.append(component)
+    return out
+
+
+def _cycle_through(
+    start: Location, graph: dict[Location, list[Location]], within: set[Location]
+) -> list[Location] | None:
+    """A shortest cycle from ``start`` back to it inside ``within``, as the locations on it (``None`` if none)."""
+    parent: dict[Location, Location] = {}
+    frontier = [start]
+    seen = {start}
+    while frontier:
+        nxt: list[Location] = []
+        for v in frontier:
+            for w in graph.get(v, []):
+                if w not in within:
+                    continue
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return path[::-1]
+                if w not in seen:
+                    seen.add(w)
+                    parent[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return None
 
 
 class Tracker(Generic[T]):

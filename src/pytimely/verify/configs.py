@@ -309,12 +309,16 @@ def rescale_config(name: str = "join", members: int | None = None, mutant: Mutan
         return RescaleConfig(
             chain2(), members=m, joiners=1, max_leaves=1, max_caps=1, mutant=mutant, depth=8, name=name
         )
+    if name == "joins":
+        m = 2 if members is None else members
+        return RescaleConfig(chain2(), members=m, joiners=2, max_boots=2, max_caps=1, mutant=mutant, depth=8, name=name)
     if name == "churn-large":
         m = 3 if members is None else members
         return RescaleConfig(
             chain3_plus(),
             members=m,
             joiners=2,
+            max_boots=2,
             max_leaves=2,
             init_caps=1,
             init_total=2,
@@ -327,7 +331,8 @@ def rescale_config(name: str = "join", members: int | None = None, mutant: Mutan
             depth=2,
             name=name,
         )
-    raise ValueError(f"unknown rescale configuration {name!r}; known: ['churn', 'churn-large', 'join', 'leave']")
+    known = ["churn", "churn-large", "join", "joins", "leave"]
+    raise ValueError(f"unknown rescale configuration {name!r}; known: {known}")
 
 
 DEFAULT_CONFIG = {
@@ -346,7 +351,7 @@ _CONFIG_NAMES = {
     "propagation": ["wcc", "nested", "chain"],
     "combined": ["chain", "wcc", "nested", "pair", "wcc-large"],
     "datagram": ["far", "mixed", "far-large", "mixed-large"],
-    "rescale": ["join", "leave", "churn", "churn-large"],
+    "rescale": ["join", "leave", "churn", "joins", "churn-large"],
 }
 
 

@@ -34,6 +34,8 @@ And of rescaling (seed ``002_640294948a1fdfd3.txt``, the bootstrap protocol and 
   minted again for the heir.
 * ``announce-at-view-frontier`` — the bootstrap server mints the newcomer's capability at the frontier of its
   own view (§6.2 as worded) instead of handing over one it holds.
+* ``announce-clone`` — the bootstrap server mints the newcomer's capability as a copy of one it holds, at the
+  same pointstamp (``p' ≤ p`` instead of ``p' < p``): the rule the cluster runtime followed before issue 15.
 
 :func:`mutant_cases` lists, for each mutant, the model and configuration where
 it shows, the depth needed and the invariant expected to catch it.
@@ -66,6 +68,7 @@ class Mutant(Enum):
     NO_BOOTSTRAP_MESSAGE = "no-bootstrap-message"
     LEAVE_DROPS_EARLY = "leave-drops-early"
     ANNOUNCE_AT_VIEW_FRONTIER = "announce-at-view-frontier"
+    ANNOUNCE_CLONE = "announce-clone"
 
     def __str__(self) -> str:
         return self.value
@@ -96,6 +99,7 @@ RESCALE_MUTANTS = frozenset(
         Mutant.NO_BOOTSTRAP_MESSAGE,
         Mutant.LEAVE_DROPS_EARLY,
         Mutant.ANNOUNCE_AT_VIEW_FRONTIER,
+        Mutant.ANNOUNCE_CLONE,
     }
 )
 """Mutants of rescaling (seed 002: bootstrap and leave); they apply to ``rescale``."""
@@ -180,4 +184,6 @@ def mutant_cases() -> list[MutantCase]:
         MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "churn", 4, "Safe", ("Safe",)),
         MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 2, "InvTempJustified"),
         MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 5, "Safe", ("Safe",)),
+        MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 2, "InvTempJustified"),
+        MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 8, "Safe", ("Safe",)),
     ]

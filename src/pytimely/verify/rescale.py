@@ -138,10 +138,16 @@ class State(NamedTuple):
     """``hist[s][k]``: batch ``k`` of ``s`` (what ``s`` retains; also the ghost history)."""
     total: ZMSet[Any]
     """Ghost: the initial capabilities plus every batch ever sent."""
-    boot: Boot | None
+    boots: tuple[Boot, ...]
+    """The bootstraps in progress, oldest first (more than one: newcomers joining at once)."""
     leave: Leave | None
     leaves: int
     """How many workers have started to leave (bounded by ``max_leaves``)."""
+
+    @property
+    def boot(self) -> Boot | None:
+        """The oldest bootstrap in progress, if any."""
+        return self.boots[0] if self.boots else None
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,7 @@ class RescaleConfig:
     members: int = 2
     """Workers ``0 .. members-1`` start in the cluster."""
     joiners: int = 1
-    """Workers ``members .. members+joiners-1`` may join, one bootstrap at a time."""
+    """Workers ``members .. members+joiners-1`` may join (``max_boots`` bootstraps at a time)."""
     max_leaves: int = 0
     init_caps: int = 1
     init_total: int | None = 1
@@ -169,6 +175,8 @@ class RescaleConfig:
     """``send_upd`` is disabled while a link of the sender holds this many batches."""
     max_announce: int = 1
     """At most this many capabilities the bootstrap server hands to one newcomer."""
+    max_boots: int = 1
+    """At most this many bootstraps at once: above 1, newcomers join while others still bootstrap."""
     mutant: Mutant | None = None
     depth: int = 10
     name: str = ""
@@ -230,7 +238,19 @@ def _vacated(cfg: RescaleConfig, e: E.State, w: int) -> E.State:
 
 def _quiet(s: State) -> bool:
     """No membership change in progress."""
-    return s.boot is None and s.leave is None
+    return not s.boots and s.leave is None
+
+
+def _boot_of(s: State, n: int | None) -> Boot | None:
+    """The bootstrap of newcomer ``n`` (``None``: the oldest), if in progress."""
+    if n is None:
+        return s.boot
+    return next((b for b in s.boots if b.newcomer == n), None)
+
+
+def _with_boot(s: State, b: Boot) -> State:
+    """``s`` with the bootstrap of ``b.newcomer`` replaced by ``b``."""
+    return s._replace(boots=tuple(b if x.newcomer == b.newcomer else x for x in s.boots))
 
 
 # --- Init -------------------------------------------------------------------------------------------------
@@ -251,7 +271,7 @@ def initial_states(cfg: RescaleConfig) -> Iterator[State]:
         e = e._replace(glob=(r,) * cfg.members + (ZMSet(),) * cfg.joiners)
         e = _vacated(cfg, e, 0)
         status = MEMBER * cfg.members + OUT * cfg.joiners
-        yield State(e, status, links, recvd, ((),) * n, r, None, None, 0)
+        yield State(e, status, links, recvd, ((),) * n, r, (), None, 0)
 
 
 # --- progress batches ---------------------------------------------------------------------------------------
@@ -306,35 +326,42 @@ def recv_upd(cfg: RescaleConfig, s: State, w: int, r: int) -> State:
 
 
 def join_enabled(cfg: RescaleConfig, s: State, n: int, server: int) -> bool:
-    """``join n server``: ``n`` has not joined yet, ``server`` is a member, no membership change in progress."""
-    return _quiet(s) and s.status[n] == OUT and s.status[server] == MEMBER
+    """``join n server``: ``n`` has not joined yet, ``server`` is a member, no leave in progress and fewer than
+    ``max_boots`` bootstraps."""
+    return s.leave is None and len(s.boots) < cfg.max_boots and s.status[n] == OUT and s.status[server] == MEMBER
 
 
 def join(cfg: RescaleConfig, s: State, n: int, server: int) -> State:
-    """Effect of ``join``: ``n`` connects to every member; each link ``m → n`` starts with ``m``'s next number.
+    """Effect of ``join``: ``n`` connects to every member and newcomer; each link ``m → n`` starts with ``m``'s
+    next number.
 
+    A newcomer still bootstrapping greets ``n`` too (it has sent nothing: its
+    number is 0), and ``n``'s link into it starts at 0 with no message (the
+    runtime's ``Bootstrap.joined``): recorded as a bootstrap message of 0.
     Under ``no-bootstrap-message`` the links start without it.
     """
     if cfg.mutant is Mutant.NO_BOOTSTRAP_MESSAGE:
         hello: tuple[int | None, ...] = (None,) * cfg.workers
     else:
-        hello = tuple(len(s.hist[m]) if st == MEMBER else None for m, st in enumerate(s.status))
+        hello = tuple(len(s.hist[m]) if st in (MEMBER, JOINING) else None for m, st in enumerate(s.status))
+    boots = tuple(b._replace(hello=_set(b.hello, n, 0)) for b in s.boots)
     boot = Boot(n, server, hello, None, frozenset(), frozenset(), 0)
-    return s._replace(status=_status(s, n, JOINING), boot=boot)
+    return s._replace(status=_status(s, n, JOINING), boots=(*boots, boot))
 
 
-def bootstrap_state_enabled(s: State) -> bool:
-    """``bootstrap_state``: a bootstrap is in progress and the server has not sent its state yet."""
-    return s.boot is not None and s.boot.base is None
+def bootstrap_state_enabled(s: State, n: int | None = None) -> bool:
+    """``bootstrap_state``: ``n``'s bootstrap (default: the oldest) is in progress, its state not sent yet."""
+    b = _boot_of(s, n)
+    return b is not None and b.base is None
 
 
-def bootstrap_state(cfg: RescaleConfig, s: State) -> State:
+def bootstrap_state(cfg: RescaleConfig, s: State, n: int | None = None) -> State:
     """Effect: the newcomer's view becomes the server's, and ``base`` the server's ``recvd`` (step 3 of §3.4)."""
-    b = s.boot
+    b = _boot_of(s, n)
     assert b is not None
     e = s.exch
     e = e._replace(glob=_set(e.glob, b.newcomer, e.glob[b.server]))
-    return s._replace(exch=e, boot=b._replace(base=s.recvd[b.server]))
+    return _with_boot(s._replace(exch=e), b._replace(base=s.recvd[b.server]))
 
 
 def missing_range(cfg: RescaleConfig, b: Boot, m: int) -> tuple[int, int] | None:
@@ -355,47 +382,47 @@ def _needs_range(cfg: RescaleConfig, b: Boot, m: int) -> bool:
     return rng is not None and rng[0] < rng[1]
 
 
-def range_request_enabled(cfg: RescaleConfig, s: State, m: int) -> bool:
+def range_request_enabled(cfg: RescaleConfig, s: State, m: int, n: int | None = None) -> bool:
     """``range_request m``: the range of ``m`` is non-empty and not yet requested (steps 6–7)."""
-    b = s.boot
+    b = _boot_of(s, n)
     if b is None or not _needs_range(cfg, b, m) or m in b.filled:
         return False
     return not any(x == m for x, _, _ in b.pending)
 
 
-def range_request(cfg: RescaleConfig, s: State, m: int) -> State:
+def range_request(cfg: RescaleConfig, s: State, m: int, n: int | None = None) -> State:
     """Effect: the request ``(m, lo, hi)`` goes to the server."""
-    b = s.boot
+    b = _boot_of(s, n)
     assert b is not None
     rng = missing_range(cfg, b, m)
     assert rng is not None
-    return s._replace(boot=b._replace(pending=b.pending | {(m, *rng)}))
+    return _with_boot(s, b._replace(pending=b.pending | {(m, *rng)}))
 
 
-def range_reply_enabled(s: State, m: int, lo: int, hi: int) -> bool:
+def range_reply_enabled(s: State, m: int, lo: int, hi: int, n: int | None = None) -> bool:
     """``range_reply``: the request is pending and the server has received ``m``'s batches up to ``hi`` (step 8)."""
-    b = s.boot
+    b = _boot_of(s, n)
     return b is not None and (m, lo, hi) in b.pending and s.recvd[b.server][m] >= hi
 
 
-def range_reply(cfg: RescaleConfig, s: State, m: int, lo: int, hi: int) -> State:
+def range_reply(cfg: RescaleConfig, s: State, m: int, lo: int, hi: int, n: int | None = None) -> State:
     """Effect: the batches ``lo .. hi-1`` of ``m`` the server recorded are added to the newcomer's view."""
-    b = s.boot
+    b = _boot_of(s, n)
     assert b is not None
     e = s.exch
     view = e.glob[b.newcomer]
     for gamma in s.hist[m][lo:hi]:
         view = view + gamma
     b2 = b._replace(pending=b.pending - {(m, lo, hi)}, filled=b.filled | {m})
-    return s._replace(exch=e._replace(glob=_set(e.glob, b.newcomer, view)), boot=b2)
+    return _with_boot(s._replace(exch=e._replace(glob=_set(e.glob, b.newcomer, view))), b2)
 
 
-def bootstrap_done_enabled(cfg: RescaleConfig, s: State) -> bool:
+def bootstrap_done_enabled(cfg: RescaleConfig, s: State, n: int | None = None) -> bool:
     """``bootstrap_done``: the state arrived, every member's link has its bootstrap message, every range is answered.
 
     Under ``no-bootstrap-message`` a link without one counts as nothing missing.
     """
-    b = s.boot
+    b = _boot_of(s, n)
     if b is None or b.base is None or b.pending:
         return False
     for m, st in enumerate(s.status):
@@ -408,15 +435,16 @@ def bootstrap_done_enabled(cfg: RescaleConfig, s: State) -> bool:
     return True
 
 
-def bootstrap_done(cfg: RescaleConfig, s: State) -> State:
+def bootstrap_done(cfg: RescaleConfig, s: State, n: int | None = None) -> State:
     """Effect: the newcomer becomes a member expecting from each sender the later of the state's and the link's
     number."""
-    b = s.boot
+    b = _boot_of(s, n)
     assert b is not None and b.base is not None
     n = b.newcomer
     nxt = tuple(b.base[m] if h is None else max(b.base[m], h) for m, h in enumerate(b.hello))
     e = _vacated(cfg, s.exch, n)
-    return s._replace(exch=e, status=_status(s, n, MEMBER), recvd=_set(s.recvd, n, nxt), boot=None)
+    boots = tuple(x for x in s.boots if x.newcomer != n)
+    return s._replace(exch=e, status=_status(s, n, MEMBER), recvd=_set(s.recvd, n, nxt), boots=boots)
 
 
 # --- capabilities handed over (§6.1, §6.2) ----------------------------------------------------------------
@@ -432,29 +460,32 @@ def _mint_for(cfg: RescaleConfig, e: E.State, w: int, to: int, C: ZMSet[Any]) ->
     return E.perf_op(cfg.exchange, e, w, ZMSet(), C.image(lambda p: (to, p)), ZMSet())
 
 
-def announce_enabled(cfg: RescaleConfig, s: State, p: Any) -> bool:
+def announce_enabled(cfg: RescaleConfig, s: State, p: Any, n: int | None = None) -> bool:
     """``announce p``: during a bootstrap the server mints a capability at ``p`` for the newcomer (§6.2).
 
     It is Fig. 4's ``perf_op server {} {(newcomer, p)} {}``: the server holds a
     capability strictly below ``p``. Under ``announce-at-view-frontier`` (§6.2 as
-    worded) ``p`` need only be at the frontier of the server's view.
+    worded) ``p`` need only be at the frontier of the server's view; under ``announce-clone`` (the runtime's rule
+    before issue 15) the server need only hold a capability at or below ``p``.
     """
-    b = s.boot
+    b = _boot_of(s, n)
     if b is None or b.announced >= cfg.max_announce:
         return False
     e = s.exch
     if cfg.mutant is Mutant.ANNOUNCE_AT_VIEW_FRONTIER:
         return p in frontier(e.glob[b.server], cfg.poset.lt)
+    if cfg.mutant is Mutant.ANNOUNCE_CLONE:
+        return any(cfg.poset.le(q, p) for q, c in e.caps[b.server].items() if c > 0)
     return E.perf_op_enabled(cfg.exchange, e, b.server, ZMSet(), ZMSet.of((b.newcomer, p)), ZMSet())
 
 
-def announce(cfg: RescaleConfig, s: State, p: Any) -> State:
+def announce(cfg: RescaleConfig, s: State, p: Any, n: int | None = None) -> State:
     """Effect: ``data`` gains ``(newcomer, p)`` and ``temp server`` gains ``p`` (the server's ``(p, +1)``); the
     newcomer takes it with ``recv_cap`` once a member and retires it with ``perf_op`` (its ``(p, -1)``)."""
-    b = s.boot
+    b = _boot_of(s, n)
     assert b is not None
     e = _mint_for(cfg, s.exch, b.server, b.newcomer, ZMSet.of(p))
-    return s._replace(exch=e, boot=b._replace(announced=b.announced + 1))
+    return _with_boot(s._replace(exch=e), b._replace(announced=b.announced + 1))
 
 
 # --- leave ------------------------------------------------------------------------------------------------
@@ -658,32 +689,33 @@ class RescaleModel:
     def _membership(self, s: State) -> Iterator[tuple[Action, State]]:
         cfg = self.cfg
         n = cfg.workers
-        b = s.boot
-        if b is not None:
-            if bootstrap_state_enabled(s):
-                yield Action("bootstrap_state", (("n", b.newcomer), ("server", b.server))), bootstrap_state(cfg, s)
+        for b in s.boots:
+            c = b.newcomer
+            if bootstrap_state_enabled(s, c):
+                act = Action("bootstrap_state", (("n", c), ("server", b.server)))
+                yield act, bootstrap_state(cfg, s, c)
             for m in range(n):
-                if range_request_enabled(cfg, s, m):
+                if range_request_enabled(cfg, s, m, c):
                     lo, hi = missing_range(cfg, b, m) or (0, 0)
-                    act = Action("range_request", (("n", b.newcomer), ("w", m), ("lo", lo), ("hi", hi)))
-                    yield act, range_request(cfg, s, m)
+                    act = Action("range_request", (("n", c), ("w", m), ("lo", lo), ("hi", hi)))
+                    yield act, range_request(cfg, s, m, c)
             for m, lo, hi in sorted(b.pending):
-                if range_reply_enabled(s, m, lo, hi):
+                if range_reply_enabled(s, m, lo, hi, c):
                     act = Action("range_reply", (("server", b.server), ("w", m), ("lo", lo), ("hi", hi)))
-                    yield act, range_reply(cfg, s, m, lo, hi)
+                    yield act, range_reply(cfg, s, m, lo, hi, c)
             for p in cfg.poset.elements:
-                if announce_enabled(cfg, s, p):
-                    act = Action("announce", (("server", b.server), ("n", b.newcomer), ("p", p)))
-                    yield act, announce(cfg, s, p)
-            if bootstrap_done_enabled(cfg, s):
-                yield Action("bootstrap_done", (("n", b.newcomer),)), bootstrap_done(cfg, s)
+                if announce_enabled(cfg, s, p, c):
+                    act = Action("announce", (("server", b.server), ("n", c), ("p", p)))
+                    yield act, announce(cfg, s, p, c)
+            if bootstrap_done_enabled(cfg, s, c):
+                yield Action("bootstrap_done", (("n", c),)), bootstrap_done(cfg, s, c)
         lv = s.leave
         if lv is not None:
             if hand_over_enabled(cfg, s):
                 yield Action("hand_over", (("w", lv.leaver), ("heir", lv.heir))), hand_over(cfg, s)
             if disconnect_enabled(s):
                 yield Action("disconnect", (("w", lv.leaver),)), disconnect(cfg, s)
-        if not _quiet(s):
+        if s.leave is not None:
             return
         for w, r in product(range(n), range(n)):
             if join_enabled(cfg, s, w, r):
@@ -726,8 +758,7 @@ def format_rescale(cfg: RescaleConfig, s: State) -> str:
         f"status={s.status} caps={list(e.caps)} data={e.data} temp={list(e.temp)} "
         f"links=[{', '.join(links)}] glob=[{', '.join(views)}] recvd={[list(r) for r in s.recvd]}"
     )
-    if s.boot is not None:
-        b = s.boot
+    for b in s.boots:
         out += f" boot(n={b.newcomer}, server={b.server}, hello={list(b.hello)}, base={b.base}"
         out += f", pending={fmt_value(b.pending)}, filled={fmt_value(b.filled)})"
     if s.leave is not None:

@@ -1,0 +1,417 @@
+"""Differential tests: the runtime's bootstrap, minting and leave in lockstep with the rescaling model (seed 002).
+
+The runtime's sans-I/O cores — :class:`ProgressSender`/:class:`ProgressReceiver`
+(progress batches and their numbers), :class:`Bootstrap`/:class:`BootstrapServer`
+(hellos, the server's state, range requests and replies) and :func:`mint` (the
+capabilities a bootstrap server mints for a newcomer) — are driven the way
+``Subgraph`` drives them, one action at a time, and every action is replayed on
+:mod:`pytimely.verify.rescale`: its enabling condition must hold there (Fig. 4's
+``perf_op`` and ``announce`` among them) and afterwards both agree on every
+worker's capabilities, unsent updates, view and sequence numbers. The model's
+invariants (``Safe`` first) hold at every step, and no member's view ever shows a
+frontier past a time some worker still holds.
+
+Joins follow the runtime: every member (and a newcomer still bootstrapping)
+greets the newcomer with its next number, the server (the lowest member) sends
+its state and mints at once, the newcomer asks for all its ranges in one request
+and the server answers them together. Two newcomers may bootstrap at once. A
+leave follows the runtime's handshake: a worker that holds nothing says
+``LEAVING``; the others stop sending to it (``DONE``); it leaves once it has
+sent everything and its batches have arrived.
+
+The clone rule the runtime had before issue 15 (a newcomer's capability at the
+*same* time the server holds) fails here: the model does not allow that
+``announce``, and without the model's word the frontier check catches the
+newcomer's ``-1`` overtaking the server's ``+1`` (:class:`CloneMint` below).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter, deque
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from pytimely.progress import ProgressBatch, ProgressReceiver, ProgressSender, Source
+from pytimely.progress.bootstrap import Bootstrap, BootstrapServer, Hello, ProgressState, mint
+from pytimely.verify import exchange as E
+from pytimely.verify import rescale as R
+from pytimely.verify.poset import Poset
+from pytimely.verify.rescale import JOINING, LEAVING, MEMBER, RescaleConfig
+from pytimely.verify.zmset import ZMSet
+
+LOC = Source(0, 0)
+"""The one output every worker's input operator has (the model's pointstamps are its times)."""
+TIMES = tuple(range(5))
+HIGHEST_HELD = 2
+"""Capabilities move up to here, so a mint (one step later) stays inside the model's poset."""
+
+
+def config(members: int, joiners: int) -> RescaleConfig:
+    """The model over times ``0 .. 4`` with bounds wide enough never to stop the runtime."""
+    poset = Poset(TIMES, operator.le, name="chain5")
+    return RescaleConfig(
+        poset,
+        members=members,
+        joiners=joiners,
+        max_leaves=1,
+        max_boots=2,
+        init_caps=1,
+        init_total=None,
+        max_caps=4,
+        max_batches=1000,
+        queue_bound=1000,
+    )
+
+
+def initial_model(cfg: RescaleConfig) -> R.State:
+    """The model's initial state in which every initial member holds one capability at time 0."""
+    for s in R.initial_states(cfg):
+        if all(s.exch.caps[w] == ZMSet.of(0) for w in range(cfg.members)):
+            return s
+    raise AssertionError("no initial state with a capability at 0 per member")
+
+
+class RescaleLockstep(RuleBasedStateMachine):
+    """The runtime's cores and the rescaling model, action for action."""
+
+    members = 2
+    joiners = 2
+    check_announce = True
+    """Whether each mint must be one the model allows (off only to show the frontier check alone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cfg = config(self.members, self.joiners)
+        self.model = initial_model(self.cfg)
+        n = self.cfg.workers
+        initial = range(self.members)
+        self.caps: list[Counter[int]] = [Counter({0: 1}) if w in initial else Counter() for w in range(n)]
+        self.senders: list[ProgressSender[Any]] = [ProgressSender(w) for w in range(n)]
+        self.receivers: list[ProgressReceiver] = [
+            ProgressReceiver(list(initial) if w in initial else []) for w in range(n)
+        ]
+        self.views: list[dict[Any, int]] = [{(LOC, 0): self.members} if w in initial else {} for w in range(n)]
+        self.servers = [BootstrapServer(w) for w in range(n)]
+        self.boots: dict[int, Bootstrap] = {}
+        self.states: dict[int, ProgressState] = {}
+        self.links: list[list[deque[ProgressBatch[Any]]]] = [[deque() for _ in range(n)] for _ in range(n)]
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def status(self, w: int) -> str:
+        return self.model.status[w]
+
+    def with_status(self, *wanted: str) -> list[int]:
+        return [w for w in range(self.cfg.workers) if self.status(w) in wanted]
+
+    def perform(self, w: int, neg: list[int], self_: list[int]) -> None:
+        """An operator of ``w`` drops ``neg`` and takes ``self_`` (Fig. 4's ``perf_op w Δneg {} Δself``)."""
+        d_neg, d_self = ZMSet.of(*neg), ZMSet.of(*self_)
+        assert E.perf_op_enabled(self.cfg.exchange, self.model.exch, w, d_neg, ZMSet(), d_self), (w, neg, self_)
+        self.model = self.model._replace(exch=E.perf_op(self.cfg.exchange, self.model.exch, w, d_neg, ZMSet(), d_self))
+        for t in neg:
+            self.caps[w][t] -= 1
+        for t in self_:
+            self.caps[w][t] += 1
+        self.caps[w] = +self.caps[w]
+        self.senders[w].record_batch([(LOC, t, -1) for t in neg] + [(LOC, t, 1) for t in self_])
+
+    def apply(self, r: int, updates: Any) -> None:
+        """Add ``updates`` to ``r``'s view (the counts the tracker keeps; they may go negative for a while)."""
+        view = self.views[r]
+        for loc, t, d in updates:
+            c = view.get((loc, t), 0) + d
+            if c:
+                view[(loc, t)] = c
+            else:
+                view.pop((loc, t), None)
+
+    def minted(self, server: int) -> list[tuple[Any, Any]]:
+        """What the runtime's server mints for one newcomer worker, from the times it holds."""
+        return mint({LOC: [t for t, c in self.caps[server].items() if c > 0]}, [LOC])
+
+    # -- operators ----------------------------------------------------------------------------
+
+    @precondition(lambda self: any(self.caps[w] for w in self.with_status(MEMBER)))
+    @rule(data=st.data())
+    def operator_step(self, data: st.DataObject) -> None:
+        w = data.draw(st.sampled_from([w for w in self.with_status(MEMBER) if self.caps[w]]))
+        t = data.draw(st.sampled_from(sorted(self.caps[w])))
+        choices: list[int | None] = [None] + [u for u in TIMES if t < u <= HIGHEST_HELD]
+        to = data.draw(st.sampled_from(choices))
+        self.perform(w, [t], [] if to is None else [to])
+
+    @precondition(lambda self: any(self.senders[w].pending() for w in self.with_status(MEMBER, LEAVING)))
+    @rule(data=st.data())
+    def flush(self, data: st.DataObject) -> None:
+        w = data.draw(st.sampled_from([w for w in self.with_status(MEMBER, LEAVING) if self.senders[w].pending()]))
+        chosen = frozenset(t for (_, t) in self.senders[w].pending())
+        assert R.send_upd_enabled(self.cfg, self.model, w, chosen)
+        batch = self.senders[w].flush()
+        assert batch is not None
+        self.model = R.send_upd(self.cfg, self.model, w, chosen)
+        assert self.model.hist[w][-1] == ZMSet({t: d for _, t, d in batch.updates})
+        # Subgraph pushes a batch to every worker it has a channel to: members and newcomers.
+        for r in self.with_status(MEMBER, JOINING):
+            self.links[w][r].append(batch)
+
+    @precondition(lambda self: any(self.links[w][r] for w in range(self.cfg.workers) for r in self.with_status(MEMBER)))
+    @rule(data=st.data())
+    def deliver(self, data: st.DataObject) -> None:
+        pairs = [(w, r) for w in range(self.cfg.workers) for r in self.with_status(MEMBER) if self.links[w][r]]
+        w, r = data.draw(st.sampled_from(pairs))
+        batch = self.links[w][r].popleft()
+        assert R.recv_upd_enabled(self.model, w, r)
+        self.apply(r, self.receivers[r].accept(batch))
+        if self.servers[r].serving:
+            self.servers[r].applied(batch)
+        self.model = R.recv_upd(self.cfg, self.model, w, r)
+
+    # -- join: the bootstrap protocol --------------------------------------------------------------
+
+    def may_join(self) -> bool:
+        return self.model.leave is None and len(self.model.boots) < self.cfg.max_boots and R.OUT in self.model.status
+
+    def server_behind(self) -> bool:
+        """Whether a batch is on its way to the next server (its state will then miss it: a range to ask for)."""
+        server = min(self.with_status(MEMBER))
+        return any(self.links[m][server] for m in range(self.cfg.workers))
+
+    @precondition(lambda self: self.may_join())
+    @rule(data=st.data())
+    def join(self, data: st.DataObject) -> None:
+        self.start_join(data)
+
+    @precondition(lambda self: self.may_join() and self.server_behind())
+    @rule(data=st.data())
+    def join_while_the_server_is_behind(self, data: st.DataObject) -> None:
+        self.start_join(data)
+
+    @rule()
+    def nothing_happens(self) -> None:
+        """A step in which no worker does anything (keeps a run going once everything has finished)."""
+
+    def start_join(self, data: st.DataObject) -> None:
+        n = data.draw(st.sampled_from(self.with_status(R.OUT)))
+        server = min(self.with_status(MEMBER))  # the lowest member's first worker serves every newcomer
+        greeters = self.with_status(MEMBER, JOINING)
+        assert R.join_enabled(self.cfg, self.model, n, server)
+        self.model = R.join(self.cfg, self.model, n, server)
+        boot = Bootstrap(n, server, greeters, (n,))  # its own link starts at zero, with no hello
+        for m in greeters:
+            # Subgraph._membership: a newcomer still bootstrapping hears of the later one first.
+            if m in self.boots:
+                self.boots[m].joined([n])
+            self.receivers[m].add(n, 0)
+            boot.hello(Hello(m, self.senders[m].next_seq()))
+        self.boots[n] = boot
+        if len(self.boots) > 1:
+            event("two newcomers bootstrap at once")
+
+    @precondition(lambda self: any(R.bootstrap_state_enabled(self.model, b.newcomer) for b in self.model.boots))
+    @rule(data=st.data())
+    def server_state(self, data: st.DataObject) -> None:
+        """The server takes its state for the newcomer and mints its capability, in the one step."""
+        n = data.draw(st.sampled_from([b.newcomer for b in self.model.boots if b.base is None]))
+        b = R._boot_of(self.model, n)
+        assert b is not None
+        server = b.server
+        self.model = R.bootstrap_state(self.cfg, self.model, n)
+        minted = self.minted(server)
+        for loc, t in minted:
+            if self.check_announce:
+                assert R.announce_enabled(self.cfg, self.model, t, n), (
+                    f"server {server} holds {dict(self.caps[server])} and mints {t} for worker {n}: "
+                    "Fig. 4 allows a capability only strictly above one the giver holds"
+                )
+            self.model = R.announce(self.cfg, self.model, t, n)
+            self.senders[server].record(loc, t, 1)
+        updates = [(loc, t, c) for (loc, t), c in self.views[server].items()]
+        state = self.servers[server].state(n, updates, self.receivers[server], minted)
+        self.boots[n].state(state)
+
+    @precondition(lambda self: any(b.base is not None and not b.filled and not b.pending for b in self.model.boots))
+    @rule(data=st.data())
+    def request_ranges(self, data: st.DataObject) -> None:
+        ready = [b.newcomer for b in self.model.boots if b.base is not None and not b.filled and not b.pending]
+        n = data.draw(st.sampled_from(ready))
+        request = self.boots[n].request()
+        if request is None:
+            return  # already asked
+        b = R._boot_of(self.model, n)
+        assert b is not None
+        wanted = {
+            (m, *rng) for m in range(self.cfg.workers) if (rng := R.missing_range(self.cfg, b, m)) and rng[0] < rng[1]
+        }
+        assert set(request.ranges) == wanted, (request.ranges, wanted)
+        if request.ranges:
+            event("a newcomer asks its server for missing batches")
+        for m, _, _ in request.ranges:
+            assert R.range_request_enabled(self.cfg, self.model, m, n)
+            self.model = R.range_request(self.cfg, self.model, m, n)
+        self.servers[b.server].request(request)
+
+    @precondition(lambda self: any(b.pending for b in self.model.boots))
+    @rule()
+    def server_replies(self) -> None:
+        for b in list(self.model.boots):
+            if not b.pending:
+                continue
+            for newcomer, reply in self.servers[b.server].replies(self.receivers[b.server]):
+                nb = R._boot_of(self.model, newcomer)
+                assert nb is not None
+                for m, lo, hi in sorted(nb.pending):
+                    assert R.range_reply_enabled(self.model, m, lo, hi, newcomer)
+                    self.model = R.range_reply(self.cfg, self.model, m, lo, hi, newcomer)
+                self.boots[newcomer].reply(reply)
+                event("the server answers a range request")
+
+    @precondition(lambda self: any(self.boots[n].done for n in self.boots))
+    @rule(data=st.data())
+    def finish_bootstrap(self, data: st.DataObject) -> None:
+        n = data.draw(st.sampled_from(sorted(n for n in self.boots if self.boots[n].done)))
+        assert R.bootstrap_done_enabled(self.cfg, self.model, n)
+        boot = self.boots.pop(n)
+        updates, receiver, state = boot.finish()
+        for sender, next_seq in self.receivers[n].numbers().items():
+            receiver.add(sender, next_seq)  # workers that joined while this one bootstrapped
+        self.receivers[n] = receiver
+        self.views[n] = {}
+        self.apply(n, updates)
+        self.model = R.bootstrap_done(self.cfg, self.model, n)
+        event("a newcomer finishes its bootstrap" + (" holding a minted capability" if state.minted else ""))
+        for _, t in state.minted:
+            self.caps[n][t] += 1
+            self.model = self.model._replace(exch=E.recv_cap(self.cfg.exchange, self.model.exch, n, t))
+
+    # -- leave: LEAVING, DONE, gone ---------------------------------------------------------------
+
+    @precondition(lambda self: self.model.leave is None and not self.model.boots)
+    @rule(data=st.data())
+    def leaving(self, data: st.DataObject) -> None:
+        """A worker holding nothing says LEAVING; the others answer DONE and send it nothing more."""
+        members = self.with_status(MEMBER)
+        heirs = {w: min(m for m in members if m != w) for w in members if len(members) > 1}
+        # Worker.leave: it holds nothing; the model also wants no capability on its way to it.
+        empty = [w for w, h in heirs.items() if not self.caps[w] and R.leave_enabled(self.cfg, self.model, w, h)]
+        if not empty:
+            return
+        w = data.draw(st.sampled_from(empty))
+        heir = heirs[w]
+        self.model = R.leave(self.cfg, self.model, w, heir)
+        for r in range(self.cfg.workers):
+            self.links[r][w].clear()
+
+    @precondition(lambda self: self.model.leave is not None)
+    @rule()
+    def depart(self) -> None:
+        """The leaver goes once it has sent every change and its batches have arrived."""
+        lv = self.model.leave
+        assert lv is not None
+        w = lv.leaver
+        if self.senders[w].pending() or any(self.links[w]):
+            return
+        assert not self.caps[w]
+        assert R.hand_over_enabled(self.cfg, self.model)
+        self.model = R.hand_over(self.cfg, self.model)
+        assert R.disconnect_enabled(self.model)
+        self.model = R.disconnect(self.cfg, self.model)
+        event("a worker leaves")
+
+    # -- what must hold at every step -------------------------------------------------------------
+
+    @invariant()
+    def states_agree(self) -> None:
+        e = self.model.exch
+        for w in range(self.cfg.workers):
+            assert dict(e.caps[w].items()) == dict(self.caps[w]), w
+            assert dict(e.temp[w].items()) == {t: d for (_, t), d in self.senders[w].pending().items()}, w
+            if self.status(w) == MEMBER:
+                assert dict(e.glob[w].items()) == {t: c for (_, t), c in self.views[w].items()}, w
+                numbers = self.receivers[w].numbers()
+                # A worker that left sends nothing more: a newcomer's receiver need not know it.
+                for s in self.with_status(MEMBER, JOINING, LEAVING):
+                    assert numbers.get(s, 0) == self.model.recvd[w][s], (w, s)
+        for w in range(self.cfg.workers):
+            for r in range(self.cfg.workers):
+                assert [b.seq for b in self.links[w][r]] == [k for k, _ in self.model.links[w][r]], (w, r)
+
+    @invariant()
+    def model_invariants_hold(self) -> None:
+        model = R.RescaleModel(self.cfg)
+        for inv in model.invariants():
+            assert inv.holds(self.model), inv.name
+
+    @invariant()
+    def no_frontier_passes_a_held_time(self) -> None:
+        """No member's view is vacant at a time some worker holds (what a frontier must never pass)."""
+        held = [t for w in range(self.cfg.workers) for t, c in self.caps[w].items() if c > 0]
+        held += [t for (_, t), c in self.model.exch.data.items() if c > 0]
+        for r in self.with_status(MEMBER):
+            view = self.views[r]
+            for t in held:
+                assert any(c > 0 for (_, u), c in view.items() if u <= t), (
+                    f"worker {r}'s frontier passed time {t}, which is still held: view {dict(view)}"
+                )
+
+
+class ThreeMembers(RescaleLockstep):
+    """Three initial members, one newcomer."""
+
+    members = 3
+    joiners = 1
+
+
+class CloneMint(RescaleLockstep):
+    """The rule the runtime had before issue 15 — a copy at the least time the server holds — run without
+    asking the model whether it may, so only the frontier check (and the model's ``Safe``) can object."""
+
+    check_announce = False
+
+    def minted(self, server: int) -> list[tuple[Any, Any]]:
+        held = [t for t, c in self.caps[server].items() if c > 0]
+        return [(LOC, min(held))] if held else []
+
+    @invariant()
+    def model_invariants_hold(self) -> None:
+        """Only ``Safe``: the clone breaks ``InvTempJustified`` at once, which says nothing about frontiers."""
+        assert R.Safe(self.cfg, self.model)
+
+
+def test_the_clone_rule_lets_a_frontier_pass_a_held_time() -> None:
+    """The newcomer retires its copy and its -1 reaches a member before the server's +1 (issue 15)."""
+    with pytest.raises(AssertionError, match=r"frontier passed time|Safe"):
+        run_state_machine_as_test(
+            CloneMint,
+            settings=settings(
+                max_examples=2000,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                phases=[Phase.generate],
+                database=None,
+            ),
+        )
+
+
+def test_the_model_refuses_the_clone_rule() -> None:
+    """The same mint, checked against the model: ``announce`` at the server's own time is not enabled."""
+    machine = RescaleLockstep()
+    cfg = machine.cfg
+    s = R.bootstrap_state(cfg, R.join(cfg, machine.model, 2, 0), 2)
+    assert s.exch.caps[0] == ZMSet.of(0)
+    assert not R.announce_enabled(cfg, s, 0, 2) and R.announce_enabled(cfg, s, 1, 2)
+    assert machine.minted(0) == [(LOC, 1)]
+    assert CloneMint.minted(machine, 0) == [(LOC, 0)]
+
+
+_settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestRescaleLockstep = RescaleLockstep.TestCase
+TestRescaleLockstep.settings = _settings
+TestThreeMembers = ThreeMembers.TestCase
+TestThreeMembers.settings = _settings
