@@ -167,7 +167,8 @@ def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket
             listener.close()
         raise
     try:
-        workers = [Worker(cluster.allocator(i)) for i in range(config.workers)]
+        allocators = [cluster.allocator(i) for i in range(config.workers)]
+        workers = [Worker(a) for a in allocators]
         results: list[Any] = [None] * config.workers
         errors: list[BaseException] = []
 
@@ -176,7 +177,7 @@ def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket
             try:
                 results[i] = func(worker)
                 worker.finish()
-                workers[i]._allocator.retire()  # type: ignore[attr-defined]
+                allocators[i].retire()
             except BaseException as exc:
                 errors.append(exc)
                 cluster.fail(exc)
