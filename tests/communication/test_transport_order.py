@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from pytimely.communication.allocator import Precedence
 from pytimely.communication.cluster import OutgoingFrame, SendQueues
-from pytimely.communication.frame import FrameDecoder, FrameEncoder
+from pytimely.communication.frame import FrameDecoder, FrameEncoder, FrameKeys
 
 CHANNELS = {(0, 0): 2, (0, 1): 1, (0, 2): 1, (1, 0): 2, (4294967295, 0): 3}
 """Channel -> its precedence (progress channels are 2, data 1, control 3)."""
@@ -31,8 +31,9 @@ class Transport(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.queues = SendQueues()
-        self.encoder = FrameEncoder()
-        self.decoder = FrameDecoder(peer=1, chunk=512)
+        keys = FrameKeys(bytes(range(32)), bytes(range(32, 64)))
+        self.encoder = FrameEncoder(keys)
+        self.decoder = FrameDecoder(1, keys, chunk=512)
         self.wire = bytearray()
         self.sent: list[tuple[int, int, int, int]] = []
         self.on_wire: list[tuple[int, int, int, int]] = []
@@ -60,8 +61,7 @@ class Transport(RuleBasedStateMachine):
             assert all(taken.precedence >= other for other in remaining), "a lower precedence left before a higher one"
         assert sorted(waiting) == sorted([f.precedence for f in batch] + remaining)
         for f in batch:
-            self.wire += self.encoder.encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length)
-            for part in f.parts:
+            for part in self.encoder.encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length):
                 self.wire += part
             self.on_wire.append((f.dataflow, f.channel, f.source, int.from_bytes(f.parts[0][:4], "little")))
 

@@ -1,28 +1,50 @@
-"""A link: the authenticated connection to one other process, with its sending and receiving threads."""
+"""A link: the authenticated connection to one other process, with its sending and receiving threads.
+
+Sending and receiving have separate deadlines. The socket is blocking: the
+sending thread waits in ``sendmsg`` for as long as the peer is slow to read
+(backpressure, never a failure by itself), while the receiving thread waits for
+readable bytes in slices of one heartbeat and judges the peer by *whole
+frames*: a peer from which no complete frame (data or heartbeat) arrived for
+``timeout`` seconds has failed. Bytes trickling into a half-read frame keep
+nothing alive. A peer that is really gone is noticed by the receiving side,
+which fails the cluster; closing the link then unblocks the sender.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytimely.communication.allocator import Precedence
 from pytimely.communication.cluster.queues import OutgoingFrame, SendQueues
-from pytimely.communication.frame import CONTROL_CHANNEL, HEADER, Control, Frame, FrameDecoder, FrameEncoder
-from pytimely.errors import CommunicationError, FrameError, MembershipError, PeerFailedError
+from pytimely.communication.frame import (
+    CONTROL_CHANNEL,
+    HEADER,
+    TAG,
+    Control,
+    Frame,
+    FrameDecoder,
+    FrameEncoder,
+    LinkKeys,
+)
+from pytimely.errors import CommunicationError, FlowControlError, FrameError, MembershipError, PeerFailedError
 
 if TYPE_CHECKING:
     from pytimely.communication.cluster.process import Cluster
 
 __all__ = ["Link"]
 
+_POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
+
 
 class Link:
     """The connection to one other process: a sending and a receiving thread."""
 
-    def __init__(self, cluster: Cluster, peer: int, sock: socket.socket) -> None:
+    def __init__(self, cluster: Cluster, peer: int, sock: socket.socket, keys: LinkKeys) -> None:
         self.cluster = cluster
         self.peer = peer
         self.sock = sock
@@ -38,15 +60,17 @@ class Link:
         self.closed = False
         # Control frames queued but not yet written: leaving the queue is not being on the wire.
         self.controls_unsent = 0
-        self.encoder = FrameEncoder()
-        self.decoder = FrameDecoder(peer)
+        self.encoder = FrameEncoder(keys.send)
+        self.decoder = FrameDecoder(peer, keys.receive)
         self.last_heard = time.monotonic()
+        """When the last *whole* frame from the peer arrived (or reading resumed after this process paused it)."""
         self.frames_sent = 0
         self.bytes_sent = 0
         self._sender = threading.Thread(target=self._send_loop, name=f"pytimely-send-{peer}", daemon=True)
         self._receiver = threading.Thread(target=self._receive_loop, name=f"pytimely-recv-{peer}", daemon=True)
 
     def start(self) -> None:
+        """Start the sending and receiving threads."""
         self._sender.start()
         self._receiver.start()
 
@@ -59,18 +83,35 @@ class Link:
         with self.cond:
             for frame in frames:
                 if frame.precedence == Precedence.DATA and self.queued > window:
-                    self.waits += 1
-                    cluster._sender_blocked(+1)
-                    try:
-                        while self.queued > window and cluster.failure is None and not self.closed:
-                            self.cond.wait(0.1)
-                    finally:
-                        cluster._sender_blocked(-1)
-                    cluster.check()
+                    self._wait_for_window(window)
                 self.outgoing.put(frame)
                 self.queued += frame.length
             self.max_queued = max(self.max_queued, self.queued)
             self.cond.notify_all()
+
+    def _wait_for_window(self, window: int) -> None:
+        """Wait (holding ``cond``) until the queue is under ``window``: a slow peer slows this worker down."""
+        cluster = self.cluster
+        self.waits += 1
+        cluster._sender_blocked(+1)
+        since = time.monotonic()
+        try:
+            while self.queued > window and cluster.failure is None and not self.closed:
+                self.cond.wait(0.1)
+                # Waiting on a slow peer is fine; waiting while this process can read no more is a deadlock.
+                if cluster.receiving_full() and time.monotonic() - since > cluster.config.timeout:
+                    raise FlowControlError(
+                        f"process {cluster.me} waited {cluster.config.timeout} s to send to process {self.peer} "
+                        "while its own receive buffer was full: one step's output exceeds the send and receive "
+                        "windows in both directions (send smaller batches per step, or raise PYTIMELY_SEND_WINDOW "
+                        "and PYTIMELY_RECV_WINDOW)",
+                        self.peer,
+                    )
+                if not cluster.receiving_full():
+                    since = time.monotonic()
+        finally:
+            cluster._sender_blocked(-1)
+        cluster.check()
 
     def control(self, code: Control, text: str = "") -> None:
         """Queue a control frame (it overtakes every queued progress and data frame)."""
@@ -125,18 +166,18 @@ class Link:
             self.cluster.fail(exc)
 
     def _write(self, batch: list[OutgoingFrame]) -> None:
-        buffers: list[Any] = []
+        buffers: list[bytes | memoryview] = []
         encode = self.encoder.encode
         total = 0
         for f in batch:
-            buffers.append(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length))
-            buffers.extend(f.parts)
-            total += HEADER.size + f.length
+            buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length))
+            total += HEADER.size + f.length + TAG
         self.frames_sent += len(batch)
         self.bytes_sent += total
         sock = self.sock
         views = [memoryview(b).cast("B") for b in buffers]
         while views:
+            # Blocking: a slow reader holds this thread here, which is the backpressure; no deadline of its own.
             sent = sock.sendmsg(views[:1024])
             while sent:
                 head = views[0]
@@ -156,20 +197,15 @@ class Link:
         config = cluster.config
         sock = self.sock
         decoder = self.decoder
+        poller = select.poll()
+        poller.register(sock.fileno(), _POLL_IN)
+        slice_ms = int(config.heartbeat * 1000)
         try:
-            sock.settimeout(config.heartbeat)
             while not self.closed:
-                try:
-                    n = sock.recv_into(decoder.buffer())
-                except TimeoutError:
-                    silent = time.monotonic() - self.last_heard
-                    if silent > config.timeout and not self.done_received:
-                        raise PeerFailedError(
-                            f"process {self.peer} has been silent for {silent:.1f} s (timeout {config.timeout} s): "
-                            "it is stalled or unreachable",
-                            self.peer,
-                        ) from None
+                if not poller.poll(slice_ms):
+                    self._check_silence()
                     continue
+                n = sock.recv_into(decoder.buffer())
                 if n == 0:
                     if self.done_received or self.closed:
                         return
@@ -178,16 +214,33 @@ class Link:
                         f"process {self.peer} closed its connection{detail} before finishing: it died or was killed",
                         self.peer,
                     )
-                self.last_heard = time.monotonic()
-                for frame in decoder.advance(n):
-                    self._handle(frame)
-                cluster._throttle()
-                self.last_heard = time.monotonic()
+                frames = decoder.advance(n)
+                if frames:
+                    self.last_heard = time.monotonic()
+                    for frame in frames:
+                        self._handle(frame)
+                else:
+                    self._check_silence()
+                if cluster._throttle():
+                    # This process stopped reading, not the peer: its silence meanwhile proves nothing.
+                    self.last_heard = max(self.last_heard, time.monotonic())
         except OSError as exc:
             if not self.closed and not self.done_received:
                 cluster.fail(self._lost(exc))
         except (CommunicationError, MembershipError) as exc:
             cluster.fail(exc)
+
+    def _check_silence(self) -> None:
+        """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
+        timeout = self.cluster.config.timeout
+        silent = time.monotonic() - self.last_heard
+        if silent > timeout and not self.done_received and not self.closed:
+            partial = "" if self.decoder.idle else " (a frame it started never completed)"
+            raise PeerFailedError(
+                f"process {self.peer} sent no complete frame for {silent:.1f} s (timeout {timeout} s){partial}: "
+                "it is stalled or unreachable",
+                self.peer,
+            )
 
     def _handle(self, frame: Frame) -> None:
         if frame.dataflow == CONTROL_CHANNEL:
@@ -220,12 +273,14 @@ class Link:
         )
 
     def close(self) -> None:
+        """Stop both threads and close the socket."""
+
         with self.cond:
             self.closed = True
             self.cond.notify_all()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
         for thread in (self._sender, self._receiver):
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(timeout=2)
+        self.sock.close()

@@ -11,13 +11,12 @@ from typing import Any
 from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
-from pytimely.communication.cluster.networking import accept_all, connect, inherited_listener
+from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
-from pytimely.communication.frame import CONTROL_CHANNEL, Control, Frame
-from pytimely.communication.handshake import accept_peer
+from pytimely.communication.frame import CONTROL_CHANNEL, Control, Frame, LinkKeys
+from pytimely.communication.handshake import check_secret
 from pytimely.config import Config
 from pytimely.errors import (
-    AuthenticationError,
     CommunicationError,
     ConfigError,
     FrameError,
@@ -72,6 +71,7 @@ class Cluster:
 
     def start(self) -> None:
         """Listen, connect to every other process, authenticate, and start the links."""
+        check_secret(self.config.secret)
         if self.config.join:
             self._start_joining()
             return
@@ -94,11 +94,11 @@ class Cluster:
             raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
         return self._listener
 
-    def _link(self, peer: int, sock: socket.socket) -> Link:
-        """The link to ``peer`` over an authenticated socket (not started yet)."""
+    def _link(self, peer: int, sock: socket.socket, keys: LinkKeys) -> Link:
+        """The link to ``peer`` over an authenticated socket with its keys (not started yet)."""
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = self.links[peer] = Link(self, peer, sock)
+        link = self.links[peer] = Link(self, peer, sock, keys)
         return link
 
     def _start(self) -> None:
@@ -107,16 +107,17 @@ class Cluster:
         assert secret is not None
         listener = self._listen(backlog=max(16, config.processes))
         deadline = time.monotonic() + config.connect_timeout
-        accepted: dict[int, socket.socket] = {}
+        accepted: dict[int, tuple[socket.socket, LinkKeys]] = {}
         accept_error: list[BaseException] = []
         acceptor = threading.Thread(
             target=accept_all,
             args=(listener, config, secret, deadline, self._shape(), accepted, accept_error),
+            kwargs={"extra": self._link_joiner if self.elastic else None},
             name="pytimely-accept",
             daemon=True,
         )
         acceptor.start()
-        sockets: dict[int, socket.socket] = {}
+        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
         try:
             for peer in range(self.me):
                 sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
@@ -125,13 +126,12 @@ class Cluster:
             if not self.elastic:
                 listener.close()
         if accept_error:
-            for s in sockets.values():
-                s.close()
+            for sock, _ in sockets.values():
+                sock.close()
             raise accept_error[0]
         sockets.update(accepted)
-        for peer, sock in sorted(sockets.items()):
-            self._link(peer, sock)
-        for link in self.links.values():
+        links = [self._link(peer, sock, keys) for peer, (sock, keys) in sorted(sockets.items())]
+        for link in links:
             link.start()
 
     def _start_joining(self) -> None:
@@ -144,19 +144,19 @@ class Cluster:
         members = sorted(self.live - {self.me})
         if not members:
             raise MembershipError(f"process {self.me} has no running process to join")
-        sockets: dict[int, socket.socket] = {}
+        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
         try:
             for peer in members:
                 sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
         except BaseException:
-            for sock in sockets.values():
+            for sock, _ in sockets.values():
                 sock.close()
             listener.close()
             raise
         # The lowest member's first worker serves every newcomer: all members agree on it without asking.
         self.server = members[0] * self.workers
-        for peer, sock in sockets.items():
-            link = self._link(peer, sock)
+        for peer, (sock, keys) in sockets.items():
+            link = self._link(peer, sock, keys)
             link.control(Control.JOIN, f"{self.server},{self.workers}")
             link.start()
         self._accept_later()
@@ -177,26 +177,35 @@ class Cluster:
                 continue
             except OSError:
                 return  # closed: this process is finishing
-            try:
-                sock.settimeout(10.0)
-                peer = accept_peer(sock, self.config.secret, self.me, self._shape(), bound=1 << 16)
-            except (AuthenticationError, ConfigError, OSError) as exc:
-                log.warning(
-                    "process %d refused a joining connection from %s:%s: %s", self.me, address[0], address[1], exc
-                )
+            # Each handshake in a thread of its own: a silent stranger must not hold up a joiner.
+            threading.Thread(
+                target=self._admit_joiner, args=(sock, address), name="pytimely-handshake", daemon=True
+            ).start()
+
+    def _admit_joiner(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        """Authenticate a process that joins; link it unless this process is leaving or knows it already."""
+        assert self.config.secret is not None
+        try:
+            got = accept_one(sock, address, self.config, self.config.secret, time.monotonic() + 3600, self._shape())
+        except ConfigError as exc:
+            log.warning("process %d refused a joining connection from %s:%s: %s", self.me, address[0], address[1], exc)
+            return
+        if got is not None:
+            self._link_joiner(got[0], sock, got[1])
+
+    def _link_joiner(self, peer: int, sock: socket.socket, keys: LinkKeys) -> None:
+        """Link an authenticated process that joins, unless this process is leaving or knows it already."""
+        with self._lock:
+            if self._ready:
+                log.warning("process %d is leaving and refused process %d, which tried to join", self.me, peer)
                 sock.close()
-                continue
-            with self._lock:
-                if self._ready:
-                    log.warning("process %d is leaving and refused process %d, which tried to join", self.me, peer)
-                    sock.close()
-                    continue
-                if peer in self.links or peer in self.live:
-                    log.warning("process %d refused a second connection claiming to be process %d", self.me, peer)
-                    sock.close()
-                    continue
-                link = self._link(peer, sock)
-            link.start()
+                return
+            if peer in self.links or peer in self.live:
+                log.warning("process %d refused a second connection claiming to be process %d", self.me, peer)
+                sock.close()
+                return
+            link = self._link(peer, sock, keys)
+        link.start()
 
     def _shape(self) -> int:
         """What the handshake compares: the process count, or for elastic clusters the initial count and a flag."""
@@ -349,14 +358,27 @@ class Cluster:
             self._blocked += delta
             self._lock.notify_all()
 
-    def _throttle(self) -> None:
-        """Called by receiving threads: wait while too much received data is untaken (unless a worker waits to send)."""
-        window = self.config.recv_window
-        if self._unconsumed <= window:
-            return
+    def receiving_full(self) -> bool:
+        """Whether received data not yet taken has reached the hard bound (receive window plus send window)."""
+        return self._unconsumed > self.config.recv_window + self.config.send_window
+
+    def _throttle(self) -> bool:
+        """Called by receiving threads: wait while too much received data is untaken; whether it waited.
+
+        While a worker here waits to send, reading goes on up to ``recv_window + send_window`` so that two
+        processes sending to each other do not deadlock; past that, reading stops regardless, so memory stays
+        bounded (a worker that then cannot send within the timeout fails with a FlowControlError).
+        """
+        config = self.config
+        if self._unconsumed <= config.recv_window:
+            return False
+        hard = config.recv_window + config.send_window
+        waited = False
         with self._lock:
-            while self._unconsumed > window and self._blocked == 0 and self.failure is None:
+            while self.failure is None and self._unconsumed > (config.recv_window if self._blocked == 0 else hard):
+                waited = True
                 self._lock.wait(0.1)
+        return waited
 
     def _wake_all(self) -> None:
         for wake in self._wakes:
