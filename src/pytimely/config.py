@@ -14,6 +14,7 @@ can configure processes without touching their command lines::
                          PYTIMELY_TIMEOUT          seconds of silence after which a peer counts as stalled (10)
                          PYTIMELY_CONNECT_TIMEOUT  seconds to wait for every peer to connect (60)
                          PYTIMELY_HANDSHAKE_TIMEOUT seconds one connecting peer may take to authenticate (10)
+                         PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
                          PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
                          PYTIMELY_ELASTIC          1: processes may join and leave while the computation runs
@@ -58,6 +59,8 @@ class Config:
     timeout: float = 10.0
     connect_timeout: float = 60.0
     handshake_timeout: float = 10.0
+    encrypt: bool = True
+    """Whether frames are encrypted as well as authenticated (False: authenticated only, readable on the wire)."""
     """Seconds one connecting peer may take over its handshake (handshakes run in parallel, within connect_timeout)."""
     send_window: int = 64 << 20
     """Bytes of data frames a process may queue towards one peer before its workers wait."""
@@ -249,6 +252,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         timeout=number("PYTIMELY_TIMEOUT", 10.0),
         connect_timeout=number("PYTIMELY_CONNECT_TIMEOUT", 60.0),
         handshake_timeout=number("PYTIMELY_HANDSHAKE_TIMEOUT", 10.0),
+        encrypt=env.get("PYTIMELY_ENCRYPT", "1") not in ("0", "false", "no"),
         send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
         recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),
         elastic=env.get("PYTIMELY_ELASTIC", "") in ("1", "true", "yes"),

@@ -213,3 +213,20 @@ def test_arrow_batches_round_trip() -> None:
     table = pa.table({"a": list(range(1000)), "b": [str(i) for i in range(1000)]})
     parts, _ = dumps(table)
     assert loads(b"".join(bytes(p) for p in parts)).equals(table)
+
+
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_encrypted_or_only_authenticated_frames_round_trip_and_refuse_any_change(encrypt: bool) -> None:
+    keys = FrameKeys(KEYS.payload, KEYS.header, encrypt)
+    secret = b"the count is 9 " * 20
+    wire = b"".join(FrameEncoder(keys).encode(1, 2, 3, 0, 1, [secret[:100], secret[100:]], len(secret)))
+    assert (secret in wire) is not encrypt  # readable on the wire only when not encrypted
+    assert bytes(FrameDecoder(1, keys).feed(wire)[0].payload) == secret
+    for position in (HEADER.size, HEADER.size + 150, len(wire) - 1):
+        mangled = bytearray(wire)
+        mangled[position] ^= 0x01
+        with pytest.raises(FrameAuthenticationError, match="payload of frame 0"):
+            FrameDecoder(1, keys).feed(bytes(mangled))
+    # A receiver expecting the other mode refuses the frame rather than misreading it.
+    with pytest.raises(FrameAuthenticationError):
+        FrameDecoder(1, FrameKeys(KEYS.payload, KEYS.header, not encrypt)).feed(wire)

@@ -48,8 +48,8 @@ def test_same_secret_admits_the_peer_names_it_and_both_derive_the_same_keys() ->
     assert peer == 2 and client.send == keys.receive and client.receive == keys.send
     assert client.send != client.receive  # each direction its own keys
     # A frame sealed by one side opens on the other.
-    header, body = FrameEncoder(client.send).encode(1, 0, 0, 2, 0, [b"hi"], 2)
-    assert bytes(FrameDecoder(2, keys.receive).feed(header + body)[0].payload) == b"hi"
+    wire = b"".join(FrameEncoder(client.send).encode(1, 0, 0, 2, 0, [b"hi"], 2))
+    assert bytes(FrameDecoder(2, keys.receive).feed(wire)[0].payload) == b"hi"
     # A second connection between the same two processes gets other keys.
     again, _ = pair(lambda s: connect_peer(s, K, 2, 0, 3), lambda s: accept_peer(s, K, 0, 3))
     assert again.send != client.send

@@ -82,7 +82,7 @@ def _mac(secret: bytes, role: bytes, transcript: bytes) -> bytes:
     return hmac.new(secret, role + transcript, hashlib.sha256).digest()
 
 
-def _keys(secret: bytes, hello: bytes, server_nonce: bytes, server: int) -> tuple[FrameKeys, FrameKeys]:
+def _keys(secret: bytes, hello: bytes, server_nonce: bytes, server: int, encrypt: bool) -> tuple[FrameKeys, FrameKeys]:
     """The client-to-server and server-to-client frame keys of this connection."""
     material = HKDF(
         algorithm=hashes.SHA256(),
@@ -90,7 +90,7 @@ def _keys(secret: bytes, hello: bytes, server_nonce: bytes, server: int) -> tupl
         salt=hello[-_NONCE:] + server_nonce,
         info=b"pytimely link keys v2" + hello + struct.pack("<I", server),
     ).derive(secret)
-    return FrameKeys(material[0:32], material[32:64]), FrameKeys(material[64:96], material[96:128])
+    return FrameKeys(material[0:32], material[32:64], encrypt), FrameKeys(material[64:96], material[96:128], encrypt)
 
 
 def _recv_exact(sock: socket.socket, n: int, what: str, deadline: float, peer: str) -> bytes:
@@ -119,9 +119,20 @@ def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
 
 
 def connect_peer(
-    sock: socket.socket, secret: bytes, me: int, server: int, shape: int, *, deadline: float | None = None
+    sock: socket.socket,
+    secret: bytes,
+    me: int,
+    server: int,
+    shape: int,
+    *,
+    deadline: float | None = None,
+    encrypt: bool = True,
 ) -> LinkKeys:
-    """Authenticate a connection this process (index ``me``) opened to process ``server``; the link's keys."""
+    """Authenticate a connection this process (index ``me``) opened to process ``server``; the link's keys.
+
+    ``encrypt`` False: frames are authenticated but not encrypted (both sides must agree; make it part of
+    ``shape``, as the cluster does).
+    """
     check_secret(secret)
     deadline = time.monotonic() + 30.0 if deadline is None else deadline
     who = f"process {server}"
@@ -156,7 +167,7 @@ def connect_peer(
         )
     if verdict != _OK:
         raise AuthenticationError(f"process {server} sent an unknown verdict {verdict!r}", server)
-    upstream, downstream = _keys(secret, hello, server_nonce, server)
+    upstream, downstream = _keys(secret, hello, server_nonce, server, encrypt)
     return LinkKeys(send=upstream, receive=downstream)
 
 
@@ -169,6 +180,7 @@ def accept_peer(
     *,
     deadline: float | None = None,
     processes: int | None = None,
+    encrypt: bool = True,
 ) -> tuple[int, LinkKeys]:
     """Authenticate a connection accepted by process ``me``; the connecting process's index and the link's keys.
 
@@ -212,5 +224,5 @@ def accept_peer(
             f"process {client} hashes strings differently from process {me}, so keyed records would be routed "
             "inconsistently; start every process with the same PYTHONHASHSEED (pytimely launch does this)"
         )
-    upstream, downstream = _keys(secret, hello, server_nonce, me)
+    upstream, downstream = _keys(secret, hello, server_nonce, me, encrypt)
     return int(client), LinkKeys(send=downstream, receive=upstream)

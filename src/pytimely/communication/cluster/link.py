@@ -166,7 +166,7 @@ class Link:
             self.cluster.fail(exc)
 
     def _write(self, batch: list[OutgoingFrame]) -> None:
-        buffers: list[bytes | memoryview] = []
+        buffers: list[bytes | bytearray | memoryview] = []
         encode = self.encoder.encode
         total = 0
         for f in batch:

@@ -75,6 +75,7 @@ def connect(config: Config, peer: int, secret: bytes, deadline: float, shape: in
                 peer,
                 shape,
                 deadline=min(deadline, time.monotonic() + config.handshake_timeout),
+                encrypt=config.encrypt,
             )
         except HandshakeTimeoutError as exc:
             sock.close()
@@ -110,6 +111,7 @@ def accept_one(
             shape,
             bound=1 << 16 if config.elastic else None,
             deadline=min(deadline, time.monotonic() + config.handshake_timeout),
+            encrypt=config.encrypt,
         )
     except (AuthenticationError, OSError) as exc:
         log.warning("process %d refused a connection from %s:%s: %s", config.process, address[0], address[1], exc)

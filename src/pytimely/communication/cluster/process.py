@@ -209,7 +209,9 @@ class Cluster:
 
     def _shape(self) -> int:
         """What the handshake compares: the process count, or for elastic clusters the initial count and a flag."""
-        return (self.config.initial_processes | 1 << 31) if self.elastic else self.config.processes
+        shape = (self.config.initial_processes | 1 << 31) if self.elastic else self.config.processes
+        # Processes that disagree on encrypting frames are refused at the handshake, naming the shape.
+        return shape if self.config.encrypt else shape | 1 << 30
 
     def _joined(self, peer: int, text: str) -> None:
         """A process connected to every member and said it joins (its ``JOIN`` frame)."""
