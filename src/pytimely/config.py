@@ -14,6 +14,7 @@ can configure processes without touching their command lines::
                          PYTIMELY_TIMEOUT          seconds of silence after which a peer counts as stalled (10)
                          PYTIMELY_CONNECT_TIMEOUT  seconds to wait for every peer to connect (60)
                          PYTIMELY_HANDSHAKE_TIMEOUT seconds one connecting peer may take to authenticate (10)
+                         PYTIMELY_SEND_TIMEOUT     seconds a peer may take no byte while frames wait for it (60)
                          PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
                          PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
@@ -59,6 +60,8 @@ class Config:
     timeout: float = 10.0
     connect_timeout: float = 60.0
     handshake_timeout: float = 10.0
+    send_timeout: float = 60.0
+    """Seconds a peer may take no byte at all while frames wait for it (a slow reader is never failed)."""
     encrypt: bool = True
     """Whether frames are encrypted as well as authenticated (False: authenticated only, readable on the wire)."""
     """Seconds one connecting peer may take over its handshake (handshakes run in parallel, within connect_timeout)."""
@@ -85,7 +88,15 @@ class Config:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if type(self.process) is not int or not 0 <= self.process < self.processes:
             raise ConfigError(f"process index {self.process!r} is not in 0..{self.processes - 1}")
-        for name in ("heartbeat", "timeout", "connect_timeout", "handshake_timeout", "send_window", "recv_window"):
+        for name in (
+            "heartbeat",
+            "timeout",
+            "connect_timeout",
+            "handshake_timeout",
+            "send_timeout",
+            "send_window",
+            "recv_window",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.initial < 0 or self.initial > self.processes:
@@ -252,6 +263,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         timeout=number("PYTIMELY_TIMEOUT", 10.0),
         connect_timeout=number("PYTIMELY_CONNECT_TIMEOUT", 60.0),
         handshake_timeout=number("PYTIMELY_HANDSHAKE_TIMEOUT", 10.0),
+        send_timeout=number("PYTIMELY_SEND_TIMEOUT", 60.0),
         encrypt=env.get("PYTIMELY_ENCRYPT", "1") not in ("0", "false", "no"),
         send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
         recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),

@@ -1,8 +1,9 @@
 """A link: the authenticated connection to one other process, with its sending and receiving threads.
 
-Sending and receiving have separate deadlines. The socket is blocking: the
-sending thread waits in ``sendmsg`` for as long as the peer is slow to read
-(backpressure, never a failure by itself), while the receiving thread waits for
+Sending and receiving have separate deadlines. The sending thread waits for
+as long as the peer is slow to read (backpressure, never a failure by itself);
+only a peer that takes no byte at all for ``send_timeout`` seconds while frames
+wait for it has failed. The receiving thread waits for
 readable bytes in slices of one heartbeat and judges the peer by *whole
 frames*: a peer from which no complete frame (data or heartbeat) arrived for
 ``timeout`` seconds has failed. Bytes trickling into a half-read frame keep
@@ -31,7 +32,14 @@ from pytimely.communication.frame import (
     FrameEncoder,
     LinkKeys,
 )
-from pytimely.errors import CommunicationError, FlowControlError, FrameError, MembershipError, PeerFailedError
+from pytimely.errors import (
+    CommunicationError,
+    FlowControlError,
+    FrameError,
+    MembershipError,
+    PeerFailedError,
+    SendTimeoutError,
+)
 
 if TYPE_CHECKING:
     from pytimely.communication.cluster.process import Cluster
@@ -176,9 +184,31 @@ class Link:
         self.bytes_sent += total
         sock = self.sock
         views = [memoryview(b).cast("B") for b in buffers]
+        send_timeout = self.cluster.config.send_timeout
+        poller: select.poll | None = None
+        progress = time.monotonic()
         while views:
-            # Blocking: a slow reader holds this thread here, which is the backpressure; no deadline of its own.
-            sent = sock.sendmsg(views[:1024])
+            # A slow reader holds this thread here, which is the backpressure; only a reader that takes no byte at
+            # all for send_timeout seconds fails.
+            try:
+                sent = sock.sendmsg(views[:1024], [], socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            if not sent:
+                if poller is None:
+                    poller = select.poll()
+                    poller.register(sock.fileno(), select.POLLOUT)
+                if self.closed:
+                    return
+                if time.monotonic() - progress > send_timeout:
+                    raise SendTimeoutError(
+                        f"process {self.peer} took no data for {send_timeout} s while frames waited for it "
+                        "(PYTIMELY_SEND_TIMEOUT): it is stalled or no longer reads",
+                        self.peer,
+                    )
+                poller.poll(100)
+                continue
+            progress = time.monotonic()
             while sent:
                 head = views[0]
                 if sent >= len(head):
