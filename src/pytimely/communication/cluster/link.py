@@ -77,6 +77,11 @@ class Link:
         self._sender = threading.Thread(target=self._send_loop, name=f"pytimely-send-{peer}", daemon=True)
         self._receiver = threading.Thread(target=self._receive_loop, name=f"pytimely-recv-{peer}", daemon=True)
 
+    @property
+    def sending(self) -> bool:
+        """Whether frames queued now can still leave (the link is open and its sending thread runs)."""
+        return not self.closed and self._sender.is_alive()
+
     def start(self) -> None:
         """Start the sending and receiving threads."""
         self._sender.start()

@@ -434,7 +434,7 @@ class Cluster:
             deadline = time.monotonic() + grace
             for link in self.links.values():
                 with link.cond:
-                    while link.controls_unsent and not link.closed and time.monotonic() < deadline:
+                    while link.controls_unsent and link.sending and time.monotonic() < deadline:
                         link.cond.wait(0.02)
         for link in list(self.links.values()):
             link.close()
