@@ -167,8 +167,7 @@ def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket
             listener.close()
         raise
     try:
-        allocators = [cluster.allocator(i) for i in range(config.workers)]
-        workers = [Worker(a) for a in allocators]
+        workers = [Worker(cluster.allocator(i)) for i in range(config.workers)]
         results: list[Any] = [None] * config.workers
         errors: list[BaseException] = []
 
@@ -177,7 +176,7 @@ def run_process(func: Callable[[Worker], R], config: Config, *, listener: socket
             try:
                 results[i] = func(worker)
                 worker.finish()
-                allocators[i].retire()
+                cluster.allocator(i).retire()
             except BaseException as exc:
                 errors.append(exc)
                 cluster.fail(exc)

@@ -66,6 +66,7 @@ class Cluster:
         """Set when someone asked this process to leave (``pytimely launch``'s control endpoint)."""
         self._ready = 0
         self._acceptor: threading.Thread | None = None
+        self._allocators: dict[int, ClusterAllocator] = {}
 
     # -- setting up ------------------------------------------------------------------------
 
@@ -281,8 +282,12 @@ class Cluster:
         return all(link.done_received for link in list(self.links.values()))
 
     def allocator(self, local: int) -> ClusterAllocator:
-        """The allocator of this process's ``local``-th worker."""
-        return ClusterAllocator(self, local)
+        """The allocator of this process's ``local``-th worker (one per worker: asking again gives the same)."""
+        with self._lock:
+            allocator = self._allocators.get(local)
+            if allocator is None:
+                allocator = self._allocators[local] = ClusterAllocator(self, local)
+            return allocator
 
     # -- delivering ------------------------------------------------------------------------
 
