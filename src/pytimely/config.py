@@ -13,6 +13,9 @@ can configure processes without touching their command lines::
                          PYTIMELY_HEARTBEAT        seconds between heartbeats on an idle link (0.5)
                          PYTIMELY_TIMEOUT          seconds of silence after which a peer counts as stalled (10)
                          PYTIMELY_CONNECT_TIMEOUT  seconds to wait for every peer to connect (60)
+                         PYTIMELY_HANDSHAKE_TIMEOUT seconds one connecting peer may take to authenticate (10)
+                         PYTIMELY_SEND_TIMEOUT     seconds a peer may take no byte while frames wait for it (60)
+                         PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
                          PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
                          PYTIMELY_ELASTIC          1: processes may join and leave while the computation runs
@@ -35,9 +38,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pytimely.errors import ConfigError
+from pytimely.errors import ConfigError, WeakSecretError
 
-__all__ = ["Config", "add_arguments", "config_from_args"]
+__all__ = ["MIN_SECRET", "Config", "add_arguments", "config_from_args"]
+
+MIN_SECRET = 16
+"""The shortest cluster secret accepted, in bytes (128 bits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,12 @@ class Config:
     heartbeat: float = 0.5
     timeout: float = 10.0
     connect_timeout: float = 60.0
+    handshake_timeout: float = 10.0
+    send_timeout: float = 60.0
+    """Seconds a peer may take no byte at all while frames wait for it (a slow reader is never failed)."""
+    encrypt: bool = True
+    """Whether frames are encrypted as well as authenticated (False: authenticated only, readable on the wire)."""
+    """Seconds one connecting peer may take over its handshake (handshakes run in parallel, within connect_timeout)."""
     send_window: int = 64 << 20
     """Bytes of data frames a process may queue towards one peer before its workers wait."""
     recv_window: int = 64 << 20
@@ -76,7 +88,15 @@ class Config:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if type(self.process) is not int or not 0 <= self.process < self.processes:
             raise ConfigError(f"process index {self.process!r} is not in 0..{self.processes - 1}")
-        for name in ("heartbeat", "timeout", "connect_timeout", "send_window", "recv_window"):
+        for name in (
+            "heartbeat",
+            "timeout",
+            "connect_timeout",
+            "handshake_timeout",
+            "send_timeout",
+            "send_window",
+            "recv_window",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.initial < 0 or self.initial > self.processes:
@@ -232,7 +252,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
             raise ConfigError(f"the secret file {secret_file} is empty")
     elif env.get("PYTIMELY_SECRET"):
         secret = env["PYTIMELY_SECRET"].encode()
-    return Config(
+    config = Config(
         workers=integer("workers", "PYTIMELY_WORKERS", 1),
         processes=integer("processes", "PYTIMELY_PROCESSES", 1),
         process=integer("process", "PYTIMELY_PROCESS", 0),
@@ -242,6 +262,9 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         heartbeat=number("PYTIMELY_HEARTBEAT", 0.5),
         timeout=number("PYTIMELY_TIMEOUT", 10.0),
         connect_timeout=number("PYTIMELY_CONNECT_TIMEOUT", 60.0),
+        handshake_timeout=number("PYTIMELY_HANDSHAKE_TIMEOUT", 10.0),
+        send_timeout=number("PYTIMELY_SEND_TIMEOUT", 60.0),
+        encrypt=env.get("PYTIMELY_ENCRYPT", "1") not in ("0", "false", "no"),
         send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
         recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),
         elastic=env.get("PYTIMELY_ELASTIC", "") in ("1", "true", "yes"),
@@ -250,6 +273,13 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         left=tuple(int(x) for x in env.get("PYTIMELY_LEFT", "").replace(" ", "").split(",") if x),
         listen_fd=integer("listen_fd", "PYTIMELY_LISTEN_FD", -1) if env.get("PYTIMELY_LISTEN_FD") else None,
     )
+    if (config.processes > 1 or config.elastic) and config.secret is not None and len(config.secret) < MIN_SECRET:
+        raise WeakSecretError(
+            f"the cluster secret is {len(config.secret)} bytes long; at least {MIN_SECRET} bytes (128 bits) of "
+            "randomness are needed, e.g. `python -c 'import secrets; print(secrets.token_hex(16))'` "
+            "(pytimely launch makes one)"
+        )
+    return config
 
 
 def parse_config(

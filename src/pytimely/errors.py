@@ -408,3 +408,23 @@ class StagingUnavailableError(StagingError, OSError):
 
 class ModuleTimeoutError(ExecutorError, TimeoutError):
     """A module ran longer than its ``timeout``; names the module and the limit."""
+
+
+class FrameAuthenticationError(ChecksumError):
+    """A frame's header or payload fails authentication under its connection's key: corrupted, forged or spliced."""
+
+
+class WeakSecretError(ConfigError):
+    """The cluster secret is shorter than 16 bytes (128 bits), too weak to authenticate a cluster."""
+
+
+class HandshakeTimeoutError(AuthenticationError):
+    """A connecting peer did not complete the handshake within its deadline (silent, trickling or stalled)."""
+
+
+class SendTimeoutError(PeerFailedError):
+    """A peer took no data for longer than the failure timeout while frames waited for it; names the peer."""
+
+
+class FlowControlError(CommunicationError):
+    """Processes sending to each other filled every window and none can read more: one step's output is too big."""

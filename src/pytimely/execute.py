@@ -199,7 +199,7 @@ def run_process(
             try:
                 results[i] = func(worker)
                 worker.finish()
-                workers[i]._allocator.retire()  # type: ignore[attr-defined]
+                cluster.allocator(i).retire()
             except BaseException as exc:
                 errors.append(exc)
                 cluster.fail(exc)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytimely.communication.allocator import Allocator
+from pytimely.communication.allocator import Allocator, elastic_view
 from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
 from pytimely.errors import InvalidArgument, MembershipError, ScopeError, StalledError, StepTimeoutError
@@ -73,23 +73,26 @@ class Worker:
     @property
     def members(self) -> list[int]:
         """The ids of the workers taking part now (``range(peers)`` unless processes join and leave)."""
-        members = getattr(self._allocator, "members", None)
-        return list(members) if members is not None else list(range(self.peers))
+        elastic = elastic_view(self._allocator)
+        return list(elastic.members) if elastic is not None else list(range(self.peers))
 
     @property
     def workers_per_process(self) -> int:
         """How many workers each process runs (all of them, in a single process)."""
-        return int(getattr(self._allocator, "workers_per_process", self.peers))
+        elastic = elastic_view(self._allocator)
+        return elastic.workers_per_process if elastic is not None else self.peers
 
     @property
     def joined(self) -> bool:
         """Whether this worker's process joined the computation after it started."""
-        return getattr(self._allocator, "joining", None) is not None
+        elastic = elastic_view(self._allocator)
+        return elastic is not None and elastic.joining is not None
 
     @property
     def leave_requested(self) -> bool:
         """Whether this worker's process was asked to leave (it decides when, see :meth:`leave`)."""
-        return bool(getattr(self._allocator, "leave_requested", False))
+        elastic = elastic_view(self._allocator)
+        return elastic is not None and elastic.leave_requested
 
     def leave(self, at: Any = None) -> None:
         """Leave the running computation: close inputs, step until this worker holds nothing, then disconnect.
@@ -98,15 +101,15 @@ class Worker:
         moves that took its bins away): it stays until nothing earlier can reach it. Raises
         :class:`MembershipError` when the cluster is not elastic or a dataflow pins records to it.
         """
-        allocator = self._allocator
-        if not getattr(allocator, "elastic", False):
+        allocator = elastic_view(self._allocator)
+        if allocator is None or not allocator.elastic:
             raise MembershipError("only a worker of an elastic cluster (PYTIMELY_ELASTIC=1) can leave it")
         for subgraph in self._dataflows:
             subgraph.check_leave()
         self.close_inputs()
         self.step_while(lambda: not all(s.may_leave(at) for s in self._dataflows))
-        allocator.ready_to_leave()  # type: ignore[attr-defined]
-        self.step_while(lambda: not allocator.left_by_all())  # type: ignore[attr-defined]
+        allocator.ready_to_leave()
+        self.step_while(lambda: not allocator.left_by_all())
         # Everything the others sent arrived before their DONE: take it in and report it.
         self.step()
         self.step()

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytimely.communication.frame import HEADER
+from pytimely.communication.frame import HEADER, TAG
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,7 +125,7 @@ def report(results: Sequence[tuple[int, str, str]]) -> str:
 
 
 _HANDSHAKE_UP = 4 + 1 + 4 + 4 + 8 + 32 + 32  # client greeting and proof
-_HANDSHAKE_DOWN = 32 + 32 + 1  # server nonce and proof, verdict
+_HANDSHAKE_DOWN = 32 + 32 + 1  # server nonce, server proof and verdict
 
 
 class Proxy:
@@ -188,8 +188,8 @@ class Proxy:
                 header = self._read(src, HEADER.size)
                 if header is None:
                     return
-                length = struct.unpack_from("<I", header, HEADER.size - 12)[0]
-                body = self._read(src, length) if length else b""
+                length = struct.unpack_from("<I", header, HEADER.size - 12)[0] + TAG
+                body = self._read(src, length)
                 if body is None:
                     return
                 for piece in fault(header + body):

@@ -30,12 +30,12 @@ def test_environment_configures_and_flags_win() -> None:
         "PYTIMELY_PROCESSES": "2",
         "PYTIMELY_PROCESS": "1",
         "PYTIMELY_HOSTS": HOSTS,
-        "PYTIMELY_SECRET": "s3cret",
+        "PYTIMELY_SECRET": "s3cret-of-enough-length",
     }
     config = parse([], env)
     assert (config.workers, config.processes, config.process, config.peers, config.first_worker) == (3, 2, 1, 6, 3)
     assert config.hosts == (("127.0.0.1", 7001), ("127.0.0.1", 7002))
-    assert config.secret == b"s3cret"
+    assert config.secret == b"s3cret-of-enough-length"
     assert parse(["-w", "2", "-p", "0"], env).first_worker == 0
     assert "s3cret" not in repr(config)
 
@@ -49,23 +49,28 @@ def test_hostfile_with_comments_and_secret_file(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts"
     hosts.write_text("# the cluster\n127.0.0.1:7001  # first\n\n[::1]:7002\n")
     secret = tmp_path / "secret"
-    secret.write_text("  from-a-file\n")
+    secret.write_text("  from-a-file-long-enough\n")
     config = parse(["-n", "2", "--hostfile", str(hosts), "--secret-file", str(secret)], {})
     assert config.hosts == (("127.0.0.1", 7001), ("::1", 7002))
-    assert config.secret == b"from-a-file"
+    assert config.secret == b"from-a-file-long-enough"
 
 
 @pytest.mark.parametrize(
     ("argv", "env", "match"),
     [
-        (["-n", "2"], {"PYTIMELY_SECRET": "x"}, "need 2 host:port entries"),
+        (["-n", "2"], {"PYTIMELY_SECRET": "x" * 16}, "need 2 host:port entries"),
         (["-n", "2", "--hosts", HOSTS], {}, "shared secret"),
-        (["-n", "2", "-p", "2", "--hosts", HOSTS], {"PYTIMELY_SECRET": "x"}, "not in 0..1"),
+        (["-n", "2", "-p", "2", "--hosts", HOSTS], {"PYTIMELY_SECRET": "x" * 16}, "not in 0..1"),
         (["-w", "0"], {}, "workers must be a positive integer"),
         ([], {"PYTIMELY_WORKERS": "many"}, "PYTIMELY_WORKERS: 'many' is not an integer"),
-        (["-n", "2", "--hosts", "127.0.0.1:7001,nope"], {"PYTIMELY_SECRET": "x"}, "entry 2 .'nope'. is not host:port"),
-        (["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001"], {"PYTIMELY_SECRET": "x"}, "--bind 10.1.2.3"),
+        (
+            ["-n", "2", "--hosts", "127.0.0.1:7001,nope"],
+            {"PYTIMELY_SECRET": "x" * 16},
+            "entry 2 .'nope'. is not host:port",
+        ),
+        (["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001"], {"PYTIMELY_SECRET": "x" * 16}, "--bind 10.1.2.3"),
         (["--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),
+        (["-n", "2", "--hosts", HOSTS], {"PYTIMELY_SECRET": "guessable"}, "at least 16 bytes"),
         ([], {"PYTIMELY_HEARTBEAT": "2", "PYTIMELY_TIMEOUT": "3"}, "must exceed two heartbeats"),
         ([], {"PYTIMELY_LISTEN_FD": "three"}, "PYTIMELY_LISTEN_FD: 'three' is not an integer"),
         ([], {"PYTIMELY_LISTEN_FD": "-1"}, "listen_fd must be a file descriptor"),
@@ -77,7 +82,9 @@ def test_bad_layouts_are_named(argv: list[str], env: dict[str, str], match: str)
 
 
 def test_remote_hosts_are_accepted_with_an_explicit_bind() -> None:
-    config = parse(["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001", "--bind", "0.0.0.0"], {"PYTIMELY_SECRET": "x"})
+    config = parse(
+        ["-n", "2", "--hosts", "10.1.2.3:7001,10.1.2.4:7001", "--bind", "0.0.0.0"], {"PYTIMELY_SECRET": "x" * 16}
+    )
     assert config.bind == "0.0.0.0"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import struct
 
 import numpy as np
@@ -10,9 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytimely.communication.allocator import Precedence
-from pytimely.communication.frame import HEADER, MAX_FRAME, FrameDecoder, FrameEncoder
+from pytimely.communication.frame import HEADER, MAX_FRAME, TAG, FrameDecoder, FrameEncoder, FrameKeys
 from pytimely.communication.payload import dumps, loads
-from pytimely.errors import ChecksumError, FrameFormatError, FrameLengthError, FrameSequenceError
+from pytimely.errors import (
+    ChecksumError,
+    FrameAuthenticationError,
+    FrameFormatError,
+    FrameLengthError,
+    FrameSequenceError,
+)
+
+KEYS = FrameKeys(os.urandom(32), os.urandom(32))
+"""One direction's keys, as a handshake would derive them."""
 
 frames = st.lists(
     st.tuples(
@@ -29,11 +40,11 @@ frames = st.lists(
 
 def encode_all(specs: list[tuple[int, int, int, int, int, bytes]]) -> bytes:
     """The wire bytes of a link carrying ``specs`` in order."""
-    encoder = FrameEncoder()
+    encoder = FrameEncoder(KEYS)
     out = bytearray()
     for precedence, dataflow, channel, source, target, payload in specs:
-        out += encoder.encode(precedence, dataflow, channel, source, target, [payload], len(payload))
-        out += payload
+        for part in encoder.encode(precedence, dataflow, channel, source, target, [payload], len(payload)):
+            out += part
     return bytes(out)
 
 
@@ -43,7 +54,7 @@ def test_frames_round_trip_whatever_the_chunking(
     specs: list[tuple[int, int, int, int, int, bytes]], cuts: list[int]
 ) -> None:
     wire = encode_all(specs)
-    decoder = FrameDecoder(peer=3, chunk=4096)
+    decoder = FrameDecoder(3, KEYS, chunk=4096)
     got = []
     position = 0
     i = 0
@@ -60,7 +71,7 @@ def test_frames_round_trip_whatever_the_chunking(
 def test_large_payload_is_read_into_its_own_buffer() -> None:
     payload = np.arange(1 << 18, dtype=np.int64).tobytes()
     wire = encode_all([(1, 0, 1, 0, 1, payload), (2, 0, 0, 0, 1, b"x")])
-    decoder = FrameDecoder(peer=0, chunk=1 << 16)
+    decoder = FrameDecoder(0, KEYS, chunk=1 << 16)
     got = []
     view = memoryview(wire)
     while view:
@@ -78,27 +89,65 @@ def test_every_single_bit_flip_is_caught(payload: bytes, data: st.DataObject) ->
     wire = bytearray(encode_all([(1, 2, 3, 0, 1, payload)]))
     bit = data.draw(st.integers(0, len(wire) * 8 - 1))
     wire[bit // 8] ^= 1 << (bit % 8)
-    decoder = FrameDecoder(peer=1)
-    # A flipped length may leave the frame incomplete: then it never comes out, which an EOF turns into an error.
-    try:
-        out = decoder.feed(bytes(wire))
-    except (ChecksumError, FrameFormatError, FrameLengthError, FrameSequenceError):
-        return
-    assert out == [] and not decoder.idle
+    # Every flip is refused at once, by the header's tag or the payload's: none leaves a frame waiting for bytes.
+    with pytest.raises(FrameAuthenticationError):
+        FrameDecoder(1, KEYS).feed(bytes(wire))
+
+
+@pytest.mark.parametrize(
+    "field", ["magic", "version", "precedence", "dataflow", "channel", "source", "target", "seq", "length", "tag"]
+)
+def test_a_flipped_header_field_is_refused_before_anything_is_allocated(field: str) -> None:
+    offsets = {
+        "magic": 0,
+        "version": 2,
+        "precedence": 3,
+        "dataflow": 4,
+        "channel": 8,
+        "source": 12,
+        "target": 16,
+        "seq": 20,
+        "length": 31,
+        "tag": 35,
+    }
+    wire = bytearray(encode_all([(1, 2, 3, 0, 1, b"payload")]))
+    wire[offsets[field]] ^= 0x40  # in the length field: the high byte, a 1 GiB claim
+    decoder = FrameDecoder(1, KEYS)
+    with pytest.raises(FrameAuthenticationError, match="header of frame 0 from process 1"):
+        decoder.feed(bytes(wire[: HEADER.size]))
+    assert decoder._payload is None  # nothing was allocated from the header
 
 
 def test_checksum_error_names_peer_and_channel() -> None:
     wire = bytearray(encode_all([(1, 2, 3, 0, 1, b"hello world")]))
     wire[-1] ^= 0x10
     with pytest.raises(ChecksumError, match=r"process 4 on channel 2\.3") as info:
-        FrameDecoder(peer=4).feed(bytes(wire))
+        FrameDecoder(4, KEYS).feed(bytes(wire))
     assert info.value.peer == 4 and info.value.channel == (2, 3)
+
+
+def test_a_payload_rewritten_with_a_recomputed_checksum_is_refused() -> None:
+    # What beat the unkeyed checksum: rewrite the payload, recompute every unkeyed digest an attacker can.
+    wire = bytearray(encode_all([(1, 2, 3, 0, 1, b"count=9")]))
+    body = bytearray(wire[HEADER.size :])
+    body[:7] = bytes(a ^ b ^ c for a, b, c in zip(body[:7], b"count=9", b"count=1", strict=True))
+    tampered = bytes(wire[: HEADER.size]) + bytes(body[:-TAG]) + hashlib.sha256(body[:-TAG]).digest()[:TAG]
+    with pytest.raises(FrameAuthenticationError, match="payload of frame 0"):
+        FrameDecoder(4, KEYS).feed(tampered)
+
+
+def test_frames_of_another_connection_or_direction_are_refused() -> None:
+    wire = encode_all([(1, 2, 3, 0, 1, b"x")])
+    with pytest.raises(FrameAuthenticationError):
+        FrameDecoder(1, FrameKeys(os.urandom(32), KEYS.header)).feed(wire)
+    with pytest.raises(FrameAuthenticationError):
+        FrameDecoder(1, FrameKeys(KEYS.payload, os.urandom(32))).feed(wire)
 
 
 def frames_of(specs: list[tuple[int, int, int, int, int, bytes]]) -> list[bytes]:
     """Each frame's bytes separately, numbered as one link would number them."""
-    encoder = FrameEncoder()
-    return [encoder.encode(p, d, c, s, t, [b], len(b)) + b for p, d, c, s, t, b in specs]
+    encoder = FrameEncoder(KEYS)
+    return [b"".join(encoder.encode(p, d, c, s, t, [b], len(b))) for p, d, c, s, t, b in specs]
 
 
 SPECS = [(1, 0, 1, 0, 1, b"a" * 10), (2, 0, 0, 0, 1, b"b" * 5), (1, 0, 1, 0, 1, b"c")]
@@ -115,28 +164,34 @@ SPECS = [(1, 0, 1, 0, 1, b"a" * 10), (2, 0, 0, 0, 1, b"b" * 5), (1, 0, 1, 0, 1, 
 def test_duplicates_gaps_and_reordering_are_caught(mangle: object, kind: str, match: str) -> None:
     wire = b"".join(mangle(frames_of(SPECS)))  # type: ignore[operator]
     with pytest.raises(FrameSequenceError, match=match) as info:
-        FrameDecoder(peer=1).feed(wire)
+        FrameDecoder(1, KEYS).feed(wire)
     assert info.value.peer == 1
 
 
 def test_truncation_leaves_a_partial_frame_and_garbage_is_not_a_frame() -> None:
     wire = b"".join(frames_of(SPECS))
-    decoder = FrameDecoder(peer=1)
+    decoder = FrameDecoder(1, KEYS)
     assert len(decoder.feed(wire[: len(wire) - 1])) == 2
     assert not decoder.idle
-    with pytest.raises(FrameFormatError, match="not a pytimely frame"):
-        FrameDecoder(peer=1).feed(b"GET / HTTP/1.1\r\n" + b"\0" * HEADER.size)
+    with pytest.raises(FrameAuthenticationError, match="header of frame 0"):
+        FrameDecoder(1, KEYS).feed(b"GET / HTTP/1.1\r\n" + b"\0" * HEADER.size)
+
+
+def signed(*fields: object) -> bytes:
+    """A header with a valid tag (as only a holder of the link's key could make)."""
+    prefix = struct.pack("<2sBBIIIIQI", *fields)
+    return prefix + hashlib.blake2b(prefix, key=KEYS.header, digest_size=8).digest()
 
 
 def test_oversized_and_unknown_precedence_frames_are_refused() -> None:
-    header = struct.pack("<2sBBIIIIQIQ", b"PT", 1, 1, 0, 1, 0, 1, 0, MAX_FRAME + 1, 0)
     with pytest.raises(FrameLengthError, match="over the"):
-        FrameDecoder(peer=2).feed(header)
-    header = struct.pack("<2sBBIIIIQIQ", b"PT", 1, 9, 0, 1, 0, 1, 0, 0, 0)
+        FrameDecoder(2, KEYS).feed(signed(b"PT", 2, 1, 0, 1, 0, 1, 0, MAX_FRAME + 1))
     with pytest.raises(FrameFormatError, match="precedence 9"):
-        FrameDecoder(peer=2).feed(header)
+        FrameDecoder(2, KEYS).feed(signed(b"PT", 2, 9, 0, 1, 0, 1, 0, 0))
+    with pytest.raises(FrameFormatError, match="version 1"):
+        FrameDecoder(2, KEYS).feed(signed(b"PT", 1, 1, 0, 1, 0, 1, 0, 0))
     with pytest.raises(FrameLengthError):
-        FrameEncoder().encode(1, 0, 1, 0, 1, [], MAX_FRAME + 1)
+        FrameEncoder(KEYS).encode(1, 0, 1, 0, 1, [], MAX_FRAME + 1)
 
 
 def test_payloads_round_trip_and_columnar_buffers_travel_out_of_band() -> None:
@@ -158,3 +213,20 @@ def test_arrow_batches_round_trip() -> None:
     table = pa.table({"a": list(range(1000)), "b": [str(i) for i in range(1000)]})
     parts, _ = dumps(table)
     assert loads(b"".join(bytes(p) for p in parts)).equals(table)
+
+
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_encrypted_or_only_authenticated_frames_round_trip_and_refuse_any_change(encrypt: bool) -> None:
+    keys = FrameKeys(KEYS.payload, KEYS.header, encrypt)
+    secret = b"the count is 9 " * 20
+    wire = b"".join(FrameEncoder(keys).encode(1, 2, 3, 0, 1, [secret[:100], secret[100:]], len(secret)))
+    assert (secret in wire) is not encrypt  # readable on the wire only when not encrypted
+    assert bytes(FrameDecoder(1, keys).feed(wire)[0].payload) == secret
+    for position in (HEADER.size, HEADER.size + 150, len(wire) - 1):
+        mangled = bytearray(wire)
+        mangled[position] ^= 0x01
+        with pytest.raises(FrameAuthenticationError, match="payload of frame 0"):
+            FrameDecoder(1, keys).feed(bytes(mangled))
+    # A receiver expecting the other mode refuses the frame rather than misreading it.
+    with pytest.raises(FrameAuthenticationError):
+        FrameDecoder(1, FrameKeys(KEYS.payload, KEYS.header, not encrypt)).feed(wire)

@@ -17,8 +17,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from pytimely.communication.cluster import SendQueues
-from pytimely.communication.frame import FrameDecoder, FrameEncoder
+from pytimely.communication.allocator import Precedence
+from pytimely.communication.cluster import OutgoingFrame, SendQueues
+from pytimely.communication.frame import FrameDecoder, FrameEncoder, FrameKeys
 
 CHANNELS = {(0, 0): 2, (0, 1): 1, (0, 2): 1, (1, 0): 2, (4294967295, 0): 3}
 """Channel -> its precedence (progress channels are 2, data 1, control 3)."""
@@ -30,8 +31,9 @@ class Transport(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.queues = SendQueues()
-        self.encoder = FrameEncoder()
-        self.decoder = FrameDecoder(peer=1, chunk=512)
+        keys = FrameKeys(bytes(range(32)), bytes(range(32, 64)))
+        self.encoder = FrameEncoder(keys)
+        self.decoder = FrameDecoder(1, keys, chunk=512)
         self.wire = bytearray()
         self.sent: list[tuple[int, int, int, int]] = []
         self.on_wire: list[tuple[int, int, int, int]] = []
@@ -43,7 +45,7 @@ class Transport(RuleBasedStateMachine):
         """Seed 003 Send: a process appends a datagram to its Out_Buffer."""
         self.counter += 1
         payload = self.counter.to_bytes(4, "little") + bytes(size)
-        frame = (CHANNELS[channel], channel[0], channel[1], source, 0, [payload], len(payload))
+        frame = OutgoingFrame(Precedence(CHANNELS[channel]), channel[0], channel[1], source, 0, [payload], len(payload))
         self.queues.put(frame)
         self.sent.append((channel[0], channel[1], source, self.counter))
 
@@ -51,18 +53,17 @@ class Transport(RuleBasedStateMachine):
     @rule(max_frames=st.integers(1, 6))
     def transport(self, max_frames: int) -> None:
         """Seed 003 Transport: the highest-precedence frames leave first."""
-        waiting = [f[0] for q in self.queues.queues.values() for f in q]
+        waiting = [f.precedence for q in self.queues.queues.values() for f in q]
         batch = self.queues.take(max_frames=max_frames)
         assert batch
-        remaining = [f[0] for q in self.queues.queues.values() for f in q]
+        remaining = [f.precedence for q in self.queues.queues.values() for f in q]
         for taken in batch:
-            assert all(taken[0] >= other for other in remaining), "a lower precedence left before a higher one"
-        assert sorted(waiting) == sorted([f[0] for f in batch] + remaining)
-        for precedence, dataflow, channel, source, target, parts, length in batch:
-            self.wire += self.encoder.encode(precedence, dataflow, channel, source, target, parts, length)
-            for part in parts:
+            assert all(taken.precedence >= other for other in remaining), "a lower precedence left before a higher one"
+        assert sorted(waiting) == sorted([f.precedence for f in batch] + remaining)
+        for f in batch:
+            for part in self.encoder.encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length):
                 self.wire += part
-            self.on_wire.append((dataflow, channel, source, int.from_bytes(parts[0][:4], "little")))
+            self.on_wire.append((f.dataflow, f.channel, f.source, int.from_bytes(f.parts[0][:4], "little")))
 
     @precondition(lambda self: len(self.wire) > 0)
     @rule(cut=st.integers(1, 700))
@@ -77,7 +78,9 @@ class Transport(RuleBasedStateMachine):
     @invariant()
     def every_frame_is_in_exactly_one_place(self) -> None:
         queued = [
-            (f[1], f[2], f[3], int.from_bytes(f[5][0][:4], "little")) for q in self.queues.queues.values() for f in q
+            (f.dataflow, f.channel, f.source, int.from_bytes(f.parts[0][:4], "little"))
+            for q in self.queues.queues.values()
+            for f in q
         ]
         in_flight = self.on_wire[len(self.received) :]
         places = Counter(queued) + Counter(in_flight) + Counter(self.received)

@@ -14,9 +14,12 @@ serialises them. Nothing here knows about operators or timestamps.
 from __future__ import annotations
 
 import enum
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Allocator", "Precedence", "Pull", "Push"]
+if TYPE_CHECKING:
+    from pytimely.communication.cluster.membership import Membership
+
+__all__ = ["Allocator", "ElasticAllocator", "Precedence", "Pull", "Push", "elastic_view"]
 
 M = TypeVar("M")
 M_contra = TypeVar("M_contra", contravariant=True)
@@ -80,3 +83,52 @@ class Allocator(Protocol):
     def park(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a message from another thread or process (or return at once)."""
         ...
+
+
+@runtime_checkable
+class ElasticAllocator(Allocator, Protocol):
+    """An allocator of a cluster whose processes may join and leave while it runs (the cluster allocator)."""
+
+    elastic: bool
+    """Whether processes may join and leave (a cluster allocator of a fixed cluster says ``False``)."""
+    seen: int
+    """How many of :attr:`events` this worker has applied to its channels."""
+    joining: tuple[int, tuple[int, ...], tuple[int, ...]] | None
+    """For a worker of a joining process: its bootstrap server, the members it hears from, its fellow newcomers."""
+
+    @property
+    def events(self) -> list[Membership]:
+        """The cluster's membership changes, in order."""
+        ...
+
+    @property
+    def members(self) -> list[int]:
+        """The ids of the workers taking part, as this worker has applied the changes so far."""
+        ...
+
+    @property
+    def workers_per_process(self) -> int:
+        """How many workers each process runs."""
+        ...
+
+    @property
+    def leave_requested(self) -> bool:
+        """Whether this worker's process was asked to leave."""
+        ...
+
+    def ready_to_leave(self) -> None:
+        """This worker may go; once every worker of the process is ready, the process says it leaves."""
+        ...
+
+    def left_by_all(self) -> bool:
+        """Whether every other process has stopped sending to this leaving one."""
+        ...
+
+    def retire(self) -> None:
+        """This worker has finished; it applies no further membership changes."""
+        ...
+
+
+def elastic_view(allocator: Allocator) -> ElasticAllocator | None:
+    """``allocator`` as a cluster allocator with membership, or ``None`` for an in-process one."""
+    return allocator if isinstance(allocator, ElasticAllocator) else None

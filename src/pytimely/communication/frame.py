@@ -1,42 +1,55 @@
-"""Frames on the wire, free of I/O: a checked header and a payload.
+"""Frames on the wire, free of I/O: an authenticated header and an authenticated, encrypted payload.
 
 Every frame sent between two processes is a fixed 40-byte header followed by
-``length`` payload bytes::
+``length`` payload bytes sealed with AES-GCM (``length + 16`` bytes on the wire)::
 
     magic "PT" | version u8 | precedence u8 | dataflow u32 | channel u32
-    | source u32 | target u32 | seq u64 | length u32 | checksum u64
+    | source u32 | target u32 | seq u64 | length u32 | header tag 8 bytes
 
-``checksum`` is xxh3-64 over the first 32 header bytes and the payload, so a
-flipped bit anywhere in a frame is caught. ``seq`` numbers every frame on a
-*link* (one direction of one connection between two processes), starting at 0;
-the receiver demands exactly the next number, so a lost, duplicated or
-reordered frame shows up at the very next frame (heartbeats are frames too, so
-a loss is seen within one heartbeat even on an idle link). Within a link, the
-sender keeps each (channel, source worker) stream in order, so FIFO per
-channel and sender follows.
+The *header tag* is a keyed BLAKE2b-64 of the first 32 header bytes under the
+link's header key, checked before anything in the header is believed or
+allocated from: a flipped bit in ``length`` is a
+:class:`~pytimely.errors.FrameAuthenticationError` at once, not a 1 GiB
+buffer and a wait. The payload is sealed with AES-GCM under the link's payload
+key, with ``seq`` as the nonce and the 32 header bytes as associated data, so a
+payload is decrypted (and later unpickled) only when it is exactly what the
+peer sent, in that place of the stream.
+
+Keys are per connection and per direction (:class:`LinkKeys`, derived by the
+handshake from the run's secret and both sides' nonces), so a frame of one
+connection or direction is refused on any other. ``seq`` numbers every frame on
+a *link* (one direction of one connection), starting at 0; the receiver demands
+exactly the next number *in the header*, so a replayed, duplicated, reordered or
+dropped frame is refused before its payload is read. Within a link, the sender
+keeps each (channel, source worker) stream in order, so FIFO per channel and
+sender follows.
 
 Precedence follows seed ``003_f357c44874202187.txt`` (levels 1-3, higher goes
 first): ``CONTROL`` > ``PROGRESS`` > ``DATA``. The sender's transport takes the
 highest-precedence queued frame first.
 
 :class:`FrameDecoder` turns received bytes into :class:`Frame` values and raises
-a :class:`~pytimely.errors.FrameError` naming the peer and channel for anything
-malformed; it never hands on a frame it has not checked. Payloads larger than
-a threshold are read straight into their own buffer, so big columnar batches
-are not copied on the way in.
+a :class:`~pytimely.errors.FrameError` naming the peer (and the channel, once
+the header is authenticated) for anything malformed; it never hands on a frame
+it has not checked. Payloads larger than a threshold are read straight into
+their own buffer.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import struct
 from dataclasses import dataclass
 
-import xxhash
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from pytimely.communication.allocator import Precedence
 from pytimely.errors import (
-    ChecksumError,
+    FrameAuthenticationError,
     FrameFormatError,
     FrameLengthError,
     FrameSequenceError,
@@ -46,24 +59,30 @@ __all__ = [
     "CONTROL_CHANNEL",
     "HEADER",
     "MAX_FRAME",
+    "TAG",
     "VERSION",
     "Control",
     "Frame",
     "FrameDecoder",
     "FrameEncoder",
+    "FrameKeys",
+    "LinkKeys",
     "Precedence",
 ]
 
 MAGIC = b"PT"
-VERSION = 1
-HEADER = struct.Struct("<2sBBIIIIQIQ")
-_CHECKED = HEADER.size - 8
+VERSION = 2
+HEADER = struct.Struct("<2sBBIIIIQI8s")
 _PREFIX = struct.Struct("<2sBBIIIIQI")
+_CHECKED = _PREFIX.size
+TAG = 16
+"""Bytes the AES-GCM tag adds to every payload on the wire."""
 MAX_FRAME = 1 << 30
 """The largest payload a frame may carry (1 GiB); bigger batches must be split by the sender."""
 CONTROL_CHANNEL = 0xFFFFFFFF
 """The ``dataflow`` field of control frames; their ``channel`` field is a :class:`Control` code."""
 _DIRECT = 1 << 16
+_NONCE_PAD = b"\x00\x00\x00\x00"
 
 
 class Control(enum.IntEnum):
@@ -76,6 +95,34 @@ class Control(enum.IntEnum):
     """A process that joins a running computation says so, naming its bootstrap server and workers per process."""
     LEAVING = 4
     """A process that leaves says so; each member answers, once it sends it nothing more, with ``DONE``."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameKeys:
+    """The keys of one direction of one connection: the payload's AES-GCM key and the header's BLAKE2b key.
+
+    ``encrypt`` False seals payloads with the same AES-GCM tag but leaves them readable (GMAC: authenticated,
+    not secret), which saves the copy and the cipher pass over each payload.
+    """
+
+    payload: bytes
+    header: bytes
+    encrypt: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.payload) != 32 or len(self.header) != 32:
+            raise ValueError("frame keys are 32 bytes each")
+
+    def __repr__(self) -> str:
+        return "FrameKeys(<hidden>)"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkKeys:
+    """The keys of one connection, as one side sees it: what it sends under and what it receives under."""
+
+    send: FrameKeys
+    receive: FrameKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +143,25 @@ class Frame:
         return self.dataflow == CONTROL_CHANNEL
 
 
+def _header_mac(keys: FrameKeys) -> hashlib.blake2b:
+    return hashlib.blake2b(key=keys.header, digest_size=8)
+
+
+def _nonce(seq: int) -> bytes:
+    return _NONCE_PAD + seq.to_bytes(8, "little")
+
+
 class FrameEncoder:
-    """Numbers and checksums the frames of one link, in the order they go on the wire."""
+    """Numbers, authenticates and seals the frames of one link, in the order they go on the wire."""
 
-    __slots__ = ("seq",)
+    __slots__ = ("_aead", "_encrypt", "_key", "_mac", "seq")
 
-    def __init__(self) -> None:
+    def __init__(self, keys: FrameKeys) -> None:
         self.seq = 0
+        self._aead = AESGCM(keys.payload)
+        self._key = keys.payload
+        self._encrypt = keys.encrypt
+        self._mac = _header_mac(keys)
 
     def encode(
         self,
@@ -113,20 +172,36 @@ class FrameEncoder:
         target: int,
         parts: list[bytes | memoryview],
         length: int,
-    ) -> bytes:
-        """The header for a frame whose payload is ``parts`` (``length`` bytes in all); the next number is used."""
+    ) -> list[bytes | bytearray | memoryview]:
+        """The buffers to write for a frame of ``parts`` (``length`` bytes in all), under the next number."""
         if length > MAX_FRAME:
             raise FrameLengthError(
                 f"a {length}-byte payload on channel {dataflow}.{channel} exceeds the {MAX_FRAME}-byte frame limit",
                 peer=None,
                 channel=(dataflow, channel),
             )
-        prefix = _PREFIX.pack(MAGIC, VERSION, precedence, dataflow, channel, source, target, self.seq, length)
-        self.seq += 1
-        digest = xxhash.xxh3_64(prefix)
+        seq = self.seq
+        prefix = _PREFIX.pack(MAGIC, VERSION, precedence, dataflow, channel, source, target, seq, length)
+        self.seq = seq + 1
+        mac = self._mac.copy()
+        mac.update(prefix)
+        if not self._encrypt:
+            # The parts go out as they are (scatter-gather, no copy), followed by their GMAC tag.
+            sealer = Cipher(algorithms.AES(self._key), modes.GCM(_nonce(seq))).encryptor()
+            sealer.authenticate_additional_data(prefix)
+            for part in parts:
+                sealer.authenticate_additional_data(part)
+            sealer.finalize()
+            return [prefix + mac.digest(), *parts, sealer.tag]
+        # One buffer, sealed in place: gathering the parts is the only copy (fresh buffers cost page faults).
+        sealed = bytearray(length + TAG)
+        offset = 0
         for part in parts:
-            digest.update(part)
-        return prefix + digest.intdigest().to_bytes(8, "little")
+            view = memoryview(part).cast("B")
+            sealed[offset : offset + len(view)] = view
+            offset += len(view)
+        self._aead.encrypt_into(_nonce(seq), memoryview(sealed)[:length], prefix, sealed)
+        return [prefix + mac.digest(), sealed]
 
 
 class FrameDecoder:
@@ -136,10 +211,14 @@ class FrameDecoder:
     or hand it bytes with :meth:`feed`. ``peer`` names the sending process in errors.
     """
 
-    def __init__(self, peer: int, *, chunk: int = 1 << 18, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, peer: int, keys: FrameKeys, *, chunk: int = 1 << 18, max_frame: int = MAX_FRAME) -> None:
         self.peer = peer
         self.expected = 0
         self.max_frame = max_frame
+        self._aead = AESGCM(keys.payload)
+        self._key = keys.payload
+        self._encrypt = keys.encrypt
+        self._mac = _header_mac(keys)
         self._buf = bytearray(chunk)
         self._start = 0
         self._end = 0
@@ -213,20 +292,35 @@ class FrameDecoder:
     def _read_header(self) -> None:
         start = self._start
         raw = bytes(self._buf[start : start + HEADER.size])
-        magic, version, precedence, dataflow, channel, source, target, seq, length, checksum = HEADER.unpack(raw)
-        where = (dataflow, channel)
-        if magic != MAGIC:
-            raise FrameFormatError(
-                f"process {self.peer} sent bytes that are not a pytimely frame (bad magic {magic!r}); "
-                "the stream is corrupt or truncated",
+        prefix, tag = raw[:_CHECKED], raw[_CHECKED:]
+        mac = self._mac.copy()
+        mac.update(prefix)
+        # Nothing in the header is believed, and nothing allocated from it, before its tag checks.
+        if not hmac.compare_digest(mac.digest(), tag):
+            raise FrameAuthenticationError(
+                f"the header of frame {self.expected} from process {self.peer} fails authentication: it was "
+                "corrupted in transit or forged (the stream cannot be trusted past this point)",
                 peer=self.peer,
                 channel=None,
             )
-        if version != VERSION:
+        magic, version, precedence, dataflow, channel, source, target, seq, length = _PREFIX.unpack(prefix)
+        where = (dataflow, channel)
+        if magic != MAGIC or version != VERSION:
             raise FrameFormatError(
-                f"process {self.peer} speaks frame version {version}, this process speaks {VERSION}",
+                f"process {self.peer} sent an authenticated frame of another format ({magic!r}, version {version}; "
+                f"this process speaks version {VERSION})",
                 peer=self.peer,
                 channel=None,
+            )
+        if seq != self.expected:
+            kind = "a duplicate or replayed frame" if seq < self.expected else "frames were lost or reordered"
+            raise FrameSequenceError(
+                f"process {self.peer} sent frame {seq} on channel {_name(dataflow, channel)} where frame "
+                f"{self.expected} was due: {kind}",
+                peer=self.peer,
+                channel=where,
+                expected=self.expected,
+                received=seq,
             )
         if length > self.max_frame:
             raise FrameLengthError(
@@ -242,39 +336,36 @@ class FrameDecoder:
                 channel=where,
             )
         self._start = start + HEADER.size
-        self._header = (precedence, dataflow, channel, source, target, seq, checksum)
-        self._prefix = raw[:_CHECKED]
-        self._payload = bytearray(length)
+        self._header = (precedence, dataflow, channel, source, target, seq)
+        self._prefix = prefix
+        self._payload = bytearray(length + TAG)
         self._filled = 0
 
     def _finish(self) -> Frame:
-        header, payload = self._header, self._payload
-        assert header is not None and payload is not None
+        header, sealed = self._header, self._payload
+        assert header is not None and sealed is not None
         self._header = None
         self._payload = None
-        precedence, dataflow, channel, source, target, seq, checksum = header
-        digest = xxhash.xxh3_64(self._prefix)
-        digest.update(payload)
-        where = (dataflow, channel)
-        if digest.intdigest() != checksum:
-            raise ChecksumError(
-                f"frame {seq} from process {self.peer} on channel {_name(dataflow, channel)} fails its checksum "
-                "(corrupted in transit)",
+        precedence, dataflow, channel, source, target, seq = header
+        plain = memoryview(sealed)[: len(sealed) - TAG]
+        try:
+            if self._encrypt:
+                # In place: the payload's one buffer is what the message is later rebuilt on, without a copy.
+                self._aead.decrypt_into(_nonce(seq), sealed, self._prefix, plain)
+            else:
+                opener = Cipher(algorithms.AES(self._key), modes.GCM(_nonce(seq), bytes(sealed[-TAG:]))).decryptor()
+                opener.authenticate_additional_data(self._prefix)
+                opener.authenticate_additional_data(plain)
+                opener.finalize()
+        except InvalidTag:
+            raise FrameAuthenticationError(
+                f"the payload of frame {seq} from process {self.peer} on channel {_name(dataflow, channel)} fails "
+                "authentication: it was corrupted in transit or forged, and was not decoded",
                 peer=self.peer,
-                channel=where,
-            )
-        if seq != self.expected:
-            kind = "a duplicate or replayed frame" if seq < self.expected else "frames were lost or reordered"
-            raise FrameSequenceError(
-                f"process {self.peer} sent frame {seq} on channel {_name(dataflow, channel)} where frame "
-                f"{self.expected} was due: {kind}",
-                peer=self.peer,
-                channel=where,
-                expected=self.expected,
-                received=seq,
-            )
+                channel=(dataflow, channel),
+            ) from None
         self.expected += 1
-        return Frame(Precedence(precedence), dataflow, channel, source, target, seq, memoryview(payload))
+        return Frame(Precedence(precedence), dataflow, channel, source, target, seq, plain)
 
 
 def _name(dataflow: int, channel: int) -> str:

@@ -1,19 +1,37 @@
-"""Mutual challenge-response authentication of a new connection with the shared cluster secret.
+"""Mutual challenge-response authentication of a new connection, and the connection's frame keys.
 
 The connecting process (the *client*, the higher process index) and the
-accepting one (the *server*) each prove they know the secret without sending
-it, by an HMAC-SHA256 over both fresh nonces, both process indices and the
-role, so a proof can be neither replayed nor reflected::
+accepting one (the *server*) each prove they know the run's secret without
+sending it, by an HMAC-SHA256 over the whole transcript (both fresh nonces,
+both indices, the layout, the hash probe and the role), so a proof can be
+neither replayed nor reflected::
 
-    client -> server  HELLO  magic "PTHI" | version | client index | processes | hash probe | client nonce
-    server -> client  PROOF  server nonce | HMAC(secret, "server" | nonces | indices)
-    client -> server  PROOF  HMAC(secret, "client" | nonces | indices)
-    server -> client  OK     one byte
+    client -> server  HELLO   magic "PTHI" | version | client index | shape | hash probe | client nonce
+    server -> client  NONCE   server nonce                       (commits the server to this exchange)
+    client -> server  PROOF   HMAC(secret, "client" | transcript)
+    server -> client  PROOF   HMAC(secret, "server" | transcript | verdict) | verdict
 
-Nothing is unpickled before this completes. ``hash probe`` is Python's
-``hash`` of a fixed string: processes with different string-hash seeds would
-route keyed records differently, so they are refused with a message saying
-how to fix it (set ``PYTHONHASHSEED`` alike everywhere; ``pytimely launch`` does).
+The server reveals nothing that depends on the secret until the client has
+proved it knows it: a stranger that connects to a listening process learns
+only a random nonce and a closed socket, so one connection gives it nothing to
+guess the secret with offline. The client's proof comes first, bound to the
+server's fresh nonce; only an active attacker who stands in for a real server
+receives it, which is why secrets shorter than 128 bits are refused
+(:class:`~pytimely.errors.WeakSecretError`): against 2**128 candidates an
+offline guess is hopeless.
+
+Every read is of a fixed size and bounded by the handshake's deadline (a
+monotonic time), so a silent or trickling stranger costs at most that long
+(:class:`~pytimely.errors.HandshakeTimeoutError`); servers run handshakes in
+parallel (see :mod:`pytimely.communication.cluster.networking`).
+
+On success both sides derive the connection's :class:`~pytimely.communication.frame.LinkKeys`
+with HKDF-SHA256 from the secret, salted with both nonces: fresh keys per
+connection and per direction. Nothing is unpickled before this completes.
+``hash probe`` is Python's ``hash`` of a fixed string: processes with different
+string-hash seeds would route keyed records differently, so they are refused
+with a message saying how to fix it (set ``PYTHONHASHSEED`` alike everywhere;
+``pytimely launch`` does).
 """
 
 from __future__ import annotations
@@ -23,13 +41,19 @@ import hmac
 import os
 import socket
 import struct
+import time
 
-from pytimely.errors import AuthenticationError, ConfigError
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["accept_peer", "connect_peer", "hash_probe"]
+from pytimely.communication.frame import FrameKeys, LinkKeys
+from pytimely.config import MIN_SECRET
+from pytimely.errors import AuthenticationError, ConfigError, HandshakeTimeoutError, WeakSecretError
+
+__all__ = ["MIN_SECRET", "accept_peer", "check_secret", "connect_peer", "hash_probe"]
 
 _MAGIC = b"PTHI"
-_VERSION = 1
+_VERSION = 2
 _HELLO = struct.Struct("<4sBIIq32s")
 _NONCE = 32
 _MAC = 32
@@ -43,81 +67,162 @@ def hash_probe() -> int:
     return hash("pytimely routing probe") & 0x7FFFFFFFFFFFFFFF
 
 
-def _mac(secret: bytes, role: bytes, client_nonce: bytes, server_nonce: bytes, client: int, server: int) -> bytes:
-    message = role + client_nonce + server_nonce + struct.pack("<II", client, server)
-    return hmac.new(secret, message, hashlib.sha256).digest()
+def check_secret(secret: bytes | None) -> bytes:
+    """``secret`` itself if it is at least 128 bits long; :class:`WeakSecretError` otherwise."""
+    if secret is None or len(secret) < MIN_SECRET:
+        got = 0 if secret is None else len(secret)
+        raise WeakSecretError(
+            f"the cluster secret is {got} bytes long; at least {MIN_SECRET} bytes (128 bits) of randomness are "
+            "needed, e.g. `python -c 'import secrets; print(secrets.token_hex(16))'` (pytimely launch makes one)"
+        )
+    return secret
 
 
-def _recv_exact(sock: socket.socket, n: int, what: str) -> bytes:
+def _mac(secret: bytes, role: bytes, transcript: bytes) -> bytes:
+    return hmac.new(secret, role + transcript, hashlib.sha256).digest()
+
+
+def _keys(secret: bytes, hello: bytes, server_nonce: bytes, server: int, encrypt: bool) -> tuple[FrameKeys, FrameKeys]:
+    """The client-to-server and server-to-client frame keys of this connection."""
+    material = HKDF(
+        algorithm=hashes.SHA256(),
+        length=128,
+        salt=hello[-_NONCE:] + server_nonce,
+        info=b"pytimely link keys v2" + hello + struct.pack("<I", server),
+    ).derive(secret)
+    return FrameKeys(material[0:32], material[32:64], encrypt), FrameKeys(material[64:96], material[96:128], encrypt)
+
+
+def _recv_exact(sock: socket.socket, n: int, what: str, deadline: float, peer: str) -> bytes:
     data = bytearray()
     while len(data) < n:
-        chunk = sock.recv(n - len(data))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HandshakeTimeoutError(f"{peer} did not complete the handshake in time (awaiting {what})")
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(n - len(data))
+        except TimeoutError:
+            raise HandshakeTimeoutError(f"{peer} did not complete the handshake in time (awaiting {what})") from None
         if not chunk:
-            raise AuthenticationError(f"the peer closed the connection during the handshake (awaiting {what})")
+            raise AuthenticationError(f"{peer} closed the connection during the handshake (awaiting {what})")
         data += chunk
     return bytes(data)
 
 
-def connect_peer(sock: socket.socket, secret: bytes, me: int, server: int, processes: int) -> None:
-    """Authenticate a connection this process (index ``me``) opened to process ``server``."""
-    nonce = os.urandom(_NONCE)
-    sock.sendall(_HELLO.pack(_MAGIC, _VERSION, me, processes, hash_probe(), nonce))
-    reply = _recv_exact(sock, _NONCE + _MAC, "the server's proof")
-    server_nonce, proof = reply[:_NONCE], reply[_NONCE:]
-    if not hmac.compare_digest(proof, _mac(secret, b"server", nonce, server_nonce, me, server)):
+def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
+    sock.settimeout(max(0.001, deadline - time.monotonic()))
+    try:
+        sock.sendall(data)
+    except TimeoutError:
+        raise HandshakeTimeoutError("the peer took nothing during the handshake within its deadline") from None
+
+
+def connect_peer(
+    sock: socket.socket,
+    secret: bytes,
+    me: int,
+    server: int,
+    shape: int,
+    *,
+    deadline: float | None = None,
+    encrypt: bool = True,
+) -> LinkKeys:
+    """Authenticate a connection this process (index ``me``) opened to process ``server``; the link's keys.
+
+    ``encrypt`` False: frames are authenticated but not encrypted (both sides must agree; make it part of
+    ``shape``, as the cluster does).
+    """
+    check_secret(secret)
+    deadline = time.monotonic() + 30.0 if deadline is None else deadline
+    who = f"process {server}"
+    hello = _HELLO.pack(_MAGIC, _VERSION, me, shape, hash_probe(), os.urandom(_NONCE))
+    _send(sock, hello, deadline)
+    server_nonce = _recv_exact(sock, _NONCE, "the server's nonce", deadline, who)
+    transcript = hello + server_nonce + struct.pack("<I", server)
+    _send(sock, _mac(secret, b"client", transcript), deadline)
+    try:
+        reply = _recv_exact(sock, _MAC + 1, "the server's proof", deadline, who)
+    except AuthenticationError as exc:
+        if isinstance(exc, HandshakeTimeoutError):
+            raise
+        raise AuthenticationError(
+            f"process {server} refused this process's proof of the cluster secret; the processes were given "
+            "different secrets (set PYTIMELY_SECRET or PYTIMELY_SECRET_FILE alike everywhere)",
+            server,
+        ) from None
+    proof, verdict = reply[:_MAC], reply[_MAC:]
+    if not hmac.compare_digest(proof, _mac(secret, b"server", transcript + verdict)):
         raise AuthenticationError(
             f"process {server} did not prove it knows the cluster secret; the processes were given different "
             "secrets (set PYTIMELY_SECRET or PYTIMELY_SECRET_FILE alike everywhere)",
             server,
         )
-    sock.sendall(_mac(secret, b"client", nonce, server_nonce, me, server))
-    try:
-        ok = _recv_exact(sock, 1, "the server's verdict")
-    except AuthenticationError:
-        ok = b""
-    if ok == _BAD_SHAPE:
+    if verdict == _BAD_SHAPE:
         raise ConfigError(f"process {server} was told a different number of processes, or this index is out of range")
-    if ok == _BAD_HASH:
+    if verdict == _BAD_HASH:
         raise ConfigError(
             f"process {server} hashes strings differently, so keyed records would be routed inconsistently; "
             "start every process with the same PYTHONHASHSEED (pytimely launch does this)"
         )
-    if ok != _OK:
-        raise AuthenticationError(f"process {server} refused this process's proof of the cluster secret", server)
+    if verdict != _OK:
+        raise AuthenticationError(f"process {server} sent an unknown verdict {verdict!r}", server)
+    upstream, downstream = _keys(secret, hello, server_nonce, server, encrypt)
+    return LinkKeys(send=upstream, receive=downstream)
 
 
-def accept_peer(sock: socket.socket, secret: bytes, me: int, processes: int, bound: int | None = None) -> int:
-    """Authenticate a connection accepted by process ``me``; return the connecting process's index.
+def accept_peer(
+    sock: socket.socket,
+    secret: bytes,
+    me: int,
+    shape: int,
+    bound: int | None = None,
+    *,
+    deadline: float | None = None,
+    processes: int | None = None,
+    encrypt: bool = True,
+) -> tuple[int, LinkKeys]:
+    """Authenticate a connection accepted by process ``me``; the connecting process's index and the link's keys.
 
-    ``bound`` (default ``processes``) is one more than the highest index a peer may have: processes that join a
-    running computation take indices beyond the first ``processes``.
+    ``shape`` is what both sides must agree on (the process count, see the cluster); ``processes`` (default
+    ``shape``) and ``bound`` (default ``processes``) bound the peer's index: processes that join a running
+    computation take indices beyond the first ``processes``.
     """
-    bound = processes if bound is None else bound
-    hello = _recv_exact(sock, _HELLO.size, "a greeting")
-    magic, version, client, their_processes, probe, client_nonce = _HELLO.unpack(hello)
+    check_secret(secret)
+    deadline = time.monotonic() + 30.0 if deadline is None else deadline
+    bound = (shape if processes is None else processes) if bound is None else bound
+    who = "a connecting peer"
+    hello = _recv_exact(sock, _HELLO.size, "a greeting", deadline, who)
+    magic, version, client, their_shape, probe, _client_nonce = _HELLO.unpack(hello)
     if magic != _MAGIC:
         raise AuthenticationError("the peer is not a pytimely process (bad greeting)")
     if version != _VERSION:
         raise AuthenticationError(f"the peer speaks handshake version {version}, this process speaks {_VERSION}")
     server_nonce = os.urandom(_NONCE)
-    sock.sendall(server_nonce + _mac(secret, b"server", client_nonce, server_nonce, client, me))
-    proof = _recv_exact(sock, _MAC, "the client's proof")
-    if not hmac.compare_digest(proof, _mac(secret, b"client", client_nonce, server_nonce, client, me)):
+    _send(sock, server_nonce, deadline)
+    transcript = hello + server_nonce + struct.pack("<I", me)
+    proof = _recv_exact(sock, _MAC, "the client's proof", deadline, who)
+    if not hmac.compare_digest(proof, _mac(secret, b"client", transcript)):
         raise AuthenticationError(
             f"a peer claiming to be process {client} did not prove it knows the cluster secret", client
         )
     # Checked only after authentication so strangers learn nothing of the cluster's shape.
-    if their_processes != processes or not me < client < bound:
-        sock.sendall(_BAD_SHAPE)
+    if their_shape != shape or not me < client < bound:
+        verdict = _BAD_SHAPE
+    elif probe != hash_probe():
+        verdict = _BAD_HASH
+    else:
+        verdict = _OK
+    _send(sock, _mac(secret, b"server", transcript + verdict) + verdict, deadline)
+    if verdict == _BAD_SHAPE:
         raise ConfigError(
-            f"process {client} believes the cluster has {their_processes} processes, this one (process {me}) "
-            f"was told {processes}; or its index is out of range"
+            f"process {client} believes the cluster has another shape ({their_shape:#x}) than this one (process "
+            f"{me}, {shape:#x}); or its index is out of range"
         )
-    if probe != hash_probe():
-        sock.sendall(_BAD_HASH)
+    if verdict == _BAD_HASH:
         raise ConfigError(
             f"process {client} hashes strings differently from process {me}, so keyed records would be routed "
             "inconsistently; start every process with the same PYTHONHASHSEED (pytimely launch does this)"
         )
-    sock.sendall(_OK)
-    return int(client)
+    upstream, downstream = _keys(secret, hello, server_nonce, me, encrypt)
+    return int(client), LinkKeys(send=downstream, receive=upstream)

@@ -3,34 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
 from pytimely.communication.allocator import Precedence, Pull, Push
+from pytimely.communication.mailbox import Mailbox
 
 __all__ = ["LocalAllocator"]
-
-
-class _Mailbox:
-    """One worker's incoming side of one channel; ``deque`` appends and pops are thread-safe."""
-
-    __slots__ = ("_queue", "push")
-
-    def __init__(self) -> None:
-        self._queue: deque[Any] = deque()
-        self.push = self._queue.append
-
-    def drain(self) -> list[Any]:
-        """Take every queued message."""
-        queue = self._queue
-        if not queue:
-            return []
-        out = []
-        popleft = queue.popleft
-        for _ in range(len(queue)):
-            out.append(popleft())
-        return out
 
 
 class _Registry:
@@ -39,13 +18,13 @@ class _Registry:
     def __init__(self, peers: int) -> None:
         self.peers = peers
         self._lock = threading.Lock()
-        self._channels: dict[Hashable, list[_Mailbox]] = {}
+        self._channels: dict[Hashable, list[Mailbox]] = {}
 
-    def mailboxes(self, channel: Hashable) -> list[_Mailbox]:
+    def mailboxes(self, channel: Hashable) -> list[Mailbox]:
         with self._lock:
             boxes = self._channels.get(channel)
             if boxes is None:
-                boxes = self._channels[channel] = [_Mailbox() for _ in range(self.peers)]
+                boxes = self._channels[channel] = [Mailbox() for _ in range(self.peers)]
             return boxes
 
 

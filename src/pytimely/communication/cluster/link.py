@@ -1,0 +1,321 @@
+"""A link: the authenticated connection to one other process, with its sending and receiving threads.
+
+Sending and receiving have separate deadlines. The sending thread waits for
+as long as the peer is slow to read (backpressure, never a failure by itself);
+only a peer that takes no byte at all for ``send_timeout`` seconds while frames
+wait for it has failed. The receiving thread waits for
+readable bytes in slices of one heartbeat and judges the peer by *whole
+frames*: a peer from which no complete frame (data or heartbeat) arrived for
+``timeout`` seconds has failed. Bytes trickling into a half-read frame keep
+nothing alive. A peer that is really gone is noticed by the receiving side,
+which fails the cluster; closing the link then unblocks the sender.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from pytimely.communication.allocator import Precedence
+from pytimely.communication.cluster.queues import OutgoingFrame, SendQueues
+from pytimely.communication.frame import (
+    CONTROL_CHANNEL,
+    HEADER,
+    TAG,
+    Control,
+    Frame,
+    FrameDecoder,
+    FrameEncoder,
+    LinkKeys,
+)
+from pytimely.errors import (
+    CommunicationError,
+    FlowControlError,
+    FrameError,
+    MembershipError,
+    PeerFailedError,
+    SendTimeoutError,
+)
+
+if TYPE_CHECKING:
+    from pytimely.communication.cluster.process import Cluster
+
+__all__ = ["Link"]
+
+_POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
+
+
+class Link:
+    """The connection to one other process: a sending and a receiving thread."""
+
+    def __init__(self, cluster: Cluster, peer: int, sock: socket.socket, keys: LinkKeys) -> None:
+        self.cluster = cluster
+        self.peer = peer
+        self.sock = sock
+        self.cond = threading.Condition()
+        self.outgoing = SendQueues()
+        self.queues = self.outgoing.queues
+        self.queued = 0
+        self.max_queued = 0
+        self.waits = 0
+        self.done_wanted = False
+        self.done_sent = False
+        self.done_received = False
+        self.closed = False
+        # Control frames queued but not yet written: leaving the queue is not being on the wire.
+        self.controls_unsent = 0
+        self.encoder = FrameEncoder(keys.send)
+        self.decoder = FrameDecoder(peer, keys.receive)
+        self.last_heard = time.monotonic()
+        """When the last *whole* frame from the peer arrived (or reading resumed after this process paused it)."""
+        self.frames_sent = 0
+        self.bytes_sent = 0
+        self._sender = threading.Thread(target=self._send_loop, name=f"pytimely-send-{peer}", daemon=True)
+        self._receiver = threading.Thread(target=self._receive_loop, name=f"pytimely-recv-{peer}", daemon=True)
+
+    @property
+    def sending(self) -> bool:
+        """Whether frames queued now can still leave (the link is open and its sending thread runs)."""
+        return not self.closed and self._sender.is_alive()
+
+    def start(self) -> None:
+        """Start the sending and receiving threads."""
+        self._sender.start()
+        self._receiver.start()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def enqueue(self, frames: list[OutgoingFrame]) -> None:
+        """Queue frames for sending; data frames wait while the send window is full."""
+        cluster = self.cluster
+        window = cluster.config.send_window
+        with self.cond:
+            for frame in frames:
+                if frame.precedence == Precedence.DATA and self.queued > window:
+                    self._wait_for_window(window)
+                self.outgoing.put(frame)
+                self.queued += frame.length
+            self.max_queued = max(self.max_queued, self.queued)
+            self.cond.notify_all()
+
+    def _wait_for_window(self, window: int) -> None:
+        """Wait (holding ``cond``) until the queue is under ``window``: a slow peer slows this worker down."""
+        cluster = self.cluster
+        self.waits += 1
+        cluster._sender_blocked(+1)
+        since = time.monotonic()
+        try:
+            while self.queued > window and cluster.failure is None and not self.closed:
+                self.cond.wait(0.1)
+                # Waiting on a slow peer is fine; waiting while this process can read no more is a deadlock.
+                if cluster.receiving_full() and time.monotonic() - since > cluster.config.timeout:
+                    raise FlowControlError(
+                        f"process {cluster.me} waited {cluster.config.timeout} s to send to process {self.peer} "
+                        "while its own receive buffer was full: one step's output exceeds the send and receive "
+                        "windows in both directions (send smaller batches per step, or raise PYTIMELY_SEND_WINDOW "
+                        "and PYTIMELY_RECV_WINDOW)",
+                        self.peer,
+                    )
+                if not cluster.receiving_full():
+                    since = time.monotonic()
+        finally:
+            cluster._sender_blocked(-1)
+        cluster.check()
+
+    def control(self, code: Control, text: str = "") -> None:
+        """Queue a control frame (it overtakes every queued progress and data frame)."""
+        body = text.encode("utf-8", "replace")
+        with self.cond:
+            self.queues[Precedence.CONTROL].append(
+                OutgoingFrame.control(code, self.cluster.config.process, self.peer, body)
+            )
+            self.controls_unsent += 1
+            self.cond.notify_all()
+
+    def _send_loop(self) -> None:
+        heartbeat = self.cluster.config.heartbeat
+        me = self.cluster.config.process
+        last_sent = time.monotonic()
+        done_taken = False
+        try:
+            while True:
+                with self.cond:
+                    while True:
+                        if self.closed or (self.done_sent and self.done_received and self.cluster.elastic):
+                            return
+                        # Only control() queues at CONTROL precedence, so what leaves that level is its control frames.
+                        controls = len(self.queues[Precedence.CONTROL])
+                        batch = self.outgoing.take()
+                        controls -= len(self.queues[Precedence.CONTROL])
+                        if batch:
+                            break
+                        if self.done_wanted and not done_taken:
+                            batch = [OutgoingFrame.control(Control.DONE, me, self.peer)]
+                            done_taken = True
+                            break
+                        wait = heartbeat - (time.monotonic() - last_sent)
+                        if wait <= 0:
+                            batch = [OutgoingFrame.control(Control.HEARTBEAT, me, self.peer)]
+                            break
+                        self.cond.wait(wait)
+                self._write(batch)
+                last_sent = time.monotonic()
+                with self.cond:
+                    self.queued -= sum(f.length for f in batch)
+                    self.controls_unsent -= controls
+                    # Only now is DONE on the wire: closing earlier could cut it off.
+                    self.done_sent = done_taken
+                    self.cond.notify_all()
+                if done_taken:
+                    self.cluster._wake_all()
+        except OSError as exc:
+            if not self.closed and not (self.done_sent and self.done_received):
+                self.cluster.fail(self._lost(exc))
+        except CommunicationError as exc:
+            self.cluster.fail(exc)
+
+    def _write(self, batch: list[OutgoingFrame]) -> None:
+        buffers: list[bytes | bytearray | memoryview] = []
+        encode = self.encoder.encode
+        total = 0
+        for f in batch:
+            buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length))
+            total += HEADER.size + f.length + TAG
+        self.frames_sent += len(batch)
+        self.bytes_sent += total
+        sock = self.sock
+        views = [memoryview(b).cast("B") for b in buffers]
+        send_timeout = self.cluster.config.send_timeout
+        poller: select.poll | None = None
+        progress = time.monotonic()
+        while views:
+            # A slow reader holds this thread here, which is the backpressure; only a reader that takes no byte at
+            # all for send_timeout seconds fails.
+            try:
+                sent = sock.sendmsg(views[:1024], [], socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            if not sent:
+                if poller is None:
+                    poller = select.poll()
+                    poller.register(sock.fileno(), select.POLLOUT)
+                if self.closed:
+                    return
+                if time.monotonic() - progress > send_timeout:
+                    raise SendTimeoutError(
+                        f"process {self.peer} took no data for {send_timeout} s while frames waited for it "
+                        "(PYTIMELY_SEND_TIMEOUT): it is stalled or no longer reads",
+                        self.peer,
+                    )
+                poller.poll(100)
+                continue
+            progress = time.monotonic()
+            while sent:
+                head = views[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    views.pop(0)
+                else:
+                    views[0] = head[sent:]
+                    sent = 0
+            while views and not len(views[0]):
+                views.pop(0)
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def _receive_loop(self) -> None:
+        cluster = self.cluster
+        config = cluster.config
+        sock = self.sock
+        decoder = self.decoder
+        poller = select.poll()
+        poller.register(sock.fileno(), _POLL_IN)
+        slice_ms = int(config.heartbeat * 1000)
+        try:
+            while not self.closed:
+                if not poller.poll(slice_ms):
+                    self._check_silence()
+                    continue
+                n = sock.recv_into(decoder.buffer())
+                if n == 0:
+                    if self.done_received or self.closed:
+                        return
+                    detail = "" if decoder.idle else " in the middle of a frame"
+                    raise PeerFailedError(
+                        f"process {self.peer} closed its connection{detail} before finishing: it died or was killed",
+                        self.peer,
+                    )
+                frames = decoder.advance(n)
+                if frames:
+                    self.last_heard = time.monotonic()
+                    for frame in frames:
+                        self._handle(frame)
+                else:
+                    self._check_silence()
+                if cluster._throttle():
+                    # This process stopped reading, not the peer: its silence meanwhile proves nothing.
+                    self.last_heard = max(self.last_heard, time.monotonic())
+        except OSError as exc:
+            if not self.closed and not self.done_received:
+                cluster.fail(self._lost(exc))
+        except (CommunicationError, MembershipError) as exc:
+            cluster.fail(exc)
+
+    def _check_silence(self) -> None:
+        """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
+        timeout = self.cluster.config.timeout
+        silent = time.monotonic() - self.last_heard
+        if silent > timeout and not self.done_received and not self.closed:
+            partial = "" if self.decoder.idle else " (a frame it started never completed)"
+            raise PeerFailedError(
+                f"process {self.peer} sent no complete frame for {silent:.1f} s (timeout {timeout} s){partial}: "
+                "it is stalled or unreachable",
+                self.peer,
+            )
+
+    def _handle(self, frame: Frame) -> None:
+        if frame.dataflow == CONTROL_CHANNEL:
+            if frame.channel == Control.HEARTBEAT:
+                return
+            if frame.channel == Control.DONE:
+                self.done_received = True
+                self.cluster._wake_all()
+                return
+            if frame.channel == Control.ABORT:
+                reason = bytes(frame.payload).decode("utf-8", "replace")
+                raise PeerFailedError(f"process {self.peer} stopped: {reason}", self.peer)
+            if frame.channel == Control.JOIN and self.cluster.elastic:
+                self.cluster._joined(self.peer, bytes(frame.payload).decode("ascii", "replace"))
+                return
+            if frame.channel == Control.LEAVING and self.cluster.elastic:
+                self.cluster._leaving(self.peer)
+                return
+            raise FrameError(
+                f"process {self.peer} sent an unknown control frame {frame.channel}",
+                peer=self.peer,
+                channel=(frame.dataflow, frame.channel),
+            )
+        self.cluster._deliver(self.peer, frame)
+
+    def _lost(self, exc: OSError) -> PeerFailedError:
+        return PeerFailedError(
+            f"the connection to process {self.peer} failed ({type(exc).__name__}: {exc}): it died or is unreachable",
+            self.peer,
+        )
+
+    def close(self) -> None:
+        """Stop both threads and close the socket."""
+
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        for thread in (self._sender, self._receiver):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(timeout=2)
+        self.sock.close()

@@ -1,0 +1,460 @@
+"""This process's part of a cluster: its links, its workers' mailboxes, flow control and failing together."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+from pytimely.communication.cluster.allocator import ClusterAllocator
+from pytimely.communication.cluster.link import Link
+from pytimely.communication.cluster.membership import Membership
+from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
+from pytimely.communication.cluster.router import ClusterMailbox, Wire
+from pytimely.communication.frame import CONTROL_CHANNEL, Control, Frame, LinkKeys
+from pytimely.communication.handshake import check_secret
+from pytimely.config import Config
+from pytimely.errors import (
+    CommunicationError,
+    ConfigError,
+    FrameError,
+    MembershipError,
+    UnknownChannelError,
+)
+
+__all__ = ["Cluster"]
+
+log = logging.getLogger("pytimely.cluster")
+
+
+class Cluster:
+    """This process's part of a cluster: connections to every other process and its workers' mailboxes."""
+
+    def __init__(self, config: Config, *, listener: socket.socket | None = None) -> None:
+        self.config = config
+        self.me = config.process
+        self.workers = config.workers
+        self.first = config.first_worker
+        self.peers = config.peers
+        self.failure: BaseException | None = None
+        self.links: dict[int, Link] = {}
+        self._lock = threading.Condition()
+        self._mailboxes: dict[tuple[int, tuple[int, int]], ClusterMailbox] = {}
+        self._pending: dict[tuple[int, tuple[int, int]], list[Wire]] = {}
+        self._highest: tuple[int, int] = (-1, -1)
+        self._sealed = -1
+        self._wakes = [threading.Event() for _ in range(config.workers)]
+        self._unconsumed = 0
+        self.max_unconsumed = 0
+        self._blocked = 0
+        # A host that hands out addresses before the cluster starts (Spark's barrier stage) binds the
+        # listening socket itself, so the port it announced cannot be taken in between.
+        self._listener: socket.socket | None = listener
+        self.elastic = config.elastic
+        self.initial_peers = config.initial_peers if config.elastic else config.peers
+        self.events: list[Membership] = []
+        """Every membership change this process has heard of, in order (its workers apply them between steps)."""
+        self._applied: list[int] = []
+        self._retired = 0
+        self.live: set[int] = set(range(config.processes)) - set(config.left)
+        """Processes taking part (as far as this process knows), itself included."""
+        self.server: int | None = None
+        """For a joining process: the worker whose progress state its workers bootstrap from."""
+        self.leave_requested = False
+        """Set when someone asked this process to leave (``pytimely launch``'s control endpoint)."""
+        self._ready = 0
+        self._acceptor: threading.Thread | None = None
+        self._allocators: dict[int, ClusterAllocator] = {}
+
+    # -- setting up ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen, connect to every other process, authenticate, and start the links."""
+        check_secret(self.config.secret)
+        if self.config.join:
+            self._start_joining()
+            return
+        self._start()
+        if self.elastic:
+            self._accept_later()
+
+    def _listen(self, backlog: int) -> socket.socket:
+        """The listener on this process's port (made here unless one was handed in)."""
+        if self._listener is not None:
+            return self._listener
+        config = self.config
+        port = config.hosts[self.me][1]
+        if config.listen_fd is not None:
+            self._listener = inherited_listener(config.listen_fd, port)
+            return self._listener
+        try:
+            self._listener = socket.create_server((config.bind, port), backlog=backlog)
+        except OSError as exc:
+            raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
+        return self._listener
+
+    def _link(self, peer: int, sock: socket.socket, keys: LinkKeys) -> Link:
+        """The link to ``peer`` over an authenticated socket with its keys (not started yet)."""
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = self.links[peer] = Link(self, peer, sock, keys)
+        return link
+
+    def _start(self) -> None:
+        config = self.config
+        secret = config.secret
+        assert secret is not None
+        listener = self._listen(backlog=max(16, config.processes))
+        deadline = time.monotonic() + config.connect_timeout
+        accepted: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        accept_error: list[BaseException] = []
+        acceptor = threading.Thread(
+            target=accept_all,
+            args=(listener, config, secret, deadline, self._shape(), accepted, accept_error),
+            kwargs={"extra": self._link_joiner if self.elastic else None},
+            name="pytimely-accept",
+            daemon=True,
+        )
+        acceptor.start()
+        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        try:
+            for peer in range(self.me):
+                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
+        finally:
+            acceptor.join()
+            if not self.elastic:
+                listener.close()
+        if accept_error:
+            for sock, _ in sockets.values():
+                sock.close()
+            raise accept_error[0]
+        sockets.update(accepted)
+        links = [self._link(peer, sock, keys) for peer, (sock, keys) in sorted(sockets.items())]
+        for link in links:
+            link.start()
+
+    def _start_joining(self) -> None:
+        """Join a running computation: connect to every live process, say so, and keep accepting later joiners."""
+        config = self.config
+        secret = config.secret
+        assert secret is not None
+        listener = self._listen(backlog=16)
+        deadline = time.monotonic() + config.connect_timeout
+        members = sorted(self.live - {self.me})
+        if not members:
+            raise MembershipError(f"process {self.me} has no running process to join")
+        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        try:
+            for peer in members:
+                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
+        except BaseException:
+            for sock, _ in sockets.values():
+                sock.close()
+            listener.close()
+            raise
+        # The lowest member's first worker serves every newcomer: all members agree on it without asking.
+        self.server = members[0] * self.workers
+        for peer, (sock, keys) in sockets.items():
+            link = self._link(peer, sock, keys)
+            link.control(Control.JOIN, f"{self.server},{self.workers}")
+            link.start()
+        self._accept_later()
+
+    def _accept_later(self) -> None:
+        """Accept processes that join later, for as long as this process runs."""
+        self._acceptor = threading.Thread(target=self._accept_joiners, name="pytimely-accept-joiners", daemon=True)
+        self._acceptor.start()
+
+    def _accept_joiners(self) -> None:
+        listener = self._listener
+        assert listener is not None and self.config.secret is not None
+        listener.settimeout(0.2)
+        while self.failure is None:
+            try:
+                sock, address = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed: this process is finishing
+            # Each handshake in a thread of its own: a silent stranger must not hold up a joiner.
+            threading.Thread(
+                target=self._admit_joiner, args=(sock, address), name="pytimely-handshake", daemon=True
+            ).start()
+
+    def _admit_joiner(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        """Authenticate a process that joins; link it unless this process is leaving or knows it already."""
+        assert self.config.secret is not None
+        try:
+            got = accept_one(sock, address, self.config, self.config.secret, time.monotonic() + 3600, self._shape())
+        except ConfigError as exc:
+            log.warning("process %d refused a joining connection from %s:%s: %s", self.me, address[0], address[1], exc)
+            return
+        if got is not None:
+            self._link_joiner(got[0], sock, got[1])
+
+    def _link_joiner(self, peer: int, sock: socket.socket, keys: LinkKeys) -> None:
+        """Link an authenticated process that joins, unless this process is leaving or knows it already."""
+        with self._lock:
+            if self._ready:
+                log.warning("process %d is leaving and refused process %d, which tried to join", self.me, peer)
+                sock.close()
+                return
+            if peer in self.links or peer in self.live:
+                log.warning("process %d refused a second connection claiming to be process %d", self.me, peer)
+                sock.close()
+                return
+            link = self._link(peer, sock, keys)
+        link.start()
+
+    def _shape(self) -> int:
+        """What the handshake compares: the process count, or for elastic clusters the initial count and a flag."""
+        shape = (self.config.initial_processes | 1 << 31) if self.elastic else self.config.processes
+        # Processes that disagree on encrypting frames are refused at the handshake, naming the shape.
+        return shape if self.config.encrypt else shape | 1 << 30
+
+    def _joined(self, peer: int, text: str) -> None:
+        """A process connected to every member and said it joins (its ``JOIN`` frame)."""
+        try:
+            server, workers = (int(x) for x in text.split(","))
+        except ValueError:
+            raise FrameError(
+                f"process {peer} sent a malformed join frame {text!r}", peer=peer, channel=(CONTROL_CHANNEL, 3)
+            ) from None
+        if workers != self.workers:
+            raise MembershipError(
+                f"process {peer} runs {workers} workers; every process of an elastic computation runs the same "
+                f"number ({self.workers} here)"
+            )
+        first = peer * self.workers
+        with self._lock:
+            self.live.add(peer)
+            self.events.append(Membership("join", peer, tuple(range(first, first + workers)), server))
+            self._applied.append(self._retired)
+        log.info("process %d: process %d joins (bootstrap server: worker %d)", self.me, peer, server)
+        self._wake_all()
+
+    def _leaving(self, peer: int) -> None:
+        """A process said it leaves: once every worker here stops sending to it, tell it ``DONE``."""
+        first = peer * self.workers
+        with self._lock:
+            self.live.discard(peer)
+            self.events.append(Membership("leave", peer, tuple(range(first, first + self.workers)), None))
+            self._applied.append(self._retired)
+            self._check_applied(len(self.events) - 1)
+        log.info("process %d: process %d leaves", self.me, peer)
+        self._wake_all()
+
+    def _applied_by_worker(self, index: int) -> None:
+        with self._lock:
+            self._applied[index] += 1
+            self._check_applied(index)
+
+    def _check_applied(self, index: int) -> None:
+        event = self.events[index]
+        if event.kind == "leave" and self._applied[index] >= self.workers:
+            link = self.links.get(event.process)
+            if link is not None:
+                with link.cond:
+                    link.done_wanted = True
+                    link.cond.notify_all()
+
+    def _retire_worker(self) -> None:
+        """A worker here has finished: it applies no more membership changes, so count it as having applied all."""
+        with self._lock:
+            self._retired += 1
+            for index in range(len(self._applied)):
+                self._applied[index] += 1
+                self._check_applied(index)
+
+    def _worker_leaves(self) -> None:
+        """A worker here is ready to leave; once all are, tell every other process."""
+        with self._lock:
+            self._ready += 1
+            ready = self._ready == self.workers
+        if ready:
+            for link in list(self.links.values()):
+                link.control(Control.LEAVING)
+
+    def left_by_all(self) -> bool:
+        """Whether every other process has said ``DONE`` to this leaving one (it sends it nothing more)."""
+        return all(link.done_received for link in list(self.links.values()))
+
+    def allocator(self, local: int) -> ClusterAllocator:
+        """The allocator of this process's ``local``-th worker (one per worker: asking again gives the same)."""
+        with self._lock:
+            allocator = self._allocators.get(local)
+            if allocator is None:
+                allocator = self._allocators[local] = ClusterAllocator(self, local)
+            return allocator
+
+    # -- delivering ------------------------------------------------------------------------
+
+    def _mailbox(self, target: int, channel: tuple[int, int]) -> ClusterMailbox:
+        key = (target, channel)
+        box = self._mailboxes.get(key)
+        if box is None:
+            box = self._mailboxes[key] = ClusterMailbox(self, self._wakes[target - self.first])
+            pending = self._pending.pop(key, None)
+            if pending:
+                box._queue.extend(pending)
+                box._wake.set()
+        return box
+
+    def open(self, channel: tuple[int, int]) -> list[ClusterMailbox]:
+        """The mailboxes of ``channel`` for every worker of this process (created on first use)."""
+        with self._lock:
+            if channel > self._highest:
+                self._highest = channel
+                self._reject_pending_below(channel)
+            return [self._mailbox(self.first + i, channel) for i in range(self.workers)]
+
+    def seal(self, dataflow: int) -> None:
+        """A worker here has built ``dataflow``: it opens no more of its channels."""
+        with self._lock:
+            if dataflow > self._sealed:
+                self._sealed = dataflow
+                self._reject_pending_below((dataflow + 1, -1))
+
+    def _reject_pending_below(self, channel: tuple[int, int]) -> None:
+        for (_, ch), wires in self._pending.items():
+            if ch < channel and wires:
+                self._unknown(wires[0])
+
+    def _unknown(self, wire: Wire) -> None:
+        raise UnknownChannelError(
+            f"process {wire.peer} sent data on channel {wire.channel[0]}.{wire.channel[1]}, which no worker here "
+            "opens: the processes are not running the same dataflows",
+            peer=wire.peer,
+            channel=wire.channel,
+        )
+
+    def _deliver(self, peer: int, frame: Frame) -> None:
+        target = frame.target
+        channel = (frame.dataflow, frame.channel)
+        if not self.first <= target < self.first + self.workers:
+            raise FrameError(
+                f"process {peer} sent a frame for worker {target}, which does not run on process {self.me}",
+                peer=peer,
+                channel=channel,
+            )
+        payload = frame.payload
+        assert isinstance(payload, memoryview)
+        wire = Wire(payload, peer, channel)
+        with self._lock:
+            box = self._mailboxes.get((target, channel))
+            self._unconsumed += len(payload)
+            if self._unconsumed > self.max_unconsumed:
+                self.max_unconsumed = self._unconsumed
+            if box is None:
+                if channel < self._highest or channel[0] <= self._sealed:
+                    self._unknown(wire)
+                self._pending.setdefault((target, channel), []).append(wire)
+                return
+        box._queue.append(wire)
+        box._wake.set()
+
+    def _consumed(self, nbytes: int) -> None:
+        with self._lock:
+            self._unconsumed -= nbytes
+            self._lock.notify_all()
+
+    def _sender_blocked(self, delta: int) -> None:
+        with self._lock:
+            self._blocked += delta
+            self._lock.notify_all()
+
+    def receiving_full(self) -> bool:
+        """Whether received data not yet taken has reached the hard bound (receive window plus send window)."""
+        return self._unconsumed > self.config.recv_window + self.config.send_window
+
+    def _throttle(self) -> bool:
+        """Called by receiving threads: wait while too much received data is untaken; whether it waited.
+
+        While a worker here waits to send, reading goes on up to ``recv_window + send_window`` so that two
+        processes sending to each other do not deadlock; past that, reading stops regardless, so memory stays
+        bounded (a worker that then cannot send within the timeout fails with a FlowControlError).
+        """
+        config = self.config
+        if self._unconsumed <= config.recv_window:
+            return False
+        hard = config.recv_window + config.send_window
+        waited = False
+        with self._lock:
+            while self.failure is None and self._unconsumed > (config.recv_window if self._blocked == 0 else hard):
+                waited = True
+                self._lock.wait(0.1)
+        return waited
+
+    def _wake_all(self) -> None:
+        for wake in self._wakes:
+            wake.set()
+        with self._lock:
+            self._lock.notify_all()
+
+    # -- failing and finishing ---------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise the cluster's failure, if there is one."""
+        failure = self.failure
+        if failure is not None:
+            raise failure
+
+    def fail(self, error: BaseException) -> None:
+        """Stop the computation: remember the first error, tell every peer why, wake every worker."""
+        with self._lock:
+            if self.failure is not None:
+                return
+            self.failure = error
+        reason = f"{type(error).__name__}: {error}"
+        log.debug("process %d fails: %s", self.me, reason)
+        for link in list(self.links.values()):
+            link.control(Control.ABORT, reason)
+        self._wake_all()
+
+    def finish(self) -> None:
+        """After this process's workers are done: say so to every peer and wait until every peer has said so."""
+        self.check()
+        with self._lock:
+            for wires in self._pending.values():
+                if wires:
+                    self._unknown(wires[0])
+        for link in list(self.links.values()):
+            with link.cond:
+                link.done_wanted = True
+                link.cond.notify_all()
+        while True:
+            self.check()
+            if all(link.done_received and link.done_sent for link in list(self.links.values())):
+                return
+            with self._lock:
+                self._lock.wait(0.05)
+
+    def close(self, *, grace: float = 1.0) -> None:
+        """Close every link; after a failure, first give the ABORT frames ``grace`` seconds to leave."""
+        if self._listener is not None and self.elastic:
+            self._listener.close()
+        if self.failure is not None:
+            deadline = time.monotonic() + grace
+            for link in self.links.values():
+                with link.cond:
+                    while link.controls_unsent and link.sending and time.monotonic() < deadline:
+                        link.cond.wait(0.02)
+        for link in list(self.links.values()):
+            link.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for tests and benchmarks: queue peaks, waits, frames and bytes sent per peer."""
+        return {
+            "max_unconsumed": self.max_unconsumed,
+            "links": {
+                peer: {
+                    "max_queued": link.max_queued,
+                    "waits": link.waits,
+                    "frames_sent": link.frames_sent,
+                    "bytes_sent": link.bytes_sent,
+                }
+                for peer, link in self.links.items()
+            },
+        }

@@ -1,0 +1,144 @@
+"""Routing messages to workers: mailboxes fed by local workers and links, and push ends towards every worker.
+
+A worker's mailbox is the in-process :class:`~pytimely.communication.mailbox.Mailbox`
+that also takes checked payloads from other processes (:class:`Wire`), decoded
+only when the worker drains them. Push ends towards workers of another process
+pickle into the worker's outbox as typed :class:`~pytimely.communication.cluster.queues.OutgoingFrame`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from pytimely.communication.allocator import Precedence
+from pytimely.communication.cluster.queues import OutgoingFrame
+from pytimely.communication.mailbox import Mailbox
+from pytimely.communication.payload import dumps, loads
+from pytimely.errors import MembershipError, PayloadError
+
+if TYPE_CHECKING:
+    from pytimely.communication.cluster.process import Cluster
+
+__all__ = ["ClusterMailbox", "Pushes", "RemotePush", "Wire"]
+
+
+class Pushes:
+    """Push ends of one channel by worker id, for a cluster whose members change (entries come and go)."""
+
+    __slots__ = ("_by_id", "_initial", "_live")
+
+    def __init__(self, initial: int) -> None:
+        self._by_id: dict[int, Any] = {}
+        self._live: list[tuple[int, Any]] = []
+        self._initial = initial
+
+    def add(self, worker: int, push: Any) -> None:
+        if worker not in self._by_id:
+            self._by_id[worker] = push
+            self._live = sorted(self._by_id.items())
+
+    def remove(self, worker: int) -> None:
+        if self._by_id.pop(worker, None) is not None:
+            self._live = sorted(self._by_id.items())
+
+    def targets(self) -> list[tuple[int, Any]]:
+        """``(worker id, push)`` of every member, by id."""
+        return self._live
+
+    def __len__(self) -> int:
+        # ``exchange`` spreads records over the workers the computation started with, whoever joins later.
+        return self._initial
+
+    def __getitem__(self, worker: int) -> Any:
+        push = self._by_id.get(worker)
+        if push is None:
+            raise MembershipError(f"worker {worker} is not a member of the computation (it left, or never joined)")
+        return push
+
+    def __iter__(self) -> Any:
+        return iter([push for _, push in self._live])
+
+
+class Wire:
+    """A checked payload from another process, decoded when its worker drains it."""
+
+    __slots__ = ("channel", "payload", "peer")
+
+    def __init__(self, payload: memoryview, peer: int, channel: tuple[int, int]) -> None:
+        self.payload = payload
+        self.peer = peer
+        self.channel = channel
+
+
+class ClusterMailbox(Mailbox):
+    """One worker's incoming side of one channel, fed by local workers (objects) and links (payloads)."""
+
+    __slots__ = ("_cluster", "_wake")
+
+    def __init__(self, cluster: Cluster, wake: threading.Event) -> None:
+        super().__init__()
+        self._cluster = cluster
+        self._wake = wake
+        self.push = self._push_and_wake
+
+    def _push_and_wake(self, message: Any) -> None:
+        """A message from a worker of this process."""
+        self._queue.append(message)
+        self._wake.set()
+
+    def wire(self, messages: list[Wire]) -> None:
+        """Payloads that arrived from another process, to decode when drained."""
+        self._queue.extend(messages)
+        self._wake.set()
+
+    def drain(self) -> list[Any]:
+        """Every queued message, oldest first; payloads from other processes are decoded here."""
+        queue = self._queue
+        if not queue:
+            return []
+        out = []
+        popleft = queue.popleft
+        consumed = 0
+        for _ in range(len(queue)):
+            message = popleft()
+            if type(message) is Wire:
+                consumed += len(message.payload)
+                try:
+                    message = loads(message.payload)
+                except Exception as exc:
+                    error = PayloadError(
+                        f"a checked frame from process {message.peer} on channel "
+                        f"{message.channel[0]}.{message.channel[1]} holds a payload that cannot be decoded: "
+                        f"{type(exc).__name__}: {exc}",
+                        peer=message.peer,
+                        channel=message.channel,
+                    )
+                    self._cluster.fail(error)
+                    raise error from exc
+            out.append(message)
+        if consumed:
+            self._cluster._consumed(consumed)
+        return out
+
+
+class RemotePush:
+    """The push end towards a worker of another process: pickles into the worker's outbox."""
+
+    __slots__ = ("_channel", "_dataflow", "_outbox", "_precedence", "_source", "_target")
+
+    def __init__(
+        self, outbox: list[OutgoingFrame], precedence: Precedence, channel: tuple[int, int], source: int, target: int
+    ) -> None:
+        self._outbox = outbox
+        self._precedence = precedence
+        self._dataflow, self._channel = channel
+        self._source = source
+        self._target = target
+
+    def push(self, message: Any) -> None:
+        """Serialise ``message`` now (the sender may reuse its objects) and queue it until release."""
+        parts, length = dumps(message)
+        self._outbox.append(
+            OutgoingFrame(self._precedence, self._dataflow, self._channel, self._source, self._target, parts, length)
+        )

@@ -1,0 +1,70 @@
+"""A link's send deadline over a real socket pair: a slow reader is waited for, one that takes nothing fails."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from pytimely.communication.cluster.link import Link
+from pytimely.communication.cluster.queues import OutgoingFrame
+from pytimely.communication.frame import FrameKeys, LinkKeys
+from pytimely.config import Config
+from pytimely.errors import SendTimeoutError
+
+KEYS = LinkKeys(FrameKeys(os.urandom(32), os.urandom(32)), FrameKeys(os.urandom(32), os.urandom(32)))
+
+
+def link_over(sock: socket.socket, send_timeout: float) -> Link:
+    """A link whose cluster is only what sending needs (its configuration)."""
+    config = Config(send_timeout=send_timeout)
+    return Link(SimpleNamespace(config=config), 1, sock, KEYS)  # type: ignore[arg-type]
+
+
+def batch(frames: int, size: int = 1 << 20) -> list[OutgoingFrame]:
+    """``frames`` data frames of ``size`` bytes each."""
+    payload = bytes(size)
+    return [OutgoingFrame(1, 0, 0, 0, 1, [payload], size) for _ in range(frames)]  # type: ignore[arg-type]
+
+
+def test_a_peer_that_takes_nothing_fails_after_the_send_timeout() -> None:
+    a, b = socket.socketpair()
+    try:
+        link = link_over(a, send_timeout=1.0)
+        started = time.monotonic()
+        with pytest.raises(SendTimeoutError, match=r"process 1 took no data for 1\.0 s"):
+            link._write(batch(16))
+        assert 1.0 <= time.monotonic() - started < 4
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_slow_reader_is_waited_for_past_the_send_timeout() -> None:
+    a, b = socket.socketpair()
+    total = 8 * ((1 << 20) + 56)
+    got = [0]
+
+    def slow_reader() -> None:
+        while got[0] < total:
+            data = b.recv(256 << 10)
+            if not data:
+                return
+            got[0] += len(data)
+            time.sleep(0.1)  # 2.5 MiB/s: the whole batch takes longer than the send timeout
+
+    reader = threading.Thread(target=slow_reader)
+    reader.start()
+    try:
+        started = time.monotonic()
+        link_over(a, send_timeout=1.0)._write(batch(8))
+        assert time.monotonic() - started > 1.0
+    finally:
+        a.close()
+        reader.join(10)
+        b.close()
+    assert got[0] == total
