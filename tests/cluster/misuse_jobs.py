@@ -43,3 +43,43 @@ def wait_for_held_time(worker: Worker) -> None:
     handle.send(worker.index)
     handle.advance_to(3)
     worker.step_while(lambda: probe.less_than(3), timeout=float(sys.argv[1]))
+
+
+def hold_forever(worker: Worker) -> None:
+    """Every worker feeds an operator that keeps its capability at time 0 for ever, then returns (to finish)."""
+
+    def hoarder(cap: Any, info: Any) -> Any:
+        def logic(inp: Any, out: Any) -> None:
+            for _ in inp:
+                pass
+
+        return logic
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        stream.exchange(lambda r: r).unary(hoarder, name="hoarder").probe()
+        return handle
+
+    handle = worker.dataflow(build)
+    handle.send(worker.index)
+
+
+def slow_last_process(worker: Worker) -> None:
+    """The last process's workers keep their inputs open in user code for ``sys.argv[1]`` seconds; nobody stalls.
+
+    The others reach ``finish`` at once and wait there, quiet, longer than the stall timeout.
+    """
+    import sys
+    import time
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.exchange(lambda r: r).count().capture()
+
+    handle, captured = worker.dataflow(build)
+    if worker.index >= worker.peers - worker.workers_per_process:
+        time.sleep(float(sys.argv[1]))
+    handle.send(worker.index)
+    handle.close()
+    worker.finish()
+    print(sum(n for _, batch in captured for n in batch))

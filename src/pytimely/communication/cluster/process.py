@@ -12,6 +12,7 @@ from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
+from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
 from pytimely.communication.frame import CONTROL_CHANNEL, Control, Frame, LinkKeys
 from pytimely.communication.handshake import check_secret
@@ -67,6 +68,8 @@ class Cluster:
         self._ready = 0
         self._acceptor: threading.Thread | None = None
         self._allocators: dict[int, ClusterAllocator] = {}
+        self.quiescence = Quiescence(config.workers)
+        """How long this process and its peers have been quiet (heartbeats carry its reports)."""
 
     # -- setting up ------------------------------------------------------------------------
 
