@@ -83,3 +83,29 @@ def slow_last_process(worker: Worker) -> None:
     handle.close()
     worker.finish()
     print(sum(n for _, batch in captured for n in batch))
+
+
+def leave_on_its_own(worker: Worker) -> str | None:
+    """Process 1 calls ``Worker.leave`` without asking anyone, then lingers; process 0 waits until worker 1 is no
+    longer a member and returns what ``pytimely launch --elastic`` says of process 1 at that moment."""
+    import time
+
+    from pytimely.membership import request
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.probe()
+
+    handle, probe = worker.dataflow(build)
+    handle.send(worker.index)
+    handle.advance_to(1)
+    if worker.index == 1:
+        worker.leave(at=1)
+        time.sleep(2.0)  # still running: only a leave it announced tells the launcher it is going
+        return None
+    deadline = time.monotonic() + 30
+    worker.step_while(lambda: 1 in worker.members and time.monotonic() < deadline)
+    state = request("status", 1)["state"]
+    handle.close()
+    worker.step_while(lambda: not probe.done(), timeout=30)
+    return str(state)

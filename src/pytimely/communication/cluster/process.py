@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pytimely.communication.cluster.allocator import ClusterAllocator
@@ -33,8 +34,16 @@ log = logging.getLogger("pytimely.cluster")
 class Cluster:
     """This process's part of a cluster: connections to every other process and its workers' mailboxes."""
 
-    def __init__(self, config: Config, *, listener: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        listener: socket.socket | None = None,
+        on_leave: Callable[[int], None] | None = None,
+    ) -> None:
         self.config = config
+        self._on_leave = on_leave
+        """Told this process's index before it says ``LEAVING`` (whoever starts newcomers must hear of it first)."""
         self.me = config.process
         self.workers = config.workers
         self.first = config.first_worker
@@ -277,6 +286,9 @@ class Cluster:
             self._ready += 1
             ready = self._ready == self.workers
         if ready:
+            # Before any peer hears of the leave, so a newcomer started from now on is not told to dial it.
+            if self._on_leave is not None:
+                self._on_leave(self.me)
             for link in list(self.links.values()):
                 link.control(Control.LEAVING)
 
