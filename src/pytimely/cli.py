@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import os
 import secrets
@@ -73,8 +74,12 @@ def _run(argv: Sequence[str]) -> int:
         parser.error(str(exc))
     saved = sys.argv
     sys.argv = [args.target, *args.args]
+    on_leave = None
+    control = os.environ.get("PYTIMELY_CONTROL")
+    if config.elastic and control:
+        on_leave = functools.partial(_announce_leave, control, config.secret)
     try:
-        results = execute(func, config=config)
+        results = execute(func, config=config, on_leave=on_leave)
     except (InputFormatError, OutputPathError) as exc:
         print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
         return 2
@@ -87,6 +92,13 @@ def _run(argv: Sequence[str]) -> int:
         if result is not None:
             print(f"worker {config.first_worker + i}: {result!r}")
     return 0
+
+
+def _announce_leave(address: str, secret: bytes | None, process: int) -> None:
+    """Tell the launcher's control endpoint ``process`` leaves, so it hands no newcomer this process to dial."""
+    from pytimely.membership import request
+
+    request("leaving", process, address=address, secret=secret)
 
 
 def _bind(port: int) -> socket.socket:

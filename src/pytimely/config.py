@@ -15,6 +15,7 @@ can configure processes without touching their command lines::
                          PYTIMELY_CONNECT_TIMEOUT  seconds to wait for every peer to connect (60)
                          PYTIMELY_HANDSHAKE_TIMEOUT seconds one connecting peer may take to authenticate (10)
                          PYTIMELY_SEND_TIMEOUT     seconds a peer may take no byte while frames wait for it (60)
+                         PYTIMELY_STALL_TIMEOUT    seconds every process must be quiet before a stall is reported (30)
                          PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
                          PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
@@ -60,11 +61,13 @@ class Config:
     timeout: float = 10.0
     connect_timeout: float = 60.0
     handshake_timeout: float = 10.0
+    """Seconds one connecting peer may take over its handshake (handshakes run in parallel, within connect_timeout)."""
     send_timeout: float = 60.0
     """Seconds a peer may take no byte at all while frames wait for it (a slow reader is never failed)."""
+    stall_timeout: float = 30.0
+    """Seconds every process must be quiet, with nothing sent, before an unfinished computation is stalled."""
     encrypt: bool = True
     """Whether frames are encrypted as well as authenticated (False: authenticated only, readable on the wire)."""
-    """Seconds one connecting peer may take over its handshake (handshakes run in parallel, within connect_timeout)."""
     send_window: int = 64 << 20
     """Bytes of data frames a process may queue towards one peer before its workers wait."""
     recv_window: int = 64 << 20
@@ -94,6 +97,7 @@ class Config:
             "connect_timeout",
             "handshake_timeout",
             "send_timeout",
+            "stall_timeout",
             "send_window",
             "recv_window",
         ):
@@ -264,6 +268,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         connect_timeout=number("PYTIMELY_CONNECT_TIMEOUT", 60.0),
         handshake_timeout=number("PYTIMELY_HANDSHAKE_TIMEOUT", 10.0),
         send_timeout=number("PYTIMELY_SEND_TIMEOUT", 60.0),
+        stall_timeout=number("PYTIMELY_STALL_TIMEOUT", 30.0),
         encrypt=env.get("PYTIMELY_ENCRYPT", "1") not in ("0", "false", "no"),
         send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
         recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),

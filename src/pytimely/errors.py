@@ -428,3 +428,7 @@ class SendTimeoutError(PeerFailedError):
 
 class FlowControlError(CommunicationError):
     """Processes sending to each other filled every window and none can read more: one step's output is too big."""
+
+
+class PeerStalledError(PeerFailedError, StalledError):
+    """Another process found the whole computation stalled and stopped it; its message names what is held."""

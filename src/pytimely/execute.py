@@ -65,6 +65,7 @@ def execute(
     config: Config | None = None,
     seed: int | None = None,
     check_serialization: bool = False,
+    on_leave: Callable[[int], None] | None = None,
 ) -> list[R]:
     """Run ``func(worker)`` on ``workers`` workers (or as ``config`` lays out); return this process's results.
 
@@ -72,7 +73,7 @@ def execute(
     this process (one worker included) and delivers the copies, so a record that could not cross to
     another process fails here as it would there, with an
     :class:`~pytimely.errors.UnpicklableRecordError` naming the exchange and the operator that sent it.
-    It costs a pickle round trip per batch: meant for tests.
+    It costs a pickle round trip per batch: meant for tests. ``on_leave`` is as for :func:`run_process`.
     """
     if config is not None:
         if workers != 1 and workers != config.workers:
@@ -82,7 +83,7 @@ def execute(
                 raise InvalidArgument(
                     "seed= orders in-process workers; a cluster of processes cannot be replayed by it"
                 )
-            return run_process(func, config, check_serialization=check_serialization)
+            return run_process(func, config, check_serialization=check_serialization, on_leave=on_leave)
         workers = config.workers
     if type(workers) is not int or workers < 1:
         raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
@@ -169,14 +170,17 @@ def run_process(
     *,
     listener: socket.socket | None = None,
     check_serialization: bool = False,
+    on_leave: Callable[[int], None] | None = None,
 ) -> list[R]:
     """Run this process's part of a cluster: ``func`` on each of its workers; their results, in order.
 
     ``listener``, a socket already listening on this process's address, is for hosts that must announce
     the address before the cluster starts; it is closed once every peer has connected.
-    ``check_serialization`` is as for :func:`execute`.
+    ``check_serialization`` is as for :func:`execute`. In an elastic cluster, ``on_leave(process)`` is called
+    when this process leaves (however its workers came to call :meth:`Worker.leave`), before any peer hears
+    of it: ``pytimely run`` uses it to tell ``pytimely launch --elastic``'s control endpoint.
     """
-    cluster = Cluster(config, listener=listener)
+    cluster = Cluster(config, listener=listener, on_leave=on_leave)
     if config.elastic and threading.current_thread() is threading.main_thread():
         import signal
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytimely.communication.allocator import Allocator, elastic_view
+from pytimely.communication.allocator import Allocator, ElasticAllocator, elastic_view
 from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
 from pytimely.errors import InvalidArgument, MembershipError, ScopeError, StalledError, StepTimeoutError
@@ -150,6 +150,7 @@ class Worker:
         deadline = None if timeout is None else time.monotonic() + timeout
         idle = 0
         waiting, self.waiting = self.waiting, True
+        cluster = elastic_view(self._allocator)
         try:
             while condition():
                 if deadline is not None and time.monotonic() >= deadline:
@@ -159,17 +160,27 @@ class Worker:
                     )
                 self.step()
                 idle = 0 if self.last_step_worked else idle + 1
-                if self._stalled_for(idle):
+                if self._stalled_for(idle, cluster):
                     raise self._stalled("step_while's condition can never become false")
                 if idle:
                     wait = _PARK if deadline is None else max(0.0, min(_PARK, deadline - time.monotonic()))
                     self._allocator.park(wait)
         finally:
             self.waiting = waiting
+            if cluster is not None:
+                cluster.quiet(False)
 
-    def _stalled_for(self, idle: int) -> bool:
-        """Whether ``idle`` steps in a row prove nothing can move: no other worker could send this one anything."""
-        return idle >= 2 and self.peers == 1
+    def _stalled_for(self, idle: int, cluster: ElasticAllocator | None) -> bool:
+        """Whether ``idle`` steps in a row prove nothing can move.
+
+        Alone, two idle steps prove it. In a cluster this worker says it is quiet, and the proof is every
+        process quiet with nothing sent for the stall timeout (see :mod:`pytimely.communication.cluster.quiescence`).
+        """
+        if cluster is not None:
+            cluster.quiet(idle >= 2)
+        if idle < 2:
+            return False
+        return self.peers == 1 or (cluster is not None and cluster.stalled())
 
     @property
     def running(self) -> bool:
@@ -218,9 +229,10 @@ class Worker:
             return
         self.close_inputs()
         idle = 0
+        cluster = elastic_view(self._allocator)
         while self.step():
             idle = 0 if self.last_step_worked else idle + 1
-            if self._stalled_for(idle):
+            if self._stalled_for(idle, cluster):
                 raise self._stalled()
             if idle:
                 self._allocator.park(_PARK)

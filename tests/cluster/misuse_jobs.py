@@ -43,3 +43,69 @@ def wait_for_held_time(worker: Worker) -> None:
     handle.send(worker.index)
     handle.advance_to(3)
     worker.step_while(lambda: probe.less_than(3), timeout=float(sys.argv[1]))
+
+
+def hold_forever(worker: Worker) -> None:
+    """Every worker feeds an operator that keeps its capability at time 0 for ever, then returns (to finish)."""
+
+    def hoarder(cap: Any, info: Any) -> Any:
+        def logic(inp: Any, out: Any) -> None:
+            for _ in inp:
+                pass
+
+        return logic
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        stream.exchange(lambda r: r).unary(hoarder, name="hoarder").probe()
+        return handle
+
+    handle = worker.dataflow(build)
+    handle.send(worker.index)
+
+
+def slow_last_process(worker: Worker) -> None:
+    """The last process's workers keep their inputs open in user code for ``sys.argv[1]`` seconds; nobody stalls.
+
+    The others reach ``finish`` at once and wait there, quiet, longer than the stall timeout.
+    """
+    import sys
+    import time
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.exchange(lambda r: r).count().capture()
+
+    handle, captured = worker.dataflow(build)
+    if worker.index >= worker.peers - worker.workers_per_process:
+        time.sleep(float(sys.argv[1]))
+    handle.send(worker.index)
+    handle.close()
+    worker.finish()
+    print(sum(n for _, batch in captured for n in batch))
+
+
+def leave_on_its_own(worker: Worker) -> str | None:
+    """Process 1 calls ``Worker.leave`` without asking anyone, then lingers; process 0 waits until worker 1 is no
+    longer a member and returns what ``pytimely launch --elastic`` says of process 1 at that moment."""
+    import time
+
+    from pytimely.membership import request
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.probe()
+
+    handle, probe = worker.dataflow(build)
+    handle.send(worker.index)
+    handle.advance_to(1)
+    if worker.index == 1:
+        worker.leave(at=1)
+        time.sleep(2.0)  # still running: only a leave it announced tells the launcher it is going
+        return None
+    deadline = time.monotonic() + 30
+    worker.step_while(lambda: 1 in worker.members and time.monotonic() < deadline)
+    state = request("status", 1)["state"]
+    handle.close()
+    worker.step_while(lambda: not probe.done(), timeout=30)
+    return str(state)

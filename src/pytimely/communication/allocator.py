@@ -116,6 +116,14 @@ class ElasticAllocator(Allocator, Protocol):
         """Whether this worker's process was asked to leave."""
         ...
 
+    def quiet(self, flag: bool) -> None:
+        """Whether this worker now only waits for its dataflows and its last steps found nothing to do."""
+        ...
+
+    def stalled(self) -> bool:
+        """Whether every process has been quiet, with nothing sent, for the cluster's stall timeout."""
+        ...
+
     def ready_to_leave(self) -> None:
         """This worker may go; once every worker of the process is ready, the process says it leaves."""
         ...

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytimely.communication.allocator import Precedence
+from pytimely.communication.allocator import ElasticAllocator, Precedence, elastic_view
 from pytimely.communication.payload import dumps
 from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
@@ -66,14 +66,16 @@ class Subgraph:
         self.operators: list[OperatorCore] = []
         self.sender: ProgressSender[Any] = ProgressSender(self.worker)
         self.record = self.sender.record
-        self.elastic: bool = getattr(allocator, "elastic", False)
-        self._events_seen = getattr(allocator, "seen", 0)
-        self._receiver = ProgressReceiver(allocator.members if self.elastic else self.peers)  # type: ignore[attr-defined]
+        view = elastic_view(allocator)
+        self._elastic: ElasticAllocator | None = view if view is not None and view.elastic else None
+        self.elastic = self._elastic is not None
+        self._events_seen = 0 if view is None else view.seen
+        self._receiver = ProgressReceiver(self._elastic.members if self._elastic is not None else self.peers)
         self._server = BootstrapServer(self.worker)
         self._own: ChangeBatch[tuple[Source, Any]] = ChangeBatch()
         """This worker's own capabilities, as far as it has sent them (pending changes come on top)."""
         self._pinned: list[str] = []
-        joining = getattr(allocator, "joining", None)
+        joining = None if view is None else view.joining
         self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
         self._boot_started = time.perf_counter()
         self._boot_report: dict[str, float] = {}
@@ -184,10 +186,10 @@ class Subgraph:
         tracker = self.tracker
         assert tracker is not None
         worked = False
-        if self.elastic:
-            seen = self.allocator.seen  # type: ignore[attr-defined]
+        if self._elastic is not None:
+            seen = self._elastic.seen
             if seen > self._events_seen:
-                self._membership(self.allocator.events[self._events_seen : seen])  # type: ignore[attr-defined]
+                self._membership(self._elastic.events[self._events_seen : seen])
                 self._events_seen = seen
                 worked = True
         if self._boot is not None:

@@ -125,8 +125,19 @@ class ClusterAllocator:
 
     def retire(self) -> None:
         """This worker has finished; it applies no further membership changes."""
+        self._cluster.quiescence.quiet(self._local, True)
         if self.elastic:
             self._cluster._retire_worker()
+
+    def quiet(self, flag: bool) -> None:
+        """Whether this worker now only waits for its dataflows and its last steps found nothing to do."""
+        self._cluster.quiescence.quiet(self._local, flag)
+
+    def stalled(self) -> bool:
+        """Whether the whole cluster has been quiet for ``Config.stall_timeout`` seconds (nothing can move)."""
+        cluster = self._cluster
+        peers = [p for p in cluster.live if p != cluster.me]
+        return cluster.quiescence.quiet_for(peers) >= cluster.config.stall_timeout
 
     def ready_to_leave(self) -> None:
         """This worker may go; once every worker of the process is ready, the process says it leaves."""
@@ -146,6 +157,7 @@ class ClusterAllocator:
         by_process: dict[int, list[OutgoingFrame]] = {}
         for frame in outbox:
             by_process.setdefault(frame.target // workers, []).append(frame)
+        cluster.quiescence.sent(len(outbox))
         outbox.clear()
         for process, frames in by_process.items():
             cluster.links[process].enqueue(frames)

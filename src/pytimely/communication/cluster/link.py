@@ -38,7 +38,9 @@ from pytimely.errors import (
     FrameError,
     MembershipError,
     PeerFailedError,
+    PeerStalledError,
     SendTimeoutError,
+    StalledError,
 )
 
 if TYPE_CHECKING:
@@ -159,7 +161,8 @@ class Link:
                             break
                         wait = heartbeat - (time.monotonic() - last_sent)
                         if wait <= 0:
-                            batch = [OutgoingFrame.control(Control.HEARTBEAT, me, self.peer)]
+                            report = self.cluster.quiescence.report()
+                            batch = [OutgoingFrame.control(Control.HEARTBEAT, me, self.peer, report)]
                             break
                         self.cond.wait(wait)
                 self._write(batch)
@@ -280,6 +283,7 @@ class Link:
     def _handle(self, frame: Frame) -> None:
         if frame.dataflow == CONTROL_CHANNEL:
             if frame.channel == Control.HEARTBEAT:
+                self.cluster.quiescence.heard(self.peer, bytes(frame.payload))
                 return
             if frame.channel == Control.DONE:
                 self.done_received = True
@@ -287,7 +291,9 @@ class Link:
                 return
             if frame.channel == Control.ABORT:
                 reason = bytes(frame.payload).decode("utf-8", "replace")
-                raise PeerFailedError(f"process {self.peer} stopped: {reason}", self.peer)
+                # A stall is the computation's, not the peer's: every process reports it as one.
+                kind = PeerStalledError if reason.startswith(f"{StalledError.__name__}:") else PeerFailedError
+                raise kind(f"process {self.peer} stopped: {reason}", self.peer)
             if frame.channel == Control.JOIN and self.cluster.elastic:
                 self.cluster._joined(self.peer, bytes(frame.payload).decode("ascii", "replace"))
                 return
@@ -299,6 +305,7 @@ class Link:
                 peer=self.peer,
                 channel=(frame.dataflow, frame.channel),
             )
+        self.cluster.quiescence.active(self.peer)
         self.cluster._deliver(self.peer, frame)
 
     def _lost(self, exc: OSError) -> PeerFailedError:

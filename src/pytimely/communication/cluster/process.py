@@ -6,12 +6,14 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
+from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
 from pytimely.communication.frame import CONTROL_CHANNEL, Control, Frame, LinkKeys
 from pytimely.communication.handshake import check_secret
@@ -32,8 +34,16 @@ log = logging.getLogger("pytimely.cluster")
 class Cluster:
     """This process's part of a cluster: connections to every other process and its workers' mailboxes."""
 
-    def __init__(self, config: Config, *, listener: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        listener: socket.socket | None = None,
+        on_leave: Callable[[int], None] | None = None,
+    ) -> None:
         self.config = config
+        self._on_leave = on_leave
+        """Told this process's index before it says ``LEAVING`` (whoever starts newcomers must hear of it first)."""
         self.me = config.process
         self.workers = config.workers
         self.first = config.first_worker
@@ -67,6 +77,8 @@ class Cluster:
         self._ready = 0
         self._acceptor: threading.Thread | None = None
         self._allocators: dict[int, ClusterAllocator] = {}
+        self.quiescence = Quiescence(config.workers)
+        """How long this process and its peers have been quiet (heartbeats carry its reports)."""
 
     # -- setting up ------------------------------------------------------------------------
 
@@ -274,6 +286,9 @@ class Cluster:
             self._ready += 1
             ready = self._ready == self.workers
         if ready:
+            # Before any peer hears of the leave, so a newcomer started from now on is not told to dial it.
+            if self._on_leave is not None:
+                self._on_leave(self.me)
             for link in list(self.links.values()):
                 link.control(Control.LEAVING)
 
