@@ -2,7 +2,7 @@
 
     pytimely run [-w W -n N -p I --hosts ... | --hostfile F] module:function [ARG ...]
     pytimely launch -n N [-w W] [--port P] -- COMMAND [ARG ...]
-    pytimely workflow {run,plan,show} TARGET ...   (see pytimely.workflow.cli)
+    pytimely workflow {run,plan,show,logs} ...     (see pytimely.workflow.cli)
 
 ``run`` imports ``function`` from ``module`` and calls ``execute(function)``
 with the layout the flags and ``PYTIMELY_*`` variables give (see

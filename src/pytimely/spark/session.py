@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.atomic import write_atomic
-from pytimely.errors import SparkSetupError
+from pytimely.errors import InvalidArgument, SparkSetupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -153,7 +153,7 @@ def local_session(
     if active is not None:
         return active
     if slots < 1:
-        raise ValueError(f"a local Spark needs at least one slot, got {slots}")
+        raise InvalidArgument(f"a local Spark needs at least one slot, got {slots}")
     os.environ["JAVA_HOME"] = str(find_java_home())
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
