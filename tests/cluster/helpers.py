@@ -1,20 +1,14 @@
-"""Starting real pytimely processes on loopback, and a fault-injecting proxy between two of them."""
+"""Starting real pytimely processes on loopback (the fault-injecting proxy is in :mod:`tests.cluster.proxy`)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import socket
-import struct
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-from pytimely.communication.frame import HEADER, TAG
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,89 +118,3 @@ def report(results: Sequence[tuple[int, str, str]]) -> str:
     return "\n".join(f"process {i} exited {code}:\n{err[-3000:]}" for i, (code, _, err) in enumerate(results))
 
 
-_HANDSHAKE_UP = 4 + 1 + 4 + 4 + 8 + 32 + 32  # client greeting and proof
-_HANDSHAKE_DOWN = 32 + 32 + 1  # server nonce, server proof and verdict
-
-
-class Proxy:
-    """Forwards one connection to ``target``; on the client-to-server side, ``fault`` may rewrite each frame.
-
-    The handshake passes untouched. After it, frames are cut out of the stream
-    one by one and handed to ``fault``, which returns the byte strings to
-    forward instead (``CLOSE`` among them cuts the connection there).
-    """
-
-    def __init__(self, target: tuple[str, int], fault: Callable[[bytes], list[bytes]] | None) -> None:
-        self.target = target
-        self.fault = fault
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = ("127.0.0.1", self.listener.getsockname()[1])
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        self.listener.settimeout(60)
-        try:
-            client, _ = self.listener.accept()
-        except OSError:
-            return
-        # The process behind the proxy may not listen yet: retry as a real peer would.
-        for _ in range(400):
-            try:
-                server = socket.create_connection(self.target)
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            client.close()
-            return
-        threading.Thread(target=self._pipe, args=(server, client, None), daemon=True).start()
-        self._pipe(client, server, self.fault)
-
-    @staticmethod
-    def _read(sock: socket.socket, n: int) -> bytes | None:
-        data = bytearray()
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return bytes(data)
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, fault: Callable[[bytes], list[bytes]] | None) -> None:
-        try:
-            if fault is None:
-                while chunk := src.recv(1 << 16):
-                    dst.sendall(chunk)
-                return
-            for size in (_HANDSHAKE_UP - 32, 32):
-                piece = self._read(src, size)
-                if piece is None:
-                    return
-                dst.sendall(piece)
-            while True:
-                header = self._read(src, HEADER.size)
-                if header is None:
-                    return
-                length = struct.unpack_from("<I", header, HEADER.size - 12)[0] + TAG
-                body = self._read(src, length)
-                if body is None:
-                    return
-                for piece in fault(header + body):
-                    if piece is CLOSE:
-                        return
-                    dst.sendall(piece)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-
-    def close(self) -> None:
-        """Stop listening."""
-        self.listener.close()
-
-
-CLOSE = b"<close>"

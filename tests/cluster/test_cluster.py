@@ -15,8 +15,9 @@ import pytest
 
 from pytimely.communication.handshake import connect_peer
 from pytimely.errors import AuthenticationError
-from tests.cluster.helpers import CLOSE, ROOT, Cluster, Proxy, report
+from tests.cluster.helpers import ROOT, Cluster, report
 from tests.cluster.jobs import expected_sums
+from tests.cluster.proxy import CLOSE, Proxy
 
 SUM = ["tests.cluster.jobs:exchange_sum"]
 
