@@ -83,6 +83,8 @@ class Subgraph:
         self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
         self._channels = 1
         self._edges: list[tuple[Source, Target]] = []
+        self.channel_kinds: list[str] = []
+        """The contract each of ``_edges`` was connected with (``pipeline``, ``exchange``, ...), for graph views."""
         self._remote: list[tuple[Pull[Any], InputPort[Any, Any]]] = []
         self._active: set[int] = set()
         self._queue: list[int] = []
@@ -127,6 +129,7 @@ class Subgraph:
                 raise ValueError(f"unknown pact {pact!r}")
             self._remote.append((pull, target))
         self._edges.append((output.source, target.location))
+        self.channel_kinds.append("pipeline" if pact is None else str(pact[0]))
 
     def on_step(self, hook: Callable[[], bool]) -> None:
         """Run ``hook`` at the start of every step (input handles flush there); it says whether it did work."""
@@ -223,8 +226,10 @@ class Subgraph:
         batch = self.sender.flush()
         if batch is not None:
             worked = True
-            if self.elastic:
-                self._own.extend(((u[0], u[1]), u[2]) for u in batch.updates if type(u[0]) is Source)
+            # Kept in every dataflow, not only elastic ones: explain() names the worker holding a capability.
+            self._own.extend(((u[0], u[1]), u[2]) for u in batch.updates if type(u[0]) is Source)
+            if len(self._own._pending) > 4096:
+                self._own.compact()  # bounded memory in long runs
             for push in self._progress_push:
                 push.push(batch)
         if self._server.serving:
