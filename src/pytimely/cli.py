@@ -60,6 +60,23 @@ def _load(target: str) -> Callable[..., Any]:
     return func
 
 
+def _explaining(func: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``func``, then ``finish``; a stall or timeout, even one heard from another process, gets an explanation."""
+    from pytimely.errors import StalledError, StepTimeoutError
+
+    def run(worker: Any) -> Any:
+        try:
+            result = func(worker)
+            worker.finish()
+        except (StalledError, StepTimeoutError) as exc:
+            if not getattr(exc, "__notes__", None):
+                worker._explained(exc)
+            raise
+        return result
+
+    return run
+
+
 def _run(argv: Sequence[str], *, explain: bool = False) -> int:
     from pytimely.execute import execute
 
@@ -76,6 +93,8 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
         parser.error(str(exc))
     saved = sys.argv
     sys.argv = [args.target, *args.args]
+    if explain:
+        func = _explaining(func)
     try:
         results = execute(func, config=config)
     except (InputFormatError, OutputPathError) as exc:

@@ -9,6 +9,7 @@ process: every worker builds the same graph, and a channel's contract does not d
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -55,10 +56,8 @@ def built_graphs(func: Callable[[Worker], Any], workers: int = 1) -> list[Datafl
     if type(workers) is not int or workers < 1:
         raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
     worker = _BuildOnly(LocalAllocator.group(workers)[0])
-    try:
+    with contextlib.suppress(_Built):
         func(worker)
-    except _Built:
-        pass
     return worker.graph()
 
 

@@ -88,7 +88,9 @@ class Explanation:
 
     def __str__(self) -> str:
         if self.location is None:
-            head = f"dataflow {self.dataflow!r} on worker {self.worker}: held up by"
+            head = (
+                f"dataflow {self.dataflow!r} on worker {self.worker} is kept alive by (what nothing else held holds up)"
+            )
         else:
             head = (
                 f"dataflow {self.dataflow!r} on worker {self.worker}: frontier of {self.operator!r} input "
