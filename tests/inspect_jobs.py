@@ -50,3 +50,25 @@ def held_at_zero(worker: Worker) -> None:
     handle.send(worker.index)
     handle.advance_to(3)
     worker.step_while(lambda: probe.less_than(3), timeout=120)
+
+
+def held_after_downgrade(worker: Worker) -> None:
+    """As :func:`held_at_zero`, but the operator first moves its capability to time 1 (a change it must report)."""
+
+    def hoarder(cap: Any, info: Any) -> Any:
+        cap.downgrade(1)
+
+        def logic(inp: Any, out: Any) -> None:
+            for _ in inp:
+                pass
+
+        return logic
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.exchange(lambda r: r).unary(hoarder, name="hoarder").probe()
+
+    handle, probe = worker.dataflow(build)
+    handle.send(worker.index)
+    handle.advance_to(3)
+    worker.step_while(lambda: probe.less_than(3), timeout=120)

@@ -50,24 +50,29 @@ def test_explain_names_the_held_capability_not_the_input_past_it() -> None:
     assert "capability of 'hoarder' on output 0 at time 0 held by worker 0 (1)" in text
 
 
+def _downgrading(cap: Any, info: Any) -> Any:
+    cap.downgrade(2)  # a change this worker reports in a progress batch, not its initial capability
+    return _hoarder(cap, info)
+
+
 def test_explain_across_in_process_workers_separates_own_from_others() -> None:
     seen: list[Any] = []
 
     def job(worker: Worker) -> None:
         def build(scope: Scope[int]) -> Any:
             handle, stream = scope.new_input()
-            return handle, stream.exchange(lambda r: r).unary(_hoarder, name="hoarder").probe()
+            return handle, stream.exchange(lambda r: r).unary(_downgrading, name="hoarder").probe()
 
         handle, probe = worker.dataflow(build)
         handle.advance_to(3)
         for _ in range(6):
             worker.step()
         (why,) = worker.explain(probe)
-        seen.append([(h.operator, h.own, h.count, h.others) for h in why.holders])
+        seen.append([(h.operator, h.time, h.own, h.count, h.others) for h in why.holders])
 
     with pytest.raises(StalledError):
         execute(job, 2)
-    assert seen == [[("hoarder", 1, 2, "another worker")]] * 2
+    assert seen == [[("hoarder", 2, 1, 2, "another worker")]] * 2
 
 
 def test_a_stall_carries_the_explanation() -> None:
@@ -130,10 +135,11 @@ def _start_explain(cluster: Cluster, target: str) -> list[subprocess.Popen[str]]
     return procs
 
 
-def test_explain_over_two_processes_names_own_worker_and_another_process() -> None:
+@pytest.mark.parametrize(("job", "time"), [("held_at_zero", 0), ("held_after_downgrade", 1)])
+def test_explain_over_two_processes_names_own_worker_and_another_process(job: str, time: int) -> None:
     cluster = Cluster(2, PYTIMELY_STALL_TIMEOUT="1")
     try:
-        _start_explain(cluster, "tests.inspect_jobs:held_at_zero")
+        _start_explain(cluster, f"tests.inspect_jobs:{job}")
         results = cluster.wait(timeout=240)
     finally:
         cluster.kill()
@@ -141,6 +147,5 @@ def test_explain_over_two_processes_names_own_worker_and_another_process() -> No
         assert code == 1, report(results)
         assert "StalledError" in err and "Traceback" not in err, report(results)
         # Each process knows its own worker's capability; the tracker's count says another process holds one more.
-        assert f"capability of 'hoarder' on output 0 at time 0 held by worker {p} (1) and another process (1)" in err, (
-            report(results)
-        )
+        held = f"capability of 'hoarder' on output 0 at time {time} held by worker {p} (1) and another process (1)"
+        assert held in err, report(results)
