@@ -74,6 +74,8 @@ class Subgraph:
         self._server = BootstrapServer(self.worker)
         self._own: ChangeBatch[tuple[Source, Any]] = ChangeBatch()
         """This worker's own capabilities, as far as it has sent them (pending changes come on top)."""
+        self._sent: list[Any] = []
+        """The updates of batches sent since ``_own`` was last brought up to date (see ``_fold_sent``)."""
         self._pinned: list[str] = []
         joining = None if view is None else view.joining
         self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
@@ -226,10 +228,10 @@ class Subgraph:
         batch = self.sender.flush()
         if batch is not None:
             worked = True
-            # Kept in every dataflow, not only elastic ones: explain() names the worker holding a capability.
-            self._own.extend(((u[0], u[1]), u[2]) for u in batch.updates if type(u[0]) is Source)
-            if len(self._own._pending) > 4096:
-                self._own.compact()  # bounded memory in long runs
+            # Kept in every dataflow (explain() names the worker holding a capability), folded into _own when read.
+            self._sent.append(batch.updates)
+            if len(self._sent) > 1024:
+                self._fold_sent()
             for push in self._progress_push:
                 push.push(batch)
         if self._server.serving:
@@ -249,8 +251,17 @@ class Subgraph:
             "a joining worker expects"
         )
 
+    def _fold_sent(self) -> None:
+        """Fold the capability changes of the batches this worker sent into ``_own``."""
+        own = self._own
+        for updates in self._sent:
+            own.extend([((u[0], u[1]), u[2]) for u in updates if type(u[0]) is Source])
+        self._sent.clear()
+        own.compact()
+
     def own_capabilities(self) -> dict[tuple[Source, Any], int]:
         """The capabilities this worker's operators hold, by output and time (sent and pending changes)."""
+        self._fold_sent()
         own = ChangeBatch(self._own.items())
         own.extend(((p, d) for p, d in self.sender.pending().items() if type(p[0]) is Source))
         return dict(own.items())
