@@ -71,6 +71,7 @@ def test_wordcount_graph_matches_its_construction() -> None:
 def _check_mermaid(text: str, graph: DataflowGraph) -> None:
     lines = text.splitlines()
     assert lines[0] == "flowchart TD"
+    assert all(line.count('"') % 2 == 0 for line in lines)
     opened = sum(1 for line in lines if line.strip().startswith("subgraph "))
     assert opened == sum(1 for line in lines if line.strip() == "end") == len(graph.scopes)
     declared = set(re.findall(r"^\s*(d\d+n\d+)\[", text, re.M))
@@ -84,6 +85,8 @@ def _check_mermaid(text: str, graph: DataflowGraph) -> None:
 
 def _check_dot(text: str, graph: DataflowGraph) -> None:
     assert text.startswith("digraph pytimely {")
+    for line in text.splitlines():  # every quoted string closes on its own line (newlines in labels are escaped)
+        assert len(re.findall(r'(?<!\\)"', line)) % 2 == 0, line
     stripped = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
     assert stripped.count("{") == stripped.count("}")
     assert stripped.count("subgraph cluster_") == len(graph.scopes)
@@ -114,6 +117,11 @@ def test_show_prints_the_graph_without_running_it() -> None:
     done = _cli("show", "--format", "dot", "tests.inspect_jobs:wordcount")
     assert done.returncode == 0, done.stderr
     _check_dot(done.stdout, built_graphs(inspect_jobs.wordcount)[0])
+    # -w after the target still sets the layout: with 2 workers count_by has its combining stage.
+    done = _cli("show", "tests.inspect_jobs:wordcount", "-w", "2", "--format", "dot")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("count_by") == 2
+    _check_dot(done.stdout, built_graphs(inspect_jobs.wordcount, 2)[0])
 
 
 def test_show_svg_without_graphviz_is_a_typed_error() -> None:

@@ -412,9 +412,10 @@ def _show(argv: Sequence[str]) -> int:
     )
     parser.add_argument("-w", "--workers", type=int, default=1, help="workers the function is built for (1)")
     parser.add_argument("--format", choices=("mermaid", "dot", "svg"), default="mermaid", help="output format")
-    parser.add_argument("target", help="module:function taking a Worker")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments left in sys.argv for the function")
-    args = parser.parse_args(argv)
+    parser.add_argument("target", help="module:function taking a Worker (other arguments are left in sys.argv for it)")
+    # Flags may follow the target (``show m:f -w 2``); what the parser does not know goes to the function.
+    args, extra = parser.parse_known_args(argv)
+    args.args = extra[1:] if extra[:1] == ["--"] else extra
     if args.workers < 1:
         parser.error(f"-w must be at least 1, got {args.workers}")
     try:

@@ -88,9 +88,7 @@ class Explanation:
 
     def __str__(self) -> str:
         if self.location is None:
-            head = (
-                f"dataflow {self.dataflow!r} on worker {self.worker} is kept alive by (what nothing else held holds up)"
-            )
+            head = f"dataflow {self.dataflow!r} on worker {self.worker} is held by (nothing else held precedes them)"
         else:
             head = (
                 f"dataflow {self.dataflow!r} on worker {self.worker}: frontier of {self.operator!r} input "

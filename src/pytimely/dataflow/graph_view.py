@@ -196,7 +196,7 @@ def _mermaid_graph(graph: DataflowGraph, lines: list[str]) -> None:
 
 
 def _dot_text(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def to_dot(graphs: Iterable[DataflowGraph]) -> str:
