@@ -149,3 +149,41 @@ def test_explain_over_two_processes_names_own_worker_and_another_process(job: st
         # Each process knows its own worker's capability; the tracker's count says another process holds one more.
         held = f"capability of 'hoarder' on output 0 at time {time} held by worker {p} (1) and another process (1)"
         assert held in err, report(results)
+
+
+def test_explain_names_messages_an_operator_never_reads() -> None:
+    seen: list[Any] = []
+
+    def ignores(cap: Any, info: Any) -> Any:
+        cap.drop()  # holds no capability: only the messages queued at its input hold the probe
+
+        def logic(inp: Any, out: Any) -> None:
+            pass  # never takes its input
+
+        return logic
+
+    def job(worker: Worker) -> None:
+        def build(scope: Scope[int]) -> Any:
+            handle, stream = scope.new_input()
+            return handle, stream.unary(ignores, name="ignores").probe()
+
+        handle, probe = worker.dataflow(build)
+        handle.send(7)
+        handle.advance_to(5)
+        for _ in range(4):
+            worker.step()
+        (why,) = worker.explain(probe)
+        seen.extend(why.holders)
+
+    with pytest.raises(StalledError):
+        execute(job, 1)
+    (held,) = seen
+    assert (held.kind, held.operator, held.location.port, held.time, held.count, held.own) == (
+        "message",
+        "ignores",
+        0,
+        0,
+        1,
+        1,
+    )
+    assert str(held) == "1 message(s) for 'ignores' input 0 at time 0, 1 queued at worker 0 -> could result in 0 there"
