@@ -151,3 +151,23 @@ def test_show_of_several_dataflows_keeps_them_apart(fmt: str) -> None:
     assert [g.ident for g in graphs] == [0, 1]
     text = to_mermaid(graphs) if fmt == "mermaid" else to_dot(graphs)
     assert "d0n2" in text and "d1n2" in text
+
+
+def test_show_stops_the_function_at_its_first_step() -> None:
+    ran: list[str] = []
+
+    def job(worker: object) -> None:
+        from pytimely import Worker
+
+        assert isinstance(worker, Worker)
+        probe = worker.dataflow(lambda scope: scope.new_input()[1].inspect(ran.append, name="seen").probe())
+        ran.append("built")
+        try:
+            worker.step_while(lambda: not probe.done(), timeout=1)
+        except Exception:  # a user's broad handler must not swallow the stop
+            ran.append("caught")
+        ran.append("after the first step")
+
+    (graph,) = built_graphs(job)
+    assert ran == ["built"]
+    assert [op.name for op in graph.operators] == ["input", "seen", "probe"]
