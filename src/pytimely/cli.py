@@ -1,6 +1,8 @@
 """The ``pytimely`` command: run a worker function, or launch a local cluster of processes.
 
     pytimely run [-w W -n N -p I --hosts ... | --hostfile F] module:function [ARG ...]
+    pytimely explain [same flags as run] module:function [ARG ...]
+    pytimely show module:function [-w W] [--format mermaid|dot|svg] [ARG ...]
     pytimely launch -n N [-w W] [--port P] -- COMMAND [ARG ...]
     pytimely workflow {run,plan,show,logs} ...     (see pytimely.workflow.cli)
 
@@ -59,10 +61,28 @@ def _load(target: str) -> Callable[..., Any]:
     return func
 
 
-def _run(argv: Sequence[str]) -> int:
+def _explaining(func: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``func``, then ``finish``; a stall or timeout, even one heard from another process, gets an explanation."""
+    from pytimely.errors import StalledError, StepTimeoutError
+
+    def run(worker: Any) -> Any:
+        try:
+            result = func(worker)
+            worker.finish()
+        except (StalledError, StepTimeoutError) as exc:
+            if not getattr(exc, "__notes__", None):
+                worker._explained(exc)
+            raise
+        return result
+
+    return run
+
+
+def _run(argv: Sequence[str], *, explain: bool = False) -> int:
     from pytimely.execute import execute
 
-    parser = argparse.ArgumentParser(prog="pytimely run", description="Run module:function on a worker layout.")
+    prog = "pytimely explain" if explain else "pytimely run"
+    parser = argparse.ArgumentParser(prog=prog, description="Run module:function on a worker layout.")
     add_arguments(parser)
     parser.add_argument("target", help="module:function taking a Worker")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments left in sys.argv for the function")
@@ -78,13 +98,18 @@ def _run(argv: Sequence[str]) -> int:
     control = os.environ.get("PYTIMELY_CONTROL")
     if config.elastic and control:
         on_leave = functools.partial(_announce_leave, control, config.secret)
+    if explain:
+        func = _explaining(func)
     try:
         results = execute(func, config=config, on_leave=on_leave)
     except (InputFormatError, OutputPathError) as exc:
         print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:
-        print(f"pytimely run: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{prog}: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if explain:
+            for note in getattr(exc, "__notes__", ()):
+                print(note, file=sys.stderr)
         return 1
     finally:
         sys.argv = saved
@@ -391,16 +416,54 @@ def _launch(argv: Sequence[str]) -> int:
         return 2
 
 
+def _show(argv: Sequence[str]) -> int:
+    from pytimely.inspection import GraphvizError, built_graphs, render_format
+
+    parser = argparse.ArgumentParser(
+        prog="pytimely show", description="Print the dataflows module:function builds, without running them."
+    )
+    parser.add_argument("-w", "--workers", type=int, default=1, help="workers the function is built for (1)")
+    parser.add_argument("--format", choices=("mermaid", "dot", "svg"), default="mermaid", help="output format")
+    parser.add_argument("target", help="module:function taking a Worker (other arguments are left in sys.argv for it)")
+    # Flags may follow the target (``show m:f -w 2``); what the parser does not know goes to the function.
+    args, extra = parser.parse_known_args(argv)
+    args.args = extra[1:] if extra[:1] == ["--"] else extra
+    if args.workers < 1:
+        parser.error(f"-w must be at least 1, got {args.workers}")
+    try:
+        func = _load(args.target)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    saved = sys.argv
+    sys.argv = [args.target, *args.args]
+    try:
+        text = render_format(built_graphs(func, args.workers), args.format)
+    except GraphvizError as exc:
+        print(f"pytimely show: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except PytimelyError as exc:
+        print(f"pytimely show: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sys.argv = saved
+    sys.stdout.write(text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``pytimely`` command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: pytimely {run,launch,workflow} ...  (pytimely run --help, pytimely launch --help)"
+    usage = "usage: pytimely {run,explain,show,launch,workflow} ...  (pytimely run --help, pytimely launch --help)"
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "run":
         return _run(rest)
+    if command == "explain":
+        return _run(rest, explain=True)
+    if command == "show":
+        return _show(rest)
     if command == "launch":
         return _launch(rest)
     if command == "workflow":

@@ -7,9 +7,18 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pytimely.communication.allocator import Allocator, ElasticAllocator, elastic_view
+from pytimely.dataflow.explain import Explanation, explain
+from pytimely.dataflow.graph_view import DataflowGraph, describe
 from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
-from pytimely.errors import InvalidArgument, MembershipError, ScopeError, StalledError, StepTimeoutError
+from pytimely.errors import (
+    InvalidArgument,
+    MembershipError,
+    PytimelyError,
+    ScopeError,
+    StalledError,
+    StepTimeoutError,
+)
 
 __all__ = ["Worker"]
 
@@ -154,9 +163,11 @@ class Worker:
         try:
             while condition():
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise StepTimeoutError(
-                        f"worker {self.index}: step_while's condition still held after {timeout} s; the dataflows "
-                        f"hold: {self.stall_report() or 'no running dataflow'}"
+                    raise self._explained(
+                        StepTimeoutError(
+                            f"worker {self.index}: step_while's condition still held after {timeout} s; the "
+                            f"dataflows hold: {self.stall_report() or 'no running dataflow'}"
+                        )
                     )
                 self.step()
                 idle = 0 if self.last_step_worked else idle + 1
@@ -214,14 +225,46 @@ class Worker:
             parts.append(f"{subgraph.name!r}: " + ("; ".join(held) if held else "nothing held"))
         return " | ".join(parts)
 
+    def graph(self) -> list[DataflowGraph]:
+        """A description of every running dataflow: operators, channels and their kinds, scopes, feedback."""
+        return [describe(subgraph) for subgraph in self._dataflows]
+
+    def explain(self, probe: Any = None) -> list[Explanation]:
+        """What holds ``probe``'s frontier where it is; without a probe, what holds each running dataflow.
+
+        Reads the progress tracker (every worker's counts, as far as this one has heard); see
+        :mod:`pytimely.dataflow.explain`.
+        """
+        if probe is None:
+            return [explain(s, workers_per_process=self.workers_per_process) for s in self._dataflows]
+        port = getattr(probe, "_port", None)
+        subgraph = getattr(probe, "_subgraph", None)
+        if port is None or subgraph is None:
+            raise InvalidArgument(f"explain: expected a ProbeHandle, got {type(probe).__name__}")
+        if not subgraph.built:
+            raise InvalidArgument("explain: the probe's dataflow is not built yet (call it after worker.dataflow)")
+        return [explain(subgraph, port.location, workers_per_process=self.workers_per_process)]
+
+    def _explained(self, error: Exception) -> Exception:
+        """``error`` with a note saying what holds each dataflow (printed by ``pytimely explain``)."""
+        try:
+            notes = [str(e) for e in self.explain() if e.holders]
+        except PytimelyError as exc:  # a diagnosis must not hide the error it explains
+            notes = [f"(no explanation: {exc})"]
+        if notes:
+            error.add_note("what holds it:\n" + "\n".join(notes))
+        return error
+
     def _stalled(self, what: str = "the computation cannot finish") -> StalledError:
         held = self.stall_report()
         if not held:
             return StalledError(f"worker {self.index}: {what}: no running dataflow is left to change it")
-        return StalledError(
+        error = StalledError(
             f"worker {self.index}: {what}, as no operator has work and no message is in flight, yet these "
             f"remain: {held}. An operator holds a capability it never drops."
         )
+        self._explained(error)
+        return error
 
     def finish(self) -> None:
         """Close inputs and step until every dataflow is done; a stall raises :class:`StalledError`."""

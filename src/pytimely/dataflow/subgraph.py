@@ -74,6 +74,8 @@ class Subgraph:
         self._server = BootstrapServer(self.worker)
         self._own: ChangeBatch[tuple[Source, Any]] = ChangeBatch()
         """This worker's own capabilities, as far as it has sent them (pending changes come on top)."""
+        self._sent: list[Any] = []
+        """The updates of batches sent since ``_own`` was last brought up to date (see ``_fold_sent``)."""
         self._pinned: list[str] = []
         joining = None if view is None else view.joining
         self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
@@ -83,6 +85,8 @@ class Subgraph:
         self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
         self._channels = 1
         self._edges: list[tuple[Source, Target]] = []
+        self.channel_kinds: list[str] = []
+        """The contract each of ``_edges`` was connected with (``pipeline``, ``exchange``, ...), for graph views."""
         self._remote: list[tuple[Pull[Any], InputPort[Any, Any]]] = []
         self._active: set[int] = set()
         self._queue: list[int] = []
@@ -127,6 +131,7 @@ class Subgraph:
                 raise ValueError(f"unknown pact {pact!r}")
             self._remote.append((pull, target))
         self._edges.append((output.source, target.location))
+        self.channel_kinds.append("pipeline" if pact is None else str(pact[0]))
 
     def on_step(self, hook: Callable[[], bool]) -> None:
         """Run ``hook`` at the start of every step (input handles flush there); it says whether it did work."""
@@ -223,8 +228,10 @@ class Subgraph:
         batch = self.sender.flush()
         if batch is not None:
             worked = True
-            if self.elastic:
-                self._own.extend(((u[0], u[1]), u[2]) for u in batch.updates if type(u[0]) is Source)
+            # Kept in every dataflow (explain() names the worker holding a capability), folded into _own when read.
+            self._sent.append(batch.updates)
+            if len(self._sent) > 1024:
+                self._fold_sent()
             for push in self._progress_push:
                 push.push(batch)
         if self._server.serving:
@@ -244,8 +251,17 @@ class Subgraph:
             "a joining worker expects"
         )
 
+    def _fold_sent(self) -> None:
+        """Fold the capability changes of the batches this worker sent into ``_own``."""
+        own = self._own
+        for updates in self._sent:
+            own.extend([((u[0], u[1]), u[2]) for u in updates if type(u[0]) is Source])
+        self._sent.clear()
+        own.compact()
+
     def own_capabilities(self) -> dict[tuple[Source, Any], int]:
         """The capabilities this worker's operators hold, by output and time (sent and pending changes)."""
+        self._fold_sent()
         own = ChangeBatch(self._own.items())
         own.extend(((p, d) for p, d in self.sender.pending().items() if type(p[0]) is Source))
         return dict(own.items())
