@@ -3,6 +3,7 @@
     pytimely run [-w W -n N -p I --hosts ... | --hostfile F] module:function [ARG ...]
     pytimely launch -n N [-w W] [--port P] -- COMMAND [ARG ...]
     pytimely workflow {run,plan,show} TARGET ...   (see pytimely.workflow.cli)
+    pytimely log-summary FILE ...   (event logs written under PYTIMELY_LOG=path, see pytimely.logsummary)
 
 ``run`` imports ``function`` from ``module`` and calls ``execute(function)``
 with the layout the flags and ``PYTIMELY_*`` variables give (see
@@ -33,8 +34,9 @@ from typing import IO, Any
 
 from pytimely.config import add_arguments, config_from_args
 from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError
+from pytimely.eventlog import Sink, tee
 
-__all__ = ["launch", "main"]
+__all__ = ["launch", "main", "observers"]
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -63,18 +65,32 @@ def _run(argv: Sequence[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="pytimely run", description="Run module:function on a worker layout.")
     add_arguments(parser)
+    parser.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="serve Prometheus metrics on this port (default: PYTIMELY_METRICS_PORT, else none)",
+    )
     parser.add_argument("target", help="module:function taking a Worker")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments left in sys.argv for the function")
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
         func = _load(args.target)
+        metrics_port = args.metrics_port
+        if metrics_port is None and os.environ.get("PYTIMELY_METRICS_PORT"):
+            metrics_port = int(os.environ["PYTIMELY_METRICS_PORT"])
     except ConfigError as exc:
         parser.error(str(exc))
+    except ValueError:
+        parser.error(f"PYTIMELY_METRICS_PORT must be a port number, got {os.environ['PYTIMELY_METRICS_PORT']!r}")
+    try:
+        log, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port)
+    except (PytimelyError, OSError) as exc:
+        print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
+        return 2
     saved = sys.argv
     sys.argv = [args.target, *args.args]
     try:
-        results = execute(func, config=config)
+        results = execute(func, config=config, log=log)
     except (InputFormatError, OutputPathError) as exc:
         print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
         return 2
@@ -83,10 +99,35 @@ def _run(argv: Sequence[str]) -> int:
         return 1
     finally:
         sys.argv = saved
+        for close in closers:
+            close()
     for i, result in enumerate(results):
         if result is not None:
             print(f"worker {config.first_worker + i}: {result!r}")
     return 0
+
+
+def observers(log_path: str | None, metrics_port: int | None) -> tuple[Sink | None, list[Callable[[], None]]]:
+    """The event-log sink for a JSON-lines file at ``log_path`` and metrics served on ``metrics_port`` (either
+    may be ``None``), and what to call when the computation ends; ``(None, [])`` when both are off."""
+    sinks: list[Sink] = []
+    closers: list[Callable[[], None]] = []
+    if log_path is not None:
+        from pytimely.eventlog import JsonLines
+
+        files = JsonLines(log_path)
+        sinks.append(files)
+        closers.append(files.close)
+    if metrics_port is not None:
+        from pytimely.metrics import Metrics
+
+        metrics = Metrics()
+        metrics.serve(metrics_port)
+        sinks.append(metrics)
+        closers.append(metrics.close)
+    if not sinks:
+        return None, closers
+    return (sinks[0] if len(sinks) == 1 else tee(*sinks)), closers
 
 
 def _bind(port: int) -> socket.socket:
@@ -391,6 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(rest)
     if command == "launch":
         return _launch(rest)
+    if command == "log-summary":
+        from pytimely.logsummary import main as summary_main
+
+        return summary_main(rest)
     if command == "workflow":
         from pytimely.workflow.cli import main as workflow_main
 
