@@ -122,7 +122,8 @@ def observers(log_path: str | None, metrics_port: int | None) -> tuple[Sink | No
         from pytimely.metrics import Metrics
 
         metrics = Metrics()
-        metrics.serve(metrics_port)
+        served = metrics.serve(metrics_port)
+        print(f"pytimely: metrics at http://127.0.0.1:{served}/metrics", file=sys.stderr, flush=True)
         sinks.append(metrics)
         closers.append(metrics.close)
     if not sinks:
