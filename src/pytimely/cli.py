@@ -1,7 +1,7 @@
 """The ``pytimely`` command: run a worker function, or launch a local cluster of processes.
 
     pytimely run [-w W -n N -p I --hosts ... | --hostfile F] module:function [ARG ...]
-    pytimely launch -n N [-w W] [--port P] -- COMMAND [ARG ...]
+    pytimely launch -n N [-w W] [--port P] [--metrics-port M] [-q] -- COMMAND [ARG ...]
     pytimely workflow {run,plan,show} TARGET ...   (see pytimely.workflow.cli)
     pytimely log-summary FILE ...   (event logs written under PYTIMELY_LOG=path, see pytimely.logsummary)
 
@@ -29,14 +29,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from pytimely.config import add_arguments, config_from_args
 from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError
-from pytimely.eventlog import Sink, tee
+from pytimely.eventlog import Sink, combine
+from pytimely.status import ProgressLine, Status, status_from_metrics
 
-__all__ = ["launch", "main", "observers"]
+__all__ = ["launch", "main", "metrics_port_from", "observers"]
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -75,13 +76,9 @@ def _run(argv: Sequence[str]) -> int:
     try:
         config = config_from_args(args)
         func = _load(args.target)
-        metrics_port = args.metrics_port
-        if metrics_port is None and os.environ.get("PYTIMELY_METRICS_PORT"):
-            metrics_port = int(os.environ["PYTIMELY_METRICS_PORT"])
+        metrics_port = args.metrics_port if args.metrics_port is not None else metrics_port_from(os.environ)
     except ConfigError as exc:
         parser.error(str(exc))
-    except ValueError:
-        parser.error(f"PYTIMELY_METRICS_PORT must be a port number, got {os.environ['PYTIMELY_METRICS_PORT']!r}")
     try:
         log, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port)
     except (PytimelyError, OSError) as exc:
@@ -107,6 +104,17 @@ def _run(argv: Sequence[str]) -> int:
     return 0
 
 
+def metrics_port_from(environ: Mapping[str, str]) -> int | None:
+    """``PYTIMELY_METRICS_PORT`` from ``environ`` (``pytimely launch --metrics-port`` sets it per process)."""
+    text = environ.get("PYTIMELY_METRICS_PORT", "")
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"PYTIMELY_METRICS_PORT must be a port number, got {text!r}") from None
+
+
 def observers(log_path: str | None, metrics_port: int | None) -> tuple[Sink | None, list[Callable[[], None]]]:
     """The event-log sink for a JSON-lines file at ``log_path`` and metrics served on ``metrics_port`` (either
     may be ``None``), and what to call when the computation ends; ``(None, [])`` when both are off."""
@@ -126,9 +134,7 @@ def observers(log_path: str | None, metrics_port: int | None) -> tuple[Sink | No
         print(f"pytimely: metrics at http://127.0.0.1:{served}/metrics", file=sys.stderr, flush=True)
         sinks.append(metrics)
         closers.append(metrics.close)
-    if not sinks:
-        return None, closers
-    return (sinks[0] if len(sinks) == 1 else tee(*sinks)), closers
+    return combine(*sinks), closers
 
 
 def _bind(port: int) -> socket.socket:
@@ -258,6 +264,8 @@ class _Launcher:
         self.forwarders: list[threading.Thread] = []
         self.lock = threading.RLock()
         self.extra: dict[str, str] = {}
+        self.metrics_port: int | None = None
+        """With ``--metrics-port P``, process I serves metrics on P + I."""
 
     def spawn(self, index: int, extra: dict[str, str], listener: socket.socket) -> None:
         """Start process ``index`` with ``listener`` (handed down, then closed here)."""
@@ -273,6 +281,8 @@ class _Launcher:
             **self.extra,
             **extra,
         )
+        if self.metrics_port is not None:
+            env["PYTIMELY_METRICS_PORT"] = str(self.metrics_port + index)
         env.pop("PYTIMELY_HOSTFILE", None)
         env.pop("PYTIMELY_SECRET_FILE", None)
         try:
@@ -299,6 +309,8 @@ def launch(
     grace: float = 5.0,
     elastic: bool = False,
     leave_timeout: float = 60.0,
+    metrics_port: int | None = None,
+    quiet: bool = False,
 ) -> int:
     """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status.
 
@@ -307,6 +319,9 @@ def launch(
     starts a joining process on ``add`` once no process is leaving, asks a process to leave on ``remove`` (it
     sees ``worker.leave_requested``), and hears ``leaving`` from a process that leaves on its own. A leaver
     still running ``leave_timeout`` seconds after the launcher heard of it fails the run.
+
+    With ``metrics_port`` P, process I serves Prometheus metrics on port P + I (``PYTIMELY_METRICS_PORT``), and,
+    unless ``quiet`` or stderr is not a terminal, the launcher draws a progress line from them.
     """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
@@ -315,6 +330,7 @@ def launch(
     # Every process's port is bound here and handed down, so nothing can take it before the process starts.
     listeners = [_bind(port + i if port else 0) for i in range(processes)]
     launcher = _Launcher(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners])
+    launcher.metrics_port = metrics_port
     endpoint = None
     membership: _Elastic | None = None
     if elastic:
@@ -329,7 +345,8 @@ def launch(
         with launcher.lock:
             for index in range(processes):
                 launcher.spawn(index, {}, listeners[index])
-        status = _supervise(launcher, membership, grace)
+        with _progress_line(launcher, quiet):
+            status = _supervise(launcher, membership, grace)
     finally:
         if endpoint is not None:
             endpoint.close()
@@ -338,6 +355,27 @@ def launch(
     for t in launcher.forwarders:
         t.join(timeout=grace)
     return status
+
+
+def _progress_line(launcher: _Launcher, quiet: bool) -> ProgressLine:
+    """The launcher's progress line, drawn from its processes' metrics (off without ``--metrics-port``)."""
+    port = launcher.metrics_port or 0
+    started = time.monotonic()
+
+    def scrape() -> Status:
+        import urllib.request
+
+        texts = []
+        for index in list(launcher.children):
+            try:
+                url = f"http://127.0.0.1:{port + index}/metrics"
+                with urllib.request.urlopen(url, timeout=0.5) as response:
+                    texts.append(response.read().decode())
+            except OSError:
+                continue  # not serving yet, or gone: the line shows the others
+        return status_from_metrics(texts, time.monotonic() - started)
+
+    return ProgressLine(quiet=quiet or launcher.metrics_port is None, source=scrape)
 
 
 def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -> int:
@@ -406,13 +444,18 @@ def _launch(argv: Sequence[str]) -> int:
         "--leave-timeout", type=float, default=60.0,
         help="with --elastic: seconds a leaving process may take to exit before the run fails (60)",
     )
+    parser.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="process I serves Prometheus metrics on this port + I; the launcher shows a progress line from them",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         return launch(
             command, args.processes, args.workers, port=args.port, elastic=args.elastic,
-            leave_timeout=args.leave_timeout,
+            leave_timeout=args.leave_timeout, metrics_port=args.metrics_port, quiet=args.quiet,
         )
     except ConfigError as exc:
         parser.error(str(exc))

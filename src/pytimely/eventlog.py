@@ -37,7 +37,7 @@ from typing import IO, Any
 
 from pytimely.errors import InvalidArgument
 
-__all__ = ["Event", "EventLogger", "JsonLines", "Sink", "batch_bytes", "tee", "to_logging"]
+__all__ = ["Event", "EventLogger", "JsonLines", "Sink", "batch_bytes", "combine", "tee", "to_logging"]
 
 Event = dict[str, Any]
 Sink = Callable[[Event], None]
@@ -113,6 +113,14 @@ def tee(*sinks: Sink) -> Sink:
             s(event)
 
     return sink
+
+
+def combine(*sinks: Sink | None) -> Sink | None:
+    """The sinks that are not ``None`` as one (``None`` if none is left, so the log stays off)."""
+    given = [s for s in sinks if s is not None]
+    if not given:
+        return None
+    return given[0] if len(given) == 1 else tee(*given)
 
 
 def to_logging(logger: _logging.Logger | str = "pytimely.events", level: int = _logging.DEBUG) -> Sink:

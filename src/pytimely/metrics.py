@@ -11,7 +11,9 @@ log carries, so the two cannot disagree:
 - ``pytimely_probe_frontier_lag_seconds``: how long each probe's frontier has stayed where it is;
 - ``pytimely_epoch_latency_seconds``: a histogram of how long a probe's frontier stayed at each time;
 - ``pytimely_queue_depth``: peak unconsumed messages and per-link queue peaks (``Worker.communication_stats``);
-- ``pytimely_membership_changes_total`` and ``pytimely_progress_batches_total``.
+- ``pytimely_membership_changes_total`` and ``pytimely_progress_batches_total``;
+- ``pytimely_input_records_total`` and ``pytimely_epochs_done`` (what the progress line of :mod:`pytimely.status`
+  shows).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pytimely.errors import InvalidArgument
 from pytimely.eventlog import Event
+from pytimely.status import Tracker
 
 __all__ = ["Metrics"]
 
@@ -39,7 +42,7 @@ class _Live(Collector):
     def __init__(self, owner: Metrics) -> None:
         self._owner = owner
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         """The current gauges."""
         owner = self._owner
         now = time.monotonic()
@@ -60,8 +63,18 @@ class _Live(Collector):
             depth.add_metric([str(worker), "unconsumed"], float(communication.get("max_unconsumed", 0)))
             for peer, link in communication.get("links", {}).items():
                 depth.add_metric([str(worker), f"to process {peer}"], float(link.get("max_queued", 0)))
+        tracker = owner._tracker
+        epochs = GaugeMetricFamily(
+            "pytimely_epochs_done", "The lowest integer frontier at any input port of the worker", labels=["worker"]
+        )
+        for worker in tracker.workers():
+            done = tracker.epochs(worker)
+            if done is not None:
+                epochs.add_metric([str(worker)], done)
         yield lag
         yield depth
+        yield epochs
+        yield CounterMetricFamily("pytimely_input_records", "Records sent by source operators", value=tracker.records)
 
 
 class Metrics:
@@ -96,6 +109,7 @@ class Metrics:
         self._probe_since: dict[tuple[int, str, str], tuple[list[Any], float]] = {}
         self._stats: dict[int, dict[str, Any]] = {}
         self._server: Any = None
+        self._tracker = Tracker()
         self.registry.register(_Live(self))
 
     def _operator(self, dataflow: str, op: int) -> str:
@@ -104,6 +118,7 @@ class Metrics:
 
     def __call__(self, event: Event) -> None:
         """Count one event."""
+        self._tracker(event)
         kind = event["event"]
         dataflow = event["dataflow"]
         if kind == "messages":
