@@ -91,3 +91,60 @@ def test_pytimely_run_serves_metrics_while_running() -> None:
     assert running, "the scrape should have happened while the run went on"
     assert 1000 <= taken < 60 * 500 and taken % 500 == 0  # whole epochs so far, not yet all of them
     assert out.strip() == f"worker 0: {60 * 500}"
+
+
+def _consecutive_free_ports(count: int) -> int:
+    """A port P such that P .. P + count - 1 were free a moment ago (launch binds them again soon after)."""
+    import socket
+
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        held = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise AssertionError("no run of free ports")
+
+
+def test_launch_gives_each_process_its_metrics_port() -> None:
+    base = _consecutive_free_ports(2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--metrics-port", str(base), "--",
+         sys.executable, "-m", "pytimely", "run", "tests.observe.jobs:counted", "60", "400", "0.05"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        taken: dict[int, float] = {}
+        while time.monotonic() < deadline and len(taken) < 2:
+            for index in (0, 1):
+                try:
+                    text = _scrape(base + index)
+                except OSError:
+                    continue  # not serving yet
+                value = _value(text, "pytimely_records_total", operator="2:square", direction="received")
+                if value > 0:
+                    taken[index] = value
+            time.sleep(0.05)
+        running = proc.poll() is None
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert running and set(taken) == {0, 1}, (taken, err)
+    assert "rec/s" not in err  # the launcher's stderr is not a terminal here: no progress line
+    assert sorted(line.split("] ")[1] for line in out.splitlines()) == ["worker 0: 12000", "worker 1: 12000"]

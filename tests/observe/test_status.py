@@ -60,12 +60,15 @@ def _run_on_terminal(args: list[str], tmp_path: Path) -> tuple[int, str]:
     """Run wordcount with stderr on a pseudo-terminal; its exit status and what it drew there."""
     text = tmp_path / "words.txt"
     text.write_text(" ".join(f"w{i % 50}" for i in range(200_000)))
+    return _on_terminal([sys.executable, str(WORDCOUNT), "--input", str(text), "--output", str(tmp_path / "out.tsv"),
+                         *args])
+
+
+def _on_terminal(command: list[str]) -> tuple[int, str]:
+    """Run ``command`` with stderr on a pseudo-terminal; its exit status and what it drew there."""
     master, slave = pty.openpty()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "COLUMNS": "200"}
-    proc = subprocess.Popen(
-        [sys.executable, str(WORDCOUNT), "--input", str(text), "--output", str(tmp_path / "out.tsv"), *args],
-        stdout=subprocess.DEVNULL, stderr=slave, env=env,
-    )
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=slave, env=env, cwd=ROOT)
     os.close(slave)
     drawn = b""
     deadline = time.monotonic() + 120
@@ -105,3 +108,16 @@ def test_without_a_terminal_wordcount_prints_no_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "rec/s" not in result.stderr and result.stderr.startswith("wordcount: 2 words")
+
+
+@pytest.mark.timeout(300)
+def test_launch_draws_the_cluster_line_from_metrics() -> None:
+    from tests.observe.test_metrics import _consecutive_free_ports
+
+    base = _consecutive_free_ports(2)
+    job = [sys.executable, "-m", "pytimely", "run", "tests.observe.jobs:counted", "40", "400", "0.05"]
+    code, drawn = _on_terminal(
+        [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--metrics-port", str(base), "--", *job]
+    )
+    assert code == 0, drawn
+    assert "rec/s" in drawn and "slowest: " in drawn and "epochs " in drawn
