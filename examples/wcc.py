@@ -100,28 +100,41 @@ def _components(stream: Any) -> Any:
 
 
 def run_on_spark(
-    spark: Any, edges: Any, processes: int | None = None, workers: int = 1, *, epochs: bool = False
+    spark: Any,
+    edges: Any,
+    processes: int | None = None,
+    workers: int = 1,
+    *,
+    epochs: bool = False,
+    figures: Any = None,
 ) -> Any:
-    """The job on Spark: a DataFrame ``vertex, label`` (``epoch, vertex, label`` with ``epochs``) from ``edges``."""
+    """The job on Spark: a DataFrame ``vertex, label`` (``epoch, vertex, label`` with ``epochs``) from ``edges``.
+
+    ``figures`` (:class:`pytimely.spark.figures.Figures`) gathers each process's records and phase times.
+    """
     from pytimely.spark import run_dataflow
 
     schema = "epoch long, vertex long, label long" if epochs else "vertex long, label long"
     return run_dataflow(
-        _components, edges, schema, processes=processes, workers=workers, epoch="epoch" if epochs else None
+        _components, edges, schema, processes=processes, workers=workers, epoch="epoch" if epochs else None,
+        figures=figures, description="pytimely wcc: connected components" + (" by epoch" if epochs else ""),
     )
 
 
 def main_spark(args: argparse.Namespace, processes: int | None, workers: int) -> int:
     """Read EDGES with Spark, compute on Spark-hosted workers, write OUT with Spark."""
     from pytimely import spark as on_spark
+    from pytimely.spark.figures import Figures
 
     started = time.perf_counter()
     session = on_spark.session_for(args.spark, app_name="pytimely-wcc")
     columns = "src long, dst long, epoch long" if args.epochs else "src long, dst long"
     edges = on_spark.read(session, args.edges, columns)
-    result = run_on_spark(session, edges, processes, workers, epochs=args.epochs)
+    figures = Figures(session)
+    result = run_on_spark(session, edges, processes, workers, epochs=args.epochs, figures=figures)
     order = ["epoch", "vertex"] if args.epochs else ["vertex"]
     on_spark.save(result, args.output, order_by=order, retries=args.retries)
+    print(figures.table(), file=sys.stderr)
     print(f"wcc: on Spark {args.spark} in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

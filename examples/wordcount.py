@@ -111,11 +111,19 @@ def _count(stream: Any) -> Any:
     return stream.map_batch(_words, name="split").count_by()
 
 
-def run_on_spark(spark: Any, lines: Any, processes: int | None = None, workers: int = 1) -> Any:
-    """The job on Spark: a DataFrame ``word, count`` from a DataFrame of text lines (first column)."""
+def run_on_spark(
+    spark: Any, lines: Any, processes: int | None = None, workers: int = 1, *, figures: Any = None
+) -> Any:
+    """The job on Spark: a DataFrame ``word, count`` from a DataFrame of text lines (first column).
+
+    ``figures`` (:class:`pytimely.spark.figures.Figures`) gathers each process's records and phase times.
+    """
     from pytimely.spark import run_dataflow
 
-    return run_dataflow(_count, lines, "word string, count long", processes=processes, workers=workers)
+    return run_dataflow(
+        _count, lines, "word string, count long", processes=processes, workers=workers, figures=figures,
+        description="pytimely wordcount: count words",
+    )
 
 
 def main_spark(args: argparse.Namespace, processes: int | None, workers: int) -> int:
@@ -123,6 +131,7 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
     from pyspark.sql import functions as F
 
     from pytimely import spark as on_spark
+    from pytimely.spark.figures import Figures
 
     started = time.perf_counter()
     session = on_spark.session_for(args.spark, app_name="pytimely-wordcount")
@@ -130,13 +139,15 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
         lines = session.read.parquet(args.input)
     else:
         lines = session.read.text(args.input)
-    counts = run_on_spark(session, lines, processes, workers)
+    figures = Figures(session)
+    counts = run_on_spark(session, lines, processes, workers, figures=figures)
     if on_spark.format_of(args.output) == "parquet":
         on_spark.save(counts, args.output, order_by=["word"], retries=args.retries)
     else:
         line = F.concat_ws("\t", F.col("word"), F.col("count").cast("string"))
         on_spark.save(counts, args.output, format="text", order_by=["word"], columns=[line], retries=args.retries)
     elapsed = time.perf_counter() - started
+    print(figures.table(), file=sys.stderr)
     print(f"wordcount: on Spark {args.spark} in {elapsed:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 
