@@ -10,7 +10,8 @@ log carries, so the two cannot disagree:
 - ``pytimely_operator_busy_seconds_total`` and ``pytimely_operator_schedules_total``;
 - ``pytimely_probe_frontier_lag_seconds``: how long each probe's frontier has stayed where it is;
 - ``pytimely_epoch_latency_seconds``: a histogram of how long a probe's frontier stayed at each time;
-- ``pytimely_queue_depth``: peak unconsumed messages and per-link queue peaks (``Worker.communication_stats``);
+- ``pytimely_queue_depth``: peak unconsumed messages and per-link queue peaks (``Worker.communication_stats``),
+  and ``pytimely_link_bytes_sent_total``: bytes sent to each other process (what crosses the network);
 - ``pytimely_membership_changes_total`` and ``pytimely_progress_batches_total``;
 - ``pytimely_input_records_total`` and ``pytimely_epochs_done`` (what the progress line of :mod:`pytimely.status`
   shows).
@@ -59,10 +60,14 @@ class _Live(Collector):
             stats = list(owner._stats.items())
         for (worker, dataflow, probe), (_, since) in held:
             lag.add_metric([str(worker), dataflow, probe], now - since)
+        sent = CounterMetricFamily(
+            "pytimely_link_bytes_sent", "Bytes sent to each other process (all channels)", labels=["worker", "link"]
+        )
         for worker, communication in stats:
             depth.add_metric([str(worker), "unconsumed"], float(communication.get("max_unconsumed", 0)))
             for peer, link in communication.get("links", {}).items():
                 depth.add_metric([str(worker), f"to process {peer}"], float(link.get("max_queued", 0)))
+                sent.add_metric([str(worker), f"to process {peer}"], float(link.get("bytes_sent", 0)))
         tracker = owner._tracker
         epochs = GaugeMetricFamily(
             "pytimely_epochs_done", "The lowest integer frontier at any input port of the worker", labels=["worker"]
@@ -73,6 +78,7 @@ class _Live(Collector):
                 epochs.add_metric([str(worker)], done)
         yield lag
         yield depth
+        yield sent
         yield epochs
         yield CounterMetricFamily("pytimely_input_records", "Records sent by source operators", value=tracker.records)
 

@@ -135,7 +135,8 @@ def test_launch_gives_each_process_its_metrics_port() -> None:
                 except OSError:
                     continue  # not serving yet
                 value = _value(text, "pytimely_records_total", operator="2:square", direction="received")
-                if value > 0:
+                crossed = _value(text, "pytimely_link_bytes_sent_total")
+                if value > 0 and crossed > 0:  # records arrived, and bytes went to the other process
                     taken[index] = value
             time.sleep(0.05)
         running = proc.poll() is None
