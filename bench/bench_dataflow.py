@@ -13,6 +13,10 @@
 (e) a running word count as a ``state_machine`` keyed through bins, over 10 epochs with a control stream
     that moves every bin to another worker at epoch 5, on 1 and 2 workers (same 1,000,000 words as (b));
     baseline: a plain Python loop over a dict emitting the same ``(word, count so far)`` records.
+(f) the cost of the event log: workload (a) with the log off (the default) against the same workload
+    with the log on and every event dropped; and the share of (a)'s time that the off-path's checks
+    (one ``is not None`` per step or batch, as many as there are events when on) can take, from
+    their count and the measured cost of one check.
 
 Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 """
@@ -51,8 +55,8 @@ def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
 # -- (a) map / filter / count --------------------------------------------------------------
 
 
-def pipeline_pytimely(n: int, workers: int = 1) -> int:
-    """Count of even ``x + 1`` for ``x < n``, through pytimely."""
+def pipeline_pytimely(n: int, workers: int = 1, log: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """Count of even ``x + 1`` for ``x < n``, through pytimely (with the event log going to ``log``)."""
 
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
         def build(scope: Any) -> Any:
@@ -61,7 +65,7 @@ def pipeline_pytimely(n: int, workers: int = 1) -> int:
 
         return worker.dataflow(build)
 
-    return sum(c for captured in execute(job, workers) for _, batch in captured for c in batch)
+    return sum(c for captured in execute(job, workers, log=log) for _, batch in captured for c in batch)
 
 
 def pipeline_plain(n: int) -> int:
@@ -323,7 +327,33 @@ def run(quick: bool) -> list[Row]:
         rows.append(
             _row("e", f"state machine, bins moving, {workers} worker(s)", len(pairs), t_sm, "dict loop", t_dict, "rec")
         )
+    rows.append(_log_overhead(n, runs, expected, t_ours))
     return rows
+
+
+def _log_overhead(n: int, runs: int, expected: int, t_off_first: float) -> Row:
+    """Row (f): workload (a) with the event log off against it on (events dropped), and the off-path's share."""
+    events = [0]
+
+    def drop(_event: dict[str, Any]) -> None:
+        events[0] += 1
+
+    t_on, got_on = best_of(runs, lambda: pipeline_pytimely(n, log=drop))
+    t_off, got_off = best_of(runs, lambda: pipeline_pytimely(n))
+    assert got_on == got_off == expected
+    t_off = min(t_off, t_off_first)
+    checks = events[0] // runs
+    hook: Any = None
+    loops = 1_000_000
+    started = time.perf_counter()
+    for _ in range(loops):
+        if hook is not None:
+            pass
+    per_check = (time.perf_counter() - started) / loops
+    row = _row("f", "map/filter/count, event log off", n, t_off, "event log on, events dropped", t_on, "rec")
+    row["log_checks"] = checks
+    row["log_off_share_pct"] = round(100 * checks * per_check / t_off, 4)
+    return row
 
 
 def _row(ident: str, workload: str, n: int, ours: float, baseline: str, theirs: float, unit: str) -> Row:

@@ -25,6 +25,7 @@ epoch up to it. The output is the same whatever the number of workers.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -33,9 +34,12 @@ import numpy as np
 
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.algorithms import connected_components
+from pytimely.cli import metrics_port_from, observers
 from pytimely.config import Config, add_arguments, parse_config
 from pytimely.errors import InputFormatError, OutputPathError, PytimelyError
+from pytimely.eventlog import Sink, combine
 from pytimely.io import check_output, read_edges, write_table
+from pytimely.status import ProgressLine
 
 
 def _to_first(batch: Any) -> Any:
@@ -44,7 +48,13 @@ def _to_first(batch: Any) -> Any:
 
 
 def run(
-    path: str, workers: int = 1, *, epochs: bool = False, seed: int | None = None, config: Config | None = None
+    path: str,
+    workers: int = 1,
+    *,
+    epochs: bool = False,
+    seed: int | None = None,
+    config: Config | None = None,
+    log: Sink | None = None,
 ) -> Any:
     """The job's rows: ``(vertex, label)`` or, with ``epochs``, ``(epoch, vertex, label)``, sorted.
 
@@ -69,7 +79,7 @@ def run(
         handle.close()
         return captured
 
-    parts = execute(job, workers, config=config, seed=seed)
+    parts = execute(job, workers, config=config, seed=seed, log=log)
     if config is not None and config.first_worker != 0:
         return None
     rows = [
@@ -90,28 +100,41 @@ def _components(stream: Any) -> Any:
 
 
 def run_on_spark(
-    spark: Any, edges: Any, processes: int | None = None, workers: int = 1, *, epochs: bool = False
+    spark: Any,
+    edges: Any,
+    processes: int | None = None,
+    workers: int = 1,
+    *,
+    epochs: bool = False,
+    figures: Any = None,
 ) -> Any:
-    """The job on Spark: a DataFrame ``vertex, label`` (``epoch, vertex, label`` with ``epochs``) from ``edges``."""
+    """The job on Spark: a DataFrame ``vertex, label`` (``epoch, vertex, label`` with ``epochs``) from ``edges``.
+
+    ``figures`` (:class:`pytimely.spark.figures.Figures`) gathers each process's records and phase times.
+    """
     from pytimely.spark import run_dataflow
 
     schema = "epoch long, vertex long, label long" if epochs else "vertex long, label long"
     return run_dataflow(
-        _components, edges, schema, processes=processes, workers=workers, epoch="epoch" if epochs else None
+        _components, edges, schema, processes=processes, workers=workers, epoch="epoch" if epochs else None,
+        figures=figures, description="pytimely wcc: connected components" + (" by epoch" if epochs else ""),
     )
 
 
 def main_spark(args: argparse.Namespace, processes: int | None, workers: int) -> int:
     """Read EDGES with Spark, compute on Spark-hosted workers, write OUT with Spark."""
     from pytimely import spark as on_spark
+    from pytimely.spark.figures import Figures
 
     started = time.perf_counter()
     session = on_spark.session_for(args.spark, app_name="pytimely-wcc")
     columns = "src long, dst long, epoch long" if args.epochs else "src long, dst long"
     edges = on_spark.read(session, args.edges, columns)
-    result = run_on_spark(session, edges, processes, workers, epochs=args.epochs)
+    figures = Figures(session)
+    result = run_on_spark(session, edges, processes, workers, epochs=args.epochs, figures=figures)
     order = ["epoch", "vertex"] if args.epochs else ["vertex"]
     on_spark.save(result, args.output, order_by=order, retries=args.retries)
+    print(figures.table(), file=sys.stderr)
     print(f"wcc: on Spark {args.spark} in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 
@@ -124,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", action="store_true", help="EDGES has an epoch column; report changes per epoch")
     parser.add_argument("--spark", metavar="MASTER", help="run on Spark, e.g. local[2] (Spark reads and writes)")
     parser.add_argument("--retries", type=int, default=0, help="with --spark: re-run a failed computation")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.spark:
@@ -135,10 +159,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     args, config = parse_config(parser, argv)
     started = time.perf_counter()
+    line = ProgressLine(quiet=args.quiet)
+    closers: list[Any] = []
     try:
         if config.first_worker == 0:
             check_output(args.output)  # before the work, not after it
-        table = run(args.edges, epochs=args.epochs, config=config)
+        observed, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port_from(os.environ))
+        with line:
+            table = run(args.edges, epochs=args.epochs, config=config, log=combine(line.sink, observed))
         if table is None:
             return 0
         names = ["epoch", "vertex", "label"] if args.epochs else ["vertex", "label"]
@@ -149,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     except PytimelyError as exc:
         print(f"wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        for close in closers:
+            close()
     print(f"wcc: {len(table)} rows in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

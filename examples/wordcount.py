@@ -21,20 +21,24 @@ its bins (see ``docs/rescaling.md``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
 
 from pytimely import InputHandle, Scope, Worker, execute
+from pytimely.cli import metrics_port_from, observers
 from pytimely.config import Config, add_arguments, parse_config
 from pytimely.errors import InputFormatError, OutputPathError, PytimelyError
+from pytimely.eventlog import Sink, combine
 from pytimely.io import check_output, read_words, write_table
+from pytimely.status import ProgressLine
 
 BATCH = 1 << 16
 
 
 def run(
-    path: str, workers: int = 1, *, seed: int | None = None, config: Config | None = None
+    path: str, workers: int = 1, *, seed: int | None = None, config: Config | None = None, log: Sink | None = None
 ) -> list[tuple[str, int]] | None:
     """``(word, count)`` pairs sorted by word (``None`` on cluster processes other than worker 0's)."""
 
@@ -50,14 +54,21 @@ def run(
             handle.send_batch(words[start : start + BATCH])
         return captured
 
-    parts = execute(job, workers, config=config, seed=seed)
+    parts = execute(job, workers, config=config, seed=seed, log=log)
     if config is not None and config.first_worker != 0:
         return None
     return sorted(pair for captured in parts for _, batch in captured for pair in batch)
 
 
 def run_rescaling(
-    path: str, epochs: int, plan_text: str, config: Config, *, join_timeout: float = 60.0, leave_timeout: float = 60.0
+    path: str,
+    epochs: int,
+    plan_text: str,
+    config: Config,
+    *,
+    join_timeout: float = 60.0,
+    leave_timeout: float = 60.0,
+    log: Sink | None = None,
 ) -> list[tuple[str, int]] | None:
     """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (worker 0 gets the counts).
 
@@ -85,7 +96,7 @@ def run_rescaling(
             leave_timeout=leave_timeout,
         )
 
-    results = execute(job, config=config)
+    results = execute(job, config=config, log=log)
     if config.first_worker != 0 or results[0] is None:
         return None
     return sorted(results[0][0].items())
@@ -100,11 +111,19 @@ def _count(stream: Any) -> Any:
     return stream.map_batch(_words, name="split").count_by()
 
 
-def run_on_spark(spark: Any, lines: Any, processes: int | None = None, workers: int = 1) -> Any:
-    """The job on Spark: a DataFrame ``word, count`` from a DataFrame of text lines (first column)."""
+def run_on_spark(
+    spark: Any, lines: Any, processes: int | None = None, workers: int = 1, *, figures: Any = None
+) -> Any:
+    """The job on Spark: a DataFrame ``word, count`` from a DataFrame of text lines (first column).
+
+    ``figures`` (:class:`pytimely.spark.figures.Figures`) gathers each process's records and phase times.
+    """
     from pytimely.spark import run_dataflow
 
-    return run_dataflow(_count, lines, "word string, count long", processes=processes, workers=workers)
+    return run_dataflow(
+        _count, lines, "word string, count long", processes=processes, workers=workers, figures=figures,
+        description="pytimely wordcount: count words",
+    )
 
 
 def main_spark(args: argparse.Namespace, processes: int | None, workers: int) -> int:
@@ -112,6 +131,7 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
     from pyspark.sql import functions as F
 
     from pytimely import spark as on_spark
+    from pytimely.spark.figures import Figures
 
     started = time.perf_counter()
     session = on_spark.session_for(args.spark, app_name="pytimely-wordcount")
@@ -119,13 +139,15 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
         lines = session.read.parquet(args.input)
     else:
         lines = session.read.text(args.input)
-    counts = run_on_spark(session, lines, processes, workers)
+    figures = Figures(session)
+    counts = run_on_spark(session, lines, processes, workers, figures=figures)
     if on_spark.format_of(args.output) == "parquet":
         on_spark.save(counts, args.output, order_by=["word"], retries=args.retries)
     else:
         line = F.concat_ws("\t", F.col("word"), F.col("count").cast("string"))
         on_spark.save(counts, args.output, format="text", order_by=["word"], columns=[line], retries=args.retries)
     elapsed = time.perf_counter() - started
+    print(figures.table(), file=sys.stderr)
     print(f"wordcount: on Spark {args.spark} in {elapsed:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 
@@ -156,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--leave-timeout", type=float, default=60.0, help="with --rescale: seconds a leaver may take to say so (60)"
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.spark:
@@ -169,20 +192,26 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.rescale and args.epochs == 0:
         parser.error("--rescale needs --epochs")
+    line = ProgressLine(quiet=args.quiet, total_epochs=args.epochs or None)
+    closers: list[Any] = []
     try:
         if config.first_worker == 0:
             check_output(args.output)  # before the work, not after it
-        if args.epochs > 0:
-            counts = run_rescaling(
-                args.input,
-                args.epochs,
-                args.rescale,
-                config,
-                join_timeout=args.join_timeout,
-                leave_timeout=args.leave_timeout,
-            )
-        else:
-            counts = run(args.input, config=config)
+        observed, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port_from(os.environ))
+        log = combine(line.sink, observed)
+        with line:
+            if args.epochs > 0:
+                counts = run_rescaling(
+                    args.input,
+                    args.epochs,
+                    args.rescale,
+                    config,
+                    join_timeout=args.join_timeout,
+                    leave_timeout=args.leave_timeout,
+                    log=log,
+                )
+            else:
+                counts = run(args.input, config=config, log=log)
         if counts is None:
             return 0
         write_table(args.output, ["word", "count"], counts, sep="\t")
@@ -192,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     except PytimelyError as exc:
         print(f"wordcount: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        for close in closers:
+            close()
     print(f"wordcount: {len(counts)} words in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

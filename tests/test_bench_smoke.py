@@ -19,7 +19,7 @@ def test_bench_dataflow_quick_reports_every_workload() -> None:
     )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()[1:]]
-    assert {row["id"] for row in rows} == {"a", "b", "c", "d", "e"}
+    assert {row["id"] for row in rows} == {"a", "b", "c", "d", "e", "f"}
     assert {row["workload"] for row in rows if row["id"] == "e"} == {
         "state machine, bins moving, 1 worker(s)",
         "state machine, bins moving, 2 worker(s)",

@@ -1,10 +1,11 @@
 """The ``pytimely`` command: run a worker function, or launch a local cluster of processes.
 
-    pytimely run [-w W -n N -p I --hosts ... | --hostfile F] module:function [ARG ...]
+    pytimely run [-w W -n N -p I --hosts ... | --hostfile F] [--metrics-port M] module:function [ARG ...]
     pytimely explain [same flags as run] module:function [ARG ...]
     pytimely show module:function [-w W] [--format mermaid|dot|svg] [ARG ...]
-    pytimely launch -n N [-w W] [--port P] -- COMMAND [ARG ...]
+    pytimely launch -n N [-w W] [--port P] [--metrics-port M] [-q] -- COMMAND [ARG ...]
     pytimely workflow {run,plan,show,logs} ...     (see pytimely.workflow.cli)
+    pytimely log-summary FILE ...   (event logs written under PYTIMELY_LOG=path, see pytimely.logsummary)
 
 ``run`` imports ``function`` from ``module`` and calls ``execute(function)``
 with the layout the flags and ``PYTIMELY_*`` variables give (see
@@ -31,13 +32,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from pytimely.config import add_arguments, config_from_args
 from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError
+from pytimely.eventlog import Sink, combine
+from pytimely.status import ProgressLine, Status, status_from_metrics
 
-__all__ = ["launch", "main"]
+__all__ = ["launch", "main", "metrics_port_from", "observers"]
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -84,14 +87,24 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
     prog = "pytimely explain" if explain else "pytimely run"
     parser = argparse.ArgumentParser(prog=prog, description="Run module:function on a worker layout.")
     add_arguments(parser)
+    parser.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="serve Prometheus metrics on this port (default: PYTIMELY_METRICS_PORT, else none)",
+    )
     parser.add_argument("target", help="module:function taking a Worker")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments left in sys.argv for the function")
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
         func = _load(args.target)
+        metrics_port = args.metrics_port if args.metrics_port is not None else metrics_port_from(os.environ)
     except ConfigError as exc:
         parser.error(str(exc))
+    try:
+        log, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port)
+    except (PytimelyError, OSError) as exc:
+        print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
+        return 2
     saved = sys.argv
     sys.argv = [args.target, *args.args]
     on_leave = None
@@ -101,7 +114,7 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
     if explain:
         func = _explaining(func)
     try:
-        results = execute(func, config=config, on_leave=on_leave)
+        results = execute(func, config=config, on_leave=on_leave, log=log)
     except (InputFormatError, OutputPathError) as exc:
         print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
         return 2
@@ -113,6 +126,8 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
         return 1
     finally:
         sys.argv = saved
+        for close in closers:
+            close()
     for i, result in enumerate(results):
         if result is not None:
             print(f"worker {config.first_worker + i}: {result!r}")
@@ -124,6 +139,39 @@ def _announce_leave(address: str, secret: bytes | None, process: int) -> None:
     from pytimely.membership import request
 
     request("leaving", process, address=address, secret=secret)
+
+
+def metrics_port_from(environ: Mapping[str, str]) -> int | None:
+    """``PYTIMELY_METRICS_PORT`` from ``environ`` (``pytimely launch --metrics-port`` sets it per process)."""
+    text = environ.get("PYTIMELY_METRICS_PORT", "")
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"PYTIMELY_METRICS_PORT must be a port number, got {text!r}") from None
+
+
+def observers(log_path: str | None, metrics_port: int | None) -> tuple[Sink | None, list[Callable[[], None]]]:
+    """The event-log sink for a JSON-lines file at ``log_path`` and metrics served on ``metrics_port`` (either
+    may be ``None``), and what to call when the computation ends; ``(None, [])`` when both are off."""
+    sinks: list[Sink] = []
+    closers: list[Callable[[], None]] = []
+    if log_path is not None:
+        from pytimely.eventlog import JsonLines
+
+        files = JsonLines(log_path)
+        sinks.append(files)
+        closers.append(files.close)
+    if metrics_port is not None:
+        from pytimely.metrics import Metrics
+
+        metrics = Metrics()
+        served = metrics.serve(metrics_port)
+        print(f"pytimely: metrics at http://127.0.0.1:{served}/metrics", file=sys.stderr, flush=True)
+        sinks.append(metrics)
+        closers.append(metrics.close)
+    return combine(*sinks), closers
 
 
 def _bind(port: int) -> socket.socket:
@@ -253,6 +301,8 @@ class _Launcher:
         self.forwarders: list[threading.Thread] = []
         self.lock = threading.RLock()
         self.extra: dict[str, str] = {}
+        self.metrics_port: int | None = None
+        """With ``--metrics-port P``, process I serves metrics on P + I."""
 
     def spawn(self, index: int, extra: dict[str, str], listener: socket.socket) -> None:
         """Start process ``index`` with ``listener`` (handed down, then closed here)."""
@@ -268,6 +318,8 @@ class _Launcher:
             **self.extra,
             **extra,
         )
+        if self.metrics_port is not None:
+            env["PYTIMELY_METRICS_PORT"] = str(self.metrics_port + index)
         env.pop("PYTIMELY_HOSTFILE", None)
         env.pop("PYTIMELY_SECRET_FILE", None)
         try:
@@ -294,6 +346,8 @@ def launch(
     grace: float = 5.0,
     elastic: bool = False,
     leave_timeout: float = 60.0,
+    metrics_port: int | None = None,
+    quiet: bool = False,
 ) -> int:
     """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status.
 
@@ -302,6 +356,9 @@ def launch(
     starts a joining process on ``add`` once no process is leaving, asks a process to leave on ``remove`` (it
     sees ``worker.leave_requested``), and hears ``leaving`` from a process that leaves on its own. A leaver
     still running ``leave_timeout`` seconds after the launcher heard of it fails the run.
+
+    With ``metrics_port`` P, process I serves Prometheus metrics on port P + I (``PYTIMELY_METRICS_PORT``), and,
+    unless ``quiet`` or stderr is not a terminal, the launcher draws a progress line from them.
     """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
@@ -310,6 +367,7 @@ def launch(
     # Every process's port is bound here and handed down, so nothing can take it before the process starts.
     listeners = [_bind(port + i if port else 0) for i in range(processes)]
     launcher = _Launcher(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners])
+    launcher.metrics_port = metrics_port
     endpoint = None
     membership: _Elastic | None = None
     if elastic:
@@ -324,7 +382,8 @@ def launch(
         with launcher.lock:
             for index in range(processes):
                 launcher.spawn(index, {}, listeners[index])
-        status = _supervise(launcher, membership, grace)
+        with _progress_line(launcher, quiet):
+            status = _supervise(launcher, membership, grace)
     finally:
         if endpoint is not None:
             endpoint.close()
@@ -333,6 +392,27 @@ def launch(
     for t in launcher.forwarders:
         t.join(timeout=grace)
     return status
+
+
+def _progress_line(launcher: _Launcher, quiet: bool) -> ProgressLine:
+    """The launcher's progress line, drawn from its processes' metrics (off without ``--metrics-port``)."""
+    port = launcher.metrics_port or 0
+    started = time.monotonic()
+
+    def scrape() -> Status:
+        import urllib.request
+
+        texts = []
+        for index in list(launcher.children):
+            try:
+                url = f"http://127.0.0.1:{port + index}/metrics"
+                with urllib.request.urlopen(url, timeout=0.5) as response:
+                    texts.append(response.read().decode())
+            except OSError:
+                continue  # not serving yet, or gone: the line shows the others
+        return status_from_metrics(texts, time.monotonic() - started)
+
+    return ProgressLine(quiet=quiet or launcher.metrics_port is None, source=scrape)
 
 
 def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -> int:
@@ -401,13 +481,18 @@ def _launch(argv: Sequence[str]) -> int:
         "--leave-timeout", type=float, default=60.0,
         help="with --elastic: seconds a leaving process may take to exit before the run fails (60)",
     )
+    parser.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="process I serves Prometheus metrics on this port + I; the launcher shows a progress line from them",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         return launch(
             command, args.processes, args.workers, port=args.port, elastic=args.elastic,
-            leave_timeout=args.leave_timeout,
+            leave_timeout=args.leave_timeout, metrics_port=args.metrics_port, quiet=args.quiet,
         )
     except ConfigError as exc:
         parser.error(str(exc))
@@ -466,6 +551,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _show(rest)
     if command == "launch":
         return _launch(rest)
+    if command == "log-summary":
+        from pytimely.logsummary import main as summary_main
+
+        return summary_main(rest)
     if command == "workflow":
         from pytimely.workflow.cli import main as workflow_main
 

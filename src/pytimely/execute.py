@@ -29,6 +29,7 @@ from pytimely.communication.cluster import Cluster
 from pytimely.communication.local import LocalAllocator
 from pytimely.config import Config
 from pytimely.errors import InvalidArgument
+from pytimely.eventlog import Sink
 from pytimely.worker import Worker
 
 __all__ = ["execute"]
@@ -66,6 +67,7 @@ def execute(
     seed: int | None = None,
     check_serialization: bool = False,
     on_leave: Callable[[int], None] | None = None,
+    log: Sink | None = None,
 ) -> list[R]:
     """Run ``func(worker)`` on ``workers`` workers (or as ``config`` lays out); return this process's results.
 
@@ -74,6 +76,8 @@ def execute(
     another process fails here as it would there, with an
     :class:`~pytimely.errors.UnpicklableRecordError` naming the exchange and the operator that sent it.
     It costs a pickle round trip per batch: meant for tests. ``on_leave`` is as for :func:`run_process`.
+
+    ``log``, a sink of :mod:`pytimely.eventlog`, receives every worker's events (off by default).
     """
     if config is not None:
         if workers != 1 and workers != config.workers:
@@ -83,17 +87,19 @@ def execute(
                 raise InvalidArgument(
                     "seed= orders in-process workers; a cluster of processes cannot be replayed by it"
                 )
-            return run_process(func, config, check_serialization=check_serialization, on_leave=on_leave)
+            return run_process(
+                func, config, check_serialization=check_serialization, on_leave=on_leave, log=log
+            )
         workers = config.workers
     if type(workers) is not int or workers < 1:
         raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
     allocators = LocalAllocator.group(workers)
     if workers == 1:
-        worker = Worker(allocators[0], check_serialization=check_serialization)
+        worker = Worker(allocators[0], check_serialization=check_serialization, log=log)
         result = func(worker)
         worker.finish()
         return [result]
-    return _run_threads(func, [Worker(a, check_serialization=check_serialization) for a in allocators], seed)
+    return _run_threads(func, [Worker(a, check_serialization=check_serialization, log=log) for a in allocators], seed)
 
 
 def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int | None) -> list[R]:
@@ -171,14 +177,16 @@ def run_process(
     listener: socket.socket | None = None,
     check_serialization: bool = False,
     on_leave: Callable[[int], None] | None = None,
+    log: Sink | None = None,
 ) -> list[R]:
     """Run this process's part of a cluster: ``func`` on each of its workers; their results, in order.
 
     ``listener``, a socket already listening on this process's address, is for hosts that must announce
     the address before the cluster starts; it is closed once every peer has connected.
-    ``check_serialization`` is as for :func:`execute`. In an elastic cluster, ``on_leave(process)`` is called
-    when this process leaves (however its workers came to call :meth:`Worker.leave`), before any peer hears
-    of it: ``pytimely run`` uses it to tell ``pytimely launch --elastic``'s control endpoint.
+    ``check_serialization`` and ``log`` are as for :func:`execute`. In an elastic cluster,
+    ``on_leave(process)`` is called when this process leaves (however its workers came to call
+    :meth:`Worker.leave`), before any peer hears of it: ``pytimely run`` uses it to tell
+    ``pytimely launch --elastic``'s control endpoint.
     """
     cluster = Cluster(config, listener=listener, on_leave=on_leave)
     if config.elastic and threading.current_thread() is threading.main_thread():
@@ -194,7 +202,10 @@ def run_process(
             listener.close()
         raise
     try:
-        workers = [Worker(cluster.allocator(i), check_serialization=check_serialization) for i in range(config.workers)]
+        workers = [
+            Worker(cluster.allocator(i), check_serialization=check_serialization, log=log)
+            for i in range(config.workers)
+        ]
         results: list[Any] = [None] * config.workers
         errors: list[BaseException] = []
 

@@ -19,8 +19,12 @@ from pytimely.errors import (
     StalledError,
     StepTimeoutError,
 )
+from pytimely.eventlog import EventLogger, Sink
 
 __all__ = ["Worker"]
+
+_STATS_EVERY = 1.0
+"""Seconds between ``stats`` events, when the event log is on."""
 
 R = TypeVar("R")
 
@@ -31,8 +35,12 @@ _PARK = 0.1
 class Worker:
     """One of the workers running a computation; every worker builds the same dataflows."""
 
-    def __init__(self, allocator: Allocator, *, check_serialization: bool = False) -> None:
+    def __init__(self, allocator: Allocator, *, check_serialization: bool = False, log: Sink | None = None) -> None:
         self._allocator = allocator
+        self.log = log
+        """Where the event log of this worker's dataflows goes (:mod:`pytimely.eventlog`); ``None`` logs nothing."""
+        self._logger = None if log is None else EventLogger(log, allocator.index, "")
+        self._stats_due = 0.0
         self.check_serialization = check_serialization
         """Whether exchanges pickle their records even between workers of one process (see ``execute``)."""
         self._dataflows: list[Subgraph] = []
@@ -64,7 +72,7 @@ class Worker:
             raise ScopeError("dataflows cannot be built inside another dataflow's build function")
         ident = self._count
         self._count += 1
-        subgraph = Subgraph(self._allocator, ident, name if name is not None else f"dataflow {ident}")
+        subgraph = Subgraph(self._allocator, ident, name if name is not None else f"dataflow {ident}", self.log)
         scope: Scope[Any] = Scope(subgraph, minimum, check_serialization=self.check_serialization)
         self._building = True
         try:
@@ -142,6 +150,8 @@ class Worker:
         if any(s.complete for s in self._dataflows):
             self._dataflows = [s for s in self._dataflows if not s.complete]
         self.last_step_worked = worked
+        if self._logger is not None:
+            self._log_stats(self._logger)
         if self._after_step is not None:
             self._after_step()
         return bool(self._dataflows)
@@ -208,6 +218,13 @@ class Worker:
         """Counters of the communication layer (queue peaks, flow-control waits, frames sent), if it keeps any."""
         stats = getattr(self._allocator, "stats", None)
         return stats() if stats is not None else {}
+
+    def _log_stats(self, logger: EventLogger) -> None:
+        """At most once a second, log the communication counters (queue depths) as a ``stats`` event."""
+        now = time.monotonic()
+        if now >= self._stats_due:
+            self._stats_due = now + _STATS_EVERY
+            logger.emit("stats", communication=self.communication_stats(), dataflows=len(self._dataflows))
 
     def progress_stats(self) -> dict[str, float]:
         """Progress-state sizes summed over this worker's dataflows (see ``Subgraph.progress_stats``)."""

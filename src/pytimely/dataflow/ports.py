@@ -32,6 +32,7 @@ from pytimely.progress.location import Source, Target
 if TYPE_CHECKING:
     from pytimely.communication.allocator import Push
     from pytimely.dataflow.operator import OperatorCore
+    from pytimely.eventlog import EventLogger
 
 __all__ = ["InputPort", "OutputPort", "Session", "take"]
 
@@ -90,7 +91,7 @@ def _push_failed(
 class InputPort(Generic[T, D]):
     """An operator's input: queued messages and the frontier of what may still arrive."""
 
-    __slots__ = ("_activate", "_location", "_op", "_queue", "_record", "frontier", "port")
+    __slots__ = ("_activate", "_location", "_log", "_op", "_queue", "_record", "frontier", "port")
 
     def __init__(self, op: OperatorCore, port: int, record: Record, activate: Callable[[int], None]) -> None:
         self._op = op
@@ -99,6 +100,7 @@ class InputPort(Generic[T, D]):
         self._queue: deque[tuple[T, D]] = deque()
         self._record = record
         self._activate = activate
+        self._log: EventLogger | None = None
         self.frontier: MutableAntichain[T] = MutableAntichain()
         """Times that may still arrive here (minimal elements); read-only, kept current by the worker."""
 
@@ -118,10 +120,13 @@ class InputPort(Generic[T, D]):
         location = self._location
         op = self._op
         caps = op.input_caps
+        log = self._log
         while queue:
             time, batch = queue.popleft()
             record(location, time, -1)
             op.time = time
+            if log is not None:
+                log.messages(op.index, self.port, "received", time, batch)
             cap = InputCapability(time, op)
             caps.append(cap)
             yield cap, batch
@@ -132,10 +137,13 @@ class InputPort(Generic[T, D]):
         record = self._record
         location = self._location
         op = self._op
+        log = self._log
         while queue:
             time, batch = queue.popleft()
             record(location, time, -1)
             op.time = time
+            if log is not None:
+                log.messages(op.index, self.port, "received", time, batch)
             yield time, batch
 
     def pending(self) -> int:
@@ -355,7 +363,7 @@ class _Checked:
 class OutputPort(Generic[T, D]):
     """An operator's output: sends batches to every channel connected to it."""
 
-    __slots__ = ("_channels", "_op", "_record", "initial", "port", "source")
+    __slots__ = ("_channels", "_log", "_op", "_record", "initial", "port", "source")
 
     def __init__(self, op: OperatorCore, port: int, record: Record) -> None:
         self._op = op
@@ -363,6 +371,7 @@ class OutputPort(Generic[T, D]):
         self.source = Source(op.index, port)
         self._record = record
         self._channels: list[Any] = []
+        self._log: EventLogger | None = None
         self.initial: list[Capability[T]] = []
         """The capabilities this worker's copy started with (a joining worker re-times them at its bootstrap)."""
 
@@ -387,6 +396,8 @@ class OutputPort(Generic[T, D]):
     def _push(self, time: T, batch: D) -> None:
         for channel in self._channels:
             channel.push(time, batch)
+        if self._log is not None:
+            self._log.messages(self._op.index, self.port, "sent", time, batch, len(self._channels))
 
     def _check(self, cap: Capability[T] | InputCapability[T]) -> T:
         if type(cap) is InputCapability:

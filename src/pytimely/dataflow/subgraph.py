@@ -29,6 +29,7 @@ from pytimely.communication.payload import dumps
 from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
 from pytimely.errors import BootstrapError, MembershipError, OperatorError, PytimelyError, ScopeError
+from pytimely.eventlog import EventLogger, Sink
 from pytimely.progress.bootstrap import (
     Bootstrap,
     BootstrapServer,
@@ -57,7 +58,7 @@ Pact = tuple[Any, ...] | None
 class Subgraph:
     """A dataflow as one worker runs it."""
 
-    def __init__(self, allocator: Allocator, ident: int, name: str) -> None:
+    def __init__(self, allocator: Allocator, ident: int, name: str, log: Sink | None = None) -> None:
         self.allocator = allocator
         self.ident = ident
         self.name = name
@@ -98,6 +99,8 @@ class Subgraph:
         """Input handles, closed for the worker when its function returns."""
         self.tracker: Tracker[Any] | None = None
         self.built = False
+        self.log: EventLogger | None = None if log is None else EventLogger(log, self.worker, name)
+        """Where this dataflow's events go (see :mod:`pytimely.eventlog`); ``None``, the default, logs nothing."""
 
     # -- building -------------------------------------------------------------------------
 
@@ -108,6 +111,11 @@ class Subgraph:
         op = OperatorCore(len(self.operators), name, scope)
         op.inputs = [InputPort(op, i, self.record, self.activate) for i in range(inputs)]
         op.outputs = [OutputPort(op, o, self.record) for o in range(outputs)]
+        if self.log is not None:
+            for inport in op.inputs:
+                inport._log = self.log
+            for outport in op.outputs:
+                outport._log = self.log
         self.operators.append(op)
         return op
 
@@ -168,6 +176,9 @@ class Subgraph:
         for op in self.operators:
             for inport in op.inputs:
                 inport.frontier = tracker.live_frontier(inport.location)
+        if self.log is not None:
+            for op in self.operators:
+                self.log.operates(op.index, op.name, len(op.inputs), len(op.outputs), op.scope.name)
         self.tracker = tracker
         self.built = True
         self._boot_started = time.perf_counter()  # a newcomer's bootstrap is timed from here
@@ -202,6 +213,7 @@ class Subgraph:
         for hook in self._before_step:
             worked = hook() or worked
         batches = self._progress_pull.drain()
+        log = self.log
         if batches:
             worked = True
             receiver = self._receiver
@@ -211,10 +223,15 @@ class Subgraph:
                     self._control(batch)
                     continue
                 tracker.update_batch(receiver.accept(batch))
+                if log is not None:
+                    log.progress("received", len(batch.updates))
                 if server.serving:
                     server.applied(batch)
             operators = self.operators
-            for target in tracker.propagate_all():
+            changed = tracker.propagate_all()
+            if log is not None:
+                self._log_frontiers(log, changed)
+            for target in changed:
                 if operators[target.node].notify:
                     self.activate(target.node)
         for pull, port in self._remote:
@@ -232,12 +249,28 @@ class Subgraph:
             self._sent.append(batch.updates)
             if len(self._sent) > 1024:
                 self._fold_sent()
+            if log is not None:
+                self._log_batch(log, batch)
             for push in self._progress_push:
                 push.push(batch)
         if self._server.serving:
             for newcomer, reply in self._server.replies(self._receiver):
                 self._progress_push[newcomer].push(reply)
         return worked
+
+    def _log_frontiers(self, log: EventLogger, changed: dict[Target, Any]) -> None:
+        """Log the input frontiers a propagation moved."""
+        operators = self.operators
+        for target in changed:
+            port = operators[target.node].inputs[target.port]
+            log.frontier(target.node, target.port, port.frontier.frontier_elements())
+
+    def _log_batch(self, log: EventLogger, batch: ProgressBatch[Any]) -> None:
+        """Log a progress batch this worker sends, and the capability changes in it."""
+        log.progress("sent", len(batch.updates))
+        for location, t, diff in batch.updates:
+            if type(location) is Source:
+                log.capability(location.node, location.port, t, diff)
 
     # -- membership (seed 002) --------------------------------------------------------------
 
@@ -269,6 +302,8 @@ class Subgraph:
     def _membership(self, events: list[Any]) -> None:
         """Processes joined or left: greet newcomers on the progress channel and, as their server, bootstrap them."""
         for event in events:
+            if self.log is not None:
+                self.log.membership(event.kind, event.workers)
             if event.kind != "join":
                 continue  # a leaver's batches still count until its link closes; nothing more goes to it
             hello = Hello(self.worker, self.sender.next_seq())
@@ -406,6 +441,9 @@ class Subgraph:
         heapq.heapify(queue)
         operators = self.operators
         pop = heapq.heappop
+        log = self.log
+        clock = time.perf_counter
+        start = 0.0
         try:
             while queue:
                 index = pop(queue)
@@ -416,6 +454,8 @@ class Subgraph:
                 if logic is None:
                     continue
                 op.time = None
+                if log is not None:
+                    start = clock()
                 try:
                     logic()
                 except PytimelyError as exc:
@@ -430,6 +470,8 @@ class Subgraph:
                         time=op.time,
                     ) from exc
                 finally:
+                    if log is not None:
+                        log.schedule(index, op.name, start, clock())
                     if op.input_caps:
                         for cap in op.input_caps:
                             cap._valid = False

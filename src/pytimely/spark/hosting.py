@@ -18,6 +18,9 @@ output rows, converted to ``schema``. With ``epoch=COLUMN`` the rows enter at
 the timestamp in that column (non-negative integers, any order within a
 partition), and an output schema with that column gets each batch's timestamp
 in it when the batch does not carry it.
+
+With ``figures=`` (:class:`~pytimely.spark.figures.Figures`) every process reports its records and the
+time of each phase back to the driver; the stage's job carries a readable description in Spark's UI.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import secrets
 import socket
 import sys
+import time as _time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from pytimely.dataflow.stream import Stream
+    from pytimely.spark.figures import Figures
     from pytimely.worker import Worker
 
 __all__ = ["run_dataflow", "to_record_batch"]
@@ -59,6 +64,8 @@ def run_dataflow(
     timeout: float = 10.0,
     meeting: str = "driver",
     meeting_timeout: float = 120.0,
+    figures: Figures | None = None,
+    description: str | None = None,
 ) -> DataFrame:
     """The rows ``build`` produces from ``data``, run as one barrier stage of ``processes`` x ``workers``.
 
@@ -66,6 +73,11 @@ def run_dataflow(
     session's task slots (local mode) or its default parallelism. The tasks find each other through the
     driver's registry (``meeting="driver"``, waiting at most ``meeting_timeout`` seconds for the last one) or
     through Spark's ``allGather`` (``meeting="gather"``). The result is lazy, like any DataFrame.
+
+    ``figures`` gathers each process's records and phase times on the driver (see
+    :mod:`pytimely.spark.figures`). ``description`` (by default one naming ``build`` and the layout) becomes
+    the job description of this thread's next Spark jobs (``setJobDescription``), so the barrier stage is
+    named in Spark's UI when an action runs it.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -110,6 +122,13 @@ def run_dataflow(
         local=slots is not None,
         heartbeat=heartbeat,
         timeout=timeout,
+        figures=None if figures is None else figures.accumulator,
+    )
+    name = getattr(build, "__qualname__", None) or type(build).__name__
+    spark.sparkContext.setJobDescription(
+        description
+        if description is not None
+        else f"pytimely dataflow {name}: {processes} process(es) x {workers} worker(s), one barrier stage"
     )
     if data.rdd.getNumPartitions() != processes:
         data = data.repartition(processes)
@@ -156,8 +175,10 @@ class _Task:
         local: bool,
         heartbeat: float,
         timeout: float,
+        figures: Any = None,
     ) -> None:
         self.build = build
+        self.figures = figures
         self.processes = processes
         self.workers = workers
         self.epoch = epoch
@@ -173,9 +194,13 @@ class _Task:
 
         context = BarrierTaskContext.get()
         process = context.partitionId()
+        clock = _time.perf_counter
+        started = clock()
         # The whole partition is read before the computation starts: the workers take their shares of it.
         inputs = [b for b in batches if b.num_rows]
         shares = _shares(inputs, self.workers, self.epoch)
+        read = clock()
+        met = read
         if self.processes == 1:
             results = execute(self._job(shares, 0), self.workers)
         else:
@@ -202,12 +227,30 @@ class _Task:
             except BaseException:
                 listener.close()
                 raise
+            met = clock()
             results = run_process(self._job(shares, config.first_worker), config, listener=listener)
+        ran = clock()
+        converting = 0.0
+        records_out = 0
         for captured in results:
             for time, batch in captured:
+                mark = clock()
                 converted = to_record_batch(batch, self.schema, time=time, epoch=self.epoch)
+                converting += clock() - mark
                 if converted.num_rows:
+                    records_out += converted.num_rows
                     yield converted
+        if self.figures is not None:
+            self.figures.add({
+                process: {
+                    "records_in": float(sum(b.num_rows for b in inputs)),
+                    "records_out": float(records_out),
+                    "read_s": read - started,
+                    "meet_s": met - read,
+                    "run_s": ran - met,
+                    "convert_s": converting,
+                }
+            })
 
     def _job(self, shares: list[list[tuple[int, Any]]], first: int) -> Callable[[Worker], list[Any]]:
         build = self.build
