@@ -171,3 +171,10 @@ def test_show_stops_the_function_at_its_first_step() -> None:
     (graph,) = built_graphs(job)
     assert ran == ["built"]
     assert [op.name for op in graph.operators] == ["input", "seen", "probe"]
+
+
+def test_show_of_a_function_that_fails_while_building_is_one_line() -> None:
+    done = _cli("show", "examples.wcc_progress:main")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "examples.wcc_progress:main raised TypeError while building its dataflows" in done.stderr

@@ -529,6 +529,13 @@ def _show(argv: Sequence[str]) -> int:
     except PytimelyError as exc:
         print(f"pytimely show: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # the user's code, before its first step: one line, not a traceback
+        print(
+            f"pytimely show: {args.target} raised {type(exc).__name__} while building its dataflows: {exc} "
+            "(show takes a function of a Worker, as pytimely run does)",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         sys.argv = saved
     sys.stdout.write(text)
@@ -538,7 +545,7 @@ def _show(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``pytimely`` command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: pytimely {run,explain,show,launch,workflow} ...  (pytimely run --help, pytimely launch --help)"
+    usage = "usage: pytimely {run,explain,show,launch,workflow,log-summary} ...  (pytimely COMMAND --help)"
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
