@@ -148,8 +148,13 @@ def _route(key: Field) -> Callable[[Any], Any]:
 
     get = _getter(key, "key")
 
+    from pytimely.dataflow.bins import key_hash
+
     def one(k: Any) -> int:
-        return k if type(k) is int else hash(k)
+        # key_hash, not hash: strings must go to the same worker in processes with different hash seeds.
+        if type(k) is int and -(1 << 63) <= k < 1 << 63:
+            return k
+        return key_hash(k) >> 1  # fits an int64
 
     def route(batch: Any) -> Any:
         column = _column(batch, key)
@@ -272,6 +277,8 @@ class _Windows:
             self._sessions_of_columns(cap, xs, keys, values)
             return
         ends, rows = self.kind.assign(xs)
+        if not len(ends):  # sliding windows with gaps between them may hold none of these times
+            return
         ks = keys[rows]
         order = np.lexsort((ks, ends))
         ends, ks = ends[order], ks[order]
