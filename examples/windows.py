@@ -39,8 +39,8 @@ def read_events(path: str) -> tuple[Any, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputFormatError(f"{path}, line {line}: not UTF-8 text ({exc.reason})", path=path, line=line) from None
+        where = data.count(b"\n", 0, exc.start) + 1
+        raise InputFormatError(f"{path}, line {where}: not UTF-8 text ({exc.reason})", path=path, line=where) from None
     lines = text.splitlines()
     if not lines or tuple(f.strip() for f in lines[0].split(",")) != ("time", "key"):
         first = lines[0] if lines else ""
@@ -119,7 +119,8 @@ def run(path: str, kind: Kind, workers: int = 1, *, config: Config | None = None
             for start in range(0, len(pairs), BATCH):
                 handle.send_batch(pairs[start : start + BATCH])
         handle.close()
-        return captured
+        events: list[tuple[Any, list[Any]]] = captured
+        return events
 
     parts = execute(job, workers, config=config)
     if config is not None and config.first_worker != 0:

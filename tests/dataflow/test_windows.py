@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ Event = tuple[int, int, int, int]
 
 def reference(kind: Kind, events: list[tuple[int, int, int]], aggregate: str = "count") -> list[tuple[Any, ...]]:
     """The windows of ``(event time, key, value)`` events, by the definitions alone."""
-    combine = {"count": lambda vs: len(vs), "sum": sum, "min": min, "max": max}[aggregate]
+    aggregates: dict[str, Callable[[list[int]], int]] = {"count": len, "sum": sum, "min": min, "max": max}
+    combine = aggregates[aggregate]
     groups: dict[tuple[int, int, Any], list[int]] = defaultdict(list)
     if isinstance(kind, Session):
         by_key: dict[Any, list[tuple[int, int]]] = defaultdict(list)
