@@ -201,6 +201,10 @@ class _Windows:
         # Tumbling and sliding: accumulators by window end, then key; ends in a heap.
         self.open: dict[int, dict[Any, Any]] = {}
         self.heap: list[int] = []
+        # Tumbling and sliding over columns: (ends, keys, partial aggregates) arrays not yet grouped.
+        self.chunks: list[tuple[Any, Any, Any]] = []
+        self.chunk_low: int | None = None
+        self.chunk_rows = 0
         # Sessions: per key, disjoint sessions [first, last, acc] sorted by first; deadlines in a heap.
         self.sessions: dict[Any, list[list[Any]]] = {}
         self.deadlines: list[tuple[int, int, Any, list[Any]]] = []
@@ -280,20 +284,85 @@ class _Windows:
         if not len(ends):  # sliding windows with gaps between them may hold none of these times
             return
         ks = keys[rows]
-        order = np.lexsort((ks, ends))
-        ends, ks = ends[order], ks[order]
-        starts = np.flatnonzero(np.concatenate(([True], (ends[1:] != ends[:-1]) | (ks[1:] != ks[:-1]))))
-        if values is None:
-            accs = np.diff(np.append(starts, len(ends)))
+        accs = np.ones(len(ends), dtype=np.int64) if values is None else values[rows]
+        # Kept as arrays until their windows close: a window's partial results from many batches are
+        # combined in one grouping then, and Python runs once per window, not once per window and batch.
+        self.chunks.append((ends, ks, accs))
+        low = int(ends.min())
+        if self.chunk_low is None or low < self.chunk_low:
+            self.chunk_low = low
+        self.chunk_rows += len(ends)
+        self._hold(cap, low - 1)
+        if self.chunk_rows > _COMPACT_AT:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Group the kept arrays by (window end, key): one row per window and key."""
+        import numpy as np
+
+        ends = np.concatenate([c[0] for c in self.chunks])
+        ks = np.concatenate([c[1] for c in self.chunks])
+        accs = np.concatenate([c[2] for c in self.chunks])
+        grid = self._grid(ends, ks)
+        if grid is not None and grid[5] and self.aggregate == "count":
+            # Few (window, key) cells: count into a dense grid, no sort at all.
+            cell, e0, k0, width, step, _ = grid
+            totals = np.bincount(cell, weights=accs)
+            hit = np.flatnonzero(totals)
+            ends, ks, accs = e0 + (hit // width) * step, k0 + hit % width, totals[hit].astype(np.int64)
         else:
-            accs = _reduceat(self.aggregate, values[rows][order], starts)
+            # One argsort of a combined (end, key) number where it fits, else a two-key lexsort.
+            order = np.argsort(grid[0], kind="stable") if grid is not None else np.lexsort((ks, ends))
+            ends, ks = ends[order], ks[order]
+            starts = np.flatnonzero(np.concatenate(([True], (ends[1:] != ends[:-1]) | (ks[1:] != ks[:-1]))))
+            accs = _reduceat("sum" if self.aggregate == "count" else self.aggregate, accs[order], starts)
+            ends, ks = ends[starts], ks[starts]
+        self.chunks = [(ends, ks, accs)]
+        self.chunk_rows = len(ends)
+
+    def _grid(self, ends: Any, ks: Any) -> tuple[Any, int, int, int, int, bool] | None:
+        """``(cell, first end, least key, keys per end, step, dense)``: each row's (end, key) as one int64.
+
+        None when it does not fit; ``dense`` when the cells are few enough to count into an array of them.
+        """
+        if ks.dtype.kind != "i" or not len(ends):
+            return None
+        step = self.kind.step if isinstance(self.kind, Sliding) else self.kind.size  # type: ignore[union-attr]
+        e0, k0 = int(ends.min()), int(ks.min())
+        width = int(ks.max()) - k0 + 1
+        cells = ((int(ends.max()) - e0) // step + 1) * width
+        if cells >= 1 << 62:
+            return None
+        cell = (ends - e0) // step * width + (ks - k0)
+        return cell, e0, k0, width, step, cells <= max(4 * len(ends), 1 << 16)
+
+    def _close_chunks(self, bound: int | None) -> None:
+        """Move the kept windows that ``bound`` closes into the open windows, which emit them."""
+        import numpy as np
+
+        if self.chunk_low is None or (bound is not None and self.chunk_low > bound):
+            return
+        self._compact()
+        ends, ks, accs = self.chunks[0]
+        done = np.ones(len(ends), dtype=bool) if bound is None else ends <= bound
+        rest = np.flatnonzero(~done)
+        if rest.size:
+            self.chunks = [(ends[rest], ks[rest], accs[rest])]
+            self.chunk_low = int(ends[rest].min())
+            self.chunk_rows = rest.size
+        else:
+            self.chunks, self.chunk_low, self.chunk_rows = [], None, 0
+        hit = np.flatnonzero(done)
         combine = self.combine
         current = None
         window: dict[Any, Any] = {}
-        for end, k, a in zip(ends[starts].tolist(), ks[starts].tolist(), accs.tolist(), strict=True):
+        for end, k, a in zip(ends[hit].tolist(), ks[hit].tolist(), accs[hit].tolist(), strict=True):
             if end != current:
                 current = end
-                window = self._window(cap, end)
+                if end not in self.open:
+                    self.open[end] = {}
+                    heapq.heappush(self.heap, end)
+                window = self.open[end]
             window[k] = combine(window[k], a) if k in window else a
 
     def _sessions_of_columns(self, cap: InputCapability[Any], xs: Any, keys: Any, values: Any) -> None:
@@ -367,13 +436,15 @@ class _Windows:
             self._close_windows(bound)
 
     def _close_windows(self, bound: int | None) -> None:
+        self._close_chunks(bound)
         heap = self.heap
         size = self.kind.size  # type: ignore[union-attr]
         while heap and (bound is None or heap[0] <= bound):
             end = heapq.heappop(heap)
             accs = self.open.pop(end)
             self._emit(end - 1, [(end - size, end, k, a) for k, a in accs.items()])
-        self._settle(heap[0] - 1 if heap else None)
+        pending = [e for e in (heap[0] if heap else None, self.chunk_low) if e is not None]
+        self._settle(min(pending) - 1 if pending else None)
 
     def _close_sessions(self, bound: int | None) -> None:
         gap = self.kind.gap  # type: ignore[union-attr]
@@ -421,6 +492,10 @@ def _bound(frontier: Any) -> int | None:
     if not elements:
         return None
     return min(elements)  # type: ignore[no-any-return]
+
+
+_COMPACT_AT = 1 << 22
+"""Rows of kept arrays after which they are grouped (bounds their memory when no window closes for long)."""
 
 
 def _reduceat(aggregate: str, values: Any, starts: Any) -> Any:
