@@ -180,7 +180,6 @@ def test_a_window_is_emitted_as_soon_as_the_frontier_passes_it() -> None:
         seen = []
         handle.send_batch([(3, "a"), (12, "a"), (9, "b")])
         handle.advance_to(9)  # [0, 10) may still get an event at 9
-        worker.step_while(lambda: False)
         for _ in range(20):
             worker.step()
         seen.append([w for _, b in captured for w in b])
@@ -250,3 +249,27 @@ def test_bad_window_arguments_are_refused_by_name(call: Any, match: str) -> None
 
     with pytest.raises(InvalidArgument, match=match):
         execute(job, 1)
+
+
+def test_a_session_closes_once_the_frontier_passes_its_last_event_plus_the_gap() -> None:
+    def job(worker: Worker) -> list[list[Any]]:
+        def build(scope: Scope[int]) -> tuple[Any, Any]:
+            handle, stream = scope.new_input()
+            return handle, stream.session(3, time=0, key=1).capture()
+
+        handle, captured = worker.dataflow(build)
+        seen = []
+        handle.send_batch(np.array([[3, 1], [1, 1], [20, 1]]))
+        handle.advance_to(6)  # an event at 6 could still extend the session [1, 3]
+        for _ in range(20):
+            worker.step()
+        seen.append([w for _, b in captured for w in b])
+        handle.advance_to(7)
+        worker.step_while(lambda: not captured, timeout=60)
+        seen.append([(t, w) for t, b in captured for w in b])
+        handle.close()
+        return seen
+
+    (before, after) = execute(job, 1)[0]
+    assert before == []
+    assert after == [(3, (1, 4, 1, 2))]
