@@ -57,6 +57,7 @@ def run_windows(
     numpy: bool = False,
     side: bool = False,
     aggregate: str = "count",
+    steps: int = 3,
 ) -> tuple[list[tuple[int, tuple[Any, ...]]], list[Any], int]:
     """``((emit time, window) pairs, late records, late count)`` from running ``kind`` over ``events``."""
 
@@ -81,6 +82,8 @@ def run_windows(
         while i < len(mine):
             epoch = mine[i][0]
             handle.advance_to(epoch)
+            for _ in range(steps):  # the frontier reaches ``epoch`` before its records do
+                worker.step()
             batch = []
             while i < len(mine) and mine[i][0] == epoch:
                 batch.append(mine[i][1:])
@@ -90,6 +93,8 @@ def run_windows(
             for part in (batch[:half], batch[half:]):
                 if part:
                     handle.send_batch(np.array(part, dtype=np.int64) if numpy else part)
+            for _ in range(steps):  # let windows close while later epochs are still to come
+                worker.step()
         handle.close()
         return captured, late, policy
 
@@ -273,3 +278,12 @@ def test_a_session_closes_once_the_frontier_passes_its_last_event_plus_the_gap()
     (before, after) = execute(job, 1)[0]
     assert before == []
     assert after == [(3, (1, 4, 1, 2))]
+
+
+@pytest.mark.parametrize("numpy", [False, True])
+@pytest.mark.parametrize("kind", [Tumbling(10), Sliding(10, 5), Session(4)])
+def test_an_event_at_the_last_instant_the_frontier_allows_still_joins_its_window(kind: Kind, numpy: bool) -> None:
+    events = [(0, 3, 1, 1), (9, 9, 1, 1), (9, 12, 1, 1)]  # the second is sent once the frontier is at 9
+    windows, _, dropped = run_windows(kind, events, 1, numpy=numpy, steps=20)
+    _check(kind, events, windows, "count")
+    assert dropped == 0
