@@ -214,10 +214,11 @@ class _Windows:
 
     def absorb(self, cap: InputCapability[Any], batch: Any) -> None:
         """Fold one batch into the open windows; send or count its late records."""
-        if not isinstance(batch, list):
-            keys = _column(batch, self.key_field)
-            xs = None if self.time_field is None else _column(batch, self.time_field)
-            values = None if self.aggregate == "count" else _column(batch, self.value_field)
+        columns = batch if not isinstance(batch, list) else self._as_array(batch)
+        if columns is not None:
+            keys = _column(columns, self.key_field)
+            xs = None if self.time_field is None else _column(columns, self.time_field)
+            values = None if self.aggregate == "count" else _column(columns, self.value_field)
             if (
                 keys is not None
                 and keys.dtype.kind in "iuf"
@@ -225,9 +226,24 @@ class _Windows:
                 and (values is not None or self.aggregate == "count")
             ):
                 if len(keys):
+                    # Late records are taken from ``batch`` itself: the side output keeps the batch's kind.
                     self._absorb_columns(cap, batch, xs, keys, values)
                 return
         self._absorb_records(cap, batch)
+
+    def _as_array(self, batch: list[Any]) -> Any:
+        """A list of tuples of ints whose fields are named by column as a 2-d int array, else None."""
+        fields = (self.time_field, self.key_field, self.value_field)
+        if not batch or not all(f is None or type(f) is int for f in fields) or type(batch[0]) is not tuple:
+            return None
+        import numpy as np
+
+        try:
+            array = np.array(batch)
+        except (ValueError, OverflowError):  # ragged rows
+            return None
+        # Only all-int rows: a float among them would turn every key into a float.
+        return array if array.ndim == 2 and array.dtype.kind in "iu" else None
 
     def _absorb_records(self, cap: InputCapability[Any], batch: Any) -> None:
         t = cap.time
