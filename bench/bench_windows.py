@@ -56,7 +56,7 @@ def make_events(n: int) -> Any:
 
 def windows_pytimely(events: Any, size: int, workers: int, *, tuples: bool = False) -> Windows:
     """Counts per (window start, key) through ``Stream.sliding`` (tumbling when ``size == STEP``)."""
-    rows = events.tolist() if tuples else events
+    rows = [tuple(r) for r in events.tolist()] if tuples else events
 
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
         def build(scope: Any) -> Any:

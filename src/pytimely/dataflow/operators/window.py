@@ -75,7 +75,8 @@ class Sliding:
         """The ends of the windows holding event time ``x``."""
         size, step = self.size, self.step
         last = x // step
-        return [k * step + size for k in range(last, -1, -1) if k * step + size > x]
+        # Only the ceil(size/step) latest windows can still hold x.
+        return [k * step + size for k in range(last, max(-1, last + size // -step), -1) if k * step + size > x]
 
     def assign(self, xs: Any) -> tuple[Any, Any]:
         """``(ends, rows)``: one entry per (window, row) membership of the event times ``xs``."""
