@@ -20,6 +20,7 @@ from pytimely.dataflow.operators import join as _join
 from pytimely.dataflow.operators import probe as _probe
 from pytimely.dataflow.operators import reduce as _reduce
 from pytimely.dataflow.operators import state_machine as _state_machine
+from pytimely.dataflow.operators import window as _window
 from pytimely.errors import ScopeError
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from pytimely.dataflow.capability import Capability
     from pytimely.dataflow.operator import OperatorInfo
     from pytimely.dataflow.operators.probe import ProbeHandle
+    from pytimely.dataflow.operators.window import Aggregate, DropLate, Field, SideOutput
     from pytimely.dataflow.ports import OutputPort
     from pytimely.dataflow.scope import LoopHandle, Scope
 
@@ -241,6 +243,73 @@ class Stream(Generic[D]):
         states)`` is a debugging hook called after each time is applied.
         """
         return _state_machine.state_machine(self, fold, key, control, bins, name, inspect_state)
+
+    # -- windows over event time ----------------------------------------------------------
+
+    def tumbling(
+        self,
+        size: int,
+        *,
+        time: Field = None,
+        key: Field = None,
+        value: Field = None,
+        aggregate: Aggregate = "count",
+        late: DropLate | SideOutput | None = None,
+        name: str = "tumbling",
+    ) -> Stream[tuple[int, int, Any, Any]]:
+        """``(start, end, key, aggregate)`` per key and window ``[k*size, (k+1)*size)`` of event time.
+
+        ``time``/``key``/``value`` are functions of the record or column indexes (``time=None``: the
+        record's timestamp, windows over epochs; ``key=None``: the record itself). A window is emitted at
+        time ``end - 1`` once the frontier has passed it; a record whose event time is before its own
+        timestamp is late and goes to ``late`` (default: dropped). See ``pytimely.dataflow.operators.window``.
+        """
+        return _window.window(
+            self, _window.Tumbling(size), time=time, key=key, value=value, aggregate=aggregate, late=late, name=name
+        )
+
+    def sliding(
+        self,
+        size: int,
+        step: int,
+        *,
+        time: Field = None,
+        key: Field = None,
+        value: Field = None,
+        aggregate: Aggregate = "count",
+        late: DropLate | SideOutput | None = None,
+        name: str = "sliding",
+    ) -> Stream[tuple[int, int, Any, Any]]:
+        """``(start, end, key, aggregate)`` per key and window ``[k*step, k*step + size)`` (as ``tumbling``)."""
+        return _window.window(
+            self,
+            _window.Sliding(size, step),
+            time=time,
+            key=key,
+            value=value,
+            aggregate=aggregate,
+            late=late,
+            name=name,
+        )
+
+    def session(
+        self,
+        gap: int,
+        *,
+        time: Field = None,
+        key: Field = None,
+        value: Field = None,
+        aggregate: Aggregate = "count",
+        late: DropLate | SideOutput | None = None,
+        name: str = "session",
+    ) -> Stream[tuple[int, int, Any, Any]]:
+        """``(first, last + 1, key, aggregate)`` per key and run of event times at most ``gap`` apart.
+
+        A session is emitted at time ``last`` once the frontier has passed ``last + gap`` (as ``tumbling``).
+        """
+        return _window.window(
+            self, _window.Session(gap), time=time, key=key, value=value, aggregate=aggregate, late=late, name=name
+        )
 
     # -- capture --------------------------------------------------------------------------
 

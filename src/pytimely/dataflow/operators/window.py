@@ -1,0 +1,579 @@
+"""Keyed windows over event time: tumbling, sliding and session windows, closed by the frontier.
+
+A record at dataflow time ``t`` carries an event time ``x`` (``time(record)``, or ``t`` itself for windows
+over epochs). The dataflow time is the watermark: a record is **on time** when ``x >= t`` and **late**
+when ``x < t`` (it was sent after the input had promised that no earlier time would come). Whether a
+record is late depends only on the record and its time, never on scheduling, so every worker count gives
+the same windows.
+
+A window ``[start, end)`` closes, and its ``(start, end, key, aggregate)`` is emitted at time ``end - 1``,
+once the input frontier has passed ``end - 1``: every on-time record with ``x < end`` has ``t <= x < end``,
+so none can still arrive. A session ``[first, last + 1)`` closes once the frontier has passed ``last +
+gap``: a later on-time record has ``x >= t > last + gap`` and cannot join it. Late records are dropped and
+counted (:class:`DropLate`) or sent on a side stream at their own time (:class:`SideOutput`).
+
+Numpy batches (rows of columns named by index) and Arrow record batches are grouped with numpy sorts and
+``reduceat``: count, sum, min and max need no Python call per record, only per window touched.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pytimely.dataflow.capability import Capability, InputCapability
+from pytimely.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.ports import InputPort, OutputPort
+    from pytimely.dataflow.stream import Stream
+
+__all__ = ["Aggregate", "DropLate", "Field", "Session", "SideOutput", "Sliding", "Tumbling", "window"]
+
+Field = Callable[[Any], Any] | int | None
+"""Where a record's time, key or value is: a function of the record, a column index, or ``None`` (see ``window``)."""
+
+Aggregate = Literal["count", "sum", "min", "max"]
+"""What a window computes over its records' values."""
+
+_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
+    "count": lambda a, b: a + b,
+    "sum": lambda a, b: a + b,
+    "min": min,
+    "max": max,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Tumbling:
+    """Windows ``[k*size, (k+1)*size)``: each event time in exactly one."""
+
+    size: int
+
+    def ends(self, x: int) -> list[int]:
+        """The ends of the windows holding event time ``x``."""
+        return [(x // self.size + 1) * self.size]
+
+    def assign(self, xs: Any) -> tuple[Any, Any]:
+        """``(ends, rows)``: one entry per (window, row) membership of the event times ``xs``."""
+        import numpy as np
+
+        return (xs // self.size + 1) * self.size, np.arange(len(xs))
+
+
+@dataclass(frozen=True, slots=True)
+class Sliding:
+    """Windows ``[k*step, k*step + size)`` for every ``k >= 0``: an event time is in up to ``ceil(size/step)``."""
+
+    size: int
+    step: int
+
+    def ends(self, x: int) -> list[int]:
+        """The ends of the windows holding event time ``x``."""
+        size, step = self.size, self.step
+        last = x // step
+        # Only the ceil(size/step) latest windows can still hold x.
+        return [k * step + size for k in range(last, max(-1, last + size // -step), -1) if k * step + size > x]
+
+    def assign(self, xs: Any) -> tuple[Any, Any]:
+        """``(ends, rows)``: one entry per (window, row) membership of the event times ``xs``."""
+        import numpy as np
+
+        size, step = self.size, self.step
+        last = xs // step
+        ends, rows = [], []
+        for j in range(-(-size // step)):
+            k = last - j
+            end = k * step + size
+            hit = np.flatnonzero((k >= 0) & (end > xs))
+            ends.append(end[hit])
+            rows.append(hit)
+        return np.concatenate(ends), np.concatenate(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """Per key, maximal runs of event times in which consecutive ones are at most ``gap`` apart."""
+
+    gap: int
+
+
+Kind = Tumbling | Sliding | Session
+
+
+class DropLate:
+    """Late records are dropped; ``dropped`` counts those this worker's copy of the operator dropped."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+
+
+class SideOutput:
+    """Late records go, unchanged and at their own time, to ``stream`` (set when the operator is built)."""
+
+    def __init__(self) -> None:
+        self.stream: Stream[Any] | None = None
+
+
+def _getter(field: Field, what: str) -> Callable[[Any], Any] | None:
+    """The per-record function for ``field`` (None: the record itself)."""
+    if field is None:
+        return None
+    if isinstance(field, bool) or not (callable(field) or isinstance(field, int)):
+        raise InvalidArgument(f"{what} must be a function of the record or a column index, got {field!r}")
+    if isinstance(field, int):
+        i = field
+        return lambda r: r[i]
+    return field
+
+
+def _column(batch: Any, field: Field) -> Any:
+    """The numpy array of ``field`` over a numpy or Arrow batch, or None when it needs a call per record."""
+    if hasattr(batch, "dtype"):
+        if field is None:
+            return batch if batch.ndim == 1 else None
+        if isinstance(field, int) and batch.ndim == 2:
+            return batch[:, field]
+        return None
+    if hasattr(batch, "column") and isinstance(field, int):
+        return batch.column(field).to_numpy()
+    return None
+
+
+def _route(key: Field) -> Callable[[Any], Any]:
+    """A vectorized exchange route sending every record of a key to the same worker, whatever its batch kind."""
+    import numpy as np
+
+    get = _getter(key, "key")
+
+    from pytimely.dataflow.bins import key_hash
+
+    def one(k: Any) -> int:
+        # key_hash, not hash: strings must go to the same worker in processes with different hash seeds.
+        if type(k) is int and -(1 << 63) <= k < 1 << 63:
+            return k
+        return key_hash(k) >> 1  # fits an int64
+
+    def route(batch: Any) -> Any:
+        column = _column(batch, key)
+        if column is not None and column.dtype.kind in "iu":
+            return column
+        values = column.tolist() if column is not None else (batch if get is None else map(get, _rows(batch)))
+        return np.fromiter((one(k) for k in values), dtype=np.int64, count=len(batch))
+
+    return route
+
+
+def _rows(batch: Any) -> Any:
+    """The records of a batch: list items, numpy rows, or Arrow rows as tuples."""
+    if isinstance(batch, list) or hasattr(batch, "dtype"):
+        return batch
+    return list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
+
+
+class _Windows:
+    """One worker's windows: open accumulators, the capability for the earliest emission, late records."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        time: Field,
+        key: Field,
+        value: Field,
+        aggregate: Aggregate,
+        late: DropLate | SideOutput,
+        out: OutputPort[Any, Any],
+        late_out: OutputPort[Any, Any] | None,
+    ) -> None:
+        self.kind = kind
+        self.time_field, self.key_field, self.value_field = time, key, value
+        self.time = _getter(time, "time")
+        self.key = _getter(key, "key")
+        self.value = _getter(value, "value")
+        self.aggregate = aggregate
+        self.combine = _COMBINE[aggregate]
+        self.late = late
+        self.out = out
+        self.late_out = late_out
+        self.held: Capability[Any] | None = None
+        # Tumbling and sliding: accumulators by window end, then key; ends in a heap.
+        self.open: dict[int, dict[Any, Any]] = {}
+        self.heap: list[int] = []
+        # Tumbling and sliding over columns: (ends, keys, partial aggregates) arrays not yet grouped.
+        self.chunks: list[tuple[Any, Any, Any]] = []
+        self.chunk_low: int | None = None
+        self.chunk_rows = 0
+        # Sessions: per key, disjoint sessions [first, last, acc] sorted by first; deadlines in a heap.
+        self.sessions: dict[Any, list[list[Any]]] = {}
+        self.deadlines: list[tuple[int, int, Any, list[Any]]] = []
+        self.seq = 0
+
+    # -- taking records ---------------------------------------------------------------------
+
+    def absorb(self, cap: InputCapability[Any], batch: Any) -> None:
+        """Fold one batch into the open windows; send or count its late records."""
+        columns = batch if not isinstance(batch, list) else self._as_array(batch)
+        if columns is not None:
+            keys = _column(columns, self.key_field)
+            xs = None if self.time_field is None else _column(columns, self.time_field)
+            values = None if self.aggregate == "count" else _column(columns, self.value_field)
+            if (
+                keys is not None
+                and keys.dtype.kind in "iuf"
+                and (xs is not None or self.time_field is None)
+                and (values is not None or self.aggregate == "count")
+            ):
+                if len(keys):
+                    # Late records are taken from ``batch`` itself: the side output keeps the batch's kind.
+                    self._absorb_columns(cap, batch, xs, keys, values)
+                return
+        self._absorb_records(cap, batch)
+
+    def _as_array(self, batch: list[Any]) -> Any:
+        """A list of tuples of ints whose fields are named by column as a 2-d int array, else None."""
+        fields = (self.time_field, self.key_field, self.value_field)
+        if not batch or not all(f is None or type(f) is int for f in fields) or type(batch[0]) is not tuple:
+            return None
+        import numpy as np
+
+        try:
+            array = np.array(batch)
+        except (ValueError, OverflowError):  # ragged rows
+            return None
+        # Only all-int rows: a float among them would turn every key into a float.
+        return array if array.ndim == 2 and array.dtype.kind in "iu" else None
+
+    def _absorb_records(self, cap: InputCapability[Any], batch: Any) -> None:
+        t = cap.time
+        get_time, get_key, get_value = self.time, self.key, self.value
+        counting = self.aggregate == "count"
+        late: list[Any] = []
+        if isinstance(self.kind, Session):
+            for r in _rows(batch):
+                x = t if get_time is None else get_time(r)
+                if x < t:
+                    late.append(r)
+                    continue
+                k = r if get_key is None else get_key(r)
+                v = 1 if counting else (r if get_value is None else get_value(r))
+                self._merge(cap, k, x, x, v)
+        else:
+            ends_of = self.kind.ends
+            combine = self.combine
+            for r in _rows(batch):
+                x = t if get_time is None else get_time(r)
+                if x < t:
+                    late.append(r)
+                    continue
+                k = r if get_key is None else get_key(r)
+                v = 1 if counting else (r if get_value is None else get_value(r))
+                for end in ends_of(x):
+                    accs = self._window(cap, end)
+                    accs[k] = combine(accs[k], v) if k in accs else v
+        if late:
+            self._late(cap, late)
+
+    def _absorb_columns(self, cap: InputCapability[Any], batch: Any, xs: Any, keys: Any, values: Any) -> None:
+        import numpy as np
+
+        from pytimely.dataflow.ports import take
+
+        t = cap.time
+        n = len(keys)
+        if xs is None:
+            xs = np.full(n, t, dtype=np.int64)
+        else:
+            late = np.flatnonzero(xs < t)
+            if late.size:
+                self._late(cap, take(batch, late))
+                keep = np.flatnonzero(xs >= t)
+                xs, keys = xs[keep], keys[keep]
+                values = None if values is None else values[keep]
+        if not len(xs):
+            return
+        if isinstance(self.kind, Session):
+            self._sessions_of_columns(cap, xs, keys, values)
+            return
+        ends, rows = self.kind.assign(xs)
+        if not len(ends):  # sliding windows with gaps between them may hold none of these times
+            return
+        ks = keys[rows]
+        accs = np.ones(len(ends), dtype=np.int64) if values is None else values[rows]
+        # Kept as arrays until their windows close: a window's partial results from many batches are
+        # combined in one grouping then, and Python runs once per window, not once per window and batch.
+        self.chunks.append((ends, ks, accs))
+        low = int(ends.min())
+        if self.chunk_low is None or low < self.chunk_low:
+            self.chunk_low = low
+        self.chunk_rows += len(ends)
+        self._hold(cap, low - 1)
+        if self.chunk_rows > _COMPACT_AT:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Group the kept arrays by (window end, key): one row per window and key."""
+        import numpy as np
+
+        ends = np.concatenate([c[0] for c in self.chunks])
+        ks = np.concatenate([c[1] for c in self.chunks])
+        accs = np.concatenate([c[2] for c in self.chunks])
+        grid = self._grid(ends, ks)
+        if grid is not None and grid[5] and self.aggregate == "count":
+            # Few (window, key) cells: count into a dense grid, no sort at all.
+            cell, e0, k0, width, step, _ = grid
+            totals = np.bincount(cell, weights=accs)
+            hit = np.flatnonzero(totals)
+            ends, ks, accs = e0 + (hit // width) * step, k0 + hit % width, totals[hit].astype(np.int64)
+        else:
+            # One argsort of a combined (end, key) number where it fits, else a two-key lexsort.
+            order = np.argsort(grid[0], kind="stable") if grid is not None else np.lexsort((ks, ends))
+            ends, ks = ends[order], ks[order]
+            starts = np.flatnonzero(np.concatenate(([True], (ends[1:] != ends[:-1]) | (ks[1:] != ks[:-1]))))
+            accs = _reduceat("sum" if self.aggregate == "count" else self.aggregate, accs[order], starts)
+            ends, ks = ends[starts], ks[starts]
+        self.chunks = [(ends, ks, accs)]
+        self.chunk_rows = len(ends)
+
+    def _grid(self, ends: Any, ks: Any) -> tuple[Any, int, int, int, int, bool] | None:
+        """``(cell, first end, least key, keys per end, step, dense)``: each row's (end, key) as one int64.
+
+        None when it does not fit; ``dense`` when the cells are few enough to count into an array of them.
+        """
+        if ks.dtype.kind != "i" or not len(ends):
+            return None
+        step = self.kind.step if isinstance(self.kind, Sliding) else self.kind.size  # type: ignore[union-attr]
+        e0, k0 = int(ends.min()), int(ks.min())
+        width = int(ks.max()) - k0 + 1
+        cells = ((int(ends.max()) - e0) // step + 1) * width
+        if cells >= 1 << 62:
+            return None
+        cell = (ends - e0) // step * width + (ks - k0)
+        return cell, e0, k0, width, step, cells <= max(4 * len(ends), 1 << 16)
+
+    def _close_chunks(self, bound: int | None) -> None:
+        """Move the kept windows that ``bound`` closes into the open windows, which emit them."""
+        import numpy as np
+
+        if self.chunk_low is None or (bound is not None and self.chunk_low > bound):
+            return
+        self._compact()
+        ends, ks, accs = self.chunks[0]
+        done = np.ones(len(ends), dtype=bool) if bound is None else ends <= bound
+        rest = np.flatnonzero(~done)
+        if rest.size:
+            self.chunks = [(ends[rest], ks[rest], accs[rest])]
+            self.chunk_low = int(ends[rest].min())
+            self.chunk_rows = rest.size
+        else:
+            self.chunks, self.chunk_low, self.chunk_rows = [], None, 0
+        hit = np.flatnonzero(done)
+        combine = self.combine
+        current = None
+        window: dict[Any, Any] = {}
+        for end, k, a in zip(ends[hit].tolist(), ks[hit].tolist(), accs[hit].tolist(), strict=True):
+            if end != current:
+                current = end
+                if end not in self.open:
+                    self.open[end] = {}
+                    heapq.heappush(self.heap, end)
+                window = self.open[end]
+            window[k] = combine(window[k], a) if k in window else a
+
+    def _sessions_of_columns(self, cap: InputCapability[Any], xs: Any, keys: Any, values: Any) -> None:
+        """Sessions within the batch first (sorted by key, time), then each merged into the key's sessions."""
+        import numpy as np
+
+        order = np.lexsort((xs, keys))
+        xs, keys = xs[order], keys[order]
+        gap = self.kind.gap  # type: ignore[union-attr]
+        cut = np.concatenate(([True], (keys[1:] != keys[:-1]) | (xs[1:] - xs[:-1] > gap)))
+        starts = np.flatnonzero(cut)
+        ends = np.append(starts[1:], len(xs)) - 1
+        accs = ends - starts + 1 if values is None else _reduceat(self.aggregate, values[order], starts)
+        for k, first, last, a in zip(
+            keys[starts].tolist(), xs[starts].tolist(), xs[ends].tolist(), accs.tolist(), strict=True
+        ):
+            self._merge(cap, k, first, last, a)
+
+    def _late(self, cap: InputCapability[Any], records: Any) -> None:
+        if self.late_out is not None:
+            self.late_out.give(cap, records)
+        else:
+            self.late.dropped += len(records)  # type: ignore[union-attr]
+
+    # -- windows and capabilities -------------------------------------------------------------
+
+    def _hold(self, cap: InputCapability[Any], emit: int) -> None:
+        """Keep a capability at or before ``emit`` (the earliest pending emission)."""
+        held = self.held
+        if held is None:
+            self.held = cap.delayed(emit)
+        elif emit < held.time:
+            self.held = cap.delayed(emit)
+            held.drop()
+
+    def _window(self, cap: InputCapability[Any], end: int) -> dict[Any, Any]:
+        accs = self.open.get(end)
+        if accs is None:
+            accs = self.open[end] = {}
+            heapq.heappush(self.heap, end)
+            self._hold(cap, end - 1)
+        return accs
+
+    def _merge(self, cap: InputCapability[Any], k: Any, first: int, last: int, acc: Any) -> None:
+        """Add the session ``[first, last]`` of key ``k``, joining every session within ``gap`` of it."""
+        gap = self.kind.gap  # type: ignore[union-attr]
+        mine = self.sessions.get(k)
+        if mine is None:
+            mine = self.sessions[k] = []
+        lo = bisect_left(mine, first - gap, key=_last)
+        hi = bisect_right(mine, last + gap, key=_first)
+        if lo < hi:
+            joined = mine[lo:hi]
+            for s in joined:
+                s[3] = False  # its deadline entry is stale now
+                acc = self.combine(s[2], acc)
+            first = min(first, joined[0][0])
+            last = max(last, joined[-1][1])
+        session = [first, last, acc, True]
+        mine[lo:hi] = [session]
+        self.seq += 1
+        heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
+        self._hold(cap, last)
+
+    def close(self, frontier: Any) -> None:
+        """Emit every window the frontier has passed, at its last instant, in time order."""
+        bound = _bound(frontier)
+        if isinstance(self.kind, Session):
+            self._close_sessions(bound)
+        else:
+            self._close_windows(bound)
+
+    def _close_windows(self, bound: int | None) -> None:
+        self._close_chunks(bound)
+        heap = self.heap
+        size = self.kind.size  # type: ignore[union-attr]
+        while heap and (bound is None or heap[0] <= bound):
+            end = heapq.heappop(heap)
+            accs = self.open.pop(end)
+            self._emit(end - 1, [(end - size, end, k, a) for k, a in accs.items()])
+        pending = [e for e in (heap[0] if heap else None, self.chunk_low) if e is not None]
+        self._settle(min(pending) - 1 if pending else None)
+
+    def _close_sessions(self, bound: int | None) -> None:
+        gap = self.kind.gap  # type: ignore[union-attr]
+        deadlines = self.deadlines
+        while deadlines and (not deadlines[0][3][3] or bound is None or deadlines[0][0] < bound):
+            _, _, k, session = heapq.heappop(deadlines)
+            if not session[3]:
+                continue
+            mine = self.sessions[k]
+            del mine[bisect_left(mine, session[0], key=_first)]
+            if not mine:
+                del self.sessions[k]
+            first, last, acc, _ = session
+            self._emit(last, [(first, last + 1, k, acc)])
+        self._settle(deadlines[0][0] - gap if deadlines else None)
+
+    def _emit(self, time: int, rows: list[tuple[Any, ...]]) -> None:
+        held = self.held
+        assert held is not None
+        held.downgrade(time)
+        self.out.give(held, rows)
+
+    def _settle(self, earliest: int | None) -> None:
+        """Move the held capability to the earliest pending emission, or give it up."""
+        if self.held is None:
+            return
+        if earliest is None:
+            self.held.drop()
+            self.held = None
+        elif self.held.time < earliest:
+            self.held.downgrade(earliest)
+
+
+def _first(session: list[Any]) -> Any:
+    return session[0]
+
+
+def _last(session: list[Any]) -> Any:
+    return session[1]
+
+
+def _bound(frontier: Any) -> int | None:
+    """The least time the frontier still allows (None when it is empty: every window may close)."""
+    elements = list(frontier.frontier_elements())
+    if not elements:
+        return None
+    return min(elements)  # type: ignore[no-any-return]
+
+
+_COMPACT_AT = 1 << 22
+"""Rows of kept arrays after which they are grouped (bounds their memory when no window closes for long)."""
+
+
+def _reduceat(aggregate: str, values: Any, starts: Any) -> Any:
+    import numpy as np
+
+    reduce = {"sum": np.add, "min": np.minimum, "max": np.maximum}[aggregate]
+    return reduce.reduceat(values, starts)
+
+
+def _check(kind: Kind) -> None:
+    sizes = {"Tumbling": ["size"], "Sliding": ["size", "step"], "Session": ["gap"]}[type(kind).__name__]
+    for name in sizes:
+        v = getattr(kind, name)
+        if type(v) is not int or v < 1:
+            raise InvalidArgument(f"a {type(kind).__name__.lower()} window's {name} must be a positive int, got {v!r}")
+
+
+def window(
+    stream: Stream[Any],
+    kind: Kind,
+    *,
+    time: Field,
+    key: Field,
+    value: Field,
+    aggregate: Aggregate,
+    late: DropLate | SideOutput | None,
+    name: str,
+) -> Stream[tuple[int, int, Any, Any]]:
+    """``(start, end, key, aggregate)`` for every window of ``kind`` holding a record (module doc).
+
+    ``time``: the event time (``None``: the record's dataflow time, windows over epochs); ``key``: the key
+    (``None``: the record itself); ``value``: what ``sum``/``min``/``max`` aggregate (``None``: the record).
+    An int names a column of tuple records, numpy rows or Arrow batches.
+    """
+    from pytimely.dataflow.operators.generic import pact_for
+    from pytimely.dataflow.stream import Stream
+
+    _check(kind)
+    if aggregate not in _COMBINE:
+        raise InvalidArgument(f"{name!r}: aggregate must be one of {sorted(_COMBINE)}, got {aggregate!r}")
+    scope = stream.scope
+    if type(scope.minimum) is not int:
+        raise InvalidArgument(f"{name!r}: windows need integer timestamps, not {type(scope.minimum).__name__}")
+    policy = DropLate() if late is None else late
+    if not isinstance(policy, DropLate | SideOutput):
+        raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
+    side = isinstance(policy, SideOutput)
+    op = scope._operator(name, [(stream, pact_for(_route(key), vectorized=True))], 2 if side else 1)
+    op.notify = True
+    port: InputPort[Any, Any] = op.inputs[0]
+    out: OutputPort[Any, Any] = op.outputs[0]
+    late_out: OutputPort[Any, Any] | None = op.outputs[1] if side else None
+    state = _Windows(kind, time, key, value, aggregate, policy, out, late_out)
+
+    def logic() -> None:
+        for cap, batch in port:
+            state.absorb(cap, batch)
+        state.close(port.frontier)
+
+    op.logic = logic
+    if isinstance(policy, SideOutput):
+        assert late_out is not None
+        policy.stream = Stream(scope, late_out)
+    return Stream(scope, out)
