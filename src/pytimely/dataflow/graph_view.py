@@ -11,7 +11,7 @@ they close with it. Nested scopes are drawn as Mermaid subgraphs and DOT cluster
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -147,11 +147,33 @@ def _edge_label(graph: DataflowGraph, channel: Channel) -> str:
     return label
 
 
-def _children(graph: DataflowGraph) -> dict[int | None, list[int]]:
+def _scopes(
+    graph: DataflowGraph,
+    lines: list[str],
+    opening: Callable[[str, int, str], list[str]],
+    node: Callable[[str, OperatorView], str],
+    closing: str,
+) -> None:
+    """Append the nested scopes of ``graph`` to ``lines``: ``opening(indent, scope, title)``, a ``node`` line per
+    operator, the scopes inside, then ``closing`` (the one walk both renderers share)."""
+    members: dict[int, list[OperatorView]] = {}
+    for op in graph.operators:
+        members.setdefault(op.scope, []).append(op)
     children: dict[int | None, list[int]] = {}
-    for scope in graph.scopes:
-        children.setdefault(scope.parent, []).append(scope.index)
-    return children
+    for view in graph.scopes:
+        children.setdefault(view.parent, []).append(view.index)
+
+    def emit(scope: int, indent: str) -> None:
+        view = graph.scopes[scope]
+        title = f"dataflow {graph.name}" if view.parent is None else f"scope {view.name}"
+        lines.extend(opening(indent, scope, title))
+        lines.extend(node(indent + "  ", op) for op in members.get(scope, []))
+        for child in children.get(scope, []):
+            emit(child, indent + "  ")
+        lines.append(f"{indent}{closing}")
+
+    for root in children.get(None, []):
+        emit(root, "  ")
 
 
 def _mermaid_text(text: str) -> str:
@@ -168,26 +190,15 @@ def to_mermaid(graphs: Iterable[DataflowGraph]) -> str:
 
 def _mermaid_graph(graph: DataflowGraph, lines: list[str]) -> None:
     d = graph.ident
-    members: dict[int, list[OperatorView]] = {}
-    for op in graph.operators:
-        members.setdefault(op.scope, []).append(op)
-    children = _children(graph)
 
-    def emit(scope: int, indent: str) -> None:
-        view = graph.scopes[scope]
-        title = f"dataflow {graph.name}" if view.parent is None else f"scope {view.name}"
-        lines.append(f"{indent}subgraph d{d}s{scope}[{_mermaid_text(title)}]")
-        for op in members.get(scope, []):
-            text = f"{op.index}: {op.name}"
-            if op.feedback is not None:
-                text += f" [{_feedback_label(op.feedback)}]"
-            lines.append(f"{indent}  d{d}n{op.index}[{_mermaid_text(text)}]")
-        for child in children.get(scope, []):
-            emit(child, indent + "  ")
-        lines.append(f"{indent}end")
+    def node(indent: str, op: OperatorView) -> str:
+        text = f"{op.index}: {op.name}"
+        if op.feedback is not None:
+            text += f" [{_feedback_label(op.feedback)}]"
+        return f"{indent}d{d}n{op.index}[{_mermaid_text(text)}]"
 
-    for root in children.get(None, []):
-        emit(root, "  ")
+    _scopes(graph, lines, lambda indent, scope, title: [f"{indent}subgraph d{d}s{scope}[{_mermaid_text(title)}]"],
+            node, "end")
     for channel in graph.channels:
         a, b = f"d{d}n{channel.source.node}", f"d{d}n{channel.target.node}"
         label = _edge_label(graph, channel)
@@ -210,27 +221,17 @@ def to_dot(graphs: Iterable[DataflowGraph]) -> str:
 
 def _dot_graph(graph: DataflowGraph, lines: list[str]) -> None:
     d = graph.ident
-    members: dict[int, list[OperatorView]] = {}
-    for op in graph.operators:
-        members.setdefault(op.scope, []).append(op)
-    children = _children(graph)
 
-    def emit(scope: int, indent: str) -> None:
-        view = graph.scopes[scope]
-        title = f"dataflow {graph.name}" if view.parent is None else f"scope {view.name}"
-        lines.append(f"{indent}subgraph cluster_d{d}s{scope} {{")
-        lines.append(f"{indent}  label={_dot_text(title)};")
-        for op in members.get(scope, []):
-            text = f"{op.index}: {op.name}"
-            if op.feedback is not None:
-                text += f"\n{_feedback_label(op.feedback)}"
-            lines.append(f"{indent}  d{d}n{op.index} [label={_dot_text(text)}];")
-        for child in children.get(scope, []):
-            emit(child, indent + "  ")
-        lines.append(f"{indent}}}")
+    def node(indent: str, op: OperatorView) -> str:
+        text = f"{op.index}: {op.name}"
+        if op.feedback is not None:
+            text += f"\n{_feedback_label(op.feedback)}"
+        return f"{indent}d{d}n{op.index} [label={_dot_text(text)}];"
 
-    for root in children.get(None, []):
-        emit(root, "  ")
+    def opening(indent: str, scope: int, title: str) -> list[str]:
+        return [f"{indent}subgraph cluster_d{d}s{scope} {{", f"{indent}  label={_dot_text(title)};"]
+
+    _scopes(graph, lines, opening, node, "}")
     for channel in graph.channels:
         attrs = [f"label={_dot_text(_edge_label(graph, channel))}"]
         if graph.operators[channel.source.node].feedback is not None:
