@@ -6,6 +6,7 @@ from typing import Any
 
 from pytimely import Scope, Worker
 from pytimely.algorithms.connected_components import connected_components
+from tests.cluster.misuse_jobs import hoarding
 
 
 def wordcount(worker: Worker) -> Any:
@@ -34,41 +35,13 @@ def wcc(worker: Worker) -> Any:
 
 def held_at_zero(worker: Worker) -> None:
     """A probe behind an operator that keeps its capability at time 0 for ever; step_while stalls."""
-
-    def hoarder(cap: Any, info: Any) -> Any:
-        def logic(inp: Any, out: Any) -> None:
-            for _ in inp:
-                pass
-
-        return logic
-
-    def build(scope: Scope[int]) -> Any:
-        handle, stream = scope.new_input()
-        return handle, stream.exchange(lambda r: r).unary(hoarder, name="hoarder").probe()
-
-    handle, probe = worker.dataflow(build)
-    handle.send(worker.index)
+    handle, probe = hoarding(worker)
     handle.advance_to(3)
     worker.step_while(lambda: probe.less_than(3), timeout=120)
 
 
 def held_after_downgrade(worker: Worker) -> None:
     """As :func:`held_at_zero`, but the operator first moves its capability to time 1 (a change it must report)."""
-
-    def hoarder(cap: Any, info: Any) -> Any:
-        cap.downgrade(1)
-
-        def logic(inp: Any, out: Any) -> None:
-            for _ in inp:
-                pass
-
-        return logic
-
-    def build(scope: Scope[int]) -> Any:
-        handle, stream = scope.new_input()
-        return handle, stream.exchange(lambda r: r).unary(hoarder, name="hoarder").probe()
-
-    handle, probe = worker.dataflow(build)
-    handle.send(worker.index)
+    handle, probe = hoarding(worker, downgrade=1)
     handle.advance_to(3)
     worker.step_while(lambda: probe.less_than(3), timeout=120)

@@ -21,14 +21,14 @@ def lock_through_exchange(worker: Worker) -> None:
         handle.send((i, threading.Lock()))
 
 
-def wait_for_held_time(worker: Worker) -> None:
-    """Step while a probe is behind time 3, which an operator holding time 0 for ever never lets pass.
-
-    ``sys.argv[1]`` is the timeout in seconds.
-    """
-    import sys
+def hoarding(worker: Worker, downgrade: int | None = None) -> tuple[Any, Any]:
+    """A dataflow whose operator ``'hoarder'`` keeps its capability for ever (at 0, or moved to ``downgrade``),
+    fed with this worker's index; its input handle and the probe behind the hoarder."""
 
     def hoarder(cap: Any, info: Any) -> Any:
+        if downgrade is not None:
+            cap.downgrade(downgrade)
+
         def logic(inp: Any, out: Any) -> None:
             for _ in inp:
                 pass
@@ -41,27 +41,24 @@ def wait_for_held_time(worker: Worker) -> None:
 
     handle, probe = worker.dataflow(build)
     handle.send(worker.index)
+    return handle, probe
+
+
+def wait_for_held_time(worker: Worker) -> None:
+    """Step while a probe is behind time 3, which an operator holding time 0 for ever never lets pass.
+
+    ``sys.argv[1]`` is the timeout in seconds.
+    """
+    import sys
+
+    handle, probe = hoarding(worker)
     handle.advance_to(3)
     worker.step_while(lambda: probe.less_than(3), timeout=float(sys.argv[1]))
 
 
 def hold_forever(worker: Worker) -> None:
     """Every worker feeds an operator that keeps its capability at time 0 for ever, then returns (to finish)."""
-
-    def hoarder(cap: Any, info: Any) -> Any:
-        def logic(inp: Any, out: Any) -> None:
-            for _ in inp:
-                pass
-
-        return logic
-
-    def build(scope: Scope[int]) -> Any:
-        handle, stream = scope.new_input()
-        stream.exchange(lambda r: r).unary(hoarder, name="hoarder").probe()
-        return handle
-
-    handle = worker.dataflow(build)
-    handle.send(worker.index)
+    hoarding(worker)
 
 
 def slow_last_process(worker: Worker) -> None:
