@@ -13,15 +13,19 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability
+from pytimely.dataflow.channels import Pact, Pipeline, pact_of
 from pytimely.dataflow.operator import OperatorInfo
+from pytimely.dataflow.operators import capture as _capture
+from pytimely.dataflow.operators import core as _core
+from pytimely.dataflow.operators import input as _input
 from pytimely.dataflow.ports import OutputPort
+from pytimely.dataflow.stream import Stream
 from pytimely.errors import ArityError, ScopeError
 from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary, identity_for
 
 if TYPE_CHECKING:
     from pytimely.dataflow.operators.input import InputHandle
-    from pytimely.dataflow.stream import Stream
     from pytimely.dataflow.subgraph import Subgraph
 
 __all__ = ["LoopHandle", "Scope"]
@@ -77,7 +81,7 @@ class Scope(Generic[T]):
     def _operator(
         self,
         name: str,
-        inputs: list[tuple[Stream[Any], Any]],
+        inputs: list[tuple[Stream[Any], Pact | None]],
         outputs: int,
         summary: dict[tuple[int, int], Any] | None = None,
     ) -> Any:
@@ -85,17 +89,20 @@ class Scope(Generic[T]):
         for stream, _ in inputs:
             self._check_owns(stream, name)
         op = self.subgraph.add_operator(name, self, len(inputs), outputs)
-        for port, (stream, pact) in enumerate(inputs):
+        for port, (stream, given) in enumerate(inputs):
+            pact = pact_of(given, name)
             self.subgraph.connect(stream._port, op.inputs[port], pact)
-            if pact is not None and self.check_serialization:
-                stream._port._check_serialization(str(pact[0]), op.inputs[port])
+            if type(pact) is not Pipeline and self.check_serialization:
+                stream._port._check_serialization(pact.kind, op.inputs[port])
         if summary is not None:
             self._summaries[op.index] = summary
         return op
 
-    def _check_owns(self, stream: Stream[Any], name: str) -> None:
-        from pytimely.dataflow.stream import Stream
+    def stream(self, port: OutputPort[Any, Any]) -> Stream[Any]:
+        """The stream of what ``port`` (an output of an operator of this scope) sends."""
+        return Stream(self, port)
 
+    def _check_owns(self, stream: Stream[Any], name: str) -> None:
         if not isinstance(stream, Stream):
             raise ScopeError(f"{name}: expected a Stream, got {type(stream).__name__}")
         if stream.scope is not self:
@@ -114,18 +121,14 @@ class Scope(Generic[T]):
 
     def new_input(self, name: str = "input") -> tuple[InputHandle[T, Any], Stream[Any]]:
         """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends."""
-        from pytimely.dataflow.operators.input import new_input
-
-        return new_input(self, name)
+        return _input.new_input(self, name)
 
     def to_stream(self, iterable: Iterable[D], *, batch_size: int = 4096, name: str = "to_stream") -> Stream[D]:
         """The records of ``iterable``, at this scope's minimum time, read in batches as the worker steps.
 
         Each worker runs its own copy: give each worker its share of the data.
         """
-        from pytimely.dataflow.operators.input import to_stream
-
-        return to_stream(self, iterable, batch_size=batch_size, name=name)
+        return _input.to_stream(self, iterable, batch_size=batch_size, name=name)
 
     def source(
         self,
@@ -138,8 +141,6 @@ class Scope(Generic[T]):
         The logic runs once when the dataflow starts, and again at the next step
         each time it calls ``info.activate()``.
         """
-        from pytimely.dataflow.stream import Stream
-
         op = self._operator(name, [], 1)
         op.initial_caps = True
         output = op.outputs[0]
@@ -149,18 +150,14 @@ class Scope(Generic[T]):
 
     def concat(self, streams: Iterable[Stream[D]], *, name: str = "concat") -> Stream[D]:
         """One stream with the records of all ``streams``."""
-        from pytimely.dataflow.operators.core import concat
-
         items = list(streams)
         if not items:
             raise ArityError(f"{name}: needs at least one stream")
-        return concat(self, items, name)
+        return _core.concat(self, items, name)
 
     def replay(self, events: Iterable[tuple[T, Any]], *, name: str = "replay") -> Stream[Any]:
         """A stream that sends captured ``(time, batch)`` events again, each at its own time."""
-        from pytimely.dataflow.operators.capture import replay
-
-        return replay(self, events, name)
+        return _capture.replay(self, events, name)
 
     # -- loops ----------------------------------------------------------------------------
 
@@ -175,8 +172,6 @@ class Scope(Generic[T]):
 
         With ``limit``, records that would pass iteration ``limit`` are discarded.
         """
-        from pytimely.dataflow.stream import Stream
-
         if self.parent is None or not isinstance(self.minimum, Product):
             raise ScopeError(f"{name}: feedback edges belong in an iterative scope; open one with scope.iterative()")
         if type(step) is not int or step < 1:

@@ -94,7 +94,7 @@ class Stream(Generic[D]):
 
     def broadcast(self, *, name: str = "broadcast") -> Stream[D]:
         """Send every record to every worker."""
-        return _core.passthrough(self, ("broadcast",), name)
+        return _core.broadcast(self, name)
 
     def concat(self, *others: Stream[D], name: str = "concat") -> Stream[D]:
         """This stream's records together with those of ``others``."""

@@ -17,8 +17,6 @@ __all__ = ["enter", "leave"]
 
 def enter(stream: Stream[Any], inner: Scope[Any], name: str) -> Stream[Any]:
     """Bring ``stream`` into the nested scope ``inner``: time ``t`` becomes ``(t, 0)``."""
-    from pytimely.dataflow.stream import Stream
-
     if inner.parent is not stream.scope:
         raise ScopeError(f"{name}: {inner!r} is not nested directly inside the stream's scope {stream.scope!r}")
     minimum = inner.minimum
@@ -34,13 +32,11 @@ def enter(stream: Stream[Any], inner: Scope[Any], name: str) -> Stream[Any]:
             out._push(Product(time, start), batch)
 
     op.logic = logic
-    return Stream(inner, out)
+    return inner.stream(out)
 
 
 def leave(stream: Stream[Any], name: str) -> Stream[Any]:
     """Take ``stream`` out of its nested scope: time ``(t, i)`` becomes ``t``."""
-    from pytimely.dataflow.stream import Stream
-
     inner = stream.scope
     outer = inner.parent
     if outer is None:
@@ -55,4 +51,4 @@ def leave(stream: Stream[Any], name: str) -> Stream[Any]:
             out._push(time.outer, batch)
 
     op.logic = logic
-    return Stream(outer, out)
+    return outer.stream(out)

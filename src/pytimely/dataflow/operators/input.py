@@ -108,21 +108,17 @@ class InputHandle(Generic[T, D]):
 
 def new_input(scope: Scope[T], name: str) -> tuple[InputHandle[T, Any], Stream[Any]]:
     """Create an input operator in ``scope``; see :meth:`Scope.new_input`."""
-    from pytimely.dataflow.stream import Stream
-
     op = scope._operator(name, [], 1)
     op.initial_caps = True
     output = op.outputs[0]
     handle: InputHandle[T, Any] = InputHandle(output, Capability(scope.minimum, output, counted=True), name)
     scope.subgraph.on_step(handle.flush)
     scope.subgraph.inputs.append(handle)
-    return handle, Stream(scope, output)
+    return handle, scope.stream(output)
 
 
 def to_stream(scope: Scope[T], iterable: Iterable[D], *, batch_size: int, name: str) -> Stream[D]:
     """A source reading ``iterable`` a few batches per step; see :meth:`Scope.to_stream`."""
-    from pytimely.dataflow.stream import Stream
-
     if type(batch_size) is not int or batch_size < 1:
         raise InvalidArgument(f"{name}: batch_size must be a positive int, got {batch_size!r}")
     op = scope._operator(name, [], 1)
@@ -148,4 +144,4 @@ def to_stream(scope: Scope[T], iterable: Iterable[D], *, batch_size: int, name: 
         subgraph._active.add(index)
 
     op.logic = logic
-    return Stream(scope, output)
+    return scope.stream(output)
