@@ -25,7 +25,7 @@ from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary, identity_for
 
 if TYPE_CHECKING:
-    from pytimely.dataflow.operators.input import InputHandle
+    from pytimely.dataflow.operators.input import InputHandle, SyncInputHandle, UnorderedHandle
     from pytimely.dataflow.subgraph import Subgraph
 
 __all__ = ["LoopHandle", "Scope"]
@@ -48,8 +48,11 @@ class Scope(Generic[T]):
         summaries: dict[int, dict[tuple[int, int], Any]] | None = None,
         *,
         check_serialization: bool = False,
+        region: bool = False,
     ) -> None:
         self.subgraph = subgraph
+        self.is_region = region
+        """Whether this is a region (:meth:`region`): a nested scope with its parent's timestamps."""
         self.minimum = minimum
         """The least timestamp of this scope."""
         self.parent = parent
@@ -96,6 +99,9 @@ class Scope(Generic[T]):
                 stream._port._check_serialization(pact.kind, op.inputs[port])
         if summary is not None:
             self._summaries[op.index] = summary
+            op.internal = {
+                pair: list(value) if isinstance(value, (list, tuple)) else [value] for pair, value in summary.items()
+            }
         return op
 
     def stream(self, port: OutputPort[Any, Any]) -> Stream[Any]:
@@ -115,13 +121,33 @@ class Scope(Generic[T]):
     def _info(self, op: Any) -> OperatorInfo:
         subgraph = self.subgraph
         index = op.index
-        return OperatorInfo(op.name, index, subgraph.worker, subgraph.peers, lambda: subgraph._active.add(index))
+        return OperatorInfo(
+            op.name,
+            index,
+            subgraph.worker,
+            subgraph.peers,
+            lambda: subgraph._active.add(index),
+            lambda: subgraph.sync_activator(index),
+        )
 
     # -- sources --------------------------------------------------------------------------
 
     def new_input(self, name: str = "input") -> tuple[InputHandle[T, Any], Stream[Any]]:
         """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends."""
         return _input.new_input(self, name)
+
+    def new_unordered_input(self, name: str = "unordered_input") -> tuple[UnorderedHandle[T, Any], Stream[Any]]:
+        """An input sending at any time it holds a capability for (``handle.capability``, ``delayed``, ``give``)."""
+        return _input.new_unordered_input(self, name)
+
+    def new_sync_input(self, name: str = "sync_input") -> tuple[SyncInputHandle[T, Any], Stream[Any]]:
+        """An input another thread feeds (``send(time, records)``, ``advance_to``, ``close``), waking the worker."""
+        return _input.new_sync_input(self, name)
+
+    @property
+    def dataflow_index(self) -> int:
+        """The index of this scope's dataflow on its worker (what ``Worker.drop_dataflow`` takes)."""
+        return self.subgraph.ident
 
     def to_stream(self, iterable: Iterable[D], *, batch_size: int = 4096, name: str = "to_stream") -> Stream[D]:
         """The records of ``iterable``, at this scope's minimum time, read in batches as the worker steps.
@@ -159,7 +185,11 @@ class Scope(Generic[T]):
         """A stream that sends captured ``(time, batch)`` events again, each at its own time."""
         return _capture.replay(self, events, name)
 
-    # -- loops ----------------------------------------------------------------------------
+    # -- nesting --------------------------------------------------------------------------
+
+    def region(self, name: str = "region") -> Scope[T]:
+        """A nested scope with this scope's timestamps, grouping operators (``enter``/``leave`` change no time)."""
+        return Scope(self.subgraph, self.minimum, parent=self, name=name, summaries=self._summaries, region=True)
 
     def iterative(self, name: str = "loop") -> Scope[Product[T, int]]:
         """A nested scope with timestamps ``Product(outer, iteration)``."""

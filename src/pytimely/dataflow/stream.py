@@ -114,6 +114,12 @@ class Stream(Generic[D]):
         """A handle reporting which times could still appear on this stream."""
         return _probe.probe(self, name)
 
+    def probe_with(self, handle: ProbeHandle[Any], *, name: str = "probe_with") -> Stream[D]:
+        """Make ``handle`` watch this stream too (it reports what could still appear on any of its streams);
+        returns this stream."""
+        _probe.probe_with(self, handle, name)
+        return self
+
     # -- generic operators ----------------------------------------------------------------
 
     def unary(

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Precedence
+from pytimely.dataflow.activate import Doorbell, SyncActivator
 from pytimely.dataflow.channels import Direct, Exchange, Pact, Pipeline, pact_of
 from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
@@ -46,7 +48,9 @@ __all__ = ["Subgraph"]
 class Subgraph:
     """A dataflow as one worker runs it."""
 
-    def __init__(self, allocator: Allocator, ident: int, name: str, log: Sink | None = None) -> None:
+    def __init__(
+        self, allocator: Allocator, ident: int, name: str, log: Sink | None = None, doorbell: Doorbell | None = None
+    ) -> None:
         self.allocator = allocator
         self.ident = ident
         self.name = name
@@ -66,6 +70,12 @@ class Subgraph:
         """The contract each of ``_edges`` was connected with (``pipeline``, ``exchange``, ...), for graph views."""
         self._remote: list[tuple[Pull[Any], InputPort[Any, Any]]] = []
         self._active: set[int] = set()
+        self._external: deque[int] = deque()
+        """Operators other threads asked to schedule (see :mod:`.activate`)."""
+        self.doorbell = Doorbell() if doorbell is None else doorbell
+        self._activators: list[SyncActivator] = []
+        self.dropped = False
+        """Whether ``Worker.drop_dataflow`` released this dataflow."""
         self._queue: list[int] = []
         self._queued: set[int] = set()
         self._running = -1
@@ -162,6 +172,34 @@ class Subgraph:
         else:
             self._active.add(index)
 
+    def drop(self) -> None:
+        """Release the operators, their logic and state, and every queued message (``Worker.drop_dataflow``)."""
+        self.dropped = True
+        for activator in self._activators:
+            activator.close()
+        self._activators.clear()
+        for handle in self.inputs:
+            handle._dropped(self.name)
+        for pull, _ in self._remote:
+            pull.drain()
+        for op in self.operators:
+            op.logic = None
+            for port in op.inputs:
+                port._queue.clear()
+        self._before_step.clear()
+        self._finalizers.clear()
+        self._active.clear()
+        self._queue.clear()
+        self._queued.clear()
+        self._external.clear()
+        self.inputs = []
+
+    def sync_activator(self, index: int) -> SyncActivator:
+        """An activator of operator ``index`` that another thread may call."""
+        activator = SyncActivator(index, self.operators[index].name, self._external, self.doorbell)
+        self._activators.append(activator)
+        return activator
+
     @property
     def sender(self) -> ProgressSender[Any]:
         """Where this dataflow's operators record their pointstamp changes (the progcaster's sender)."""
@@ -180,6 +218,11 @@ class Subgraph:
             return booted or worked
         for hook in self._before_step:
             worked = hook() or worked
+        external = self._external
+        if external:
+            worked = True
+            while external:
+                self._active.add(external.popleft())
         changed = progress.receive(tracker)
         if changed is not None:
             worked = True

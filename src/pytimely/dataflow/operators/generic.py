@@ -99,9 +99,7 @@ def binary(
 ) -> Stream[Any]:
     """A two-input operator: ``constructor(capability, info)`` returns ``logic(input1, input2, output)``."""
     scope = left.scope
-    op = scope._operator(
-        name, [(left, pact_for(exchange1, vectorized)), (right, pact_for(exchange2, vectorized))], 1
-    )
+    op = scope._operator(name, [(left, pact_for(exchange1, vectorized)), (right, pact_for(exchange2, vectorized))], 1)
     op.notify = True
     op.initial_caps = True
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
