@@ -11,7 +11,7 @@ from pytimely.dataflow.operators.input import InputHandle, SyncInputHandle, Unor
 from pytimely.dataflow.operators.probe import ProbeHandle
 from pytimely.dataflow.ports import InputPort, OutputPort, Session
 from pytimely.dataflow.scope import LoopHandle, Scope
-from pytimely.dataflow.stream import Stream
+from pytimely.dataflow.stream import Stream, UnaryLogic
 
 __all__ = [
     "BinTable",
@@ -36,6 +36,7 @@ __all__ = [
     "Stream",
     "SyncActivator",
     "SyncInputHandle",
+    "UnaryLogic",
     "UnorderedHandle",
     "bin_of",
 ]

@@ -10,7 +10,7 @@ the loop one iteration later.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.capability import Capability
 from pytimely.dataflow.channels import Pact, Pipeline, pact_of
@@ -20,7 +20,7 @@ from pytimely.dataflow.operators import core as _core
 from pytimely.dataflow.operators import input as _input
 from pytimely.dataflow.ports import OutputPort
 from pytimely.dataflow.stream import Stream
-from pytimely.errors import ArityError, ScopeError
+from pytimely.errors import ArityError, InvalidArgument, ScopeError
 from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary, identity_for
 
@@ -34,6 +34,13 @@ T = TypeVar("T")
 D = TypeVar("D")
 
 SourceLogic = Callable[[OutputPort[Any, Any]], None]
+
+
+def _check_record_type(name: str, kind: object) -> None:
+    """:class:`InvalidArgument` unless ``kind`` is ``None``, a class or a parametrised generic (``tuple[str, int]``)."""
+    if kind is None or isinstance(kind, type) or hasattr(kind, "__origin__"):
+        return
+    raise InvalidArgument(f"{name}: type= takes a type such as str or tuple[str, int], got {kind!r}")
 
 
 class Scope(Generic[T]):
@@ -132,16 +139,48 @@ class Scope(Generic[T]):
 
     # -- sources --------------------------------------------------------------------------
 
-    def new_input(self, name: str = "input") -> tuple[InputHandle[T, Any], Stream[Any]]:
-        """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends."""
+    @overload
+    def new_input(self, name: str = ..., *, type: None = None) -> tuple[InputHandle[T, Any], Stream[Any]]: ...
+
+    @overload
+    def new_input(self, name: str = ..., *, type: type[D]) -> tuple[InputHandle[T, D], Stream[D]]: ...
+
+    def new_input(self, name: str = "input", *, type: type[D] | None = None) -> tuple[InputHandle[T, Any], Stream[Any]]:
+        """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends.
+
+        ``type`` (``str``, ``tuple[str, int]``, ...) types the handle and the stream for the type
+        checker: ``new_input(type=str)`` gives ``InputHandle[T, str]`` and ``Stream[str]``. Records are not
+        checked at run time.
+        """
+        _check_record_type(name, type)
         return _input.new_input(self, name)
 
-    def new_unordered_input(self, name: str = "unordered_input") -> tuple[UnorderedHandle[T, Any], Stream[Any]]:
+    @overload
+    def new_unordered_input(
+        self, name: str = ..., *, type: None = None
+    ) -> tuple[UnorderedHandle[T, Any], Stream[Any]]: ...
+
+    @overload
+    def new_unordered_input(self, name: str = ..., *, type: type[D]) -> tuple[UnorderedHandle[T, D], Stream[D]]: ...
+
+    def new_unordered_input(
+        self, name: str = "unordered_input", *, type: type[D] | None = None
+    ) -> tuple[UnorderedHandle[T, Any], Stream[Any]]:
         """An input sending at any time it holds a capability for (``handle.capability``, ``delayed``, ``give``)."""
+        _check_record_type(name, type)
         return _input.new_unordered_input(self, name)
 
-    def new_sync_input(self, name: str = "sync_input") -> tuple[SyncInputHandle[T, Any], Stream[Any]]:
+    @overload
+    def new_sync_input(self, name: str = ..., *, type: None = None) -> tuple[SyncInputHandle[T, Any], Stream[Any]]: ...
+
+    @overload
+    def new_sync_input(self, name: str = ..., *, type: type[D]) -> tuple[SyncInputHandle[T, D], Stream[D]]: ...
+
+    def new_sync_input(
+        self, name: str = "sync_input", *, type: type[D] | None = None
+    ) -> tuple[SyncInputHandle[T, Any], Stream[Any]]:
         """An input another thread feeds (``send(time, records)``, ``advance_to``, ``close``), waking the worker."""
+        _check_record_type(name, type)
         return _input.new_sync_input(self, name)
 
     @property
