@@ -13,3 +13,4 @@ def build(scope: Scope[int]) -> None:
     counts.map(lambda kv: kv[0] + 1)  # error: operator
     lengths = words.map(len)
     words.join(lengths)  # error: misc
+    scope.replay([(0, [1])]).map(str.upper)  # error: arg-type

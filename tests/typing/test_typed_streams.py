@@ -54,7 +54,7 @@ def test_the_ill_typed_program_fails_where_it_is_marked(tmp_path: Path) -> None:
         for number, line in enumerate(program.read_text().splitlines(), start=1)
         if (match := re.search(r"# error: ([a-z-]+)$", line))
     }
-    assert len(expected) == 3
+    assert len(expected) == 4
     done = mypy(program, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     found = set()

@@ -43,6 +43,8 @@ def build(scope: Scope[int]) -> tuple[InputHandle[int, str], ProbeHandle[Any], C
     assert_type(tagged, Stream[tuple[str, int]])
     pairs = joined.map(lambda kv: (kv[0].upper(), kv[1][0] + kv[1][1]))
     assert_type(pairs, Stream[tuple[str, int]])
+    replayed = scope.replay([(0, ["again"])])
+    assert_type(replayed, Stream[str])
     captured = pairs.capture()
     assert_type(captured, list[tuple[Any, list[tuple[str, int]]]])
     return handle, tagged.probe(), captured

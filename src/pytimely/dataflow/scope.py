@@ -197,10 +197,10 @@ class Scope(Generic[T]):
 
     def source(
         self,
-        constructor: Callable[[Capability[T], OperatorInfo], Callable[[OutputPort[T, Any]], None]],
+        constructor: Callable[[Capability[T], OperatorInfo], Callable[[OutputPort[T, list[D]]], None]],
         *,
         name: str = "source",
-    ) -> Stream[Any]:
+    ) -> Stream[D]:
         """A generic source: ``constructor(capability, info)`` returns ``logic(output)``.
 
         The logic runs once when the dataflow starts, and again at the next step
@@ -220,7 +220,7 @@ class Scope(Generic[T]):
             raise ArityError(f"{name}: needs at least one stream")
         return _core.concat(self, items, name)
 
-    def replay(self, events: Iterable[tuple[T, Any]], *, name: str = "replay") -> Stream[Any]:
+    def replay(self, events: Iterable[tuple[T, Iterable[D]]], *, name: str = "replay") -> Stream[D]:
         """A stream that sends captured ``(time, batch)`` events again, each at its own time."""
         return _capture.replay(self, events, name)
 

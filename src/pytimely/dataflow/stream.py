@@ -261,14 +261,14 @@ class Stream(Generic[D]):
 
     def state_machine(
         self,
-        fold: Callable[[Any, Any, Any], tuple[Any, Iterable[Any] | None]],
+        fold: Callable[[Any, Any, Any], tuple[Any, Iterable[E] | None]],
         *,
         key: Callable[[D], Any] | None = None,
         control: Stream[Any] | None = None,
         bins: int = 256,
         name: str = "state_machine",
         inspect_state: Callable[[int, Any, Mapping[Any, Any]], None] | None = None,
-    ) -> Stream[Any]:
+    ) -> Stream[E]:
         """Per-key state across times: ``fold(key, value, state) -> (new_state, outputs)`` per record.
 
         Records are ``(key, value)`` pairs unless ``key`` extracts the key (then the value is the
