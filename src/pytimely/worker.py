@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytimely.communication.allocator import Allocator, ElasticAllocator, elastic_view
+from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
 from pytimely.dataflow.activate import Doorbell
 from pytimely.dataflow.explain import Explanation, explain
 from pytimely.dataflow.graph_view import DataflowGraph, describe
@@ -49,6 +49,8 @@ class Worker:
         """Whether exchanges pickle their records even between workers of one process (see ``execute``)."""
         self._dataflows: list[Subgraph] = []
         self._doorbell = Doorbell()
+        self._dropped: list[Pull[Any]] = []
+        """Receiving ends of dropped dataflows' channels, drained each step (peers may still send)."""
         self._count = 0
         self._building = False
         self._after_step: Callable[[], None] | None = None
@@ -117,7 +119,7 @@ class Worker:
                 f"drop_dataflow: worker {self.index} runs no dataflow {index!r} (it runs {self.installed_dataflows()})"
             )
         self._dataflows.remove(subgraph)
-        subgraph.drop()
+        self._dropped.extend(subgraph.drop())
 
     @property
     def members(self) -> list[int]:
@@ -178,6 +180,8 @@ class Worker:
         worked = False
         for subgraph in self._dataflows:
             worked = subgraph.step() or worked
+        for pull in self._dropped:
+            pull.drain()
         allocator.release()
         if any(s.complete for s in self._dataflows):
             self._dataflows = [s for s in self._dataflows if not s.complete]

@@ -74,6 +74,12 @@ class Progcaster:
         """Whether this worker's view of the progress state is complete (always, unless it is joining)."""
         return self._boot is None
 
+    def close(self) -> Pull[Any]:
+        """Stop exchanging progress (the dataflow was dropped); returns the channel's receiving end to drain."""
+        self._progress_pull.drain()
+        self._progress_push = []
+        return self._progress_pull
+
     # -- building -------------------------------------------------------------------------
 
     def start(self, tracker: Tracker[Any], operators: Sequence[OperatorCore]) -> None:

@@ -172,8 +172,12 @@ class Subgraph:
         else:
             self._active.add(index)
 
-    def drop(self) -> None:
-        """Release the operators, their logic and state, and every queued message (``Worker.drop_dataflow``)."""
+    def drop(self) -> list[Pull[Any]]:
+        """Release the operators, their logic and state, and every queued message (``Worker.drop_dataflow``).
+
+        Returns the receiving ends of the dataflow's channels: peers may still send on them until they drop
+        it too, and the worker drains them so nothing piles up.
+        """
         self.dropped = True
         for activator in self._activators:
             activator.close()
@@ -193,6 +197,10 @@ class Subgraph:
         self._queued.clear()
         self._external.clear()
         self.inputs = []
+        pulls = [pull for pull, _ in self._remote]
+        self._remote = []
+        pulls.append(self.progress.close())
+        return pulls
 
     def sync_activator(self, index: int) -> SyncActivator:
         """An activator of operator ``index`` that another thread may call."""
