@@ -4,9 +4,11 @@ thread-fed inputs, activators, and dropping a dataflow."""
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -505,3 +507,18 @@ def test_step_while_with_an_open_activator_waits_for_the_thread_not_a_stall() ->
         assert not worker.awaits_other_threads
 
     execute(job, workers=1)
+
+
+def test_threads_feed_a_dataflow_across_two_processes(tmp_path: Path) -> None:
+    """Real processes over TCP: each process's thread feeds its worker, which waits on the thread's bell."""
+    from tests.cluster.helpers import Cluster, report
+
+    out = tmp_path / "counts.json"
+    cluster = Cluster(2)
+    try:
+        cluster.start(["tests.dataflow.thread_jobs:thread_fed", str(out)])
+        results = cluster.wait(timeout=120)
+    finally:
+        cluster.kill()
+    assert [r[0] for r in results] == [0, 0], report(results)
+    assert json.loads(out.read_text()) == {str(e): 2 * (e + 1) for e in range(6)}
