@@ -81,6 +81,7 @@ class Subgraph:
         self._running = -1
         self._before_step: list[Callable[[], bool]] = []
         self._finalizers: list[Callable[[], None]] = []
+        self._rejoin: list[Callable[[], None]] = []
         self.inputs: list[Any] = []
         """Input handles, closed for the worker when its function returns."""
         self.tracker: Tracker[Any] | None = None
@@ -127,6 +128,10 @@ class Subgraph:
     def on_step(self, hook: Callable[[], bool]) -> None:
         """Run ``hook`` at the start of every step (input handles flush there); it says whether it did work."""
         self._before_step.append(hook)
+
+    def on_rejoin(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when this worker, joining a running computation, has its progress state."""
+        self._rejoin.append(hook)
 
     def on_build(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` when the dataflow is built (checks that need the whole graph)."""
@@ -220,7 +225,8 @@ class Subgraph:
         progress = self.progress
         worked = progress.membership(tracker, self.operators)
         if not progress.bootstrapped:
-            booted, changed = progress.bootstrap_step(tracker, self.operators, [h._rejoined for h in self.inputs])
+            rejoined = [h._rejoined for h in self.inputs] + self._rejoin
+            booted, changed = progress.bootstrap_step(tracker, self.operators, rejoined)
             if changed is not None:
                 self._notify(changed)
             return booted or worked

@@ -276,6 +276,16 @@ class SyncInputHandle(Generic[T, D]):
         if activator is not None:
             activator.close()
 
+    def _rejoined(self, cap: Capability[T]) -> None:
+        """After a joining worker's bootstrap: start at the capability minted for this copy, or closed."""
+        with self._lock:
+            if cap.valid:
+                self._time = cap.time
+            else:
+                self._closed = True
+        if not cap.valid and self._activator is not None:
+            self._activator.close()
+
     def _drain(self) -> list[Any]:
         out = []
         queue = self._queue
@@ -295,6 +305,7 @@ def new_sync_input(scope: Scope[T], name: str) -> tuple[SyncInputHandle[T, Any],
     cap = Capability(scope.minimum, output, counted=True)
     handle: SyncInputHandle[T, Any] = SyncInputHandle(name, scope.minimum)
     handle._started(scope._info(op).sync_activator())
+    scope.subgraph.on_rejoin(lambda: handle._rejoined(cap))
 
     def logic() -> None:
         for item in handle._drain():
