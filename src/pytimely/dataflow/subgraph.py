@@ -9,12 +9,16 @@ location at once.
 A step (:meth:`Subgraph.step`) does, in order:
 
 1. apply the progress batches other workers (and this one) broadcast, and
-   propagate them, scheduling operators whose input frontiers moved;
+   propagate them, scheduling operators whose input frontiers moved (and those
+   other threads activated);
 2. take data that arrived from other workers;
 3. run each scheduled operator once, in graph order, so a chain of pipelined
    operators finishes within the step;
 4. broadcast, as one atomic batch, every pointstamp change the step caused:
    capabilities taken, moved or dropped, messages sent and received.
+
+Steps 1 and 4, and the bootstrap of a worker joining a running computation, are
+the progcaster's (:mod:`pytimely.dataflow.progcaster`); the subgraph schedules.
 """
 
 from __future__ import annotations
