@@ -432,3 +432,15 @@ class FlowControlError(CommunicationError):
 
 class PeerStalledError(PeerFailedError, StalledError):
     """Another process found the whole computation stalled and stopped it; its message names what is held."""
+
+
+class InvalidPact(DataflowError, TypeError):
+    """An edge was given something that is not a channel contract (``Pipeline``, ``Exchange``, ``Broadcast``...)."""
+
+
+class SummaryViolationError(CapabilityError):
+    """An operator asked for a capability its declared internal summary does not allow; names operator, ports, times."""
+
+
+class DroppedDataflowError(DataflowError):
+    """A dataflow was used after ``Worker.drop_dataflow`` released it; names the dataflow."""

@@ -156,7 +156,7 @@ def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int |
         if all(draining[j] or workers[j].waiting for j in live):
             if not workers[i].running and not workers[i].waiting:
                 idle.discard(i)  # finished: its thread ends at its next turn
-            elif workers[i].last_step_worked:
+            elif workers[i].last_step_worked or workers[i].awaits_other_threads:
                 idle.clear()
             else:
                 idle.add(i)

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytimely.communication.allocator import Allocator, ElasticAllocator, elastic_view
+from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
+from pytimely.dataflow.activate import Doorbell
 from pytimely.dataflow.explain import Explanation, explain
 from pytimely.dataflow.graph_view import DataflowGraph, describe
 from pytimely.dataflow.scope import Scope
@@ -31,6 +32,9 @@ R = TypeVar("R")
 _PARK = 0.1
 """Longest wait for a message between idle steps; arrivals and failures wake a worker at once."""
 
+_BELL = 0.005
+"""While another thread holds an activator: the longest wait on its bell before looking at the network again."""
+
 
 class Worker:
     """One of the workers running a computation; every worker builds the same dataflows."""
@@ -44,6 +48,9 @@ class Worker:
         self.check_serialization = check_serialization
         """Whether exchanges pickle their records even between workers of one process (see ``execute``)."""
         self._dataflows: list[Subgraph] = []
+        self._doorbell = Doorbell()
+        self._dropped: list[Pull[Any]] = []
+        """Receiving ends of dropped dataflows' channels, drained each step (peers may still send)."""
         self._count = 0
         self._building = False
         self._after_step: Callable[[], None] | None = None
@@ -72,7 +79,8 @@ class Worker:
             raise ScopeError("dataflows cannot be built inside another dataflow's build function")
         ident = self._count
         self._count += 1
-        subgraph = Subgraph(self._allocator, ident, name if name is not None else f"dataflow {ident}", self.log)
+        label = name if name is not None else f"dataflow {ident}"
+        subgraph = Subgraph(self._allocator, ident, label, self.log, self._doorbell)
         scope: Scope[Any] = Scope(subgraph, minimum, check_serialization=self.check_serialization)
         self._building = True
         try:
@@ -86,6 +94,32 @@ class Worker:
             # A worker that joins a running computation starts from its server's progress state.
             self.step_while(lambda: not subgraph.bootstrapped)
         return result
+
+    @property
+    def next_dataflow_index(self) -> int:
+        """The index the next :meth:`dataflow` will get (what :meth:`drop_dataflow` takes)."""
+        return self._count
+
+    def installed_dataflows(self) -> list[int]:
+        """The indices of the dataflows this worker still runs."""
+        return [s.ident for s in self._dataflows]
+
+    def drop_dataflow(self, index: int) -> None:
+        """Stop running dataflow ``index`` and release its operators, state and queued messages.
+
+        Every worker must drop it (as in timely, where dropping is a collective decision of the program): a
+        worker still running it may wait for progress from one that dropped it. Its input handles and probes
+        raise :class:`~pytimely.errors.DroppedDataflowError` from then on.
+        """
+        for subgraph in self._dataflows:
+            if subgraph.ident == index:
+                break
+        else:
+            raise InvalidArgument(
+                f"drop_dataflow: worker {self.index} runs no dataflow {index!r} (it runs {self.installed_dataflows()})"
+            )
+        self._dataflows.remove(subgraph)
+        self._dropped.extend(subgraph.drop())
 
     @property
     def members(self) -> list[int]:
@@ -146,6 +180,8 @@ class Worker:
         worked = False
         for subgraph in self._dataflows:
             worked = subgraph.step() or worked
+        for pull in self._dropped:
+            pull.drain()
         allocator.release()
         if any(s.complete for s in self._dataflows):
             self._dataflows = [s for s in self._dataflows if not s.complete]
@@ -185,23 +221,39 @@ class Worker:
                     raise self._stalled("step_while's condition can never become false")
                 if idle:
                     wait = _PARK if deadline is None else max(0.0, min(_PARK, deadline - time.monotonic()))
-                    self._allocator.park(wait)
+                    self._park(wait)
         finally:
             self.waiting = waiting
             if cluster is not None:
                 cluster.quiet(False)
+
+    def _park(self, wait: float) -> None:
+        """Wait up to ``wait`` seconds for a message, or for another thread's activator when one is open."""
+        if self._doorbell.open:
+            self._doorbell.wait(min(wait, _BELL))
+            self._allocator.park(0.0)
+        else:
+            self._allocator.park(wait)
 
     def _stalled_for(self, idle: int, cluster: ElasticAllocator | None) -> bool:
         """Whether ``idle`` steps in a row prove nothing can move.
 
         Alone, two idle steps prove it. In a cluster this worker says it is quiet, and the proof is every
         process quiet with nothing sent for the stall timeout (see :mod:`pytimely.communication.cluster.quiescence`).
+        An open activator (:mod:`pytimely.dataflow.activate`) means another thread may still act: no stall.
         """
+        if self._doorbell.open:
+            idle = 0
         if cluster is not None:
             cluster.quiet(idle >= 2)
         if idle < 2:
             return False
         return self.peers == 1 or (cluster is not None and cluster.stalled())
+
+    @property
+    def awaits_other_threads(self) -> bool:
+        """Whether another thread holds an open activator of this worker's operators (then idle is no stall)."""
+        return self._doorbell.open > 0
 
     @property
     def running(self) -> bool:
@@ -295,4 +347,4 @@ class Worker:
             if self._stalled_for(idle, cluster):
                 raise self._stalled()
             if idle:
-                self._allocator.park(_PARK)
+                self._park(_PARK)

@@ -111,11 +111,12 @@ class Capability(Generic[T]):
 class InputCapability(Generic[T]):
     """The time of a message being handled; valid only while the operator handles it."""
 
-    __slots__ = ("_op", "_time", "_valid")
+    __slots__ = ("_op", "_port", "_time", "_valid")
 
-    def __init__(self, time: T, op: OperatorCore) -> None:
+    def __init__(self, time: T, op: OperatorCore, port: int = 0) -> None:
         self._time = time
         self._op = op
+        self._port = port
         self._valid = True
 
     @property
@@ -130,19 +131,36 @@ class InputCapability(Generic[T]):
                 "handled; retain() a Capability to send later"
             )
 
+    @property
+    def port(self) -> int:
+        """The input port the message arrived on."""
+        return self._port
+
     def retain(self, output: int = 0) -> Capability[T]:
-        """A capability at the message's time for output ``output``, held until dropped."""
+        """A capability at the message's time for output ``output``, held until dropped.
+
+        Under a declared internal summary that advances times (see ``OperatorBuilder``) the message's own
+        time may be out of reach: :class:`~pytimely.errors.SummaryViolationError`; use :meth:`delayed`.
+        """
         self._check()
-        return Capability(self._time, self._op.output_port(output))
+        port = self._op.output_port(output)
+        self._op.check_summary(self._port, output, self._time, self._time)
+        return Capability(self._time, port)
 
     def delayed(self, time: T, output: int = 0) -> Capability[T]:
-        """A capability at ``time`` (not earlier than the message's) for output ``output``."""
+        """A capability at ``time`` (not earlier than the message's) for output ``output``.
+
+        ``time`` must be reachable from the message's time by a declared internal summary from the
+        message's input to ``output``, else :class:`~pytimely.errors.SummaryViolationError`.
+        """
         self._check()
         if not self._time <= time:  # type: ignore[operator]
             raise CapabilityError(
                 f"{self._op.name} cannot hold a capability at {time!r} from a message at {self._time!r}"
             )
-        return Capability(time, self._op.output_port(output))
+        port = self._op.output_port(output)
+        self._op.check_summary(self._port, output, self._time, time)
+        return Capability(time, port)
 
     def __repr__(self) -> str:
         return f"InputCapability({self._time!r})"

@@ -6,9 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytimely.errors import ArityError
+from pytimely.errors import ArityError, SummaryViolationError
 
 if TYPE_CHECKING:
+    from pytimely.dataflow.activate import SyncActivator
     from pytimely.dataflow.capability import InputCapability
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.scope import Scope
@@ -29,6 +30,13 @@ class OperatorInfo:
     worker: int
     peers: int
     activate: Callable[[], None]
+    make_sync_activator: Callable[[], SyncActivator] | None = None
+
+    def sync_activator(self) -> SyncActivator:
+        """An activator another thread may call to schedule this operator (see :mod:`.activate`)."""
+        if self.make_sync_activator is None:
+            raise ArityError(f"{self.name}: this operator info was made without a dataflow to wake")
+        return self.make_sync_activator()
 
 
 class OperatorCore:
@@ -39,6 +47,7 @@ class OperatorCore:
         "initial_caps",
         "input_caps",
         "inputs",
+        "internal",
         "logic",
         "name",
         "notify",
@@ -61,6 +70,30 @@ class OperatorCore:
         self.input_caps: list[InputCapability[Any]] = []
         self.time: Any = None
         """The time of the message being handled, for error reports."""
+        self.internal: dict[tuple[int, int], list[Any]] | None = None
+        """Declared internal path summaries per ``(input, output)``; ``None``: the identity for every pair."""
+
+    def check_summary(self, port: int, output: int, time: Any, later: Any) -> None:
+        """:class:`SummaryViolationError` unless a message at ``time`` on input ``port`` may lead to ``later``
+        on ``output`` under the operator's declared internal summaries."""
+        internal = self.internal
+        if internal is None:
+            return
+        summaries = internal.get((port, output))
+        if not summaries:
+            raise SummaryViolationError(
+                f"operator {self.name!r} declared no path from input {port} to output {output}, so a message at "
+                f"{time!r} on that input cannot give a capability on that output"
+            )
+        for summary in summaries:
+            reached = summary.results_in(time)
+            if reached is not None and reached <= later:
+                return
+        raise SummaryViolationError(
+            f"operator {self.name!r} declared the summaries {summaries!r} from input {port} to output {output}: a "
+            f"message at {time!r} may only lead to times at or after "
+            f"{[s.results_in(time) for s in summaries]!r}, not {later!r}"
+        )
 
     def output_port(self, port: int) -> OutputPort[Any, Any]:
         """Output port ``port``, or :class:`ArityError` naming the operator."""

@@ -127,7 +127,7 @@ class InputPort(Generic[T, D]):
             op.time = time
             if log is not None:
                 log.messages(op.index, self.port, "received", time, batch)
-            cap = InputCapability(time, op)
+            cap = InputCapability(time, op, self.port)
             caps.append(cap)
             yield cap, batch
 
@@ -404,6 +404,8 @@ class OutputPort(Generic[T, D]):
             cap._check()
             if cap._op is not self._op:
                 raise CapabilityError(f"{self._op.name} cannot send with an input capability of {cap._op.name}")
+            if self._op.internal is not None:
+                self._op.check_summary(cap._port, self.port, cap._time, cap._time)
             return cap._time
         if type(cap) is Capability:
             cap._check()

@@ -10,18 +10,22 @@ the loop one iteration later.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.capability import Capability
+from pytimely.dataflow.channels import Pact, Pipeline, pact_of
 from pytimely.dataflow.operator import OperatorInfo
+from pytimely.dataflow.operators import capture as _capture
+from pytimely.dataflow.operators import core as _core
+from pytimely.dataflow.operators import input as _input
 from pytimely.dataflow.ports import OutputPort
-from pytimely.errors import ArityError, ScopeError
+from pytimely.dataflow.stream import Stream
+from pytimely.errors import ArityError, InvalidArgument, ScopeError
 from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary, identity_for
 
 if TYPE_CHECKING:
-    from pytimely.dataflow.operators.input import InputHandle
-    from pytimely.dataflow.stream import Stream
+    from pytimely.dataflow.operators.input import InputHandle, SyncInputHandle, UnorderedHandle
     from pytimely.dataflow.subgraph import Subgraph
 
 __all__ = ["LoopHandle", "Scope"]
@@ -30,6 +34,13 @@ T = TypeVar("T")
 D = TypeVar("D")
 
 SourceLogic = Callable[[OutputPort[Any, Any]], None]
+
+
+def _check_record_type(name: str, kind: object) -> None:
+    """:class:`InvalidArgument` unless ``kind`` is ``None``, a class or a parametrised generic (``tuple[str, int]``)."""
+    if kind is None or isinstance(kind, type) or hasattr(kind, "__origin__"):
+        return
+    raise InvalidArgument(f"{name}: type= takes a type such as str or tuple[str, int], got {kind!r}")
 
 
 class Scope(Generic[T]):
@@ -44,8 +55,11 @@ class Scope(Generic[T]):
         summaries: dict[int, dict[tuple[int, int], Any]] | None = None,
         *,
         check_serialization: bool = False,
+        region: bool = False,
     ) -> None:
         self.subgraph = subgraph
+        self.is_region = region
+        """Whether this is a region (:meth:`region`): a nested scope with its parent's timestamps."""
         self.minimum = minimum
         """The least timestamp of this scope."""
         self.parent = parent
@@ -77,7 +91,7 @@ class Scope(Generic[T]):
     def _operator(
         self,
         name: str,
-        inputs: list[tuple[Stream[Any], Any]],
+        inputs: list[tuple[Stream[Any], Pact | None]],
         outputs: int,
         summary: dict[tuple[int, int], Any] | None = None,
     ) -> Any:
@@ -85,17 +99,23 @@ class Scope(Generic[T]):
         for stream, _ in inputs:
             self._check_owns(stream, name)
         op = self.subgraph.add_operator(name, self, len(inputs), outputs)
-        for port, (stream, pact) in enumerate(inputs):
+        for port, (stream, given) in enumerate(inputs):
+            pact = pact_of(given, name)
             self.subgraph.connect(stream._port, op.inputs[port], pact)
-            if pact is not None and self.check_serialization:
-                stream._port._check_serialization(str(pact[0]), op.inputs[port])
+            if type(pact) is not Pipeline and self.check_serialization:
+                stream._port._check_serialization(pact.kind, op.inputs[port])
         if summary is not None:
             self._summaries[op.index] = summary
+            op.internal = {
+                pair: list(value) if isinstance(value, (list, tuple)) else [value] for pair, value in summary.items()
+            }
         return op
 
-    def _check_owns(self, stream: Stream[Any], name: str) -> None:
-        from pytimely.dataflow.stream import Stream
+    def stream(self, port: OutputPort[Any, Any]) -> Stream[Any]:
+        """The stream of what ``port`` (an output of an operator of this scope) sends."""
+        return Stream(self, port)
 
+    def _check_owns(self, stream: Stream[Any], name: str) -> None:
         if not isinstance(stream, Stream):
             raise ScopeError(f"{name}: expected a Stream, got {type(stream).__name__}")
         if stream.scope is not self:
@@ -108,38 +128,84 @@ class Scope(Generic[T]):
     def _info(self, op: Any) -> OperatorInfo:
         subgraph = self.subgraph
         index = op.index
-        return OperatorInfo(op.name, index, subgraph.worker, subgraph.peers, lambda: subgraph._active.add(index))
+        return OperatorInfo(
+            op.name,
+            index,
+            subgraph.worker,
+            subgraph.peers,
+            lambda: subgraph._active.add(index),
+            lambda: subgraph.sync_activator(index),
+        )
 
     # -- sources --------------------------------------------------------------------------
 
-    def new_input(self, name: str = "input") -> tuple[InputHandle[T, Any], Stream[Any]]:
-        """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends."""
-        from pytimely.dataflow.operators.input import new_input
+    @overload
+    def new_input(self, name: str = ..., *, type: None = None) -> tuple[InputHandle[T, Any], Stream[Any]]: ...
 
-        return new_input(self, name)
+    @overload
+    def new_input(self, name: str = ..., *, type: type[D]) -> tuple[InputHandle[T, D], Stream[D]]: ...
+
+    def new_input(self, name: str = "input", *, type: type[D] | None = None) -> tuple[InputHandle[T, Any], Stream[Any]]:
+        """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends.
+
+        ``type`` (``str``, ``tuple[str, int]``, ...) types the handle and the stream for the type
+        checker: ``new_input(type=str)`` gives ``InputHandle[T, str]`` and ``Stream[str]``. Records are not
+        checked at run time.
+        """
+        _check_record_type(name, type)
+        return _input.new_input(self, name)
+
+    @overload
+    def new_unordered_input(
+        self, name: str = ..., *, type: None = None
+    ) -> tuple[UnorderedHandle[T, Any], Stream[Any]]: ...
+
+    @overload
+    def new_unordered_input(self, name: str = ..., *, type: type[D]) -> tuple[UnorderedHandle[T, D], Stream[D]]: ...
+
+    def new_unordered_input(
+        self, name: str = "unordered_input", *, type: type[D] | None = None
+    ) -> tuple[UnorderedHandle[T, Any], Stream[Any]]:
+        """An input sending at any time it holds a capability for (``handle.capability``, ``delayed``, ``give``)."""
+        _check_record_type(name, type)
+        return _input.new_unordered_input(self, name)
+
+    @overload
+    def new_sync_input(self, name: str = ..., *, type: None = None) -> tuple[SyncInputHandle[T, Any], Stream[Any]]: ...
+
+    @overload
+    def new_sync_input(self, name: str = ..., *, type: type[D]) -> tuple[SyncInputHandle[T, D], Stream[D]]: ...
+
+    def new_sync_input(
+        self, name: str = "sync_input", *, type: type[D] | None = None
+    ) -> tuple[SyncInputHandle[T, Any], Stream[Any]]:
+        """An input another thread feeds (``send(time, records)``, ``advance_to``, ``close``), waking the worker."""
+        _check_record_type(name, type)
+        return _input.new_sync_input(self, name)
+
+    @property
+    def dataflow_index(self) -> int:
+        """The index of this scope's dataflow on its worker (what ``Worker.drop_dataflow`` takes)."""
+        return self.subgraph.ident
 
     def to_stream(self, iterable: Iterable[D], *, batch_size: int = 4096, name: str = "to_stream") -> Stream[D]:
         """The records of ``iterable``, at this scope's minimum time, read in batches as the worker steps.
 
         Each worker runs its own copy: give each worker its share of the data.
         """
-        from pytimely.dataflow.operators.input import to_stream
-
-        return to_stream(self, iterable, batch_size=batch_size, name=name)
+        return _input.to_stream(self, iterable, batch_size=batch_size, name=name)
 
     def source(
         self,
-        constructor: Callable[[Capability[T], OperatorInfo], Callable[[OutputPort[T, Any]], None]],
+        constructor: Callable[[Capability[T], OperatorInfo], Callable[[OutputPort[T, list[D]]], None]],
         *,
         name: str = "source",
-    ) -> Stream[Any]:
+    ) -> Stream[D]:
         """A generic source: ``constructor(capability, info)`` returns ``logic(output)``.
 
         The logic runs once when the dataflow starts, and again at the next step
         each time it calls ``info.activate()``.
         """
-        from pytimely.dataflow.stream import Stream
-
         op = self._operator(name, [], 1)
         op.initial_caps = True
         output = op.outputs[0]
@@ -149,20 +215,20 @@ class Scope(Generic[T]):
 
     def concat(self, streams: Iterable[Stream[D]], *, name: str = "concat") -> Stream[D]:
         """One stream with the records of all ``streams``."""
-        from pytimely.dataflow.operators.core import concat
-
         items = list(streams)
         if not items:
             raise ArityError(f"{name}: needs at least one stream")
-        return concat(self, items, name)
+        return _core.concat(self, items, name)
 
-    def replay(self, events: Iterable[tuple[T, Any]], *, name: str = "replay") -> Stream[Any]:
+    def replay(self, events: Iterable[tuple[T, Iterable[D]]], *, name: str = "replay") -> Stream[D]:
         """A stream that sends captured ``(time, batch)`` events again, each at its own time."""
-        from pytimely.dataflow.operators.capture import replay
+        return _capture.replay(self, events, name)
 
-        return replay(self, events, name)
+    # -- nesting --------------------------------------------------------------------------
 
-    # -- loops ----------------------------------------------------------------------------
+    def region(self, name: str = "region") -> Scope[T]:
+        """A nested scope with this scope's timestamps, grouping operators (``enter``/``leave`` change no time)."""
+        return Scope(self.subgraph, self.minimum, parent=self, name=name, summaries=self._summaries, region=True)
 
     def iterative(self, name: str = "loop") -> Scope[Product[T, int]]:
         """A nested scope with timestamps ``Product(outer, iteration)``."""
@@ -175,8 +241,6 @@ class Scope(Generic[T]):
 
         With ``limit``, records that would pass iteration ``limit`` are discarded.
         """
-        from pytimely.dataflow.stream import Stream
-
         if self.parent is None or not isinstance(self.minimum, Product):
             raise ScopeError(f"{name}: feedback edges belong in an iterative scope; open one with scope.iterative()")
         if type(step) is not int or step < 1:

@@ -10,7 +10,7 @@ record batch) at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.operators import capture as _capture
 from pytimely.dataflow.operators import core as _core
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pytimely.dataflow.operator import OperatorInfo
     from pytimely.dataflow.operators.probe import ProbeHandle
     from pytimely.dataflow.operators.window import Aggregate, DropLate, Field, SideOutput
-    from pytimely.dataflow.ports import OutputPort
+    from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.scope import LoopHandle, Scope
 
 __all__ = ["Stream"]
@@ -38,6 +38,11 @@ __all__ = ["Stream"]
 D = TypeVar("D")
 E = TypeVar("E")
 K = TypeVar("K")
+V = TypeVar("V")
+W = TypeVar("W")
+
+UnaryLogic = Callable[["InputPort[Any, list[D]]", "OutputPort[Any, list[E]]"], None]
+"""``logic(input, output)`` of a unary operator from ``Stream[D]`` to ``Stream[E]`` (batches typed as lists)."""
 
 
 class Stream(Generic[D]):
@@ -94,7 +99,7 @@ class Stream(Generic[D]):
 
     def broadcast(self, *, name: str = "broadcast") -> Stream[D]:
         """Send every record to every worker."""
-        return _core.passthrough(self, ("broadcast",), name)
+        return _core.broadcast(self, name)
 
     def concat(self, *others: Stream[D], name: str = "concat") -> Stream[D]:
         """This stream's records together with those of ``others``."""
@@ -114,34 +119,44 @@ class Stream(Generic[D]):
         """A handle reporting which times could still appear on this stream."""
         return _probe.probe(self, name)
 
+    def probe_with(self, handle: ProbeHandle[Any], *, name: str = "probe_with") -> Stream[D]:
+        """Make ``handle`` watch this stream too (it reports what could still appear on any of its streams);
+        returns this stream."""
+        _probe.probe_with(self, handle, name)
+        return self
+
     # -- generic operators ----------------------------------------------------------------
 
     def unary(
         self,
-        constructor: Callable[[Capability[Any], OperatorInfo], Callable[..., None]],
+        constructor: Callable[[Capability[Any], OperatorInfo], UnaryLogic[D, E]],
         *,
         name: str = "unary",
         exchange: Callable[[D], Any] | None = None,
         vectorized: bool = False,
-    ) -> Stream[Any]:
+    ) -> Stream[E]:
         """A custom operator: ``constructor(capability, info)`` returns ``logic(input, output)``.
 
         ``logic`` runs when data arrives or the input frontier moves; it reads
         ``for cap, batch in input``, checks ``input.frontier``, and sends with
-        ``output.give(cap, batch)``. ``exchange`` routes records between workers first.
+        ``output.give(cap, batch)``. ``exchange`` routes records between workers first. The output's
+        record type comes from the logic's annotation (``OutputPort[T, list[E]]`` gives ``Stream[E]``).
         """
         return _generic.unary(self, constructor, name=name, exchange=exchange, vectorized=vectorized)
 
     def binary(
         self,
         other: Stream[E],
-        constructor: Callable[[Capability[Any], OperatorInfo], Callable[..., None]],
+        constructor: Callable[
+            [Capability[Any], OperatorInfo],
+            Callable[[InputPort[Any, list[D]], InputPort[Any, list[E]], OutputPort[Any, list[V]]], None],
+        ],
         *,
         name: str = "binary",
         exchange1: Callable[[D], Any] | None = None,
         exchange2: Callable[[E], Any] | None = None,
         vectorized: bool = False,
-    ) -> Stream[Any]:
+    ) -> Stream[V]:
         """A custom two-input operator: ``constructor(capability, info)`` returns ``logic(in1, in2, output)``."""
         return _generic.binary(
             self,
@@ -159,14 +174,34 @@ class Stream(Generic[D]):
         """The number of records at each time, across all workers (sent from worker 0)."""
         return _reduce.count(self, name)
 
+    @overload
     def count_by(
         self,
-        key: Callable[[D], K] | None = None,
+        key: None = None,
+        *,
+        name: str = ...,
+        control: Stream[Any] | None = ...,
+        bins: int = ...,
+    ) -> Stream[tuple[D, int]]: ...
+
+    @overload
+    def count_by(
+        self,
+        key: Callable[[D], K],
+        *,
+        name: str = ...,
+        control: Stream[Any] | None = ...,
+        bins: int = ...,
+    ) -> Stream[tuple[K, int]]: ...
+
+    def count_by(
+        self,
+        key: Callable[[D], Any] | None = None,
         *,
         name: str = "count_by",
         control: Stream[Any] | None = None,
         bins: int = 256,
-    ) -> Stream[tuple[K, int]]:
+    ) -> Stream[tuple[Any, int]]:
         """``(key, count)`` per key at each time; without ``key`` the record is its own key.
 
         Keys go to workers through ``bins`` bins; ``control``, a stream of ``Move`` records, changes
@@ -177,12 +212,12 @@ class Stream(Generic[D]):
     def sum_by(
         self,
         key: Callable[[D], K],
-        value: Callable[[D], Any],
+        value: Callable[[D], V],
         *,
         name: str = "sum_by",
         control: Stream[Any] | None = None,
         bins: int = 256,
-    ) -> Stream[tuple[K, Any]]:
+    ) -> Stream[tuple[K, V]]:
         """``(key, sum of value(record))`` per key at each time (``control``, ``bins``: as ``count_by``)."""
         return _reduce.sum_by(self, key, value, name, control, bins)
 
@@ -212,13 +247,13 @@ class Stream(Generic[D]):
         return _reduce.reduce_by(self, key, reducer, name, control, bins)
 
     def join(
-        self,
-        other: Stream[Any],
+        self: Stream[tuple[K, V]],
+        other: Stream[tuple[K, W]],
         *,
         name: str = "join",
         control: Stream[Any] | None = None,
         bins: int = 256,
-    ) -> Stream[tuple[Any, tuple[Any, Any]]]:
+    ) -> Stream[tuple[K, tuple[V, W]]]:
         """For ``(k, a)`` here and ``(k, b)`` in ``other`` at the same time: ``(k, (a, b))``."""
         return _join.join(self, other, name, control, bins)
 
@@ -226,14 +261,14 @@ class Stream(Generic[D]):
 
     def state_machine(
         self,
-        fold: Callable[[Any, Any, Any], tuple[Any, Iterable[Any] | None]],
+        fold: Callable[[Any, Any, Any], tuple[Any, Iterable[E] | None]],
         *,
         key: Callable[[D], Any] | None = None,
         control: Stream[Any] | None = None,
         bins: int = 256,
         name: str = "state_machine",
         inspect_state: Callable[[int, Any, Mapping[Any, Any]], None] | None = None,
-    ) -> Stream[Any]:
+    ) -> Stream[E]:
         """Per-key state across times: ``fold(key, value, state) -> (new_state, outputs)`` per record.
 
         Records are ``(key, value)`` pairs unless ``key`` extracts the key (then the value is the
@@ -314,9 +349,12 @@ class Stream(Generic[D]):
     # -- capture --------------------------------------------------------------------------
 
     def capture(
-        self, into: list[tuple[Any, list[Any]]] | None = None, *, name: str = "capture"
-    ) -> list[tuple[Any, list[Any]]]:
-        """A list that fills with ``(time, records)`` as batches reach this worker; replay it with ``scope.replay``."""
+        self, into: list[tuple[Any, list[D]]] | None = None, *, name: str = "capture"
+    ) -> list[tuple[Any, list[D]]]:
+        """A list that fills with ``(time, records)`` as batches reach this worker; replay it with ``scope.replay``.
+
+        List batches are copied into lists; a numpy array or Arrow batch is kept as it is (typed as its records).
+        """
         return _capture.capture(self, [] if into is None else into, name)
 
     # -- loops ----------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytimely.dataflow.bins import BinTable, Move, binner, bins_of
 from pytimely.dataflow.capability import Capability, InputCapability
+from pytimely.dataflow.channels import Broadcast, Direct, Exchange
 from pytimely.errors import LateMoveError, NotAMoveError
 from pytimely.order import sort_key
 
@@ -114,9 +115,7 @@ def bin_routes(
     record); by default a one-dimensional batch of a stream whose records are their own keys is its keys.
     """
     if control is None:
-        return [
-            (stream, ("exchange", _hash_route(key), False)) for stream, key in zip(streams, keys, strict=True)
-        ], None
+        return [(stream, Exchange(_hash_route(key))) for stream, key in zip(streams, keys, strict=True)], None
     if columns is None:
         columns = [whole_batch if key is None else None for key in keys]
     router = Router(streams, keys, name, control, bins, migrate, columns)
@@ -152,8 +151,6 @@ class Router:
         migrate: bool,
         columns: Sequence[Column],
     ) -> None:
-        from pytimely.dataflow.stream import Stream
-
         scope = streams[0].scope
         n = len(streams)
         self.name = name
@@ -168,12 +165,10 @@ class Router:
         self.holder: StateHolder | None = None
         """The operator whose state moves; set by it before the dataflow runs."""
         self.dest = 0
-        self.pact = ("direct", self._dest)
+        self.pact = Direct(self._dest)
         # Each batch goes whole to ``dest``: the router splits batches itself and sets ``dest`` right before
         # each part is given (the push is synchronous).
-        op = scope._operator(
-            name, [*((s, None) for s in streams), (control, ("broadcast",))], n + (1 if migrate else 0)
-        )
+        op = scope._operator(name, [*((s, None) for s in streams), (control, Broadcast())], n + (1 if migrate else 0))
         op.notify = True
         self._keys = list(keys)
         self._columns = list(columns)
@@ -181,8 +176,8 @@ class Router:
         self._control: InputPort[Any, Any] = op.inputs[n]
         self._outs: list[OutputPort[Any, Any]] = op.outputs[:n]
         self._state_out: OutputPort[Any, Any] | None = op.outputs[n] if migrate else None
-        self.data_outputs: list[Stream[Any]] = [Stream(scope, port) for port in self._outs]
-        self.state_output: Stream[Any] | None = None if self._state_out is None else Stream(scope, self._state_out)
+        self.data_outputs: list[Stream[Any]] = [scope.stream(port) for port in self._outs]
+        self.state_output: Stream[Any] | None = None if self._state_out is None else scope.stream(self._state_out)
         self._stash: dict[Any, list[tuple[int, Any]]] = {}
         self._held: dict[tuple[Any, int], Capability[Any]] = {}
         self._move_caps: dict[Any, Capability[Any]] = {}

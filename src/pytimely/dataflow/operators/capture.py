@@ -34,8 +34,6 @@ def capture(stream: Stream[Any], into: list[tuple[Any, list[Any]]], name: str) -
 
 def replay(scope: Scope[Any], events: Iterable[tuple[Any, Any]], name: str) -> Stream[Any]:
     """Send each captured ``(time, batch)`` again at its time, then finish."""
-    from pytimely.dataflow.stream import Stream
-
     op = scope._operator(name, [], 1)
     op.initial_caps = True
     output = op.outputs[0]
@@ -53,4 +51,4 @@ def replay(scope: Scope[Any], events: Iterable[tuple[Any, Any]], name: str) -> S
         cap.drop()
 
     op.logic = logic
-    return Stream(scope, output)
+    return scope.stream(output)

@@ -1,18 +1,26 @@
-"""Operators that move records along without holding on to them: map, filter, exchange, and friends."""
+"""Operators that move records along without holding on to them: map, filter, exchange, and friends.
+
+They share one skeleton (:func:`per_batch`): an operator with one input and some outputs
+whose logic handles each ``(time, batch)`` as it is taken and sends at the same time.
+Each operator below is only the function it applies to a batch.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytimely.dataflow.channels import Broadcast, Exchange, Pact
 from pytimely.errors import ArityError, RouteError
 
 if TYPE_CHECKING:
+    from pytimely.dataflow.ports import OutputPort
     from pytimely.dataflow.scope import Scope
     from pytimely.dataflow.stream import Stream
 
 __all__ = [
     "branch",
+    "broadcast",
     "concat",
     "exchange",
     "filter_",
@@ -23,136 +31,120 @@ __all__ = [
     "map_batch",
     "partition",
     "passthrough",
+    "per_batch",
     "sink",
 ]
 
+BatchLogic = Callable[[Any, Any, Sequence["OutputPort[Any, Any]"]], None]
+"""``handle(time, batch, outputs)``: what a per-batch operator does with each batch it takes."""
 
-def _stream(scope: Scope[Any], port: Any) -> Stream[Any]:
-    from pytimely.dataflow.stream import Stream
 
-    return Stream(scope, port)
+def per_batch(
+    stream: Stream[Any], name: str, handle: BatchLogic, *, outputs: int = 1, pact: Pact | None = None
+) -> list[Stream[Any]]:
+    """An operator calling ``handle(time, batch, outputs)`` for every batch of ``stream``; its output streams."""
+    scope = stream.scope
+    op = scope._operator(name, [(stream, pact)], outputs)
+    port, outs = op.inputs[0], op.outputs
+
+    def logic() -> None:
+        for time, batch in port.batches():
+            handle(time, batch, outs)
+
+    op.logic = logic
+    return [scope.stream(out) for out in outs]
+
+
+def _one(stream: Stream[Any], name: str, handle: BatchLogic, pact: Pact | None = None) -> Stream[Any]:
+    return per_batch(stream, name, handle, pact=pact)[0]
 
 
 def map_(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream[Any]:
     """Apply ``f`` to every record."""
-    op = stream.scope._operator(name, [(stream, None)], 1)
-    port, out = op.inputs[0], op.outputs[0]
-
-    def logic() -> None:
-        for time, batch in port.batches():
-            out._push(time, list(map(f, batch)))
-
-    op.logic = logic
-    return _stream(stream.scope, out)
+    return _one(stream, name, lambda time, batch, outs: outs[0]._push(time, list(map(f, batch))))
 
 
 def filter_(stream: Stream[Any], predicate: Callable[[Any], bool], name: str) -> Stream[Any]:
     """Keep the records ``predicate`` accepts."""
-    op = stream.scope._operator(name, [(stream, None)], 1)
-    port, out = op.inputs[0], op.outputs[0]
 
-    def logic() -> None:
-        for time, batch in port.batches():
-            kept = list(filter(predicate, batch))
-            if kept:
-                out._push(time, kept)
+    def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+        kept = list(filter(predicate, batch))
+        if kept:
+            outs[0]._push(time, kept)
 
-    op.logic = logic
-    return _stream(stream.scope, out)
+    return _one(stream, name, handle)
 
 
 def flat_map(stream: Stream[Any], f: Callable[[Any], Iterable[Any]], name: str) -> Stream[Any]:
     """Replace every record by the records ``f`` gives for it."""
-    op = stream.scope._operator(name, [(stream, None)], 1)
-    port, out = op.inputs[0], op.outputs[0]
 
-    def logic() -> None:
-        for time, batch in port.batches():
-            result: list[Any] = []
-            extend = result.extend
-            for record in batch:
-                extend(f(record))
-            if result:
-                out._push(time, result)
+    def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+        result: list[Any] = []
+        extend = result.extend
+        for record in batch:
+            extend(f(record))
+        if result:
+            outs[0]._push(time, result)
 
-    op.logic = logic
-    return _stream(stream.scope, out)
+    return _one(stream, name, handle)
 
 
 def map_batch(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream[Any]:
     """Apply ``f`` to each whole batch (a list, numpy array or Arrow batch); empty results are dropped."""
-    op = stream.scope._operator(name, [(stream, None)], 1)
-    port, out = op.inputs[0], op.outputs[0]
 
-    def logic() -> None:
-        for time, batch in port.batches():
-            result = f(batch)
-            if result is not None and len(result):
-                out._push(time, result)
+    def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+        result = f(batch)
+        if result is not None and len(result):
+            outs[0]._push(time, result)
 
-    op.logic = logic
-    return _stream(stream.scope, out)
+    return _one(stream, name, handle)
 
 
 def inspect(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream[Any]:
     """Call ``f`` on every record and pass the records on unchanged."""
-    op = stream.scope._operator(name, [(stream, None)], 1)
-    port, out = op.inputs[0], op.outputs[0]
 
-    def logic() -> None:
-        for time, batch in port.batches():
-            for record in batch:
-                f(record)
-            out._push(time, batch)
+    def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+        for record in batch:
+            f(record)
+        outs[0]._push(time, batch)
 
-    op.logic = logic
-    return _stream(stream.scope, out)
+    return _one(stream, name, handle)
 
 
 def inspect_batch(stream: Stream[Any], f: Callable[[Any, Any], Any], name: str) -> Stream[Any]:
     """Call ``f(time, batch)`` on every batch and pass it on unchanged."""
-    op = stream.scope._operator(name, [(stream, None)], 1)
-    port, out = op.inputs[0], op.outputs[0]
 
-    def logic() -> None:
-        for time, batch in port.batches():
-            f(time, batch)
-            out._push(time, batch)
+    def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+        f(time, batch)
+        outs[0]._push(time, batch)
 
-    op.logic = logic
-    return _stream(stream.scope, out)
+    return _one(stream, name, handle)
 
 
 def sink(stream: Stream[Any], f: Callable[[Any, Any], Any], name: str) -> None:
     """Call ``f(time, batch)`` on every batch; nothing flows on."""
-    op = stream.scope._operator(name, [(stream, None)], 0)
-    port = op.inputs[0]
-
-    def logic() -> None:
-        for time, batch in port.batches():
-            f(time, batch)
-
-    op.logic = logic
+    per_batch(stream, name, lambda time, batch, outs: f(time, batch), outputs=0)
 
 
-def passthrough(stream: Stream[Any], pact: Any, name: str) -> Stream[Any]:
+def _forward(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+    outs[0]._push(time, batch)
+
+
+def passthrough(stream: Stream[Any], pact: Pact | None, name: str) -> Stream[Any]:
     """Forward batches unchanged over an edge with contract ``pact`` (exchange, broadcast)."""
-    op = stream.scope._operator(name, [(stream, pact)], 1)
-    port, out = op.inputs[0], op.outputs[0]
-
-    def logic() -> None:
-        for time, batch in port.batches():
-            out._push(time, batch)
-
-    op.logic = logic
-    return _stream(stream.scope, out)
+    return _one(stream, name, _forward, pact)
 
 
 def exchange(stream: Stream[Any], route: Callable[[Any], Any], vectorized: bool, name: str) -> Stream[Any]:
     """Send each record to worker ``route(record) % peers``."""
     if not callable(route):
         raise RouteError(f"{name}: route must be callable, got {route!r}")
-    return passthrough(stream, ("exchange", route, vectorized), name)
+    return passthrough(stream, Exchange(route, vectorized), name)
+
+
+def broadcast(stream: Stream[Any], name: str) -> Stream[Any]:
+    """Send every record to every worker."""
+    return passthrough(stream, Broadcast(), name)
 
 
 def concat(scope: Scope[Any], streams: list[Stream[Any]], name: str) -> Stream[Any]:
@@ -167,48 +159,41 @@ def concat(scope: Scope[Any], streams: list[Stream[Any]], name: str) -> Stream[A
                 out._push(time, batch)
 
     op.logic = logic
-    return _stream(scope, out)
+    return scope.stream(out)
 
 
 def partition(stream: Stream[Any], parts: int, route: Callable[[Any], int], name: str) -> list[Stream[Any]]:
     """Split into ``parts`` streams; record ``r`` goes to stream ``route(r)``."""
     if type(parts) is not int or parts < 1:
         raise ArityError(f"{name}: the number of parts must be a positive int, got {parts!r}")
-    op = stream.scope._operator(name, [(stream, None)], parts)
-    port, outs = op.inputs[0], op.outputs
 
-    def logic() -> None:
-        for time, batch in port.batches():
-            buckets: list[list[Any]] = [[] for _ in range(parts)]
-            appends = [b.append for b in buckets]
-            for record in batch:
-                k = route(record)
-                if type(k) is not int or not 0 <= k < parts:
-                    raise ArityError(f"{name}: route gave {k!r} for {record!r}; parts are numbered 0..{parts - 1}")
-                appends[k](record)
-            for out, bucket in zip(outs, buckets, strict=True):
-                if bucket:
-                    out._push(time, bucket)
+    def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+        buckets: list[list[Any]] = [[] for _ in range(parts)]
+        appends = [b.append for b in buckets]
+        for record in batch:
+            k = route(record)
+            if type(k) is not int or not 0 <= k < parts:
+                raise ArityError(f"{name}: route gave {k!r} for {record!r}; parts are numbered 0..{parts - 1}")
+            appends[k](record)
+        for out, bucket in zip(outs, buckets, strict=True):
+            if bucket:
+                out._push(time, bucket)
 
-    op.logic = logic
-    return [_stream(stream.scope, out) for out in outs]
+    return per_batch(stream, name, handle, outputs=parts)
 
 
 def branch(stream: Stream[Any], predicate: Callable[[Any], bool], name: str) -> tuple[Stream[Any], Stream[Any]]:
     """Split into the records ``predicate`` accepts and the rest."""
-    op = stream.scope._operator(name, [(stream, None)], 2)
-    port, yes, no = op.inputs[0], op.outputs[0], op.outputs[1]
 
-    def logic() -> None:
-        for time, batch in port.batches():
-            accepted: list[Any] = []
-            rejected: list[Any] = []
-            for record in batch:
-                (accepted if predicate(record) else rejected).append(record)
-            if accepted:
-                yes._push(time, accepted)
-            if rejected:
-                no._push(time, rejected)
+    def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
+        accepted: list[Any] = []
+        rejected: list[Any] = []
+        for record in batch:
+            (accepted if predicate(record) else rejected).append(record)
+        if accepted:
+            outs[0]._push(time, accepted)
+        if rejected:
+            outs[1]._push(time, rejected)
 
-    op.logic = logic
-    return _stream(stream.scope, yes), _stream(stream.scope, no)
+    yes, no = per_batch(stream, name, handle, outputs=2)
+    return yes, no

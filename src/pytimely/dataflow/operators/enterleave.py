@@ -1,4 +1,4 @@
-"""Crossing into and out of nested scopes."""
+"""Crossing into and out of nested scopes (loops change the timestamp; regions do not)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,26 @@ if TYPE_CHECKING:
 __all__ = ["enter", "leave"]
 
 
+def _identity(stream: Stream[Any], into: Scope[Any], name: str) -> Stream[Any]:
+    """Cross between a scope and a region of it: the same timestamps on both sides."""
+    op = into.subgraph.add_operator(name, into, 1, 1)
+    into.subgraph.connect(stream._port, op.inputs[0], None)
+    port, out = op.inputs[0], op.outputs[0]
+
+    def logic() -> None:
+        for time, batch in port.batches():
+            out._push(time, batch)
+
+    op.logic = logic
+    return into.stream(out)
+
+
 def enter(stream: Stream[Any], inner: Scope[Any], name: str) -> Stream[Any]:
     """Bring ``stream`` into the nested scope ``inner``: time ``t`` becomes ``(t, 0)``."""
-    from pytimely.dataflow.stream import Stream
-
     if inner.parent is not stream.scope:
         raise ScopeError(f"{name}: {inner!r} is not nested directly inside the stream's scope {stream.scope!r}")
+    if inner.is_region:
+        return _identity(stream, inner, name)
     minimum = inner.minimum
     assert isinstance(minimum, Product)
     start = minimum.inner
@@ -34,17 +48,17 @@ def enter(stream: Stream[Any], inner: Scope[Any], name: str) -> Stream[Any]:
             out._push(Product(time, start), batch)
 
     op.logic = logic
-    return Stream(inner, out)
+    return inner.stream(out)
 
 
 def leave(stream: Stream[Any], name: str) -> Stream[Any]:
     """Take ``stream`` out of its nested scope: time ``(t, i)`` becomes ``t``."""
-    from pytimely.dataflow.stream import Stream
-
     inner = stream.scope
     outer = inner.parent
     if outer is None:
         raise ScopeError(f"{name}: the stream is in a dataflow's root scope; there is nothing to leave")
+    if inner.is_region:
+        return _identity(stream, outer, name)
     op = inner.subgraph.add_operator(name, outer, 1, 1)
     inner.subgraph.connect(stream._port, op.inputs[0], None)
     outer._summaries[op.index] = {(0, 0): Leave()}
@@ -55,4 +69,4 @@ def leave(stream: Stream[Any], name: str) -> Stream[Any]:
             out._push(time.outer, batch)
 
     op.logic = logic
-    return Stream(outer, out)
+    return outer.stream(out)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability
-from pytimely.errors import RouteError
+from pytimely.dataflow.channels import Pact, exchange_for
 from pytimely.order import sort_key
 from pytimely.progress.frontier import MutableAntichain
 
@@ -23,13 +23,9 @@ UnaryLogic = Callable[["InputPort[Any, Any]", "OutputPort[Any, Any]"], None]
 BinaryLogic = Callable[["InputPort[Any, Any]", "InputPort[Any, Any]", "OutputPort[Any, Any]"], None]
 
 
-def pact_for(route: Callable[[Any], Any] | None, vectorized: bool = False) -> Any:
-    """The edge contract for an optional exchange ``route``."""
-    if route is None:
-        return None
-    if not callable(route):
-        raise RouteError(f"an exchange route must be callable, got {route!r}")
-    return ("exchange", route, vectorized)
+def pact_for(route: Callable[[Any], Any] | None, vectorized: bool = False) -> Pact:
+    """The edge contract for an optional exchange ``route`` (see :func:`pytimely.dataflow.channels.exchange_for`)."""
+    return exchange_for(route, vectorized)
 
 
 class Notificator(Generic[T]):
@@ -81,8 +77,6 @@ def unary(
     The logic runs when data arrives or the input frontier moves. The initial
     capability (at the scope's minimum) is the logic's to keep, downgrade or drop.
     """
-    from pytimely.dataflow.stream import Stream
-
     scope = stream.scope
     op = scope._operator(name, [(stream, pact_for(exchange, vectorized))], 1)
     op.notify = True
@@ -90,7 +84,7 @@ def unary(
     port, out = op.inputs[0], op.outputs[0]
     logic = constructor(Capability(scope.minimum, out, counted=True), scope._info(op))
     op.logic = lambda: logic(port, out)
-    return Stream(scope, out)
+    return scope.stream(out)
 
 
 def binary(
@@ -104,15 +98,11 @@ def binary(
     vectorized: bool = False,
 ) -> Stream[Any]:
     """A two-input operator: ``constructor(capability, info)`` returns ``logic(input1, input2, output)``."""
-    from pytimely.dataflow.stream import Stream
-
     scope = left.scope
-    op = scope._operator(
-        name, [(left, pact_for(exchange1, vectorized)), (right, pact_for(exchange2, vectorized))], 1
-    )
+    op = scope._operator(name, [(left, pact_for(exchange1, vectorized)), (right, pact_for(exchange2, vectorized))], 1)
     op.notify = True
     op.initial_caps = True
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
     logic = constructor(Capability(scope.minimum, out, counted=True), scope._info(op))
     op.logic = lambda: logic(in1, in2, out)
-    return Stream(scope, out)
+    return scope.stream(out)

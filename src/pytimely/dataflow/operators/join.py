@@ -34,8 +34,6 @@ def join(
     Matches are sent as soon as both sides have arrived; a time's state is
     released once both input frontiers have passed it.
     """
-    from pytimely.dataflow.stream import Stream
-
     scope = left.scope
     inputs, _ = bin_routes([left, right], [_key, _key], name, control, bins)
     op = scope._operator(name, inputs, 1)
@@ -74,4 +72,4 @@ def join(
                     del state[t]
 
     op.logic = logic
-    return Stream(scope, out)
+    return scope.stream(out)

@@ -43,8 +43,6 @@ def _keyed(
 ) -> Stream[Any]:
     """Take ``source`` (a stream and its pact), fold each time's batches into one state and send
     ``finish(state)`` once the time is complete."""
-    from pytimely.dataflow.stream import Stream
-
     stream = source[0]
     scope = stream.scope
     op = scope._operator(name, [source], 1)
@@ -70,7 +68,7 @@ def _keyed(
             held.drop()
 
     op.logic = logic
-    return Stream(scope, out)
+    return scope.stream(out)
 
 
 def count_by(
@@ -211,8 +209,6 @@ def _keyed_local(
     finish: Callable[[Any], Any],
 ) -> Stream[Any]:
     """Like :func:`_keyed` without the exchange: each worker aggregates what it has."""
-    from pytimely.dataflow.stream import Stream
-
     scope = stream.scope
     op = scope._operator(name, [(stream, None)], 1)
     op.notify = True
@@ -233,4 +229,4 @@ def _keyed_local(
             held.drop()
 
     op.logic = logic
-    return Stream(scope, out)
+    return scope.stream(out)

@@ -71,8 +71,6 @@ def state_machine(
     lookup), or any record when ``key`` extracts its key (the value is then the record).
     ``inspect_state(worker, time, states)``, if given, sees this worker's states after each time.
     """
-    from pytimely.dataflow.stream import Stream
-
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
     value_of: Callable[[Any], Any] = itemgetter(1) if key is None else _same
@@ -134,7 +132,7 @@ def state_machine(
             router.activate()
 
     op.logic = logic
-    return Stream(scope, out)
+    return scope.stream(out)
 
 
 def _same(record: Any) -> Any:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely.dataflow.capability import Capability, InputCapability
+from pytimely.dataflow.channels import Exchange
 from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -547,9 +548,6 @@ def window(
     (``None``: the record itself); ``value``: what ``sum``/``min``/``max`` aggregate (``None``: the record).
     An int names a column of tuple records, numpy rows or Arrow batches.
     """
-    from pytimely.dataflow.operators.generic import pact_for
-    from pytimely.dataflow.stream import Stream
-
     _check(kind)
     if aggregate not in _COMBINE:
         raise InvalidArgument(f"{name!r}: aggregate must be one of {sorted(_COMBINE)}, got {aggregate!r}")
@@ -560,7 +558,7 @@ def window(
     if not isinstance(policy, DropLate | SideOutput):
         raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
     side = isinstance(policy, SideOutput)
-    op = scope._operator(name, [(stream, pact_for(_route(key), vectorized=True))], 2 if side else 1)
+    op = scope._operator(name, [(stream, Exchange(_route(key), vectorized=True))], 2 if side else 1)
     op.notify = True
     port: InputPort[Any, Any] = op.inputs[0]
     out: OutputPort[Any, Any] = op.outputs[0]
@@ -575,5 +573,5 @@ def window(
     op.logic = logic
     if isinstance(policy, SideOutput):
         assert late_out is not None
-        policy.stream = Stream(scope, late_out)
-    return Stream(scope, out)
+        policy.stream = scope.stream(late_out)
+    return scope.stream(out)

@@ -1,0 +1,293 @@
+"""One dataflow's progress channel on one worker: batches out and in, and bootstraps of joining workers.
+
+timely keeps its progcaster apart from the subgraph that schedules operators; so does
+pytimely. :class:`Progcaster` owns the channel (``(dataflow, 0)`` at progress
+precedence), the :class:`~pytimely.progress.broadcast.ProgressSender` operators record
+their pointstamp changes with, the receiver's sequence numbers, this worker's own
+capabilities, and both ends of the bootstrap of seed 002 (a joining worker's
+:class:`~pytimely.progress.bootstrap.Bootstrap`, a member's
+:class:`~pytimely.progress.bootstrap.BootstrapServer`). The subgraph hands it the
+tracker and its operators when a step needs them, and schedules what it reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytimely.communication.allocator import ElasticAllocator, Precedence, elastic_view
+from pytimely.communication.payload import dumps
+from pytimely.errors import BootstrapError
+from pytimely.progress.bootstrap import (
+    Bootstrap,
+    BootstrapServer,
+    Hello,
+    ProgressState,
+    RangeReply,
+    RangeRequest,
+    mint,
+)
+from pytimely.progress.broadcast import ProgressBatch, ProgressReceiver, ProgressSender
+from pytimely.progress.change_batch import ChangeBatch
+from pytimely.progress.location import Source, Target
+
+if TYPE_CHECKING:
+    from pytimely.communication.allocator import Allocator, Pull, Push
+    from pytimely.dataflow.operator import OperatorCore
+    from pytimely.eventlog import EventLogger
+    from pytimely.progress.reachability import Tracker
+
+__all__ = ["Progcaster"]
+
+
+class Progcaster:
+    """This worker's end of one dataflow's progress exchange (module doc)."""
+
+    def __init__(self, allocator: Allocator, ident: int, name: str, log: EventLogger | None = None) -> None:
+        self.worker = allocator.index
+        self.peers = allocator.peers
+        self.name = name
+        self.log = log
+        self.sender: ProgressSender[Any] = ProgressSender(self.worker)
+        self.record = self.sender.record
+        view = elastic_view(allocator)
+        self.elastic_allocator: ElasticAllocator | None = view if view is not None and view.elastic else None
+        self._events_seen = 0 if view is None else view.seen
+        members = self.elastic_allocator.members if self.elastic_allocator is not None else self.peers
+        self._receiver = ProgressReceiver(members)
+        self._server = BootstrapServer(self.worker)
+        self._own: ChangeBatch[tuple[Source, Any]] = ChangeBatch()
+        """This worker's own capabilities, as far as it has sent them (pending changes come on top)."""
+        self._sent: list[Any] = []
+        """The updates of batches sent since ``_own`` was last brought up to date (see ``_fold_sent``)."""
+        joining = None if view is None else view.joining
+        self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
+        self._boot_started = time.perf_counter()
+        self._boot_report: dict[str, float] = {}
+        self._progress_push: list[Push[Any]]
+        self._progress_pull: Pull[Any]
+        self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
+
+    @property
+    def bootstrapped(self) -> bool:
+        """Whether this worker's view of the progress state is complete (always, unless it is joining)."""
+        return self._boot is None
+
+    def close(self) -> Pull[Any]:
+        """Stop exchanging progress (the dataflow was dropped); returns the channel's receiving end to drain."""
+        self._progress_pull.drain()
+        self._progress_push = []
+        return self._progress_pull
+
+    # -- building -------------------------------------------------------------------------
+
+    def start(self, tracker: Tracker[Any], operators: Sequence[OperatorCore]) -> None:
+        """Count every worker's initial capabilities (a joining worker learns them from its bootstrap)."""
+        # Every worker's copy of an operator starts with a capability per output, so each worker
+        # counts all of them; a worker's drop of its own copy then arrives as an ordinary update.
+        if self._boot is None:
+            for op in operators:
+                if op.initial_caps:
+                    for port in op.outputs:
+                        tracker.update(port.source, op.scope.minimum, self.peers)
+                        self._own.update((port.source, op.scope.minimum), len(port.initial))
+        self._boot_started = time.perf_counter()  # a newcomer's bootstrap is timed from here
+
+    # -- a member's step ------------------------------------------------------------------
+
+    def membership(self, tracker: Tracker[Any], operators: Sequence[OperatorCore]) -> bool:
+        """Apply the membership events that arrived since the last step; return whether there were any."""
+        elastic = self.elastic_allocator
+        if elastic is None:
+            return False
+        seen = elastic.seen
+        if seen <= self._events_seen:
+            return False
+        self._membership(elastic.events[self._events_seen : seen], tracker, operators)
+        self._events_seen = seen
+        return True
+
+    def receive(self, tracker: Tracker[Any]) -> dict[Target, Any] | None:
+        """Apply the batches that arrived and propagate: the input frontiers that moved, or None if none came."""
+        batches = self._progress_pull.drain()
+        if not batches:
+            return None
+        log = self.log
+        receiver = self._receiver
+        server = self._server
+        for batch in batches:
+            if type(batch) is not ProgressBatch:
+                self._control(batch)
+                continue
+            tracker.update_batch(receiver.accept(batch))
+            if log is not None:
+                log.progress("received", len(batch.updates))
+            if server.serving:
+                server.applied(batch)
+        return tracker.propagate_all()
+
+    def send(self) -> bool:
+        """Broadcast, as one batch, the changes recorded since the last send; serve newcomers' requests."""
+        worked = False
+        batch = self.sender.flush()
+        if batch is not None:
+            worked = True
+            # Kept in every dataflow (explain() names the worker holding a capability), folded into _own when read.
+            self._sent.append(batch.updates)
+            if len(self._sent) > 1024:
+                self._fold_sent()
+            if self.log is not None:
+                self._log_batch(self.log, batch)
+            for push in self._progress_push:
+                push.push(batch)
+        if self._server.serving:
+            for newcomer, reply in self._server.replies(self._receiver):
+                self._progress_push[newcomer].push(reply)
+        return worked
+
+    def _log_batch(self, log: EventLogger, batch: ProgressBatch[Any]) -> None:
+        """Log a progress batch this worker sends, and the capability changes in it."""
+        log.progress("sent", len(batch.updates))
+        for location, t, diff in batch.updates:
+            if type(location) is Source:
+                log.capability(location.node, location.port, t, diff)
+
+    # -- membership (seed 002) --------------------------------------------------------------
+
+    def _control(self, message: Any) -> None:
+        """A message on the progress channel that is not a batch: a newcomer's range request."""
+        if type(message) is RangeRequest:
+            self._server.request(message)
+            return
+        raise BootstrapError(
+            f"worker {self.worker} is a member of dataflow {self.name!r} and got {type(message).__name__}, which only "
+            "a joining worker expects"
+        )
+
+    def _fold_sent(self) -> None:
+        """Fold the capability changes of the batches this worker sent into ``_own``."""
+        own = self._own
+        for updates in self._sent:
+            own.extend([((u[0], u[1]), u[2]) for u in updates if type(u[0]) is Source])
+        self._sent.clear()
+        own.compact()
+
+    def own_capabilities(self) -> dict[tuple[Source, Any], int]:
+        """The capabilities this worker's operators hold, by output and time (sent and pending changes)."""
+        self._fold_sent()
+        own = ChangeBatch(self._own.items())
+        own.extend(((p, d) for p, d in self.sender.pending().items() if type(p[0]) is Source))
+        return dict(own.items())
+
+    def _membership(self, events: list[Any], tracker: Tracker[Any], operators: Sequence[OperatorCore]) -> None:
+        """Processes joined or left: greet newcomers on the progress channel and, as their server, bootstrap them."""
+        for event in events:
+            if self.log is not None:
+                self.log.membership(event.kind, event.workers)
+            if event.kind != "join":
+                continue  # a leaver's batches still count until its link closes; nothing more goes to it
+            hello = Hello(self.worker, self.sender.next_seq())
+            if self._boot is not None:
+                self._boot.joined(event.workers)  # a later newcomer, greeted while this one still bootstraps
+            for n in event.workers:
+                self._receiver.add(n, 0)
+                self._progress_push[n].push(hello)
+            if event.server != self.worker:
+                continue
+            updates = self.held_updates(tracker)
+            held: dict[Source, list[Any]] = {}
+            for (src, t), c in self.own_capabilities().items():
+                if c > 0:
+                    held.setdefault(src, []).append(t)
+            outputs = [port.source for op in operators if op.initial_caps for port in op.outputs]
+            for n in event.workers:
+                # Strictly above a capability this worker holds, reported in its next batch (§6.2): a copy
+                # at the same time could be retired, and its -1 reach a member before this +1.
+                minted = mint(held, outputs)
+                for source, t in minted:
+                    self.record(source, t, 1)
+                    self._own.update((source, t), -1)
+                state = self._server.state(n, updates, self._receiver, minted)
+                self._progress_push[n].push(state)
+
+    # -- a joining worker's step ----------------------------------------------------------
+
+    def bootstrap_step(
+        self,
+        tracker: Tracker[Any],
+        operators: Sequence[OperatorCore],
+        rejoined: Sequence[Callable[[], None]],
+    ) -> tuple[bool, dict[Target, Any] | None]:
+        """Take bootstrap messages; once complete, install the state: (whether anything happened, frontiers moved)."""
+        boot = self._boot
+        assert boot is not None
+        messages = self._progress_pull.drain()
+        for message in messages:
+            kind = type(message)
+            if kind is ProgressBatch:
+                boot.batch(message)
+            elif kind is Hello:
+                boot.hello(message)
+            elif kind is ProgressState:
+                boot.state(message)
+            elif kind is RangeReply:
+                boot.reply(message)
+            else:
+                raise BootstrapError(f"worker {self.worker} is joining and got {message!r} on the progress channel")
+        request = boot.request()
+        if request is not None:
+            self._progress_push[boot.server].push(request)
+        changed = None
+        if boot.done:
+            changed = self._finish_bootstrap(boot, tracker, operators, rejoined)
+        return bool(messages) or request is not None, changed
+
+    def _finish_bootstrap(
+        self,
+        boot: Bootstrap,
+        tracker: Tracker[Any],
+        operators: Sequence[OperatorCore],
+        rejoined: Sequence[Callable[[], None]],
+    ) -> dict[Target, Any]:
+        updates, receiver, state = boot.finish()
+        self._boot_report = {
+            "bootstrap_seconds": time.perf_counter() - self._boot_started,
+            "bootstrap_pointstamps": len(state.updates),
+            "bootstrap_bytes": dumps(state)[1],
+        }
+        for sender, next_seq in self._receiver.numbers().items():
+            receiver.add(sender, next_seq)  # workers that joined while this one bootstrapped
+        self._receiver = receiver
+        tracker.update_batch(updates)
+        minted = dict(state.minted)
+        for op in operators:
+            if not op.initial_caps:
+                continue
+            for port in op.outputs:
+                t = minted.get(port.source)
+                for i, cap in enumerate(port.initial):
+                    cap._retime(t if i == 0 else None)
+                if t is not None:
+                    self._own.update((port.source, t), 1)
+        for hook in rejoined:
+            hook()
+        changed = tracker.propagate_all()
+        self._boot = None
+        return changed
+
+    def held_updates(self, tracker: Tracker[Any]) -> list[tuple[Any, Any, int]]:
+        """The tracker's nonzero pointstamp counts, as updates (what a bootstrap state carries)."""
+        return [(loc, t, c) for loc, counts in tracker.held().items() for t, c in counts.items()]
+
+    def progress_stats(self, tracker: Tracker[Any]) -> dict[str, float]:
+        """The size of the progress state a bootstrap server would send now and, if this worker joined, of the
+        one it bootstrapped from and how long that took (from its dataflow's build to a complete view)."""
+        updates = self.held_updates(tracker)
+        state = ProgressState(self.worker, tuple(updates), self._receiver.numbers())
+        return {
+            "pointstamps": len(updates),
+            "state_bytes": dumps(state)[1],
+            "senders": len(state.included),
+            **self._boot_report,
+        }
