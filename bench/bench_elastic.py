@@ -1,6 +1,6 @@
 """Live rescaling on loopback with real processes, each figure against a baseline measured in the same run.
 
-    python bench/bench_elastic.py [--quick] [--json] [--png PATH] [--bins-per-epoch N]
+    python bench/bench_elastic.py [--quick] [--json] [--png PATH] [--bins-per-epoch N] [--repeat N] [--latency-only]
 
 Every run is the elastic word count (``count_keys`` under ``run_while_rescaling``, as ``wordcount --rescale``
 runs it), started by ``pytimely launch -n 2 --elastic``: each member worker sends ``ROWS`` words per epoch.
@@ -13,7 +13,8 @@ runs it), started by ``pytimely launch -n 2 --elastic``: each member worker send
     same run, over the same epochs; the ratio is the phase's p50 over the baseline's p50. The newcomer takes
     its bins ``--bins-per-epoch`` (16) at a time over the epochs from the join on (fluid migration,
     ``migration_schedule``); rows ``a' join`` and ``a' between`` are the same plan run a second time with every
-    bin moving at the join epoch (the way it was done before), against the same baseline.
+    bin moving at the join epoch (the way it was done before), against the same baseline. ``--repeat N`` runs
+    the three jobs N times, interleaved, and reports per phase the median over runs of each run's p50 and p99.
 (b) bootstrap time against the progress state's size: the same job joined by a third process after epoch
     2, with ``K`` input handles per worker that nobody advances, so each holds a capability and adds held
     pointstamps to the state a newcomer receives. The newcomer reports how long it took from building its
@@ -123,15 +124,24 @@ def cut(samples: list[float]) -> tuple[float, float]:
 # -- (a) and (c) -------------------------------------------------------------------------------------------
 
 
-def latency_and_size_rows(quick: bool, per: str = "16") -> tuple[list[Row], dict[str, Any]]:
+def median_cut(runs: list[list[float]]) -> tuple[float, float]:
+    """p50 and p99 in milliseconds of each run's samples, then the median of those over the runs."""
+    cuts = [cut(samples) for samples in runs]
+    return statistics.median(c[0] for c in cuts), statistics.median(c[1] for c in cuts)
+
+
+def latency_and_size_rows(quick: bool, per: str = "16", repeat: int = 1) -> tuple[list[Row], dict[str, Any]]:
     """Per-phase latency around a join and a leave, the progress state's size per epoch, and what to plot."""
     epochs, rows = (36, 1000) if quick else (120, 4000)
     join, leave, warmup, window = epochs // 3 - 1, 2 * epochs // 3 - 1, 3, 3
     plan = f"{join}:+1,{leave}:-1"
-    rescaled_record = launch(epochs, rows, plan, per=per)[0]
-    at_once = latencies(launch(epochs, rows, plan, per="all")[0])
-    static_record = launch(epochs, rows, "")[0]
-    rescaled, static = latencies(rescaled_record), latencies(static_record)
+    runs: list[tuple[list[float], list[float], list[float]]] = []
+    for _ in range(repeat):
+        # Interleaved, so that load from elsewhere on the machine falls on all three alike.
+        rescaled_record = launch(epochs, rows, plan, per=per)[0]
+        at_once = latencies(launch(epochs, rows, plan, per="all")[0])
+        static_record = launch(epochs, rows, "")[0]
+        runs.append((latencies(rescaled_record), at_once, latencies(static_record)))
     phases = [
         ("before the join", warmup, join + 1),
         ("join", join + 1, join + 1 + window),
@@ -139,13 +149,13 @@ def latency_and_size_rows(quick: bool, per: str = "16") -> tuple[list[Row], dict
         ("leave", leave + 1, leave + 1 + window),
         ("after the leave", leave + 1 + window, epochs),
     ]
-    base_p50, base_p99 = cut(static[warmup:])
+    base_p50, base_p99 = median_cut([static[warmup:] for _, _, static in runs])
     out = []
     groups = "every bin at once" if per == "all" else f"{per} bins per epoch"
-    measured = [("a " + name, rescaled, lo, hi, groups) for name, lo, hi in phases]
-    measured += [("a' " + name, at_once, lo, hi, "every bin at once") for name, lo, hi in phases[1:3]]
-    for ident, samples, lo, hi, moving in measured:
-        p50, p99 = cut(samples[lo:hi])
+    measured = [("a " + name, 0, lo, hi, groups) for name, lo, hi in phases]
+    measured += [("a' " + name, 1, lo, hi, "every bin at once") for name, lo, hi in phases[1:3]]
+    for ident, which, lo, hi, moving in measured:
+        p50, p99 = median_cut([run[which][lo:hi] for run in runs])
         out.append(
             {
                 "id": ident,
@@ -154,6 +164,7 @@ def latency_and_size_rows(quick: bool, per: str = "16") -> tuple[list[Row], dict
                 "p50_ms": round(p50, 3),
                 "p99_ms": round(p99, 3),
                 "baseline": f"the same job without rescaling, epochs {warmup}..{epochs - 1} (same run)",
+                "repeats": repeat,
                 "baseline_p50_ms": round(base_p50, 3),
                 "baseline_p99_ms": round(base_p99, 3),
                 "p50_vs_baseline": round(p50 / base_p50, 2),
@@ -246,7 +257,9 @@ def write_png(plot: dict[str, Any], path: str) -> None:
 
 def print_table(rows: list[Row]) -> None:
     """The rows as a Markdown table."""
-    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; one run each\n")
+    repeats = rows[0].get("repeats", 1)
+    runs = "one run each" if repeats == 1 else f"latency: median over {repeats} interleaved runs of each run's p50/p99"
+    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; {runs}\n")
     print("| | workload | pytimely | baseline | baseline figure | ratio |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -279,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bins-per-epoch", default="16", metavar="N", help="bins a newcomer takes per epoch, or 'all' (16)"
     )
+    parser.add_argument("--repeat", type=int, default=1, help="run (a) N times interleaved; report medians (1)")
+    parser.add_argument("--latency-only", action="store_true", help="only the latency rows (a)")
     parser.add_argument(
         "--job", nargs=6, metavar=("OUT", "EPOCHS", "ROWS", "PLAN", "HELD", "PER"), help=argparse.SUPPRESS
     )
@@ -289,8 +304,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.bins_per_epoch != "all" and not (args.bins_per_epoch.isdigit() and int(args.bins_per_epoch) > 0):
         parser.error(f"--bins-per-epoch must be a positive int or 'all', got {args.bins_per_epoch!r}")
-    rows, plot = latency_and_size_rows(args.quick, args.bins_per_epoch)
-    rows += bootstrap_rows(args.quick)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    rows, plot = latency_and_size_rows(args.quick, args.bins_per_epoch, args.repeat)
+    if args.latency_only:
+        rows = [r for r in rows if r["id"].startswith("a")]
+        args.png = None
+    else:
+        rows += bootstrap_rows(args.quick)
     if args.json:
         for row in rows:
             print(json.dumps(row))
