@@ -220,6 +220,15 @@ def run_while_rescaling(
     me = worker.index
     per = worker.workers_per_process
     schedule = migration_schedule(plan, epochs, bins_per_epoch=bins_per_epoch)
+    sent_at = sorted(schedule)
+
+    def control_until(epoch: int) -> int:
+        """After ``epoch``, how far control may move: to the next epoch at which moves are sent (or the end).
+
+        Routers route data at a time only once the control frontier has passed it, and ship a moving bin only
+        once it has passed the move's time: control kept ahead of the data spares a round of progress per epoch.
+        """
+        return next((e for e in sent_at if e > epoch), epochs)
 
     def tag(record: Any) -> tuple[Any, int]:
         return record, me
@@ -240,6 +249,7 @@ def run_while_rescaling(
         if coordinator is not None:
             said = coordinator.joined(me)
             _step_until(worker, said.done, join_timeout, lambda: _late_request(me // per, "joined", join_timeout))
+    control_handle.advance_to(max(control_handle.time, control_until(start - 1)))
     for epoch in range(start, epochs):
         members = plan.members_at(epoch)
         if me not in members:
@@ -267,7 +277,7 @@ def run_while_rescaling(
             if me == 0:
                 control_handle.send_batch(schedule.get(epoch + 1, []))
         handle.advance_to(epoch + 1)
-        control_handle.advance_to(epoch + 1)
+        control_handle.advance_to(max(control_handle.time, control_until(epoch)))
         worker.step_while(lambda: probe.less_than(handle.time))
         if on_epoch is not None:
             on_epoch(epoch)
