@@ -1,6 +1,6 @@
 """Live rescaling on loopback with real processes, each figure against a baseline measured in the same run.
 
-    python bench/bench_elastic.py [--quick] [--json] [--png PATH]
+    python bench/bench_elastic.py [--quick] [--json] [--png PATH] [--bins-per-epoch N] [--repeat N] [--latency-only]
 
 Every run is the elastic word count (``count_keys`` under ``run_while_rescaling``, as ``wordcount --rescale``
 runs it), started by ``pytimely launch -n 2 --elastic``: each member worker sends ``ROWS`` words per epoch.
@@ -10,7 +10,11 @@ runs it), started by ``pytimely launch -n 2 --elastic``: each member worker send
     epoch from the end of the one before until its probe passes it, so the wait for a newcomer and the
     handing over of bins count. p50 and p99 per phase: before the join, the three epochs from the join on,
     between, the three epochs from the leave on, after. Baseline: the same job without rescaling, in the
-    same run, over the same epochs; the ratio is the phase's p50 over the baseline's p50.
+    same run, over the same epochs; the ratio is the phase's p50 over the baseline's p50. The newcomer takes
+    its bins ``--bins-per-epoch`` (16) at a time over the epochs from the join on (fluid migration,
+    ``migration_schedule``); rows ``a' join`` and ``a' between`` are the same plan run a second time with every
+    bin moving at the join epoch (the way it was done before), against the same baseline. ``--repeat N`` runs
+    the three jobs N times, interleaved, and reports per phase the median over runs of each run's p50 and p99.
 (b) bootstrap time against the progress state's size: the same job joined by a third process after epoch
     2, with ``K`` input handles per worker that nobody advances, so each holds a capability and adds held
     pointstamps to the state a newcomer receives. The newcomer reports how long it took from building its
@@ -48,7 +52,7 @@ JOINED_AT = 2
 # -- the job, run inside every process -----------------------------------------------------------------------
 
 
-def job(out: str, epochs: int, rows: int, plan_text: str, held: int) -> None:
+def job(out: str, epochs: int, rows: int, plan_text: str, held: int, per: str = "16") -> None:
     """One process of a run: every worker writes its epoch times and progress-state sizes to ``out``."""
     from pytimely import Worker, execute
     from pytimely.algorithms.rescaling import count_keys, run_while_rescaling
@@ -82,6 +86,7 @@ def job(out: str, epochs: int, rows: int, plan_text: str, held: int) -> None:
             plan,
             coordinator=Launcher(),
             on_epoch=on_epoch,
+            bins_per_epoch=None if per == "all" else int(per),
         )
         first = plan.joins_at(worker.index) if worker.joined else 0
         record = {"worker": worker.index, "first": first, "started": started, "stamps": stamps, "stats": stats}
@@ -90,11 +95,11 @@ def job(out: str, epochs: int, rows: int, plan_text: str, held: int) -> None:
     execute(run, config=config)
 
 
-def launch(epochs: int, rows: int, plan: str, held: int = 0) -> dict[int, dict[str, Any]]:
+def launch(epochs: int, rows: int, plan: str, held: int = 0, per: str = "16") -> dict[int, dict[str, Any]]:
     """Run the job on ``launch -n 2 --elastic``; each worker's record."""
     with tempfile.TemporaryDirectory(prefix="pytimely-bench-elastic-") as out:
         command = [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--elastic", "--"]
-        command += [sys.executable, __file__, "--job", out, str(epochs), str(rows), plan, str(held)]
+        command += [sys.executable, __file__, "--job", out, str(epochs), str(rows), plan, str(held), per]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, check=False)
         if done.returncode != 0:
@@ -119,14 +124,24 @@ def cut(samples: list[float]) -> tuple[float, float]:
 # -- (a) and (c) -------------------------------------------------------------------------------------------
 
 
-def latency_and_size_rows(quick: bool) -> tuple[list[Row], dict[str, Any]]:
+def median_cut(runs: list[list[float]]) -> tuple[float, float]:
+    """p50 and p99 in milliseconds of each run's samples, then the median of those over the runs."""
+    cuts = [cut(samples) for samples in runs]
+    return statistics.median(c[0] for c in cuts), statistics.median(c[1] for c in cuts)
+
+
+def latency_and_size_rows(quick: bool, per: str = "16", repeat: int = 1) -> tuple[list[Row], dict[str, Any]]:
     """Per-phase latency around a join and a leave, the progress state's size per epoch, and what to plot."""
     epochs, rows = (36, 1000) if quick else (120, 4000)
     join, leave, warmup, window = epochs // 3 - 1, 2 * epochs // 3 - 1, 3, 3
     plan = f"{join}:+1,{leave}:-1"
-    rescaled_record = launch(epochs, rows, plan)[0]
-    static_record = launch(epochs, rows, "")[0]
-    rescaled, static = latencies(rescaled_record), latencies(static_record)
+    runs: list[tuple[list[float], list[float], list[float]]] = []
+    for _ in range(repeat):
+        # Interleaved, so that load from elsewhere on the machine falls on all three alike.
+        rescaled_record = launch(epochs, rows, plan, per=per)[0]
+        at_once = latencies(launch(epochs, rows, plan, per="all")[0])
+        static_record = launch(epochs, rows, "")[0]
+        runs.append((latencies(rescaled_record), at_once, latencies(static_record)))
     phases = [
         ("before the join", warmup, join + 1),
         ("join", join + 1, join + 1 + window),
@@ -134,18 +149,22 @@ def latency_and_size_rows(quick: bool) -> tuple[list[Row], dict[str, Any]]:
         ("leave", leave + 1, leave + 1 + window),
         ("after the leave", leave + 1 + window, epochs),
     ]
-    base_p50, base_p99 = cut(static[warmup:])
+    base_p50, base_p99 = median_cut([static[warmup:] for _, _, static in runs])
     out = []
-    for name, lo, hi in phases:
-        p50, p99 = cut(rescaled[lo:hi])
+    groups = "every bin at once" if per == "all" else f"{per} bins per epoch"
+    measured = [("a " + name, 0, lo, hi, groups) for name, lo, hi in phases]
+    measured += [("a' " + name, 1, lo, hi, "every bin at once") for name, lo, hi in phases[1:3]]
+    for ident, which, lo, hi, moving in measured:
+        p50, p99 = median_cut([run[which][lo:hi] for run in runs])
         out.append(
             {
-                "id": "a " + name,
-                "workload": f"epochs {lo}..{hi - 1}, plan {plan}, {rows} words/worker/epoch",
+                "id": ident,
+                "workload": f"epochs {lo}..{hi - 1}, plan {plan}, {rows} words/worker/epoch, {moving}",
                 "epochs": hi - lo,
                 "p50_ms": round(p50, 3),
                 "p99_ms": round(p99, 3),
                 "baseline": f"the same job without rescaling, epochs {warmup}..{epochs - 1} (same run)",
+                "repeats": repeat,
                 "baseline_p50_ms": round(base_p50, 3),
                 "baseline_p99_ms": round(base_p99, 3),
                 "p50_vs_baseline": round(p50 / base_p50, 2),
@@ -238,7 +257,9 @@ def write_png(plot: dict[str, Any], path: str) -> None:
 
 def print_table(rows: list[Row]) -> None:
     """The rows as a Markdown table."""
-    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; one run each\n")
+    repeats = rows[0].get("repeats", 1)
+    runs = "one run each" if repeats == 1 else f"latency: median over {repeats} interleaved runs of each run's p50/p99"
+    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; {runs}\n")
     print("| | workload | pytimely | baseline | baseline figure | ratio |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -268,14 +289,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
     parser.add_argument("--png", metavar="PATH", help="plot the progress state's size per epoch to PATH")
-    parser.add_argument("--job", nargs=5, metavar=("OUT", "EPOCHS", "ROWS", "PLAN", "HELD"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--bins-per-epoch", default="16", metavar="N", help="bins a newcomer takes per epoch, or 'all' (16)"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="run (a) N times interleaved; report medians (1)")
+    parser.add_argument("--latency-only", action="store_true", help="only the latency rows (a)")
+    parser.add_argument(
+        "--job", nargs=6, metavar=("OUT", "EPOCHS", "ROWS", "PLAN", "HELD", "PER"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.job:
-        out, epochs, rows, plan, held = args.job
-        job(out, int(epochs), int(rows), plan, int(held))
+        out, epochs, rows, plan, held, per = args.job
+        job(out, int(epochs), int(rows), plan, int(held), per)
         return 0
-    rows, plot = latency_and_size_rows(args.quick)
-    rows += bootstrap_rows(args.quick)
+    if args.bins_per_epoch != "all" and not (args.bins_per_epoch.isdigit() and int(args.bins_per_epoch) > 0):
+        parser.error(f"--bins-per-epoch must be a positive int or 'all', got {args.bins_per_epoch!r}")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    rows, plot = latency_and_size_rows(args.quick, args.bins_per_epoch, args.repeat)
+    if args.latency_only:
+        rows = [r for r in rows if r["id"].startswith("a")]
+        args.png = None
+    else:
+        rows += bootstrap_rows(args.quick)
     if args.json:
         for row in rows:
             print(json.dumps(row))

@@ -26,7 +26,8 @@ def test_bench_elastic_quick_reports_every_figure() -> None:
     )
     assert result.returncode == 0, result.stderr
     rows = {row["id"]: row for row in map(json.loads, result.stdout.splitlines())}
-    wanted = {**{p: LATENCY for p in PHASES}, "c": SIZE, **{f"b K={k}": BOOT for k in (0, 64, 256)}}
+    wanted = {**{p: LATENCY for p in PHASES}, "a' join": LATENCY, "a' between": LATENCY}
+    wanted |= {"c": SIZE, **{f"b K={k}": BOOT for k in (0, 64, 256)}}
     assert set(rows) == set(wanted)
     for ident, names in wanted.items():
         row = rows[ident]

@@ -21,13 +21,21 @@ from pytimely.membership import RescalePlan
 from tests.cluster.bins_jobs import words_for
 
 
+def bins_per_epoch() -> int | None:
+    """The fluid migration's group size: ``BINS_PER_EPOCH`` (``all``: every bin at once), else the default."""
+    text = os.environ.get("BINS_PER_EPOCH", "16")
+    return None if text == "all" else int(text)
+
+
 def word_count(worker: Worker) -> None:
     """Count words while processes join and leave as the plan says; worker 0 writes the counts."""
     out, epochs, rows, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     per = worker.workers_per_process
     plan = RescalePlan.parse(text, initial=worker.peers // per, workers=per)
     linger = float(os.environ.get("PYTIMELY_LEAVE_DELAY", "0"))
-    result = count_while_rescaling(worker, lambda w, e, _: words_for(w, e, rows), epochs, plan, linger=linger)
+    result = count_while_rescaling(
+        worker, lambda w, e, _: words_for(w, e, rows), epochs, plan, linger=linger, bins_per_epoch=bins_per_epoch()
+    )
     if result is not None:
         counts, emitters = result
         with atomic_output(out) as f:
@@ -49,7 +57,9 @@ def components(worker: Worker) -> None:
     out, epochs, rows, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     per = worker.workers_per_process
     plan = RescalePlan.parse(text, initial=worker.peers // per, workers=per)
-    result = components_while_rescaling(worker, lambda w, e, _: edges_for(w, e, rows), epochs, plan)
+    result = components_while_rescaling(
+        worker, lambda w, e, _: edges_for(w, e, rows), epochs, plan, bins_per_epoch=bins_per_epoch()
+    )
     if result is not None:
         with atomic_output(out) as f:
             json.dump({"changes": result}, f)

@@ -3,10 +3,12 @@
 :func:`run_while_rescaling` feeds each member worker's share of every epoch
 into a stage whose keyed state lives in bins, and sends the stage's control
 stream the moves that make the bins follow the members
-(:func:`pytimely.membership.balanced_moves`). A newcomer takes its bins at the
-epoch it joins in; a leaver gives its bins away at the epoch it is gone in,
-then :meth:`Worker.leave <pytimely.worker.Worker.leave>`. Worker 0 gathers
-what the stage emits.
+(:func:`migration_schedule`). A leaver gives its bins away at the epoch it is
+gone in, then :meth:`Worker.leave <pytimely.worker.Worker.leave>`. A newcomer
+takes its share in small groups over several epochs from the one it joins in
+(Megaphone's fluid migration, seed ``002_640294948a1fdfd3.txt`` §3.5), so no
+epoch ships every moving bin's state at once. Worker 0 gathers what the stage
+emits.
 
 The stages:
 
@@ -24,21 +26,24 @@ The stages:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from pytimely.algorithms.connected_components import _components
+from pytimely.dataflow.bins import DEFAULT_BINS, Move
 from pytimely.dataflow.stream import Stream
-from pytimely.errors import JoinTimeoutError, LeaveTimeoutError
-from pytimely.membership import RescalePlan, balanced_moves
+from pytimely.errors import InvalidArgument, JoinTimeoutError, LeaveTimeoutError
+from pytimely.membership import RescalePlan
 from pytimely.worker import Worker
 
 __all__ = [
     "components_while_rescaling",
     "count_keys",
     "count_while_rescaling",
+    "migration_schedule",
+    "rebalance",
     "run_while_rescaling",
     "union_components",
 ]
@@ -105,6 +110,77 @@ def _step_until(
     worker.step_while(waiting)
 
 
+FLUID_BINS = 16
+"""Bins a newcomer takes per epoch unless told otherwise (of the 256 a keyed operator has by default)."""
+
+
+def rebalance(owners: Sequence[int], members: Sequence[int]) -> list[tuple[int, int]]:
+    """The fewest ``(bin, new owner)`` changes after which every bin has a member as owner, shares within one.
+
+    Bins of workers that are no longer members come first (they must move); the rest leave the members
+    holding the most, one donor after another, and go to the members holding the fewest, one after
+    another, so that any prefix of the list draws on every donor and feeds every receiver alike.
+    """
+    ordered = sorted(set(members))
+    if not ordered:
+        raise InvalidArgument("a bin assignment needs at least one member")
+    held: dict[int, list[int]] = {m: [] for m in ordered}
+    orphans: list[int] = []
+    for b, w in enumerate(owners):
+        held.get(w, orphans).append(b)
+    share, extra = divmod(len(owners), len(ordered))
+    # The members holding the most keep the larger quotas, so the fewest bins move.
+    by_size = sorted(ordered, key=lambda m: (-len(held[m]), m))
+    quota = {m: share + (i < extra) for i, m in enumerate(by_size)}
+    surplus = [held[m][quota[m] :] for m in by_size if len(held[m]) > quota[m]]
+    pool = list(orphans)
+    for i in range(max(map(len, surplus), default=0)):
+        pool += [bins[i] for bins in surplus if i < len(bins)]
+    wanting = [[m] * (quota[m] - len(held[m])) for m in reversed(by_size) if len(held[m]) < quota[m]]
+    receivers: list[int] = []
+    for i in range(max(map(len, wanting), default=0)):
+        receivers += [want[i] for want in wanting if i < len(want)]
+    return list(zip(pool, receivers, strict=True))
+
+
+def migration_schedule(
+    plan: RescalePlan, epochs: int, *, bins: int = DEFAULT_BINS, bins_per_epoch: int | None = FLUID_BINS
+) -> dict[int, list[Move]]:
+    """For each epoch ``E`` at which the members change, the moves sent at ``E`` (on the control stream).
+
+    The table starts as ``BinTable.default`` (bin ``b`` on worker ``b % peers``). At ``E`` the bins change
+    hands as :func:`rebalance` says. When processes only join, the moves are spread over ``E, E + 1, ...``,
+    ``bins_per_epoch`` bins at each (Megaphone's fluid migration: each epoch ships a few bins' state rather
+    than every one at once), all done by the epoch before the next change and by the last epoch. When a
+    process leaves at ``E``, every move is at ``E``: the leaver holds no bin from then on. ``bins_per_epoch
+    = None`` moves every bin at ``E`` always. At an epoch with newcomers the list also restates, at ``E``,
+    the owner of every bin not moving then (their routers know no earlier move). Every worker computes the
+    same schedule from the plan.
+    """
+    if bins_per_epoch is not None and (type(bins_per_epoch) is not int or bins_per_epoch < 1):
+        raise InvalidArgument(f"bins_per_epoch must be a positive int or None, got {bins_per_epoch!r}")
+    first = plan.members_at(0)
+    owners = [first[b % len(first)] for b in range(bins)]
+    changes = sorted({e + 1 for e, _ in plan.changes if e + 1 < epochs})
+    schedule: dict[int, list[Move]] = {}
+    for i, at in enumerate(changes):
+        last = min(changes[i + 1] - 1 if i + 1 < len(changes) else epochs - 1, epochs - 1)
+        fluid = bins_per_epoch is not None and not plan.leavers_at(at)
+        moves = []
+        for n, (b, worker) in enumerate(rebalance(owners, plan.members_at(at))):
+            time = min(at + n // bins_per_epoch, last) if fluid and bins_per_epoch is not None else at
+            moves.append(Move(time, b, worker))
+        if plan.newcomers_at(at):
+            # A newcomer's router starts from the default table and hears only moves sent from now on: every
+            # bin not moving at ``at`` is restated with its owner, so its table is the members' from ``at`` on.
+            now = {m.bin for m in moves if m.time == at}
+            moves = [Move(at, b, w) for b, w in enumerate(owners) if b not in now] + moves
+        for move in moves:
+            owners[move.bin] = move.worker
+        schedule[at] = moves
+    return schedule
+
+
 def run_while_rescaling(
     worker: Worker,
     stage: Stage,
@@ -117,6 +193,7 @@ def run_while_rescaling(
     on_epoch: Callable[[int], None] | None = None,
     join_timeout: float = 60.0,
     leave_timeout: float = 60.0,
+    bins_per_epoch: int | None = FLUID_BINS,
 ) -> list[tuple[int, list[tuple[Any, int]]]] | None:
     """Feed ``share(worker, epoch, members)`` into ``stage`` for ``epochs`` epochs, following ``plan``.
 
@@ -137,11 +214,21 @@ def run_while_rescaling(
     :class:`JoinTimeoutError` naming it on every member (at once on worker 0, if the launcher reports the
     newcomer exited); a leave not heard of within ``leave_timeout`` raises :class:`LeaveTimeoutError`. A leaving
     worker waits ``linger`` seconds before it leaves. ``on_epoch(epoch)`` is called once this worker's probe has
-    passed ``epoch``. Worker 0 returns, per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the
-    others return ``None``.
+    passed ``epoch``. The bins follow :func:`migration_schedule` with ``bins_per_epoch``. Worker 0 returns,
+    per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others return ``None``.
     """
     me = worker.index
     per = worker.workers_per_process
+    schedule = migration_schedule(plan, epochs, bins_per_epoch=bins_per_epoch)
+    sent_at = sorted(schedule)
+
+    def control_until(epoch: int) -> int:
+        """After ``epoch``, how far control may move: to the next epoch at which moves are sent (or the end).
+
+        Routers route data at a time only once the control frontier has passed it, and ship a moving bin only
+        once it has passed the move's time: control kept ahead of the data spares a round of progress per epoch.
+        """
+        return next((e for e in sent_at if e > epoch), epochs)
 
     def tag(record: Any) -> tuple[Any, int]:
         return record, me
@@ -162,10 +249,11 @@ def run_while_rescaling(
         if coordinator is not None:
             said = coordinator.joined(me)
             _step_until(worker, said.done, join_timeout, lambda: _late_request(me // per, "joined", join_timeout))
+    control_handle.advance_to(max(control_handle.time, control_until(start - 1)))
     for epoch in range(start, epochs):
         members = plan.members_at(epoch)
         if me not in members:
-            control_handle.send_batch(balanced_moves(epoch, members))
+            control_handle.send_batch(schedule.get(epoch, []))
             if plan.newcomers_at(epoch):
                 _wait_for_newcomers(worker, plan, epoch, coordinator, join_timeout)
             if coordinator is not None and me % per == 0:
@@ -187,9 +275,9 @@ def run_while_rescaling(
             _wait_for_members(worker, plan, epoch + 1, coordinator, join_timeout, leave_timeout)
             worker.step()  # the dataflow applies the joins (and its server mints) before this epoch is given up
             if me == 0:
-                control_handle.send_batch(balanced_moves(epoch + 1, plan.members_at(epoch + 1)))
+                control_handle.send_batch(schedule.get(epoch + 1, []))
         handle.advance_to(epoch + 1)
-        control_handle.advance_to(epoch + 1)
+        control_handle.advance_to(max(control_handle.time, control_until(epoch)))
         worker.step_while(lambda: probe.less_than(handle.time))
         if on_epoch is not None:
             on_epoch(epoch)

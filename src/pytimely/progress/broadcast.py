@@ -16,6 +16,11 @@ only when what it keeps is ``justified`` by its *own* capabilities.
   still holds the capability at ``(source, t)`` that produced it) and sends
   the rest; decrements always go out, so the frontiers of others advance.
 
+:class:`ProgressAggregator` is a process's side towards other processes when progress is aggregated per
+process (seed ``002_640294948a1fdfd3.txt`` §3.3, footnote 4): its workers' batches, in the order they were
+sent, leave as one combined batch numbered in the process's own sequence (model:
+:mod:`pytimely.verify.aggregate`).
+
 Nothing here reads a socket or a queue: transports (in-process queues, TCP, a
 seeded simulator) move :class:`ProgressBatch` values and call these methods.
 """
@@ -27,10 +32,18 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pytimely.errors import DemandModeError, SequenceError, UnjustifiedHoldError
+from pytimely.errors import DemandModeError, InvalidArgument, SequenceError, UnjustifiedHoldError
 from pytimely.progress.change_batch import ChangeBatch
 
-__all__ = ["ProgressBatch", "ProgressMode", "ProgressReceiver", "ProgressSender", "justified"]
+__all__ = [
+    "ProgressAggregator",
+    "ProgressBatch",
+    "ProgressMode",
+    "ProgressReceiver",
+    "ProgressSender",
+    "aggregate_sender",
+    "justified",
+]
 
 P = TypeVar("P", bound=Hashable)
 T = TypeVar("T")
@@ -247,3 +260,58 @@ class ProgressReceiver:
         """Stop accepting batches from ``sender`` (a worker that left)."""
         self._expected.pop(sender, None)
         self._counted.pop(sender, None)
+
+
+def aggregate_sender(process: int) -> int:
+    """The sender id of process ``process``'s combined batches (negative: never a worker's index)."""
+    return -1 - process
+
+
+class ProgressAggregator(Generic[T]):
+    """A process's outgoing progress towards other processes: its workers' batches, combined.
+
+    Workers :meth:`offer` every batch they broadcast (they still hand it to the workers of their own
+    process directly); :meth:`flush` takes the oldest batches, in order, as one batch from
+    :func:`aggregate_sender` of the process. Sent once per remote process and handed to each of its
+    workers, it replaces one frame per remote worker and per sending worker (``agg_send`` of
+    :mod:`pytimely.verify.aggregate`, checked in lockstep in ``tests/test_aggregate_lockstep.py``).
+    """
+
+    def __init__(self, process: int) -> None:
+        self.process = process
+        self.sender = aggregate_sender(process)
+        self._queued: list[ProgressBatch[T]] = []
+        self._seq = 0
+
+    def offer(self, batch: ProgressBatch[T]) -> None:
+        """Queue a batch one of this process's workers broadcast (behind every batch offered before it)."""
+        self._queued.append(batch)
+
+    def queued(self) -> list[ProgressBatch[T]]:
+        """The batches offered and not yet flushed, oldest first."""
+        return list(self._queued)
+
+    def flush(self, count: int | None = None) -> ProgressBatch[T] | None:
+        """The oldest ``count`` (default: all) queued batches as one; ``None`` if they cancel out or none are queued.
+
+        Only a prefix may go: a later batch of a worker must never overtake an earlier one (the mutant
+        ``aggregate-reorders`` shows ``Safe`` breaking when it does).
+        """
+        if count is None:
+            count = len(self._queued)
+        if not 1 <= count <= len(self._queued):
+            if not self._queued:
+                return None
+            raise InvalidArgument(
+                f"process {self.process} has {len(self._queued)} progress batches queued, cannot flush {count}"
+            )
+        taken, self._queued = self._queued[:count], self._queued[count:]
+        combined: ChangeBatch[Pointstamp] = ChangeBatch()
+        for batch in taken:
+            combined.extend(((loc, t), d) for loc, t, d in batch.updates)
+        updates = combined.items()
+        if not updates:
+            return None
+        out = ProgressBatch(self.sender, self._seq, tuple((p[0], p[1], d) for p, d in updates))
+        self._seq += 1
+        return out

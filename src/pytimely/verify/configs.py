@@ -24,13 +24,21 @@ from typing import Any
 
 from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary
+from pytimely.verify.aggregate import AggregateConfig, AggregateModel
 from pytimely.verify.clocks import ClocksConfig, ClocksModel
 from pytimely.verify.combined import CombinedConfig, CombinedModel
 from pytimely.verify.datagram import DatagramConfig, DatagramModel
 from pytimely.verify.exchange import ExchangeConfig, ExchangeModel
 from pytimely.verify.graph import Graph
 from pytimely.verify.model import Model
-from pytimely.verify.mutants import DATAGRAM_MUTANTS, EXCHANGE_MUTANTS, PROPAGATION_MUTANTS, RESCALE_MUTANTS, Mutant
+from pytimely.verify.mutants import (
+    AGGREGATE_MUTANTS,
+    DATAGRAM_MUTANTS,
+    EXCHANGE_MUTANTS,
+    PROPAGATION_MUTANTS,
+    RESCALE_MUTANTS,
+    Mutant,
+)
 from pytimely.verify.poset import Poset
 from pytimely.verify.propagation import PropagationConfig, PropagationModel, pts_options
 from pytimely.verify.rescale import RescaleConfig, RescaleModel
@@ -55,9 +63,9 @@ __all__ = [
     "wcc_graph",
 ]
 
-MODELS = ("clocks", "exchange", "propagation", "combined", "datagram", "rescale")
-"""The four protocols, in the order of the seed text (§3–§6), the data-exchange mechanism of seed 003 and
-rescaling (seed 002)."""
+MODELS = ("clocks", "exchange", "propagation", "combined", "datagram", "rescale", "aggregate")
+"""The four protocols, in the order of the seed text (§3–§6), the data-exchange mechanism of seed 003,
+rescaling (seed 002) and the exchange with progress aggregated per process (seed 002, footnote 4)."""
 
 # --- posets -----------------------------------------------------------------------------------------------
 
@@ -335,6 +343,17 @@ def rescale_config(name: str = "join", members: int | None = None, mutant: Mutan
     raise ValueError(f"unknown rescale configuration {name!r}; known: {known}")
 
 
+def aggregate_config(name: str = "pair", mutant: Mutant | None = None) -> AggregateConfig:
+    """The aggregated exchange: ``pair`` (two processes of one worker), ``shared`` (workers 0, 1 in process 0,
+    worker 2 in process 1), over the ``chain3+1`` poset with the exchange model's small bounds."""
+    shapes = {"pair": (0, 1), "shared": (0, 0, 1)}
+    if name not in shapes:
+        raise ValueError(f"unknown aggregate configuration {name!r}; known: {sorted(shapes)}")
+    processes = shapes[name]
+    exchange = exchange_config("chain3+1", workers=len(processes))
+    return AggregateConfig(exchange, processes, mutant=mutant, depth=5 if name == "pair" else 4, name=name)
+
+
 DEFAULT_CONFIG = {
     "clocks": "chain3+1",
     "exchange": "chain3+1",
@@ -342,6 +361,7 @@ DEFAULT_CONFIG = {
     "combined": "chain",
     "datagram": "far",
     "rescale": "join",
+    "aggregate": "pair",
 }
 """The configuration each model uses when none is named."""
 
@@ -352,6 +372,7 @@ _CONFIG_NAMES = {
     "combined": ["chain", "wcc", "nested", "pair", "wcc-large"],
     "datagram": ["far", "mixed", "far-large", "mixed-large"],
     "rescale": ["join", "leave", "churn", "joins", "churn-large"],
+    "aggregate": ["pair", "shared"],
 }
 
 
@@ -372,6 +393,8 @@ def mutants_for(model: str) -> list[Mutant]:
         return [m for m in Mutant if m in DATAGRAM_MUTANTS]
     if model == "rescale":
         return [m for m in Mutant if m in RESCALE_MUTANTS]
+    if model == "aggregate":
+        return [m for m in Mutant if m in AGGREGATE_MUTANTS]
     return []
 
 
@@ -392,6 +415,10 @@ def make_model(
         return DatagramModel(datagram_config(name, workers, mutant))
     if model == "rescale":
         return RescaleModel(rescale_config(name, workers, mutant))
+    if model == "aggregate":
+        if workers is not None:
+            raise ValueError("an aggregate configuration names its workers and processes; --workers does not apply")
+        return AggregateModel(aggregate_config(name, mutant))
     w = 2 if workers is None else workers
     if model == "clocks":
         return ClocksModel(clocks_config(name, w))

@@ -37,6 +37,10 @@ And of rescaling (seed ``002_640294948a1fdfd3.txt``, the bootstrap protocol and 
 * ``announce-clone`` — the bootstrap server mints the newcomer's capability as a copy of one it holds, at the
   same pointstamp (``p' ≤ p`` instead of ``p' < p``): the rule the cluster runtime followed before issue 15.
 
+And of progress aggregated per process (seed 002 footnote 4, :mod:`pytimely.verify.aggregate`):
+
+* ``aggregate-reorders`` — ``agg_send`` may send any one batch of a process's outbox, not the oldest ones.
+
 :func:`mutant_cases` lists, for each mutant, the model and configuration where
 it shows, the depth needed and the invariant expected to catch it.
 """
@@ -69,6 +73,7 @@ class Mutant(Enum):
     LEAVE_DROPS_EARLY = "leave-drops-early"
     ANNOUNCE_AT_VIEW_FRONTIER = "announce-at-view-frontier"
     ANNOUNCE_CLONE = "announce-clone"
+    AGGREGATE_REORDERS = "aggregate-reorders"
 
     def __str__(self) -> str:
         return self.value
@@ -103,6 +108,9 @@ RESCALE_MUTANTS = frozenset(
     }
 )
 """Mutants of rescaling (seed 002: bootstrap and leave); they apply to ``rescale``."""
+
+AGGREGATE_MUTANTS = frozenset({Mutant.AGGREGATE_REORDERS})
+"""Mutants of progress aggregated per process; they apply to ``aggregate``."""
 
 
 def parse_mutant(name: str) -> Mutant:
@@ -186,4 +194,5 @@ def mutant_cases() -> list[MutantCase]:
         MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 5, "Safe", ("Safe",)),
         MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 2, "InvTempJustified"),
         MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 8, "Safe", ("Safe",)),
+        MutantCase(Mutant.AGGREGATE_REORDERS, "aggregate", "pair", 5, "Safe"),
     ]

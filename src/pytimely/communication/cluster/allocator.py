@@ -26,6 +26,8 @@ class ClusterAllocator:
         self._index = cluster.first + local
         self._wake = cluster._wakes[local]
         self._outbox: list[OutgoingFrame] = []
+        self.sent: dict[Precedence, list[int]] = {p: [0, 0] for p in Precedence}
+        """Frames and payload bytes this worker sent to other processes, by precedence (progress traffic)."""
         self.elastic = cluster.elastic
         self._handed: list[tuple[tuple[int, int], Precedence, Pushes]] = []
         self.seen = 0
@@ -155,8 +157,12 @@ class ClusterAllocator:
         cluster = self._cluster
         workers = cluster.workers
         by_process: dict[int, list[OutgoingFrame]] = {}
+        sent = self.sent
         for frame in outbox:
             by_process.setdefault(frame.target // workers, []).append(frame)
+            tally = sent[frame.precedence]
+            tally[0] += 1
+            tally[1] += frame.length
         cluster.quiescence.sent(len(outbox))
         outbox.clear()
         for process, frames in by_process.items():

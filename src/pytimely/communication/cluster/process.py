@@ -460,9 +460,16 @@ class Cluster:
             link.close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters for tests and benchmarks: queue peaks, waits, frames and bytes sent per peer."""
+        """Counters for tests and benchmarks: queue peaks, waits, frames and bytes sent per peer and per precedence."""
+        by_precedence: dict[str, dict[str, int]] = {}
+        for allocator in list(self._allocators.values()):
+            for precedence, (frames, nbytes) in allocator.sent.items():
+                tally = by_precedence.setdefault(precedence.name.lower(), {"frames": 0, "bytes": 0})
+                tally["frames"] += frames
+                tally["bytes"] += nbytes
         return {
             "max_unconsumed": self.max_unconsumed,
+            "by_precedence": by_precedence,
             "links": {
                 peer: {
                     "max_queued": link.max_queued,

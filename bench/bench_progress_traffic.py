@@ -1,0 +1,264 @@
+"""Progress traffic as processes grow, with real processes over loopback TCP, against the data each run moves.
+
+    python bench/bench_progress_traffic.py [--quick] [--json] [--png PATH] [--svg PATH]
+
+Every run is a keyed word count (input -> ``count_by`` -> probe) started by ``pytimely launch -n N -w W``:
+each worker sends ``ROWS`` words per epoch (drawn from 2,000 words with a fixed seed), advances its input and
+steps until its probe passes the epoch. Each process counts the frames and payload bytes its workers hand to
+links towards other processes, by precedence (``Worker.communication_stats()['by_precedence']``: progress
+batches travel at precedence ``progress``, records at ``data``), from after the dataflow is built until the
+last epoch has passed every probe, so start-up and shutdown are left out. Bytes on the wire add a frame
+header and an authentication tag per frame (``HEADER.size + TAG`` bytes); the table includes them.
+
+Rows: ``-w 1`` with N = 2, 4, 8, 16 processes (seed 002's footnote 4 asks about processes), then the same
+8 workers as 8 x 1, 4 x 2 and 2 x 4 (does the traffic follow worker pairs or process pairs?). Per row:
+progress frames and bytes per epoch (whole cluster), per process, per worker pair, and progress bytes per
+data byte. The baseline is the first row (N = 2, W = 1), measured in the same run; the ratio column is the
+row's progress bytes per epoch over it.
+
+Prints a Markdown table; ``--json`` prints one JSON object per row; ``--png PATH`` plots progress bytes per
+epoch against processes (needs matplotlib), ``--svg PATH`` writes the same plot as a plain SVG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+FRAME_OVERHEAD = 40 + 16
+"""Bytes a frame adds to its payload on the wire: ``frame.HEADER.size`` plus the ``frame.TAG`` (checked below)."""
+
+
+# -- the job, run inside every process -----------------------------------------------------------------------
+
+
+def job(out: str, epochs: int, rows: int) -> None:
+    """One process of a run: every worker writes its process's traffic counters before and after the epochs."""
+    from pytimely import Worker, execute
+    from pytimely.config import config_from_args
+
+    config = config_from_args()
+    vocabulary = [f"w{i}" for i in range(2000)]
+
+    def run(worker: Worker) -> None:
+        def build(scope: Any) -> tuple[Any, Any]:
+            handle, words = scope.new_input(name="words")
+            return handle, words.count_by(lambda w: w, name="count").probe()
+
+        handle, probe = worker.dataflow(build)
+        pool = [random.Random(worker.index * 31 + i).choices(vocabulary, k=rows) for i in range(4)]
+        # Every process's counters are the sum over its workers: only its first worker reports them.
+        before = worker.communication_stats().get("by_precedence", {})
+        started = time.perf_counter()
+        for epoch in range(epochs):
+            handle.send_batch(pool[epoch % len(pool)])
+            handle.advance_to(epoch + 1)
+            worker.step_while(lambda: probe.less_than(handle.time))
+        seconds = time.perf_counter() - started
+        after = worker.communication_stats().get("by_precedence", {})
+        handle.close()
+        worker.step_while(lambda: not probe.done())
+        record = {"worker": worker.index, "before": before, "after": after, "seconds": seconds}
+        Path(out, f"worker-{worker.index}.json").write_text(json.dumps(record))
+
+    execute(run, config=config)
+
+
+def launch(processes: int, workers: int, epochs: int, rows: int) -> list[dict[str, Any]]:
+    """Run the job on ``launch -n processes -w workers``; each worker's record."""
+    with tempfile.TemporaryDirectory(prefix="pytimely-bench-progress-") as out:
+        command = [sys.executable, "-m", "pytimely", "launch", "-q", "-n", str(processes), "-w", str(workers), "--"]
+        command += [sys.executable, __file__, "--job", out, str(epochs), str(rows)]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the job on -n {processes} -w {workers} failed ({done.returncode}):\n"
+                               f"{done.stderr[-4000:]}")
+        return [json.loads(p.read_text()) for p in sorted(Path(out).glob("worker-*.json"))]
+
+
+def traffic(records: list[dict[str, Any]], workers: int, precedence: str) -> tuple[int, int]:
+    """Frames and payload bytes sent at ``precedence`` between the records' before and after, over processes."""
+    frames = nbytes = 0
+    for record in records:
+        if record["worker"] % workers:
+            continue  # counters are per process; its first worker reports them
+        after = record["after"].get(precedence, {"frames": 0, "bytes": 0})
+        before = record["before"].get(precedence, {"frames": 0, "bytes": 0})
+        frames += after["frames"] - before["frames"]
+        nbytes += after["bytes"] - before["bytes"]
+    return frames, nbytes
+
+
+def measure(processes: int, workers: int, epochs: int, rows: int) -> Row:
+    """One configuration's row (before the baseline ratio is added)."""
+    records = launch(processes, workers, epochs, rows)
+    if len(records) != processes * workers:
+        raise RuntimeError(f"-n {processes} -w {workers}: {len(records)} workers reported")
+    p_frames, p_payload = traffic(records, workers, "progress")
+    d_frames, d_payload = traffic(records, workers, "data")
+    p_bytes = p_payload + p_frames * FRAME_OVERHEAD
+    d_bytes = d_payload + d_frames * FRAME_OVERHEAD
+    peers = processes * workers
+    pairs = peers * (peers - 1)
+    process_pairs = processes * (processes - 1)
+    return {
+        "id": f"n={processes} w={workers}",
+        "processes": processes,
+        "workers": workers,
+        "epochs": epochs,
+        "rows": rows,
+        "progress_frames_per_epoch": round(p_frames / epochs, 2),
+        "progress_bytes_per_epoch": round(p_bytes / epochs, 1),
+        "progress_bytes_per_process_epoch": round(p_bytes / epochs / processes, 1),
+        "progress_frames_per_worker_pair_epoch": round(p_frames / epochs / pairs, 3),
+        "progress_frames_per_process_pair_epoch": round(p_frames / epochs / process_pairs, 3),
+        "data_bytes_per_epoch": round(d_bytes / epochs, 1),
+        "progress_per_data_byte": round(p_bytes / d_bytes, 4) if d_bytes else float("inf"),
+        "epoch_ms": round(1e3 * max(r["seconds"] for r in records) / epochs, 2),
+    }
+
+
+def rows_for(quick: bool) -> list[Row]:
+    """Every configuration, the baseline (-n 2 -w 1) first, with the ratio to it."""
+    epochs, rows = (4, 500) if quick else (10, 2000)
+    shapes = [(2, 1), (4, 1), (8, 1)] if quick else [(2, 1), (4, 1), (8, 1), (16, 1), (4, 2), (2, 4)]
+    if quick:
+        shapes.append((2, 2))
+    out = [measure(n, w, epochs, rows) for n, w in shapes]
+    base = out[0]
+    for row in out:
+        row["baseline"] = "-n 2 -w 1 (same run)"
+        row["vs_baseline"] = round(row["progress_bytes_per_epoch"] / base["progress_bytes_per_epoch"], 2)
+    return out
+
+
+# -- report --------------------------------------------------------------------------------------------------
+
+
+def print_table(rows: list[Row]) -> None:
+    """The rows as a Markdown table."""
+    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; one run each; "
+          f"{rows[0]['epochs']} epochs of {rows[0]['rows']} words per worker\n")
+    print("| processes x workers | progress frames/epoch | progress bytes/epoch | per process | frames per "
+          "worker pair | frames per process pair | data bytes/epoch | progress per data byte | epoch ms | "
+          "bytes vs -n 2 -w 1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['processes']} x {r['workers']} | {r['progress_frames_per_epoch']:.0f} | "
+            f"{r['progress_bytes_per_epoch']:.0f} | {r['progress_bytes_per_process_epoch']:.0f} | "
+            f"{r['progress_frames_per_worker_pair_epoch']:.2f} | {r['progress_frames_per_process_pair_epoch']:.2f} | "
+            f"{r['data_bytes_per_epoch']:.0f} | {r['progress_per_data_byte']:.3f} | {r['epoch_ms']:.1f} | "
+            f"{r['vs_baseline']:.2f}x |"
+        )
+
+
+def _series(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    single = [r for r in rows if r["workers"] == 1]
+    eight = [r for r in rows if r["processes"] * r["workers"] == 8]
+    return single, eight
+
+
+def write_png(rows: list[Row], path: str) -> None:
+    """Progress bytes per epoch against processes (one worker each), and for 8 workers in 8, 4 or 2 processes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    single, eight = _series(rows)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    xs = [r["processes"] for r in single]
+    left.plot(xs, [r["progress_bytes_per_epoch"] for r in single], "o-", label="progress bytes/epoch (cluster)")
+    left.plot(xs, [r["progress_bytes_per_process_epoch"] for r in single], "s--", label="per process")
+    left.set_xscale("log", base=2)
+    left.set_yscale("log")
+    left.set_xlabel("processes (one worker each)")
+    left.set_ylabel("bytes per epoch")
+    left.legend()
+    left.grid(alpha=0.3)
+    if eight:
+        names = [f"{r['processes']}x{r['workers']}" for r in eight]
+        right.bar(names, [r["progress_bytes_per_epoch"] for r in eight])
+        right.set_xlabel("8 workers as processes x workers")
+        right.set_ylabel("progress bytes per epoch")
+        right.grid(alpha=0.3, axis="y")
+    fig.suptitle("Progress traffic between processes (bench/bench_progress_traffic.py)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def write_svg(rows: list[Row], path: str) -> None:
+    """The left panel of :func:`write_png` as a plain SVG (no plotting library needed)."""
+    single, _ = _series(rows)
+    width, height, pad = 480, 320, 50
+    xs = [r["processes"] for r in single]
+    ys = [r["progress_bytes_per_epoch"] for r in single]
+    top = max(ys) * 1.1
+
+    def x(v: float) -> float:
+        return pad + (width - 2 * pad) * (xs.index(v) / max(1, len(xs) - 1))
+
+    def y(v: float) -> float:
+        return height - pad - (height - 2 * pad) * v / top
+
+    points = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in zip(xs, ys, strict=True))
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
+        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
+        f'<polyline points="{points}" fill="none" stroke="steelblue" stroke-width="2"/>',
+        f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">processes (one worker each)</text>',
+        f'<text x="{width / 2}" y="20" text-anchor="middle">progress bytes per epoch</text>',
+    ]
+    for a, b in zip(xs, ys, strict=True):
+        parts.append(f'<circle cx="{x(a):.1f}" cy="{y(b):.1f}" r="3" fill="steelblue"/>')
+        parts.append(f'<text x="{x(a):.1f}" y="{height - pad + 14}" text-anchor="middle">{a}</text>')
+        parts.append(f'<text x="{x(a) + 4:.1f}" y="{y(b) - 6:.1f}">{b:.0f}</text>')
+    parts.append("</svg>")
+    Path(path).write_text("\n".join(parts) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with ``--job``, one process of a run)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per row")
+    parser.add_argument("--png", metavar="PATH", help="plot progress bytes per epoch to PATH (needs matplotlib)")
+    parser.add_argument("--svg", metavar="PATH", help="the same plot as a plain SVG")
+    parser.add_argument("--job", nargs=3, metavar=("OUT", "EPOCHS", "ROWS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.job:
+        out, epochs, rows = args.job
+        job(out, int(epochs), int(rows))
+        return 0
+    from pytimely.communication.frame import HEADER, TAG
+
+    assert HEADER.size + TAG == FRAME_OVERHEAD, "the frame layout changed: update FRAME_OVERHEAD"
+    table = rows_for(args.quick)
+    if args.json:
+        for row in table:
+            print(json.dumps(row))
+    else:
+        print_table(table)
+    if args.png:
+        write_png(table, args.png)
+    if args.svg:
+        write_svg(table, args.svg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The progress-traffic benchmark runs at a small size with real processes and reports every figure."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_progress_traffic.py"
+
+FIGURES = [
+    "progress_frames_per_epoch",
+    "progress_bytes_per_epoch",
+    "progress_bytes_per_process_epoch",
+    "progress_frames_per_worker_pair_epoch",
+    "progress_frames_per_process_pair_epoch",
+    "data_bytes_per_epoch",
+    "progress_per_data_byte",
+    "vs_baseline",
+]
+
+
+@pytest.mark.timeout(300)
+def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> None:
+    """Every row is there with positive figures, and the SVG plot is written."""
+    svg = tmp_path / "traffic.svg"
+    result = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", "--svg", str(svg)],
+        capture_output=True, text=True, timeout=290, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {row["id"]: row for row in map(json.loads, result.stdout.splitlines())}
+    assert set(rows) == {"n=2 w=1", "n=4 w=1", "n=8 w=1", "n=2 w=2"}
+    for ident, row in rows.items():
+        assert row["baseline"], ident
+        for name in FIGURES:
+            assert math.isfinite(row[name]) and row[name] > 0, (ident, name, row[name])
+    # All-to-all broadcast: more processes, more progress frames per epoch than processes alone would explain.
+    assert rows["n=8 w=1"]["progress_frames_per_epoch"] > 4 * rows["n=2 w=1"]["progress_frames_per_epoch"]
+    # Today each worker's batch crosses a link once per remote worker: two workers per process pay more per
+    # process pair than one (this flips when progress is aggregated per process).
+    two, one = rows["n=2 w=2"], rows["n=2 w=1"]
+    assert two["progress_frames_per_process_pair_epoch"] > 2 * one["progress_frames_per_process_pair_epoch"]
+    assert svg.read_text().startswith("<svg")
