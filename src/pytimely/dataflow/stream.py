@@ -353,3 +353,80 @@ class Stream(Generic[D]):
         result = body(self.enter(inner, name=f"{name}.enter").concat(variable, name=f"{name}.concat"))
         result.connect_loop(handle)
         return result.leave(name=f"{name}.leave")
+
+    # -- everyday operators (keyed, collect, redistribute, enrich, final extremes) -----------
+
+    def key_on(self, key: Callable[[D], K] | int, *, name: str = "key_on") -> Stream[tuple[K, D]]:
+        """``(key(record), record)`` per record; ``key`` may be a column index of numpy/Arrow batches."""
+        from pytimely.dataflow.operators import keyed as _keyed
+
+        return _keyed.key_on(self, key, name)
+
+    def map_value(self, f: Callable[[Any], E], *, name: str = "map_value") -> Stream[tuple[Any, E]]:
+        """``(key, f(value))`` for every ``(key, value)`` pair."""
+        from pytimely.dataflow.operators import keyed as _keyed
+
+        return _keyed.map_value(self, f, name)
+
+    def stateful_map(
+        self,
+        mapper: Callable[[Any, Any], tuple[Any, E]],
+        *,
+        name: str = "stateful_map",
+        control: Stream[Any] | None = None,
+        bins: int = 256,
+    ) -> Stream[tuple[Any, E]]:
+        """``(key, output)`` per ``(key, value)``, ``(state, output) = mapper(state, value)`` per key across times."""
+        from pytimely.dataflow.operators import keyed as _keyed
+
+        return _keyed.stateful_map(self, mapper, name, control, bins)
+
+    def collect(self, *, keyed: bool = True, every: int | None = None, name: str = "collect") -> Stream[Any]:
+        """Each time's (or each ``every``-epoch window's) records gathered: ``(key, [values])``, or one collection."""
+        from pytimely.dataflow.operators import collect as _collect
+
+        return _collect.collect(self, keyed, every, name)
+
+    def redistribute(self, *, name: str = "redistribute") -> Stream[D]:
+        """The same records spread evenly over the workers, round robin."""
+        from pytimely.dataflow.operators import redistribute as _redistribute
+
+        return _redistribute.redistribute(self, name)
+
+    def enrich_cached(
+        self,
+        getter: Callable[[Any], Any],
+        mapper: Callable[[Any, Any], Any],
+        *,
+        ttl: int | None = None,
+        vectorized: bool = False,
+        name: str = "enrich_cached",
+    ) -> Stream[Any]:
+        """``mapper(cache, record)`` per record; ``cache.get(key)`` calls ``getter(key)`` once per key (and ``ttl``)."""
+        from pytimely.dataflow.operators import enrich as _enrich
+
+        return _enrich.enrich_cached(self, getter, mapper, ttl, vectorized, name)
+
+    def min_final(self, *, key: Field = 0, value: Field = 1, name: str = "min_final") -> Stream[tuple[Any, Any]]:
+        """``(key, smallest value)`` per key, once the input has ended (records ``(key, value)`` by default)."""
+        from pytimely.dataflow.operators import extremes as _extremes
+
+        return _extremes.final(self, "min", key, value, name)
+
+    def max_final(self, *, key: Field = 0, value: Field = 1, name: str = "max_final") -> Stream[tuple[Any, Any]]:
+        """``(key, largest value)`` per key, once the input has ended."""
+        from pytimely.dataflow.operators import extremes as _extremes
+
+        return _extremes.final(self, "max", key, value, name)
+
+    def first_final(self, *, key: Field = 0, value: Field = 1, name: str = "first_final") -> Stream[tuple[Any, Any]]:
+        """``(key, value at the earliest time)`` per key, once the input has ended."""
+        from pytimely.dataflow.operators import extremes as _extremes
+
+        return _extremes.final(self, "first", key, value, name)
+
+    def last_final(self, *, key: Field = 0, value: Field = 1, name: str = "last_final") -> Stream[tuple[Any, Any]]:
+        """``(key, value at the latest time)`` per key, once the input has ended."""
+        from pytimely.dataflow.operators import extremes as _extremes
+
+        return _extremes.final(self, "last", key, value, name)
