@@ -432,3 +432,34 @@ class FlowControlError(CommunicationError):
 
 class PeerStalledError(PeerFailedError, StalledError):
     """Another process found the whole computation stalled and stopped it; its message names what is held."""
+
+
+class SimulatedAbortError(DataflowError):
+    """A testing source reached the ``ABORT`` its test put in its input: a crash simulated on purpose."""
+
+    def __init__(self, message: str, operator: str, worker: int, time: object) -> None:
+        super().__init__(message)
+        self.operator = operator
+        self.worker = worker
+        self.time = time
+
+
+class EventStreamError(PytimelyError, ValueError):
+    """Captured events read back from a file or socket are not a valid event stream; names the source."""
+
+    def __init__(self, message: str, source: str = "", offset: int | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.offset = offset
+
+
+class TruncatedEventStreamError(EventStreamError):
+    """An event stream ended in the middle of a record (a partly written file, a dropped connection)."""
+
+
+class CorruptEventStreamError(EventStreamError):
+    """An event stream's bytes fail their check, have a bad header or an impossible length."""
+
+
+class EventStreamAuthError(EventStreamError, AuthenticationError):
+    """A socket offering captured events did not prove it knows the shared secret; nothing of it was unpickled."""
