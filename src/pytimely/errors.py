@@ -463,3 +463,7 @@ class CorruptEventStreamError(EventStreamError):
 
 class EventStreamAuthError(EventStreamError, AuthenticationError):
     """A socket offering captured events did not prove it knows the shared secret; nothing of it was unpickled."""
+
+
+class EventStreamTimeoutError(EventStreamError, TimeoutError):
+    """An event stream sent nothing for longer than its reader's timeout, before its end."""

@@ -430,3 +430,23 @@ class Stream(Generic[D]):
         from pytimely.dataflow.operators import extremes as _extremes
 
         return _extremes.final(self, "last", key, value, name)
+
+    def capture_into(self, open_writer: Callable[[int], Any], *, name: str = "capture_into") -> None:
+        """Write this stream's messages and progress to ``open_writer(worker)``, an ``EventWriter``."""
+        from pytimely.dataflow.operators import capture as _capture_events
+
+        _capture_events.capture_into(self, open_writer, name)
+
+    def capture_to_files(self, directory: str, *, secret: bytes | None = None, name: str = "capture_to_files") -> None:
+        """Each worker writes its messages and progress to ``directory``; replay with ``capture.replay_files``."""
+        from pytimely.dataflow.operators import capture as _capture_events
+
+        _capture_events.capture_to_files(self, directory, secret, name)
+
+    def capture_to_socket(
+        self, address: tuple[str, int], secret: bytes, *, timeout: float = 30.0, name: str = "capture_to_socket"
+    ) -> None:
+        """Each worker sends its messages and progress to a replaying process at ``address``, authenticated."""
+        from pytimely.dataflow.operators import capture as _capture_events
+
+        _capture_events.capture_to_socket(self, address, secret, timeout, name)
