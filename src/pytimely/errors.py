@@ -467,3 +467,7 @@ class EventStreamAuthError(EventStreamError, AuthenticationError):
 
 class EventStreamTimeoutError(EventStreamError, TimeoutError):
     """An event stream sent nothing for longer than its reader's timeout, before its end."""
+
+
+class SourceTimeoutError(InputError, TimeoutError):
+    """A connector's source heard nothing (no file, no connection, no line) for longer than its timeout."""

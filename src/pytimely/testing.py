@@ -67,7 +67,9 @@ def _share(batch: Any, index: int, peers: int) -> Any:
     if hasattr(batch, "dtype"):
         return batch[index::peers]
     if hasattr(batch, "take"):
-        return batch.take(list(range(index, len(batch), peers)))
+        import pyarrow as pa
+
+        return batch.take(pa.array(range(index, len(batch), peers), type=pa.int64()))
     return list(batch)[index::peers]
 
 
