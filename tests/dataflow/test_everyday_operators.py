@@ -256,3 +256,35 @@ def test_bad_arguments_are_typed() -> None:
         worker.dataflow(dataflow)
 
     execute(job)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-(2**40), 2**40), st.integers(-100, 100)), min_size=1, max_size=80),
+    st.sampled_from([None, 1, 2**20]),
+    st.sampled_from(["min", "max", "first", "last"]),
+    st.booleans(),
+)
+def test_reduce_by_key_dense_and_sorted_paths(
+    pairs: list[tuple[int, int]], spread: int, how: str, floats: bool
+) -> None:
+    """Keys in a narrow range take the dense path, wide ones the sort: both agree with a dict loop."""
+    from pytimely.dataflow.operators.grouping import group_starts, reduce_by_key
+
+    # spread None: keys in -18..18 (the dense path); else a wide range (the sort).
+    keys = np.array([k % 37 - 18 if spread is None else k // spread for k, _ in pairs], dtype=np.int64)
+    values = np.array([v for _, v in pairs], dtype=np.float64 if floats else np.int64)
+    expected: dict[int, Any] = {}
+    for k, v in zip(keys.tolist(), values.tolist(), strict=True):
+        if (
+            k not in expected
+            or how == "last"
+            or (how == "min" and v < expected[k])
+            or (how == "max" and v > expected[k])
+        ):
+            expected[k] = v
+    ks, vs = reduce_by_key(keys, values, how)
+    assert dict(zip(ks.tolist(), vs.tolist(), strict=True)) == expected
+    order, starts = group_starts(keys)
+    assert keys[order].tolist() == sorted(keys.tolist())
+    assert len(starts) == len(expected)

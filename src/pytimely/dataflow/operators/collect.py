@@ -1,11 +1,12 @@
 """``collect``: the records of each time (or of each window of epochs) gathered into one, per key or in all.
 
 Keyed (records are ``(key, value)`` pairs or rows of a two-column numpy batch): ``(key, [values])`` per key
-that had records, sent from the key's worker. Unkeyed: one record holding everything, sent from worker 0 —
-a numpy array when every batch was numpy (``np.concatenate``, no Python call per record), an Arrow table when
-every batch was Arrow, else a list. With ``every=n`` (integer epochs) the window ``[k*n, (k+1)*n)`` is
-gathered and sent at time ``(k+1)*n - 1`` once the frontier has passed it; without, each time on its own.
-Order within a collection is the order of arrival, which varies with the worker count.
+that had records, sent from the key's worker (a numpy batch is grouped by key at once). Unkeyed: one record
+holding everything, sent from worker 0 — a numpy array when every batch was numpy (``np.concatenate``, no
+Python call per record), an Arrow table when every batch was Arrow, else a list. With ``every=n`` (integer
+epochs) the window ``[k*n, (k+1)*n)`` is gathered and sent at time ``(k+1)*n - 1`` once the frontier has
+passed it; without, each time on its own. Order within a collection is the order of arrival, which varies
+with the worker count.
 """
 
 from __future__ import annotations
@@ -49,12 +50,16 @@ def _group(state: dict[Any, list[Any]], batch: Any) -> None:
     if hasattr(batch, "dtype") and batch.ndim == 2:
         import numpy as np
 
-        order = np.argsort(batch[:, 0], kind="stable")
-        keys = batch[order, 0]
-        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        values = batch[order, 1]
-        for k, chunk in zip(keys[starts].tolist(), np.split(values, starts[1:]), strict=True):
-            state.setdefault(k, []).extend(chunk.tolist())
+        from pytimely.dataflow.operators.grouping import group_starts
+
+        order, starts = group_starts(batch[:, 0])
+        keys = batch[order[starts], 0].tolist()
+        for k, chunk in zip(keys, np.split(batch[order, 1], starts[1:]), strict=True):
+            group = state.get(k)
+            if group is None:
+                state[k] = chunk.tolist()
+            else:
+                group.extend(chunk.tolist())
         return
     for k, v in batch:
         group = state.get(k)

@@ -3,8 +3,8 @@ sent once the input has ended.
 
 Records are ``(key, value)`` pairs by default (``key=0, value=1``); ``key`` and ``value`` may be functions of
 the record or column indexes, and ``value=None`` takes the whole record. Two-dimensional numeric numpy batches
-are reduced with a sort and ``np.minimum.reduceat`` (first/last: ``np.unique``'s first index), so Python runs
-once per key and batch, not once per record. "First" is the value at the earliest timestamp and "last" at
+are reduced by key without a Python call per row (:mod:`~pytimely.dataflow.operators.grouping`), so Python
+runs once per key and batch, not once per record. "First" is the value at the earliest timestamp and "last" at
 the latest; among records of one time, the order in which they reached the key's worker decides (which is
 only fixed when one worker sends them). Each key's result is sent at the latest time its records had.
 """
@@ -71,23 +71,33 @@ class _Extremes:
 
     def _reduced(self, batch: Any) -> list[tuple[Any, Any]] | None:
         """The batch's own best ``(key, value)`` per key, computed on columns; None when it needs records."""
+        if isinstance(batch, list):
+            batch = self._as_array(batch)
+            if batch is None:
+                return None
         if not hasattr(batch, "dtype") or batch.ndim != 2 or self.value_field is None:
             return None
         keys, values = _column(batch, self.key_field), _column(batch, self.value_field)
         if keys is None or values is None or values.dtype.kind not in "iuf":
             return None
+        from pytimely.dataflow.operators.grouping import reduce_by_key
+
+        ks, vs = reduce_by_key(keys, values, self.kind)
+        return list(zip(ks.tolist(), vs.tolist(), strict=True))
+
+    def _as_array(self, batch: list[Any]) -> Any:
+        """A list of equal-length tuples of ints as a 2-d array (one C loop), when the fields are columns; else None."""
+        fields = (self.key_field, self.value_field)
+        if not batch or type(batch[0]) is not tuple or not all(type(f) is int for f in fields):
+            return None
         import numpy as np
 
-        if self.kind in ("first", "last"):
-            ks = keys if self.kind == "first" else keys[::-1]
-            uniq, index = np.unique(ks, return_index=True)
-            vs = values if self.kind == "first" else values[::-1]
-            return list(zip(uniq.tolist(), vs[index].tolist(), strict=True))
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        reduce = np.minimum if self.kind == "min" else np.maximum
-        return list(zip(sorted_keys[starts].tolist(), reduce.reduceat(values[order], starts).tolist(), strict=True))
+        try:
+            array = np.array(batch)
+        except (ValueError, OverflowError):  # ragged rows
+            return None
+        # Only all-int rows: a float among them would turn every key into a float.
+        return array if array.ndim == 2 and array.dtype.kind in "iu" else None
 
     def prune(self) -> None:
         """Drop capabilities at times no key's result will be sent at (they would only hold back the frontier)."""
