@@ -119,6 +119,25 @@ def test_delays_reorder_messages_across_senders_but_keep_fifo_per_link() -> None
     assert got != [m for i in range(20) for m in (("from0", i), ("from1", i))]  # but interleaved otherwise
 
 
+def test_a_higher_precedence_message_is_never_overtaken_at_its_receiver() -> None:
+    from pytimely.communication.allocator import Precedence
+
+    for seed in range(20):
+        cluster = SimulatedCluster(2, 1, seed=seed, max_delay=6)
+        a0, a1 = cluster.allocators()
+        progress, _ = a0.allocate((0, 0), Precedence.PROGRESS)
+        data, _ = a0.allocate((0, 1), Precedence.DATA)
+        _, progress_in = a1.allocate((0, 0), Precedence.PROGRESS)
+        _, data_in = a1.allocate((0, 1), Precedence.DATA)
+        progress[1].push("p0")
+        data[1].push("d0")
+        seen: list[str] = []
+        while len(seen) < 2:
+            a1.receive()
+            seen += progress_in.drain() + data_in.drain()
+        assert seen == ["p0", "d0"]
+
+
 def test_messages_between_processes_are_copies() -> None:
     cluster = SimulatedCluster(2, 1, seed=1, max_delay=0)
     a0, a1 = cluster.allocators()

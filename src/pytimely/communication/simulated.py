@@ -4,7 +4,11 @@ Workers of one simulated process hand messages over by reference, at once. A mes
 pickled (as the network would) and delayed by a number of its receiver's steps drawn from a seeded random
 generator, so messages from different senders, and on different channels, overtake one another. What the
 allocator contract promises still holds: per sender and channel, messages arrive in the order they were
-pushed (a message is never delivered before an earlier one on its link).
+pushed (a message is never delivered before an earlier one on its link). Precedence is kept per receiver, as
+the datagram model's ``Receive`` keeps it (:mod:`pytimely.verify.datagram`): a message never becomes visible
+before a message of a higher level (progress over data) sent to the same receiver earlier. The model's
+``Transport`` also orders levels across all receivers; the simulation does not, as its clocks are per
+receiver.
 
 Delays are counted in the receiver's steps (its :meth:`SimulatedAllocator.receive` calls), not in seconds,
 and a receiver with nothing due but messages on the way skips ahead to the earliest of them, as a
@@ -42,12 +46,13 @@ class Delivery:
 class _Inbox:
     """A receiver's side of one channel: messages ordered by the step they are due at, then by arrival."""
 
-    __slots__ = ("_channel", "_cluster", "_heap", "_receiver")
+    __slots__ = ("_channel", "_cluster", "_heap", "_receiver", "precedence")
 
-    def __init__(self, cluster: SimulatedCluster, receiver: int, channel: Hashable) -> None:
+    def __init__(self, cluster: SimulatedCluster, receiver: int, channel: Hashable, precedence: Precedence) -> None:
         self._cluster = cluster
         self._receiver = receiver
         self._channel = channel
+        self.precedence = precedence
         self._heap: list[tuple[int, int, int, Any]] = []
 
     def put(self, due: int, sender: int, message: Any) -> None:
@@ -92,6 +97,11 @@ class _Link:
             # FIFO per link: never due before the previous message on it.
             due = max(due, cluster._link_due.get(key, 0))
             cluster._link_due[key] = due
+        # Precedence at the receiver: nothing overtakes a message of a higher level sent to it before.
+        levels = cluster._level_due[self._receiver]
+        p = self._inbox.precedence
+        due = max([due, *(d for q, d in levels.items() if q > p)])
+        levels[p] = max(levels.get(p, 0), due)
         self._inbox.put(due, self._sender, message)
 
 
@@ -114,6 +124,7 @@ class SimulatedCluster:
         self._seq = 0
         self._inboxes: dict[Hashable, list[_Inbox]] = {}
         self._link_due: dict[tuple[int, _Inbox], int] = {}
+        self._level_due: list[dict[int, int]] = [{} for _ in range(self.peers)]
         self.trace: list[Delivery] = []
         """Every delivery so far, in order: the schedule a seed chose."""
 
@@ -129,10 +140,10 @@ class SimulatedCluster:
         self._seq += 1
         return self._seq
 
-    def _channel(self, channel: Hashable) -> list[_Inbox]:
+    def _channel(self, channel: Hashable, precedence: Precedence) -> list[_Inbox]:
         inboxes = self._inboxes.get(channel)
         if inboxes is None:
-            inboxes = self._inboxes[channel] = [_Inbox(self, i, channel) for i in range(self.peers)]
+            inboxes = self._inboxes[channel] = [_Inbox(self, i, channel, precedence) for i in range(self.peers)]
         return inboxes
 
     def _tick(self, worker: int) -> None:
@@ -169,7 +180,7 @@ class SimulatedAllocator:
         self, channel: Hashable, precedence: Precedence = Precedence.DATA
     ) -> tuple[list[Push[Any]], Pull[Any]]:
         """Push ends to every worker's inbox of ``channel`` (delayed across processes), and this worker's inbox."""
-        inboxes = self._cluster._channel(channel)
+        inboxes = self._cluster._channel(channel, precedence)
         pushes: list[Push[Any]] = [_Link(self._cluster, self._index, j, inbox) for j, inbox in enumerate(inboxes)]
         return pushes, inboxes[self._index]
 
