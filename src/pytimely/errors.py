@@ -223,6 +223,7 @@ class SparkRendezvousError(SparkError):
 class WorkflowError(PytimelyError):
     """A resumable workflow could not be defined, resumed or run (its staging areas and executors included)."""
 
+
 class StagingError(WorkflowError):
     """A staging area could not store, find or read a value; names the key."""
 
@@ -444,3 +445,42 @@ class SummaryViolationError(CapabilityError):
 
 class DroppedDataflowError(DataflowError):
     """A dataflow was used after ``Worker.drop_dataflow`` released it; names the dataflow."""
+
+
+class SimulatedAbortError(DataflowError):
+    """A testing source reached the ``ABORT`` its test put in its input: a crash simulated on purpose."""
+
+    def __init__(self, message: str, operator: str, worker: int, time: object) -> None:
+        super().__init__(message)
+        self.operator = operator
+        self.worker = worker
+        self.time = time
+
+
+class EventStreamError(PytimelyError, ValueError):
+    """Captured events read back from a file or socket are not a valid event stream; names the source."""
+
+    def __init__(self, message: str, source: str = "", offset: int | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.offset = offset
+
+
+class TruncatedEventStreamError(EventStreamError):
+    """An event stream ended in the middle of a record (a partly written file, a dropped connection)."""
+
+
+class CorruptEventStreamError(EventStreamError):
+    """An event stream's bytes fail their check, have a bad header or an impossible length."""
+
+
+class EventStreamAuthError(EventStreamError, AuthenticationError):
+    """A socket offering captured events did not prove it knows the shared secret; nothing of it was unpickled."""
+
+
+class EventStreamTimeoutError(EventStreamError, TimeoutError):
+    """An event stream sent nothing for longer than its reader's timeout, before its end."""
+
+
+class SourceTimeoutError(InputError, TimeoutError):
+    """A connector's source heard nothing (no file, no connection, no line) for longer than its timeout."""

@@ -13,11 +13,16 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.operators import capture as _capture
+from pytimely.dataflow.operators import collect as _collect
 from pytimely.dataflow.operators import core as _core
+from pytimely.dataflow.operators import enrich as _enrich
 from pytimely.dataflow.operators import enterleave as _enterleave
+from pytimely.dataflow.operators import extremes as _extremes
 from pytimely.dataflow.operators import generic as _generic
 from pytimely.dataflow.operators import join as _join
+from pytimely.dataflow.operators import keyed as _keyed
 from pytimely.dataflow.operators import probe as _probe
+from pytimely.dataflow.operators import redistribute as _redistribute
 from pytimely.dataflow.operators import reduce as _reduce
 from pytimely.dataflow.operators import state_machine as _state_machine
 from pytimely.dataflow.operators import window as _window
@@ -391,3 +396,87 @@ class Stream(Generic[D]):
         result = body(self.enter(inner, name=f"{name}.enter").concat(variable, name=f"{name}.concat"))
         result.connect_loop(handle)
         return result.leave(name=f"{name}.leave")
+
+    # -- everyday operators (keyed, collect, redistribute, enrich, final extremes) -----------
+
+    def key_on(self, key: Callable[[D], K] | int, *, name: str = "key_on") -> Stream[tuple[K, D]]:
+        """``(key(record), record)`` per record; ``key`` may be a column index of numpy/Arrow batches."""
+
+        return _keyed.key_on(self, key, name)
+
+    def map_value(self, f: Callable[[Any], E], *, name: str = "map_value") -> Stream[tuple[Any, E]]:
+        """``(key, f(value))`` for every ``(key, value)`` pair."""
+
+        return _keyed.map_value(self, f, name)
+
+    def stateful_map(
+        self,
+        mapper: Callable[[Any, Any], tuple[Any, E]],
+        *,
+        name: str = "stateful_map",
+        control: Stream[Any] | None = None,
+        bins: int = 256,
+    ) -> Stream[tuple[Any, E]]:
+        """``(key, output)`` per ``(key, value)``, ``(state, output) = mapper(state, value)`` per key across times."""
+
+        return _keyed.stateful_map(self, mapper, name, control, bins)
+
+    def collect(self, *, keyed: bool = True, every: int | None = None, name: str = "collect") -> Stream[Any]:
+        """Each time's (or each ``every``-epoch window's) records gathered: ``(key, [values])``, or one collection."""
+
+        return _collect.collect(self, keyed, every, name)
+
+    def redistribute(self, *, name: str = "redistribute") -> Stream[D]:
+        """The same records spread evenly over the workers, round robin."""
+
+        return _redistribute.redistribute(self, name)
+
+    def enrich_cached(
+        self,
+        getter: Callable[[Any], Any],
+        mapper: Callable[[Any, Any], Any],
+        *,
+        ttl: int | None = None,
+        vectorized: bool = False,
+        name: str = "enrich_cached",
+    ) -> Stream[Any]:
+        """``mapper(cache, record)`` per record; ``cache.get(key)`` calls ``getter(key)`` once per key (and ``ttl``)."""
+
+        return _enrich.enrich_cached(self, getter, mapper, ttl, vectorized, name)
+
+    def min_final(self, *, key: Field = 0, value: Field = 1, name: str = "min_final") -> Stream[tuple[Any, Any]]:
+        """``(key, smallest value)`` per key, once the input has ended (records ``(key, value)`` by default)."""
+
+        return _extremes.final(self, "min", key, value, name)
+
+    def max_final(self, *, key: Field = 0, value: Field = 1, name: str = "max_final") -> Stream[tuple[Any, Any]]:
+        """``(key, largest value)`` per key, once the input has ended."""
+
+        return _extremes.final(self, "max", key, value, name)
+
+    def first_final(self, *, key: Field = 0, value: Field = 1, name: str = "first_final") -> Stream[tuple[Any, Any]]:
+        """``(key, value at the earliest time)`` per key, once the input has ended."""
+
+        return _extremes.final(self, "first", key, value, name)
+
+    def last_final(self, *, key: Field = 0, value: Field = 1, name: str = "last_final") -> Stream[tuple[Any, Any]]:
+        """``(key, value at the latest time)`` per key, once the input has ended."""
+
+        return _extremes.final(self, "last", key, value, name)
+
+    def capture_into(self, open_writer: Callable[[int], Any], *, name: str = "capture_into") -> None:
+        """Write this stream's messages and progress to ``open_writer(worker)``, an ``EventWriter``."""
+
+        _capture.capture_into(self, open_writer, name)
+
+    def capture_to_files(self, directory: str, *, secret: bytes | None = None, name: str = "capture_to_files") -> None:
+        """Each worker writes its messages and progress to ``directory``; replay with ``capture.replay_files``."""
+
+        _capture.capture_to_files(self, directory, secret, name)
+
+    def capture_to_socket(
+        self, address: tuple[str, int], secret: bytes, *, timeout: float = 30.0, name: str = "capture_to_socket"
+    ) -> None:
+        """Each worker sends its messages and progress to a replaying process at ``address``, authenticated."""
+
+        _capture.capture_to_socket(self, address, secret, timeout, name)

@@ -1,18 +1,51 @@
-"""Capturing a stream's batches into a list, and replaying them as a stream."""
+"""Capturing a stream's batches, and replaying them as a stream: in memory, or through files and sockets.
+
+In memory, ``capture`` fills a list with ``(time, batch)`` and ``replay`` sends them again at their times.
+
+Through an event stream (:mod:`pytimely.dataflow.operators.event_stream`, timely's ``EventWriter`` and
+``EventReader``), every worker's capture writes its messages *and its progress*: each change of the captured
+stream's frontier at that worker. ``replay_events`` on any number of workers shares the captured workers'
+streams among its workers and holds, for each, capabilities at exactly the times that worker's frontier held,
+so the replayed stream has the original's frontier: a probe after it finishes epoch ``t`` when the original had
+finished it, and a replay that tails a live capture (a socket) moves forward as the original did. Batches come
+back as what they were (numpy arrays stay numpy arrays).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.capability import Capability
-from pytimely.errors import CapabilityError
+from pytimely.dataflow.operators.event_stream import (
+    MAX_FRAME,
+    Event,
+    EventReader,
+    EventWriter,
+    FileEventReader,
+    FileEventWriter,
+    SocketEventWriter,
+)
+from pytimely.errors import CapabilityError, CorruptEventStreamError, EventStreamError
 
 if TYPE_CHECKING:
     from pytimely.dataflow.scope import Scope
     from pytimely.dataflow.stream import Stream
 
-__all__ = ["capture", "replay"]
+__all__ = [
+    "capture",
+    "capture_into",
+    "capture_to_files",
+    "capture_to_socket",
+    "replay",
+    "replay_events",
+    "replay_files",
+]
+
+EVENT_SUFFIX = ".events"
 
 
 def capture(stream: Stream[Any], into: list[tuple[Any, list[Any]]], name: str) -> list[tuple[Any, list[Any]]]:
@@ -52,3 +85,160 @@ def replay(scope: Scope[Any], events: Iterable[tuple[Any, Any]], name: str) -> S
 
     op.logic = logic
     return scope.stream(output)
+
+
+# -- event streams ------------------------------------------------------------------------------------------
+
+
+def capture_into(stream: Stream[Any], open_writer: Callable[[int], EventWriter], name: str) -> None:
+    """Write this worker's messages and frontier changes to ``open_writer(worker index)``; end when the stream does."""
+    scope = stream.scope
+    op = scope._operator(name, [(stream, None)], 0)
+    op.notify = True
+    port = op.inputs[0]
+    writer = open_writer(scope.index)
+    # What the reader assumes before the first progress event: the frontier is the scope's minimum.
+    recorded: set[Any] = {scope.minimum}
+    open_ = [True]
+
+    def logic() -> None:
+        if not open_[0]:
+            for _ in port.batches():
+                pass
+            return
+        for time, batch in port.batches():
+            writer.write("messages", (time, list(batch) if isinstance(batch, list) else batch))
+        now = set(port.frontier.frontier_elements())
+        if now != recorded:
+            changes = [(t, 1) for t in now - recorded] + [(t, -1) for t in recorded - now]
+            writer.write("progress", changes)
+            recorded.clear()
+            recorded.update(now)
+        if not now:
+            writer.write("end", None)
+            writer.close()
+            open_[0] = False
+
+    op.logic = logic
+
+
+def capture_to_files(stream: Stream[Any], directory: str | os.PathLike[str], secret: bytes | None, name: str) -> None:
+    """Each worker writes ``directory/worker-NNNN.events`` (named so only once complete); see ``replay_files``."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    capture_into(
+        stream, lambda index: FileEventWriter(folder / f"worker-{index:04d}{EVENT_SUFFIX}", secret=secret), name
+    )
+
+
+def capture_to_socket(stream: Stream[Any], address: tuple[str, int], secret: bytes, timeout: float, name: str) -> None:
+    """Each worker connects to the replaying process at ``address`` and sends its events, authenticated."""
+    capture_into(stream, lambda _: SocketEventWriter.connect(address, secret, timeout=timeout), name)
+
+
+class _Replayed:
+    """The counts of the frontiers of the readers one replaying worker holds, and a capability per time."""
+
+    def __init__(self, readers: Sequence[EventReader], minimum: Any, cap: Capability[Any]) -> None:
+        self.readers = list(readers)
+        self.own: list[dict[Any, int]] = [{minimum: 1} for _ in self.readers]
+        self.counts: dict[Any, int] = {minimum: len(self.readers)} if self.readers else {}
+        self.caps: dict[Any, Capability[Any]] = {minimum: cap} if self.readers else {}
+        if not self.readers:
+            cap.drop()
+
+    def cap_for(self, time: Any, source: str) -> Capability[Any]:
+        for t, cap in self.caps.items():
+            if t <= time:
+                return cap
+        raise CorruptEventStreamError(
+            f"event stream {source}: an event at {time!r}, which its captured frontier had already passed",
+            source=source,
+        )
+
+    def progress(self, i: int, changes: list[tuple[Any, int]]) -> None:
+        source = self.readers[i].name
+        own = self.own[i]
+        # Additions first: a new frontier element is minted from a capability the old elements still hold.
+        for t, diff in sorted(changes, key=lambda c: -c[1]):
+            own[t] = own.get(t, 0) + diff
+            if own[t] < 0:
+                raise CorruptEventStreamError(f"event stream {source}: its frontier lost {t!r} it never had")
+            if own[t] == 0:
+                del own[t]
+            count = self.counts.get(t, 0) + diff
+            if count > 0 and t not in self.caps:
+                self.caps[t] = self.cap_for(t, source).delayed(t)
+            if count == 0:
+                del self.counts[t]
+                self.caps.pop(t).drop()
+            else:
+                self.counts[t] = count
+
+    def ended(self, i: int) -> None:
+        if self.own[i]:
+            raise CorruptEventStreamError(
+                f"event stream {self.readers[i].name} ended with its frontier still at {sorted(self.own[i])!r}",
+                source=self.readers[i].name,
+            )
+
+
+def replay_events(scope: Scope[Any], readers: Sequence[EventReader], *, name: str = "replay_events") -> Stream[Any]:
+    """Replay ``readers`` (this worker's share of the captured workers) with their messages and progress."""
+    op = scope._operator(name, [], 1)
+    op.initial_caps = True
+    output = op.outputs[0]
+    state = _Replayed(readers, scope.minimum, Capability(scope.minimum, output, counted=True))
+    info = scope._info(op)
+    live = list(range(len(state.readers)))
+    queued: list[deque[Event]] = [deque() for _ in state.readers]
+
+    def logic() -> None:
+        for i in list(live):
+            reader, queue = state.readers[i], queued[i]
+            if not queue:
+                queue.extend(reader.poll())
+            # Up to one progress event per reader and step: downstream sees each frontier the capture saw.
+            while queue:
+                kind, body = queue.popleft()
+                if kind == "messages":
+                    time, batch = body
+                    state.cap_for(time, reader.name)  # a capability at or before ``time`` is held
+                    if len(batch):
+                        output._push(time, batch)
+                elif kind == "progress":
+                    state.progress(i, body)
+                    break
+                else:
+                    state.ended(i)
+                    live.remove(i)
+        if live:
+            info.activate()
+
+    op.logic = logic
+    return scope.stream(output)
+
+
+def replay_files(
+    scope: Scope[Any],
+    directory: str | os.PathLike[str],
+    *,
+    secret: bytes | None = None,
+    name: str = "replay_files",
+    max_frame: int = MAX_FRAME,
+) -> Stream[Any]:
+    """Replay every ``*.events`` file of ``directory``; worker ``j`` of ``n`` reads the files ``j, j+n, ...``."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise EventStreamError(f"{name}: {folder} is not a directory of captured events", source=str(folder))
+    partial = sorted(folder.glob(f"*{EVENT_SUFFIX}.partial"))
+    if partial:
+        raise EventStreamError(
+            f"{name}: {partial[0]} is an unfinished capture (its dataflow did not end); replay only a complete one",
+            source=str(partial[0]),
+        )
+    files = sorted(folder.glob(f"*{EVENT_SUFFIX}"))
+    if not files:
+        raise EventStreamError(f"{name}: no {EVENT_SUFFIX} files in {folder}", source=str(folder))
+    mine = files[scope.index :: scope.peers]
+    return replay_events(scope, [FileEventReader(f, secret=secret, max_frame=max_frame) for f in mine], name=name)

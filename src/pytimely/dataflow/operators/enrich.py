@@ -1,0 +1,81 @@
+"""``enrich_cached``: join records with values looked up from outside (a database, a service), each key
+fetched once and kept in a per-worker cache, optionally refreshed after a number of epochs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pytimely.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.stream import Stream
+
+__all__ = ["EnrichCache", "enrich_cached"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class EnrichCache(Generic[K, V]):
+    """``get(key)`` answers from the cache, calling ``getter(key)`` only for a key not fetched within ``ttl``."""
+
+    def __init__(self, getter: Callable[[K], V], ttl: int | None) -> None:
+        self._getter = getter
+        self._ttl = ttl
+        self._values: dict[K, tuple[Any, V]] = {}
+        self.now: Any = None
+        """The time of the batch being enriched (set by the operator)."""
+        self.fetches = 0
+        """How many times ``getter`` was called on this worker."""
+
+    def get(self, key: K) -> V:
+        """The value for ``key``, fetched if it is not cached or has expired."""
+        held = self._values.get(key)
+        if held is not None and (self._ttl is None or self.now - held[0] < self._ttl):
+            return held[1]
+        self.fetches += 1
+        value = self._getter(key)
+        self._values[key] = (self.now, value)
+        return value
+
+    def get_many(self, keys: Iterable[K]) -> dict[K, V]:
+        """``{key: value}`` for the distinct ``keys`` (one fetch per missing key): for mappers of whole batches."""
+        return {k: self.get(k) for k in dict.fromkeys(keys)}
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def enrich_cached(
+    stream: Stream[Any],
+    getter: Callable[[Any], Any],
+    mapper: Callable[[EnrichCache[Any, Any], Any], Any],
+    ttl: int | None,
+    vectorized: bool,
+    name: str,
+) -> Stream[Any]:
+    """``mapper(cache, record)`` per record (``mapper(cache, batch)`` per batch when ``vectorized``).
+
+    ``ttl``, in units of the (integer) timestamps, bounds how old a cached value may be; ``None``: forever.
+    """
+    if ttl is not None and (type(ttl) is not int or ttl < 1):
+        raise InvalidArgument(f"{name}: ttl must be a positive int (timestamps) or None, got {ttl!r}")
+    if not callable(getter) or not callable(mapper):
+        raise InvalidArgument(f"{name}: getter and mapper must be callable")
+    op = stream.scope._operator(name, [(stream, None)], 1)
+    port, out = op.inputs[0], op.outputs[0]
+    cache: EnrichCache[Any, Any] = EnrichCache(getter, ttl)
+
+    def logic() -> None:
+        for time, batch in port.batches():
+            cache.now = time
+            if vectorized:
+                result = mapper(cache, batch)
+                if result is not None and len(result):
+                    out._push(time, result)
+            else:
+                out._push(time, [mapper(cache, r) for r in batch])
+
+    op.logic = logic
+    return stream.scope.stream(out)

@@ -1,0 +1,141 @@
+"""``min_final``, ``max_final``, ``first_final``, ``last_final``: one value per key over the whole stream,
+sent once the input has ended.
+
+Records are ``(key, value)`` pairs by default (``key=0, value=1``); ``key`` and ``value`` may be functions of
+the record or column indexes, and ``value=None`` takes the whole record. Two-dimensional numeric numpy batches
+are reduced by key without a Python call per row (:mod:`~pytimely.dataflow.operators.grouping`), so Python
+runs once per key and batch, not once per record. "First" is the value at the earliest timestamp and "last" at
+the latest; among records of one time, the order in which they reached the key's worker decides (which is
+only fixed when one worker sends them). Each key's result is sent at the latest time its records had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from pytimely.dataflow.channels import Exchange
+from pytimely.dataflow.operators.window import Field, _column, _getter, _route, _rows
+from pytimely.errors import InvalidArgument
+from pytimely.order import sort_key
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.capability import Capability
+    from pytimely.dataflow.stream import Stream
+
+__all__ = ["Extreme", "final"]
+
+Extreme = Literal["min", "max", "first", "last"]
+
+
+def _better(kind: Extreme) -> Callable[[Any, Any, Any, Any], bool]:
+    """Whether ``(new value, new time)`` replaces ``(held value, held time)``."""
+    if kind == "min":
+        return lambda v, t, held, ht: bool(v < held)
+    if kind == "max":
+        return lambda v, t, held, ht: bool(v > held)
+    if kind == "first":
+        return lambda v, t, held, ht: bool(t <= ht and t != ht)
+    return lambda v, t, held, ht: bool(ht <= t)
+
+
+class _Extremes:
+    """One worker's best value and latest time per key, and capabilities at the times results go out."""
+
+    def __init__(self, kind: Extreme, key: Field, value: Field) -> None:
+        self.kind = kind
+        self.key_field, self.value_field = key, value
+        self.key = _getter(key, "key")
+        self.value = _getter(value, "value")
+        self.better = _better(kind)
+        self.best: dict[Any, Any] = {}
+        self.when: dict[Any, Any] = {}
+        self.last: dict[Any, Any] = {}
+        self.caps: dict[Any, Capability[Any]] = {}
+        self.prune_at = 16
+
+    def absorb(self, t: Any, batch: Any) -> None:
+        """Fold one batch at time ``t``."""
+        pairs = self._reduced(batch)
+        if pairs is None:
+            get_key, get_value = self.key, self.value
+            pairs = [
+                (r if get_key is None else get_key(r), r if get_value is None else get_value(r)) for r in _rows(batch)
+            ]
+        best, when, last, better = self.best, self.when, self.last, self.better
+        for k, v in pairs:
+            if k not in best or better(v, t, best[k], when[k]):
+                best[k], when[k] = v, t
+            held = last.get(k)
+            if held is None or (held <= t and held != t):
+                last[k] = t
+
+    def _reduced(self, batch: Any) -> list[tuple[Any, Any]] | None:
+        """The batch's own best ``(key, value)`` per key, computed on columns; None when it needs records."""
+        if isinstance(batch, list):
+            batch = self._as_array(batch)
+            if batch is None:
+                return None
+        if not hasattr(batch, "dtype") or batch.ndim != 2 or self.value_field is None:
+            return None
+        keys, values = _column(batch, self.key_field), _column(batch, self.value_field)
+        if keys is None or values is None or values.dtype.kind not in "iuf":
+            return None
+        from pytimely.dataflow.operators.grouping import reduce_by_key
+
+        ks, vs = reduce_by_key(keys, values, self.kind)
+        return list(zip(ks.tolist(), vs.tolist(), strict=True))
+
+    def _as_array(self, batch: list[Any]) -> Any:
+        """A list of equal-length tuples of ints as a 2-d array (one C loop), when the fields are columns; else None."""
+        fields = (self.key_field, self.value_field)
+        if not batch or type(batch[0]) is not tuple or not all(type(f) is int for f in fields):
+            return None
+        import numpy as np
+
+        try:
+            array = np.array(batch)
+        except (ValueError, OverflowError):  # ragged rows
+            return None
+        # Only all-int rows: a float among them would turn every key into a float.
+        return array if array.ndim == 2 and array.dtype.kind in "iu" else None
+
+    def prune(self) -> None:
+        """Drop capabilities at times no key's result will be sent at (they would only hold back the frontier)."""
+        needed = set(self.last.values())
+        for t in [t for t in self.caps if t not in needed]:
+            self.caps.pop(t).drop()
+
+
+def final(stream: Stream[Any], kind: Extreme, key: Field, value: Field, name: str) -> Stream[Any]:
+    """``(key, extreme)`` per key once the input has ended; see the module doc."""
+    if kind not in ("min", "max", "first", "last"):
+        raise InvalidArgument(f"{name}: kind must be 'min', 'max', 'first' or 'last', got {kind!r}")
+    scope = stream.scope
+    op = scope._operator(name, [(stream, Exchange(_route(key), vectorized=True))], 1)
+    op.notify = True
+    port, out = op.inputs[0], op.outputs[0]
+    state = _Extremes(kind, key, value)
+
+    def logic() -> None:
+        for cap, batch in port:
+            t = cap.time
+            if t not in state.caps:
+                state.caps[t] = cap.retain()
+            state.absorb(t, batch)
+        if len(state.caps) > state.prune_at:
+            state.prune()
+            state.prune_at = 2 * len(state.caps) + 16
+        if port.frontier.is_empty() and state.caps:
+            by_time: dict[Any, list[tuple[Any, Any]]] = {}
+            for k, v in state.best.items():
+                by_time.setdefault(state.last[k], []).append((k, v))
+            for t in sorted(by_time, key=sort_key):
+                out.give(state.caps[t], by_time[t])
+            for cap in state.caps.values():
+                cap.drop()
+            state.caps.clear()
+            state.best.clear()
+
+    op.logic = logic
+    return scope.stream(out)
