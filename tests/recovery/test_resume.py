@@ -1,0 +1,57 @@
+"""Recovery in one process: a run that died resumes from its last snapshot; the changelog is exactly once."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pytimely.errors import RecoveryMismatchError, StoreNotWritableError
+from tests.recovery.jobs import Crash, expected, running_sums
+
+EPOCHS = 8
+
+
+def test_an_uninterrupted_run_commits_the_whole_changelog(tmp_path: Path) -> None:
+    assert running_sums(tmp_path / "r", EPOCHS, 2) == expected(EPOCHS)
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_a_run_that_died_resumes_and_the_changelog_has_no_duplicate_and_no_gap(tmp_path: Path, trial: int) -> None:
+    rng = random.Random(trial)
+    before, after = rng.choice([(1, 2), (2, 2), (2, 3), (3, 1), (2, 1)])
+    every = rng.choice([1, 1, 2, 3])
+    crash = (rng.randrange(before), rng.randrange(EPOCHS))
+    with pytest.raises(Crash):
+        running_sums(tmp_path / "r", EPOCHS, before, crash_at=crash, every=every, seed=trial)
+    assert running_sums(tmp_path / "r", EPOCHS, after, every=every, seed=trial) == expected(EPOCHS)
+
+
+def test_two_crashes_in_a_row_then_a_finish(tmp_path: Path) -> None:
+    with pytest.raises(Crash):
+        running_sums(tmp_path / "r", EPOCHS, 2, crash_at=(1, 3))
+    with pytest.raises(Crash):
+        running_sums(tmp_path / "r", EPOCHS, 3, crash_at=(2, 6))
+    assert running_sums(tmp_path / "r", EPOCHS, 1) == expected(EPOCHS)
+
+
+def test_without_a_snapshot_the_rerun_starts_over(tmp_path: Path) -> None:
+    with pytest.raises(Crash):
+        running_sums(tmp_path / "r", EPOCHS, 2, crash_at=(0, 0))
+    assert not (tmp_path / "r" / "manifests").exists() or not list((tmp_path / "r" / "manifests").iterdir())
+    assert running_sums(tmp_path / "r", EPOCHS, 2) == expected(EPOCHS)
+
+
+def test_another_job_in_the_folder_is_refused_naming_the_operator(tmp_path: Path) -> None:
+    with pytest.raises(Crash):
+        running_sums(tmp_path / "r", EPOCHS, 2, crash_at=(0, 4))
+    manifests = sorted((tmp_path / "r" / "manifests").iterdir())
+    with pytest.raises(RecoveryMismatchError, match="'sum'"):
+        running_sums(tmp_path / "r", EPOCHS, 2, name="total")
+    assert sorted((tmp_path / "r" / "manifests").iterdir()) == manifests
+
+
+def test_an_unwritable_store_fails_before_any_worker_runs(tmp_path: Path) -> None:
+    with pytest.raises(StoreNotWritableError, match="does not exist"):
+        running_sums(tmp_path / "missing" / "r", EPOCHS, 2)
