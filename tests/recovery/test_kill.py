@@ -1,7 +1,7 @@
 """``kill -9`` of a random process at a random moment under ``pytimely launch -n 2 --recovery DIR``.
 
 Each trial runs word count (``--epochs``) or ``wcc --epochs`` (the changelog contract), kills one of the
-launched processes after a seeded delay, then runs the same command again, with 1, 2 or 3 processes, until
+launched processes once a seeded number of epochs is committed and a seeded delay passed, then runs the same command again, with 1, 2 or 3 processes, until
 it succeeds: its output must equal the output of an uninterrupted run (so nothing is missing or twice), and
 a rerun that found a snapshot must say ``resumed at epoch N``. The delay is the random moment under test,
 not a wait for something to happen; every wait on a process has a generous deadline.
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,15 @@ def _children(pid: int) -> list[int]:
             if int(fields[1]) == pid:
                 found.append(int(entry))
     return sorted(found)
+
+
+def _committed(store: Path) -> int:
+    """The newest epoch with a manifest in ``store`` (-1 if none yet)."""
+    try:
+        names = [n for n in os.listdir(store / "manifests") if n.isdigit()]
+    except OSError:
+        return -1
+    return max(map(int, names), default=-1)
 
 
 @pytest.fixture(scope="module")
@@ -97,21 +107,23 @@ def _changelog(edges: list[tuple[int, int, int]]) -> bytes:
     return "".join(lines).encode()
 
 
-@pytest.mark.parametrize("trial", range(TRIALS))
-def test_kill_9_then_rerun_gives_the_uninterrupted_output(
-    trial: int, tmp_path: Path, inputs: dict[str, tuple[list[str], bytes]]
-) -> None:
+def _trial(trial: int, folder: Path, inputs: dict[str, tuple[list[str], bytes]]) -> tuple[bool, bool]:
+    """One seeded trial; whether the first run was killed, and whether the rerun resumed from a snapshot."""
     rng = random.Random(trial)
     name = "wordcount" if trial % 2 == 0 else "wcc"
     args, expected = inputs[name]
-    out = tmp_path / "out"
-    store = tmp_path / "store"
+    out = folder / "out"
+    folder.mkdir()
+    store = folder / "store"
     job = [*args, str(out)]
     first = _launch(2, store, job)
     started = time.monotonic()
-    while len(_children(first.pid)) < 2 and first.poll() is None and time.monotonic() - started < DEADLINE:
-        time.sleep(0.01)
-    time.sleep(rng.uniform(0.0, 2.5))  # the random moment of the kill
+    # The moment of the kill: a seeded number of committed epochs (0 to all), then a seeded delay, so the kills
+    # fall all over the run, in an epoch's computation, its snapshot's writes or its commit alike.
+    target = rng.randrange(-1, 16)
+    while _committed(store) < target and first.poll() is None and time.monotonic() - started < DEADLINE:
+        time.sleep(0.005)
+    time.sleep(rng.uniform(0.0, 0.3))
     victims = _children(first.pid)
     if victims:
         os.kill(rng.choice(victims), signal.SIGKILL)
@@ -120,7 +132,24 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_output(
     n = rng.choice([1, 2, 3])
     again = _launch(n, store, job)
     _, err = again.communicate(timeout=DEADLINE)
-    assert again.returncode == 0, err.decode(errors="replace")
-    assert out.read_bytes() == expected
-    if had_snapshot and first.returncode != 0:
-        assert b"resumed at epoch " in err
+    where = f"trial {trial} ({name}, rerun with -n {n})"
+    assert again.returncode == 0, f"{where}: {err.decode(errors='replace')}"
+    assert out.read_bytes() == expected, f"{where}: the output differs from an uninterrupted run's"
+    killed = first.returncode != 0
+    resumed = b"resumed at epoch " in err
+    if had_snapshot and killed:
+        assert resumed, f"{where}: a snapshot was there but the rerun did not resume from it"
+    return killed, resumed
+
+
+def test_kill_9_then_rerun_gives_the_uninterrupted_output(
+    tmp_path: Path, inputs: dict[str, tuple[list[str], bytes]]
+) -> None:
+    # Trials run three at a time: most of a trial is processes starting and connecting, not computing.
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda t: _trial(t, tmp_path / f"trial-{t}", inputs), range(TRIALS)))
+    killed = sum(k for k, _ in results)
+    resumed = sum(r for _, r in results)
+    # The seeds are fixed: enough of them kill mid-run and resume, or the test would prove little.
+    assert killed >= TRIALS // 2, results
+    assert resumed >= TRIALS // 4, results
