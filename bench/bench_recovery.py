@@ -24,6 +24,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def wordcount(words: list[str], epochs: int, store: Path | None) -> dict[str, in
         for epoch in range(start, epochs):
             handle.send_batch(words[epoch * size : (epoch + 1) * size][worker.index :: worker.peers])
             handle.advance_to(epoch + 1)
-            worker.step_while(lambda: probe.less_than(epoch + 1))
+            worker.step_while(lambda: probe.less_than(handle.time))
             if durable is not None:
                 durable.commit(epoch, final=epoch == epochs - 1)
         return counts
@@ -101,34 +102,35 @@ def recovery_time(sizes: list[int], tmp: Path) -> list[Row]:
     rows = []
     for n in sizes:
         store = tmp / f"state-{n}"
-        keys = [f"k{i}" for i in range(n)]
         written: list[float] = []
-
-        def fill(worker: Worker) -> None:
-            durable = worker.recovery
-            state = durable.keyed("counts")
-            durable.begin()
-            find = durable._find
-            for k in keys:
-                if find(k) % worker.peers == worker.index:
-                    state[k] = 1
-            started = time.perf_counter()
-            durable.commit(0, final=True)
-            written.append(time.perf_counter() - started)
-
-        execute(fill, 2, recovery=Recovery(store, job="state"))
+        execute(partial(_fill, [f"k{i}" for i in range(n)], written), 2, recovery=Recovery(store, job="state"))
         loaded: list[int] = []
-
-        def load(worker: Worker) -> None:
-            loaded.append(len(worker.recovery.keyed("counts")))
-
         started = time.perf_counter()
-        execute(load, 2, recovery=Recovery(store, job="state"))
+        execute(partial(_load, loaded), 2, recovery=Recovery(store, job="state"))
         elapsed = time.perf_counter() - started
         assert sum(loaded) == n
         rows.append({"figure": "recovery time", "keys": n, "seconds": round(elapsed, 4),
                      "write seconds": round(max(written), 4), "ratio": round(elapsed / max(written), 2)})
     return rows
+
+
+def _fill(keys: list[str], written: list[float], worker: Worker) -> None:
+    """Snapshot this worker's share of ``keys`` at epoch 0; note how long the commit took."""
+    durable = worker.recovery
+    state = durable.keyed("counts")
+    durable.begin()
+    find = durable._find
+    for k in keys:
+        if find(k) % worker.peers == worker.index:
+            state[k] = 1
+    started = time.perf_counter()
+    durable.commit(0, final=True)
+    written.append(time.perf_counter() - started)
+
+
+def _load(loaded: list[int], worker: Worker) -> None:
+    """Resume: load this worker's keys."""
+    loaded.append(len(worker.recovery.keyed("counts")))
 
 
 def _size(folder: Path) -> int:

@@ -130,7 +130,7 @@ def run_durable(
             handle.advance_to(epoch)
             handle.send_batch(edges[edges[:, 2] == epoch, :2])
             handle.advance_to(epoch + 1)
-            worker.step_while(lambda: probe.less_than(epoch + 1))
+            worker.step_while(lambda: probe.less_than(handle.time))
             rows = seen.pop(epoch, [])
             part = np.concatenate(rows) if rows else np.empty((0, 2), dtype=np.int64)
             durable.commit(epoch, output=np.column_stack([np.full(len(part), epoch), part]), final=epoch == epochs[-1])

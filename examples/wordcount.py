@@ -142,7 +142,7 @@ def run_durable(
         for epoch in range(durable.begin(), epochs):
             handle.send_batch(words[epoch * size : (epoch + 1) * size][worker.index :: worker.peers])
             handle.advance_to(epoch + 1)
-            worker.step_while(lambda: probe.less_than(epoch + 1))
+            worker.step_while(lambda: probe.less_than(handle.time))
             durable.commit(epoch, final=epoch == epochs - 1)
         final.advance_to(epochs)
         final.send_batch(list(counts.items()))

@@ -63,7 +63,7 @@ def running_sums(
                 raise Crash(f"worker {worker.index} dies in epoch {epoch}")
             handle.send_batch(mine[len(mine) // 2 :])
             handle.advance_to(epoch + 1)
-            worker.step_while(lambda: probe.less_than(epoch + 1))
+            worker.step_while(lambda: probe.less_than(handle.time))
             durable.commit(epoch, output=changes(epoch), final=epoch == epochs - 1)
         return durable.committed_output() if worker.index == 0 else None
 

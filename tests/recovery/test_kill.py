@@ -1,10 +1,10 @@
 """``kill -9`` of a random process at a random moment under ``pytimely launch -n 2 --recovery DIR``.
 
 Each trial runs word count (``--epochs``) or ``wcc --epochs`` (the changelog contract), kills one of the
-launched processes once a seeded number of epochs is committed and a seeded delay passed, then runs the same command again, with 1, 2 or 3 processes, until
-it succeeds: its output must equal the output of an uninterrupted run (so nothing is missing or twice), and
-a rerun that found a snapshot must say ``resumed at epoch N``. The delay is the random moment under test,
-not a wait for something to happen; every wait on a process has a generous deadline.
+launched processes once a seeded number of epochs is committed and a seeded delay passed, then runs the same
+command again with 1, 2 or 3 processes: its output must equal the output of an uninterrupted run (so nothing
+is missing or twice), and a rerun that found a snapshot must say ``resumed at epoch N``. Every wait on a
+process has a generous deadline.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ See ``docs/recovery.md``. :class:`Recovery` goes to ``execute(..., recovery=...)
 """
 
 from pytimely.recovery.durable import Durable, Recovery, fixed_bins
+from pytimely.recovery.fsspec_store import FsspecStore
 from pytimely.recovery.manifest import FORMAT_VERSION, FileRef, Identity, Manifest
 from pytimely.recovery.policy import SnapshotPolicy
 from pytimely.recovery.snapshots import Snapshots
-from pytimely.recovery.fsspec_store import FsspecStore
 from pytimely.recovery.store import LocalStore, SnapshotStore, open_store
 
 __all__ = [

@@ -18,7 +18,7 @@ class FsspecStore:
     """Blobs under ``url`` (``s3://bucket/prefix``); ``options`` go to fsspec (credentials, endpoint)."""
 
     def __init__(self, url: str, **options: Any) -> None:
-        import fsspec
+        import fsspec  # type: ignore[import-untyped]
 
         self.location = url
         self.fs, root = fsspec.core.url_to_fs(url, **options)

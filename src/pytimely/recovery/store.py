@@ -90,7 +90,8 @@ class LocalStore:
         try:
             write_atomic(path, data, durable=self.durable)
         except OSError as exc:
-            raise RecoveryError(f"recovery store {self.location}: cannot write {name}: {exc}", os.fspath(path)) from None
+            where = os.fspath(path)
+            raise RecoveryError(f"recovery store {self.location}: cannot write {name}: {exc}", where) from None
 
     def get(self, name: str) -> bytes | None:
         """The bytes of ``name`` or ``None``."""
