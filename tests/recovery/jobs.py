@@ -27,13 +27,13 @@ def _add(key: int, value: int, total: int | None) -> tuple[int, list[tuple[int, 
 
 def running_sums(
     store: Any, epochs: int, workers: int, *, crash_at: tuple[int, int] | None = None, every: int = 1,
-    name: str = "sum", seed: int | None = None,
+    name: str = "sum", seed: int | None = None, policy: SnapshotPolicy | None = None,
 ) -> list[tuple[int, int, int]]:
     """Run the job on ``workers`` threads; the committed changelog ``(epoch, key, total)`` lines, sorted.
 
     ``crash_at=(worker, epoch)`` makes that worker raise :class:`Crash` after sending part of that epoch.
     """
-    recovery = Recovery(store, SnapshotPolicy(every_epochs=every), job="sums")
+    recovery = Recovery(store, policy or SnapshotPolicy(every_epochs=every), job="sums")
 
     def job(worker: Worker) -> Any:
         durable = worker.recovery

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytimely.errors import RecoveryMismatchError, StoreNotWritableError
+from pytimely.recovery import SnapshotPolicy
 from tests.recovery.jobs import Crash, expected, running_sums
 
 EPOCHS = 8
@@ -55,3 +56,16 @@ def test_another_job_in_the_folder_is_refused_naming_the_operator(tmp_path: Path
 def test_an_unwritable_store_fails_before_any_worker_runs(tmp_path: Path) -> None:
     with pytest.raises(StoreNotWritableError, match="does not exist"):
         running_sums(tmp_path / "missing" / "r", EPOCHS, 2)
+
+
+@pytest.mark.parametrize("seconds", [1e-9, 3600.0])
+def test_a_timed_policy_snapshots_the_same_epochs_on_every_worker(tmp_path: Path, seconds: float) -> None:
+    policy = SnapshotPolicy(every_epochs=None, every_seconds=seconds)
+    with pytest.raises(Crash):
+        running_sums(tmp_path / "r", EPOCHS, 3, crash_at=(2, 5), policy=policy)
+    folder = tmp_path / "r" / "manifests"
+    manifests = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    # Worker 0's clock decides at each epoch for the next: with a tiny period epochs 1 to 3 at least are taken
+    # (4 too if worker 0 got to commit it before the crash stopped it); with an hour, none.
+    assert manifests in ([["000000000002", "000000000003"], ["000000000003", "000000000004"]] if seconds < 1 else [[]])
+    assert running_sums(tmp_path / "r", EPOCHS, 2, policy=policy) == expected(EPOCHS)

@@ -123,20 +123,27 @@ class Durable:
         return state
 
     def _load(self) -> dict[str, dict[Any, Any]]:
-        """This worker's keys of every state, from the payloads holding its bins."""
+        """This worker's keys of every state, from the payloads holding its bins.
+
+        A payload holds its writer's keys, all in the bins it names: a payload whose bins are all this
+        worker's is taken whole; one that also holds other workers' bins (the run had another size) is
+        filtered key by key.
+        """
         assert self.latest is not None
-        peers, index = self.worker.peers, self.worker.index
+        peers, index, find = self.worker.peers, self.worker.index, self._find
         mine = {b for b in range(self.recovery.bins) if b % peers == index}
         restored: dict[str, dict[Any, Any]] = {}
         for ref in self.latest.payloads:
             if not mine.intersection(ref.bins):
                 continue
-            by_state: dict[str, dict[int, dict[Any, Any]]] = pickle.loads(self.snapshots.read(ref))
-            for name, by_bin in by_state.items():
+            by_state: dict[str, dict[Any, Any]] = pickle.loads(self.snapshots.read(ref))
+            whole = mine.issuperset(ref.bins)
+            for name, items in by_state.items():
                 target = restored.setdefault(name, {})
-                for b, items in by_bin.items():
-                    if b in mine:
-                        target.update(items)
+                if whole:
+                    target.update(items)
+                else:
+                    target.update((k, v) for k, v in items.items() if find(k) in mine)
         return restored
 
     def new_input(self, scope: Scope[Any], name: str = "input", *, replay: Callable[[int], None] | None = None) -> Any:
@@ -237,20 +244,10 @@ class Durable:
         return True
 
     def _write_payload(self, epoch: int) -> FileRef:
-        find = self._find
+        # The states are pickled as they are (no per-key work): their keys are all in this worker's bins.
         peers, index = self.worker.peers, self.worker.index
-        by_state: dict[str, dict[int, dict[Any, Any]]] = {}
-        for name, state in self._states.items():
-            by_bin: dict[int, dict[Any, Any]] = {}
-            for k, v in state.items():
-                b = find(k)
-                part = by_bin.get(b)
-                if part is None:
-                    part = by_bin[b] = {}
-                part[k] = v
-            by_state[name] = by_bin
         bins = tuple(b for b in range(self.recovery.bins) if b % peers == index)
-        data = pickle.dumps(by_state, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(self._states, protocol=pickle.HIGHEST_PROTOCOL)
         return self.snapshots.put_payload(epoch, index, data, bins)
 
     def _write_output(self, epoch: int) -> FileRef | None:
