@@ -12,7 +12,8 @@ A job run with ``execute(..., recovery=Recovery(...))`` finds a :class:`Durable`
 
 ``commit`` writes this worker's payload (its bins' states as of ``epoch``) and its output part, then sends
 their references on a small dataflow to every worker; once that dataflow's frontier passes ``epoch`` every
-worker has written, and worker 0 commits the manifest. Keyed state is routed by bins
+worker has written, and worker 0 commits the manifest (noticed at a later ``commit`` without waiting, so the
+snapshot costs no extra round between workers; the final one waits). Keyed state is routed by bins
 (:func:`fixed_bins` gives the control stream that makes a keyed operator do so), and bin ``b`` belongs to
 worker ``b % peers``: a run restarted with another number of workers takes each bin's keys from whichever
 payload holds it.
@@ -97,6 +98,7 @@ class Durable:
         self._last_epoch = self.resume_epoch - 1
         self._last_time = time.monotonic()
         self._due_next = False
+        self._unconfirmed: list[int] = []
         self._identity_hash = ""
         self._restored: dict[str, dict[Any, Any]] | None = None
         self._replays: list[Callable[[int], None]] = []
@@ -202,6 +204,9 @@ class Durable:
         Call it once per epoch in order, on every worker, after the stateful operators' frontier passed
         ``epoch`` and before any record of a later epoch is sent. ``output`` is added as by :meth:`output`;
         ``position`` (JSON) is kept in the manifest and given back as :attr:`position` on resume.
+
+        The snapshot is committed (its manifest written by worker 0) once every worker has written its part:
+        found at this worker's later calls, without waiting, or waited for when ``final``.
         """
         if not self._begun:
             self.begin()
@@ -214,34 +219,44 @@ class Durable:
         due = final or self._due_next or (
             policy.every_epochs is not None and epoch - self._last_epoch >= policy.every_epochs
         )
-        if not due and not timed:
-            self._handle.advance_to(epoch + 1)
-            return False
-        payload = refs = None
-        if due:
-            payload = self._write_payload(epoch)
-            refs = self._write_output(epoch)
-        decision = False
-        if timed and self.worker.index == 0:
-            # Worker 0's clock decides for all, so every worker snapshots the same epochs.
-            decision = time.monotonic() - self._last_time >= (policy.every_seconds or 0.0)
-        self._handle.send((self.worker.index, payload, refs, position, decision))
+        if due or timed:
+            payload = refs = None
+            if due:
+                payload = self._write_payload(epoch)
+                refs = self._write_output(epoch)
+            decision = False
+            if timed and self.worker.index == 0:
+                # Worker 0's clock decides for all, so every worker snapshots the same epochs.
+                decision = time.monotonic() - self._last_time >= (policy.every_seconds or 0.0)
+            self._handle.send((self.worker.index, payload, refs, position, decision))
         self._handle.advance_to(epoch + 1)
-        self.worker.step_while(lambda: self._probe.less_than(epoch + 1))
-        seen = self._seen.pop(epoch, [])
-        self._due_next = any(d for _, _, _, _, d in seen)
-        if not due:
-            return False
-        if self.worker.index == 0:
+        if timed or final:
+            # The decision for the next epoch must be known before it ends; the last snapshot before returning.
+            self.worker.step_while(lambda: self._probe.less_than(epoch + 1))
+            self._due_next = any(d for _, _, _, _, d in self._seen.get(epoch, []))
+        if due:
+            self._unconfirmed.append(epoch)
+            self._last_epoch = epoch
+            self._last_time = time.monotonic()
+        self._confirm()
+        return due
+
+    def _confirm(self) -> None:
+        """Commit (on worker 0) each snapshot every worker's references of have arrived for, in epoch order."""
+        probe = self._probe
+        while self._unconfirmed and not probe.less_than(self._unconfirmed[0] + 1):
+            epoch = self._unconfirmed.pop(0)
+            passed = [t for t in self._seen if t <= epoch]
+            seen = [item for t in passed for item in self._seen.pop(t) if t == epoch]
+            if self.worker.index != 0:
+                continue
             payloads = tuple(sorted((p for _, p, _, _, _ in seen if p is not None), key=lambda r: r.worker))
             outputs = tuple(sorted((o for _, _, o, _, _ in seen if o is not None), key=lambda r: r.worker))
             positions = {str(w): pos for w, _, _, pos, _ in seen if pos is not None}
             self.snapshots.commit(
-                Manifest(epoch, self._identity_hash, self.worker.peers, payloads, outputs, positions), policy.keep
+                Manifest(epoch, self._identity_hash, self.worker.peers, payloads, outputs, positions),
+                self.recovery.policy.keep,
             )
-        self._last_epoch = epoch
-        self._last_time = time.monotonic()
-        return True
 
     def _write_payload(self, epoch: int) -> FileRef:
         # The states are pickled as they are (no per-key work): their keys are all in this worker's bins.
