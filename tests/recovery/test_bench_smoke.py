@@ -24,5 +24,6 @@ def test_bench_recovery_quick_reports_every_figure() -> None:
     rows = [json.loads(line) for line in result.stdout.splitlines()[1:]]
     assert {r["figure"] for r in rows} == {"throughput", "recovery time", "store size"}
     sizes = [r["bytes"] for r in rows if r["figure"] == "store size"]
-    # keep=2: after the first tenth of the epochs the store never grows past its largest early size.
-    assert len(sizes) == 10 and max(sizes[1:]) <= 2 * sizes[0]
+    # keep=2: once the state is full (from the second tenth on) the store's size stays within a band; a store
+    # that kept every snapshot would grow tenfold.
+    assert len(sizes) == 10 and max(sizes[2:]) <= 2 * min(sizes[2:])

@@ -238,6 +238,11 @@ class Durable:
             self._unconfirmed.append(epoch)
             self._last_epoch = epoch
             self._last_time = time.monotonic()
+            if len(self._unconfirmed) > 1:
+                # At most one snapshot waits for its commit, so the store stays bounded even in a job that
+                # does not step between commits; in one that does, the older one is through already.
+                older = self._unconfirmed[-2]
+                self.worker.step_while(lambda: self._probe.less_than(older + 1))
         self._confirm()
         return due
 
