@@ -82,12 +82,11 @@ def execute(
     ``log``, a sink of :mod:`pytimely.eventlog`, receives every worker's events (off by default).
 
     With ``recovery`` (:class:`pytimely.recovery.Recovery`) the store is checked writable before anything
-    runs (:class:`~pytimely.errors.StoreNotWritableError`), what a run that died left after its last complete
-    snapshot is removed, and each worker finds its :class:`~pytimely.recovery.Durable` as ``worker.recovery``
-    (see :mod:`pytimely.recovery.durable`).
+    runs (:class:`~pytimely.errors.StoreNotWritableError`), and each worker finds its
+    :class:`~pytimely.recovery.Durable` as ``worker.recovery`` (see :mod:`pytimely.recovery.durable`).
     """
     if recovery is not None:
-        func = _with_recovery(func, recovery, first=config is None or config.first_worker == 0)
+        func = _with_recovery(func, recovery)
     if config is not None:
         if workers != 1 and workers != config.workers:
             raise InvalidArgument(f"workers={workers} contradicts config.workers={config.workers}; give one of them")
@@ -111,11 +110,11 @@ def execute(
     return _run_threads(func, [Worker(a, check_serialization=check_serialization, log=log) for a in allocators], seed)
 
 
-def _with_recovery(func: Callable[[Worker], R], recovery: Recovery, *, first: bool) -> Callable[[Worker], R]:
+def _with_recovery(func: Callable[[Worker], R], recovery: Recovery) -> Callable[[Worker], R]:
     """``func`` with ``worker.recovery`` set first; the store is opened (and checked) here, before any worker runs."""
     from pytimely.recovery.durable import Durable
 
-    snapshots, latest = recovery.open(first=first)
+    snapshots, latest = recovery.open()
 
     def attached(worker: Worker) -> R:
         worker.recovery = Durable(worker, recovery, snapshots, latest)

@@ -60,8 +60,8 @@ class Recovery:
     announce: Any = None
     _opened: tuple[Snapshots, Manifest | None] | None = None
 
-    def open(self, *, first: bool) -> tuple[Snapshots, Manifest | None]:
-        """Check the store can be written, find the last complete snapshot; ``first`` (process 0) cleans up.
+    def open(self) -> tuple[Snapshots, Manifest | None]:
+        """Check the store can be written and find its last complete snapshot (once per process).
 
         Raises :class:`~pytimely.errors.StoreNotWritableError` at once when the store cannot be written.
         """
@@ -69,10 +69,7 @@ class Recovery:
             store = open_store(self.store)
             store.check_writable()
             snapshots = Snapshots(store)
-            latest = snapshots.latest()
-            if first:
-                snapshots.clean(None if latest is None else latest.epoch)
-            self._opened = (snapshots, latest)
+            self._opened = (snapshots, snapshots.latest())
         return self._opened
 
 
@@ -172,6 +169,10 @@ class Durable:
         )
         self._identity_hash = digest(repr(identity.to_json()).encode())
         self.snapshots.check_identity(identity, write=self.worker.index == 0)
+        if self.worker.index == 0:
+            # What a run that died left after the last complete snapshot goes, now that the store is known to
+            # be this job's. No other worker writes before worker 0 sends its first record, after this.
+            self.snapshots.clean(None if self.latest is None else self.latest.epoch)
         if self.latest is not None and self.latest.identity != self._identity_hash:
             raise RecoveryError(
                 f"recovery store {self.snapshots.store.location}: its last snapshot was taken by another "
