@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,22 @@ def test_a_timed_policy_snapshots_the_same_epochs_on_every_worker(tmp_path: Path
     # (4 too if worker 0 got to commit it before the crash stopped it); with an hour, none.
     assert manifests in ([["000000000002", "000000000003"], ["000000000003", "000000000004"]] if seconds < 1 else [[]])
     assert running_sums(tmp_path / "r", EPOCHS, 2, policy=policy) == expected(EPOCHS)
+
+
+def test_positions_come_back_to_the_same_worker_and_not_after_a_change_of_size(tmp_path: Path) -> None:
+    from pytimely import execute
+    from pytimely.recovery import Recovery
+
+    recovery = Recovery(tmp_path / "r", job="positions")
+
+    def job(worker: Any) -> Any:
+        durable = worker.recovery
+        durable.begin()
+        before = durable.position
+        if durable.resume_epoch == 0:
+            durable.commit(0, position={"offset": 100 + worker.index}, final=True)
+        return before
+
+    assert execute(job, 2, recovery=recovery) == [None, None]
+    assert execute(job, 2, recovery=Recovery(tmp_path / "r", job="positions")) == [{"offset": 100}, {"offset": 101}]
+    assert execute(job, 3, recovery=Recovery(tmp_path / "r", job="positions")) == [None, None, None]

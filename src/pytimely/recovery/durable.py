@@ -83,7 +83,8 @@ class Durable:
         self.latest = latest
         self.resume_epoch = 0 if latest is None else latest.epoch + 1
         """The first epoch this run computes (0 on a fresh store)."""
-        self.position: Any = None if latest is None else latest.positions.get(str(worker.index))
+        same_size = latest is not None and latest.peers == worker.peers
+        self.position: Any = latest.positions.get(str(worker.index)) if latest is not None and same_size else None
         """What this worker gave ``commit(position=...)`` at the last snapshot (None on a fresh start or rescale)."""
         self._states: dict[str, dict[Any, Any]] = {}
         self._pending_output: list[Any] = []
