@@ -16,6 +16,11 @@ With ``--epochs K`` the words are streamed in K epochs; ``--rescale E:+1,E2:-1``
 (under ``pytimely launch --elastic``) adds a process after epoch E and has the
 newest one leave after E2, while the counts stay exact: keyed state moves with
 its bins (see ``docs/rescaling.md``).
+
+With ``--epochs K --recovery DIR`` (or under ``pytimely launch --recovery DIR``) the counts are
+snapshotted into DIR after every epoch (``--snapshot-every E`` for every E-th); a run started again
+after a crash prints ``resumed at epoch N`` and goes on from the last complete snapshot, with any
+number of processes (see ``docs/recovery.md``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.cli import metrics_port_from, observers
 from pytimely.config import Config, add_arguments, parse_config
-from pytimely.errors import InputFormatError, OutputPathError, PytimelyError
+from pytimely.errors import InputFormatError, OutputPathError, PytimelyError, RecoveryError
 from pytimely.eventlog import Sink, combine
 from pytimely.io import check_output, read_words, write_table
 from pytimely.status import ProgressLine
@@ -100,6 +105,58 @@ def run_rescaling(
     if config.first_worker != 0 or results[0] is None:
         return None
     return sorted(results[0][0].items())
+
+
+def run_durable(
+    path: str,
+    epochs: int,
+    recovery: Any,
+    *,
+    workers: int = 1,
+    config: Config | None = None,
+    log: Sink | None = None,
+) -> list[tuple[str, int]] | None:
+    """Count in ``epochs`` epochs, snapshotting the counts as ``recovery`` says; resume from its last snapshot."""
+    from pytimely.dataflow.operators.state_machine import state_machine
+    from pytimely.recovery import fixed_bins
+
+    words = read_words(path, part=0, parts=1)
+    size = -(-len(words) // epochs) if words else 0
+
+    def add(_word: str, _value: str, count: int | None) -> tuple[int, None]:
+        return (count or 0) + 1, None
+
+    def job(worker: Worker) -> Any:
+        durable = worker.recovery
+        counts = durable.keyed("counts")
+
+        def build(scope: Scope[int]) -> tuple[Any, Any, Any, Any]:
+            handle, stream = durable.new_input(scope, "words")
+            final, totals = scope.new_input(name="final counts")
+            counted = state_machine(
+                stream, add, _same, fixed_bins(scope), recovery.bins, "count", states=counts
+            )
+            return handle, counted.probe(), final, totals.exchange(lambda _: 0, name="gather").capture()
+
+        handle, probe, final, captured = worker.dataflow(build)
+        for epoch in range(durable.begin(), epochs):
+            handle.send_batch(words[epoch * size : (epoch + 1) * size][worker.index :: worker.peers])
+            handle.advance_to(epoch + 1)
+            worker.step_while(lambda: probe.less_than(handle.time))
+            durable.commit(epoch, final=epoch == epochs - 1)
+        final.advance_to(epochs)
+        final.send_batch(list(counts.items()))
+        final.close()
+        return captured
+
+    results = execute(job, workers, config=config, log=log, recovery=recovery)
+    if config is not None and config.first_worker != 0:
+        return None
+    return sorted(pair for _, batch in results[0] for pair in batch)
+
+
+def _same(word: str) -> str:
+    return word
 
 
 def _words(batch: Any) -> list[str]:
@@ -178,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--leave-timeout", type=float, default=60.0, help="with --rescale: seconds a leaver may take to say so (60)"
     )
+    parser.add_argument(
+        "--recovery", metavar="DIR", default=os.environ.get("PYTIMELY_RECOVERY") or None,
+        help="with --epochs: snapshot the counts into DIR and resume from it after a crash",
+    )
+    parser.add_argument(
+        "--snapshot-every", type=int, default=1, metavar="E", help="with --recovery: snapshot every E-th epoch (1)"
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
     add_arguments(parser)
     args = parser.parse_args(argv)
@@ -192,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.rescale and args.epochs == 0:
         parser.error("--rescale needs --epochs")
+    if args.recovery and (args.epochs == 0 or args.rescale):
+        parser.error("--recovery needs --epochs (and no --rescale)")
     line = ProgressLine(quiet=args.quiet, total_epochs=args.epochs or None)
     closers: list[Any] = []
     try:
@@ -200,7 +266,15 @@ def main(argv: list[str] | None = None) -> int:
         observed, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port_from(os.environ))
         log = combine(line.sink, observed)
         with line:
-            if args.epochs > 0:
+            if args.recovery:
+                from pytimely.recovery import Recovery, SnapshotPolicy
+
+                recovery = Recovery(
+                    args.recovery, SnapshotPolicy(every_epochs=args.snapshot_every), job="wordcount",
+                    announce=sys.stderr,
+                )
+                counts = run_durable(args.input, args.epochs, recovery, config=config, log=log)
+            elif args.epochs > 0:
                 counts = run_rescaling(
                     args.input,
                     args.epochs,
@@ -215,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         if counts is None:
             return 0
         write_table(args.output, ["word", "count"], counts, sep="\t")
-    except (InputFormatError, OutputPathError, OSError) as exc:
+    except (InputFormatError, OutputPathError, RecoveryError, OSError) as exc:
         print(f"wordcount: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from pytimely.config import add_arguments, config_from_args
-from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError
+from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
 from pytimely.eventlog import Sink, combine
 from pytimely.status import ProgressLine, Status, status_from_metrics
 
@@ -348,6 +348,7 @@ def launch(
     leave_timeout: float = 60.0,
     metrics_port: int | None = None,
     quiet: bool = False,
+    recovery: str | None = None,
 ) -> int:
     """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status.
 
@@ -359,9 +360,18 @@ def launch(
 
     With ``metrics_port`` P, process I serves Prometheus metrics on port P + I (``PYTIMELY_METRICS_PORT``), and,
     unless ``quiet`` or stderr is not a terminal, the launcher draws a progress line from them.
+
+    With ``recovery`` DIR, every process finds it as ``PYTIMELY_RECOVERY`` (jobs that support it snapshot there
+    and resume from it, see ``docs/recovery.md``); a DIR that cannot be written fails here, before any start.
     """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
+    if recovery is not None:
+        if elastic:
+            raise ConfigError("--recovery and --elastic cannot be combined: a recovered run rescales on restart")
+        from pytimely.recovery import open_store
+
+        open_store(recovery).check_writable()
     if not command:
         raise ConfigError("launch needs a command after --")
     # Every process's port is bound here and handed down, so nothing can take it before the process starts.
@@ -378,6 +388,8 @@ def launch(
         launcher.extra = {
             "PYTIMELY_ELASTIC": "1", "PYTIMELY_INITIAL": str(processes), "PYTIMELY_CONTROL": endpoint.address
         }
+    if recovery is not None:
+        launcher.extra["PYTIMELY_RECOVERY"] = os.path.abspath(recovery) if "://" not in recovery else recovery
     try:
         with launcher.lock:
             for index in range(processes):
@@ -486,6 +498,9 @@ def _launch(argv: Sequence[str]) -> int:
         help="process I serves Prometheus metrics on this port + I; the launcher shows a progress line from them",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--recovery", metavar="DIR", help="snapshot store the processes resume from after a crash (docs/recovery.md)"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -493,9 +508,13 @@ def _launch(argv: Sequence[str]) -> int:
         return launch(
             command, args.processes, args.workers, port=args.port, elastic=args.elastic,
             leave_timeout=args.leave_timeout, metrics_port=args.metrics_port, quiet=args.quiet,
+            recovery=args.recovery,
         )
     except ConfigError as exc:
         parser.error(str(exc))
+    except RecoveryError as exc:
+        print(f"pytimely launch: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"pytimely launch: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 2

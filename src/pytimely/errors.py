@@ -484,3 +484,27 @@ class EventStreamTimeoutError(EventStreamError, TimeoutError):
 
 class SourceTimeoutError(InputError, TimeoutError):
     """A connector's source heard nothing (no file, no connection, no line) for longer than its timeout."""
+
+
+class RecoveryError(PytimelyError):
+    """Snapshots of operator state could not be written or read; names the store and the file."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreNotWritableError(RecoveryError, OSError):
+    """A recovery store cannot be written (missing parent, no permission, a file in the way); raised at start."""
+
+
+class RecoveryMismatchError(RecoveryError, ValueError):
+    """A recovery store holds snapshots of another job or format version; names what differs. Nothing is touched."""
+
+    def __init__(self, message: str, path: str = "", field: str = "") -> None:
+        super().__init__(message, path)
+        self.field = field
+
+
+class SnapshotCorruptError(RecoveryError):
+    """A committed snapshot's payload is missing or does not match the checksum its manifest records."""

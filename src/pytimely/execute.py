@@ -30,6 +30,7 @@ from pytimely.communication.local import LocalAllocator
 from pytimely.config import Config
 from pytimely.errors import InvalidArgument
 from pytimely.eventlog import Sink
+from pytimely.recovery.durable import Recovery
 from pytimely.worker import Worker
 
 __all__ = ["execute"]
@@ -68,6 +69,7 @@ def execute(
     check_serialization: bool = False,
     on_leave: Callable[[int], None] | None = None,
     log: Sink | None = None,
+    recovery: Recovery | None = None,
 ) -> list[R]:
     """Run ``func(worker)`` on ``workers`` workers (or as ``config`` lays out); return this process's results.
 
@@ -78,7 +80,13 @@ def execute(
     It costs a pickle round trip per batch: meant for tests. ``on_leave`` is as for :func:`run_process`.
 
     ``log``, a sink of :mod:`pytimely.eventlog`, receives every worker's events (off by default).
+
+    With ``recovery`` (:class:`pytimely.recovery.Recovery`) the store is checked writable before anything
+    runs (:class:`~pytimely.errors.StoreNotWritableError`), and each worker finds its
+    :class:`~pytimely.recovery.Durable` as ``worker.recovery`` (see :mod:`pytimely.recovery.durable`).
     """
+    if recovery is not None:
+        func = _with_recovery(func, recovery)
     if config is not None:
         if workers != 1 and workers != config.workers:
             raise InvalidArgument(f"workers={workers} contradicts config.workers={config.workers}; give one of them")
@@ -100,6 +108,19 @@ def execute(
         worker.finish()
         return [result]
     return _run_threads(func, [Worker(a, check_serialization=check_serialization, log=log) for a in allocators], seed)
+
+
+def _with_recovery(func: Callable[[Worker], R], recovery: Recovery) -> Callable[[Worker], R]:
+    """``func`` with ``worker.recovery`` set first; the store is opened (and checked) here, before any worker runs."""
+    from pytimely.recovery.durable import Durable
+
+    snapshots, latest = recovery.open()
+
+    def attached(worker: Worker) -> R:
+        worker.recovery = Durable(worker, recovery, snapshots, latest)
+        return func(worker)
+
+    return attached
 
 
 def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int | None) -> list[R]:

@@ -11,7 +11,7 @@ import numpy as np
 from pytimely.atomic import atomic_output, check_output
 from pytimely.errors import InputFormatError, InvalidArgument
 
-__all__ = ["atomic_output", "check_output", "read_edges", "read_words", "write_table"]
+__all__ = ["EpochLines", "atomic_output", "check_output", "read_edges", "read_words", "write_table"]
 
 _HEADERS = {("src", "dst"), ("src", "dst", "epoch")}
 
@@ -182,3 +182,65 @@ def read_words(path: str | os.PathLike[str], *, part: int = 0, parts: int = 1) -
     text = _read_text(os.fspath(path))
     words = text.split()
     return words if parts == 1 else words[part::parts]
+
+
+class EpochLines:
+    """A text file's lines dealt into epochs of ``per_epoch`` lines, each epoch readable on its own (replayable).
+
+    The file is scanned once for the byte offset where each epoch starts; :meth:`read` seeks there, so a run
+    resumed at epoch ``e`` (``Durable.resume_epoch``) reads from ``e`` on without reading what came before,
+    and :meth:`offset` is the position to record with a snapshot. Lines that are not UTF-8 raise
+    :class:`~pytimely.errors.InputFormatError` naming the file and line.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], per_epoch: int) -> None:
+        if type(per_epoch) is not int or per_epoch < 1:
+            raise InvalidArgument(f"per_epoch must be a positive int, got {per_epoch!r}")
+        self.path = os.fspath(path)
+        self.per_epoch = per_epoch
+        self._offsets = [0]
+        self.lines = 0
+        """How many lines the file has."""
+        position = 0
+        with open(self.path, "rb") as handle:
+            for line in handle:
+                self.lines += 1
+                position += len(line)
+                if self.lines % per_epoch == 0:
+                    self._offsets.append(position)
+        if self.lines % per_epoch:
+            self._offsets.append(position)  # the end: where an epoch after the last one starts
+
+    @property
+    def epochs(self) -> int:
+        """How many epochs the file fills (the last may be short)."""
+        return -(-self.lines // self.per_epoch)
+
+    def offset(self, epoch: int) -> int:
+        """The byte offset of epoch ``epoch``'s first line."""
+        if type(epoch) is not int or not 0 <= epoch <= self.epochs:
+            raise InvalidArgument(f"epoch must be an int in 0..{self.epochs}, got {epoch!r}")
+        return self._offsets[epoch]
+
+    def read(self, epoch: int, *, part: int = 0, parts: int = 1) -> list[str]:
+        """The lines of ``epoch`` (every ``parts``-th from ``part``), without their line ends."""
+        _check_share(part, parts)
+        start = self.offset(epoch)
+        with open(self.path, "rb") as handle:
+            handle.seek(start)
+            raw = [handle.readline() for _ in range(self.per_epoch)]
+        first = epoch * self.per_epoch
+        out = []
+        for i, line in enumerate(raw):
+            if not line:
+                break
+            if i % parts != part:
+                continue
+            try:
+                out.append(line.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as exc:
+                raise InputFormatError(
+                    f"{self.path}, line {first + i + 1}: not UTF-8 text ({exc.reason})", path=self.path,
+                    line=first + i + 1,
+                ) from None
+        return out

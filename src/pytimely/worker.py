@@ -59,6 +59,8 @@ class Worker:
         """Whether the last :meth:`step` did anything (received, ran or sent something)."""
         self.waiting = False
         """Whether the worker is inside :meth:`step_while`: only its dataflows can end the wait."""
+        self.recovery: Any = None
+        """With ``execute(..., recovery=...)``, this worker's :class:`pytimely.recovery.Durable`; else ``None``."""
 
     @property
     def index(self) -> int:

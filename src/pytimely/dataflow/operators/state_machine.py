@@ -32,8 +32,10 @@ InspectState = Callable[[int, Any, Mapping[Any, Any]], None]
 class _Held:
     """One worker's per-key states and the records waiting for their time to complete."""
 
-    def __init__(self, ports: list[InputPort[Any, Any]], router: Router | None) -> None:
-        self.states: dict[Any, Any] = {}
+    def __init__(
+        self, ports: list[InputPort[Any, Any]], router: Router | None, states: dict[Any, Any] | None = None
+    ) -> None:
+        self.states: dict[Any, Any] = {} if states is None else states
         self.pending: dict[Any, list[Any]] = {}
         self._ports = ports
         self._router = router
@@ -64,12 +66,15 @@ def state_machine(
     bins: int,
     name: str,
     inspect_state: InspectState | None = None,
+    states: dict[Any, Any] | None = None,
 ) -> Stream[Any]:
     """Fold each key's records into its state in timestamp order, emitting what ``fold`` returns.
 
     Records are ``(key, value)`` pairs (or rows of a two-dimensional numpy batch, routed by a vectorised
     lookup), or any record when ``key`` extracts its key (the value is then the record).
     ``inspect_state(worker, time, states)``, if given, sees this worker's states after each time.
+    ``states``, if given, is the dict the per-key states live in (a declared state of
+    :meth:`pytimely.recovery.Durable.keyed`, restored from a snapshot and snapshotted at epoch boundaries).
     """
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
@@ -85,7 +90,7 @@ def state_machine(
     data = ports[0]
     state_in = ports[1] if router is not None else None
     out = op.outputs[0]
-    held = _Held(ports, router)
+    held = _Held(ports, router, states)
     if router is not None:
         router.holder = held
     states, pending = held.states, held.pending
