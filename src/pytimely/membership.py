@@ -7,8 +7,10 @@ member, its workers bootstrap their progress state from a member
 them, so their inputs work. A process leaves with :meth:`Worker.leave
 <pytimely.worker.Worker.leave>` once its bins moved to others. Keyed state
 follows the bins (``control=`` on the keyed operators): whoever changes the
-membership sends :func:`balanced_moves` on the control stream at the time the
-change takes effect.
+membership sends the moves on the control stream: a leaver's bins all at the time
+the change takes effect, a join's spread over the epochs after it in small groups
+(:func:`pytimely.algorithms.rescaling.migration_schedule`, fluid migration as in
+Megaphone); :func:`balanced_moves` is the all-at-once assignment.
 
 :class:`RescalePlan` is the schedule the ``wordcount --rescale`` job follows; it
 tells every process, the same way, which workers take part at each epoch.

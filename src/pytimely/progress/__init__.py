@@ -5,7 +5,14 @@ This layer knows nothing of workers, operators or transports; see seeds
 (its verified model).
 """
 
-from pytimely.progress.broadcast import ProgressBatch, ProgressMode, ProgressReceiver, ProgressSender, justified
+from pytimely.progress.broadcast import (
+    ProgressAggregator,
+    ProgressBatch,
+    ProgressMode,
+    ProgressReceiver,
+    ProgressSender,
+    justified,
+)
 from pytimely.progress.change_batch import ChangeBatch
 from pytimely.progress.frontier import Antichain, MutableAntichain, frontier_of
 from pytimely.progress.location import Location, Source, Target
@@ -21,6 +28,7 @@ __all__ = [
     "MutableAntichain",
     "PathSummary",
     "PointstampOrder",
+    "ProgressAggregator",
     "ProductSummary",
     "ProgressBatch",
     "ProgressMode",
