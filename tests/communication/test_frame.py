@@ -230,3 +230,34 @@ def test_encrypted_or_only_authenticated_frames_round_trip_and_refuse_any_change
     # A receiver expecting the other mode refuses the frame rather than misreading it.
     with pytest.raises(FrameAuthenticationError):
         FrameDecoder(1, FrameKeys(KEYS.payload, KEYS.header, not encrypt)).feed(wire)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=70_000), min_size=1, max_size=4), min_size=1, max_size=6))
+def test_reused_sealing_buffers_never_overwrite_a_frame_not_yet_written(batches: list[list[bytes]]) -> None:
+    # A link encodes a batch, writes it, then recycles: a frame's sealed bytes must stay as they were until
+    # then, however the buffers of earlier batches are lent out again.
+    encoder = FrameEncoder(KEYS, reuse=True)
+    decoder = FrameDecoder(1, KEYS)
+    for batch in batches:
+        encoded = [encoder.encode(1, 0, 1, 0, 1, [p], len(p)) for p in batch]
+        wire = b"".join(bytes(part) for frame in encoded for part in frame)
+        encoder.recycle()
+        assert [bytes(f.payload) for f in decoder.feed(wire)] == batch
+    assert decoder.idle
+
+
+def test_sealing_buffers_are_lent_until_recycled_and_then_reused() -> None:
+    encoder = FrameEncoder(KEYS, reuse=True)
+    first = encoder.encode(1, 0, 1, 0, 1, [b"a" * 1000], 1000)[1]
+    second = encoder.encode(1, 0, 1, 0, 1, [b"b" * 1000], 1000)[1]
+    assert isinstance(first, memoryview) and isinstance(second, memoryview)
+    assert first.obj is not second.obj
+    encoder.recycle()
+    third = encoder.encode(1, 0, 1, 0, 1, [b"c" * 1000], 1000)[1]
+    assert isinstance(third, memoryview) and third.obj in (first.obj, second.obj)
+    # Without reuse every frame has a buffer of its own, kept by nobody after it is written.
+    plain = FrameEncoder(KEYS)
+    a, b = (plain.encode(1, 0, 1, 0, 1, [b"x"], 1)[1] for _ in range(2))
+    plain.recycle()
+    assert isinstance(a, memoryview) and isinstance(b, memoryview) and a.obj is not b.obj
