@@ -240,6 +240,7 @@ class Link:
         poller = select.poll()
         poller.register(sock.fileno(), _POLL_IN)
         slice_ms = int(config.heartbeat * 1000)
+        waited = False
         try:
             while not self.closed:
                 # Read first and wait only when nothing is there: while a stream flows, one system call (and one
@@ -247,9 +248,14 @@ class Link:
                 try:
                     n = sock.recv_into(decoder.buffer(), 0, socket.MSG_DONTWAIT)
                 except BlockingIOError:
-                    if not poller.poll(slice_ms):
+                    if waited:
+                        # A whole slice passed without a byte, and none is there now that this thread runs again:
+                        # judged only after that second look, since a busy worker may have kept it from running
+                        # long after its wait ended while frames queued up.
                         self._check_silence()
+                    waited = not poller.poll(slice_ms)
                     continue
+                waited = False
                 if n == 0:
                     if self.done_received or self.closed:
                         return
