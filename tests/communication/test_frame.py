@@ -233,7 +233,20 @@ def test_encrypted_or_only_authenticated_frames_round_trip_and_refuse_any_change
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.lists(st.binary(max_size=70_000), min_size=1, max_size=4), min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.lists(
+            # Payloads on both sides of the pooling threshold (64 KiB), each one's bytes its own.
+            st.tuples(st.integers(0, 200_000), st.integers(0, 255)).map(
+                lambda t: (bytes([t[1]]) + t[0].to_bytes(4, "little")) * (t[0] // 5)
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_reused_sealing_buffers_never_overwrite_a_frame_not_yet_written(batches: list[list[bytes]]) -> None:
     # A link encodes a batch, writes it, then recycles: a frame's sealed bytes must stay as they were until
     # then, however the buffers of earlier batches are lent out again.
@@ -249,13 +262,19 @@ def test_reused_sealing_buffers_never_overwrite_a_frame_not_yet_written(batches:
 
 def test_sealing_buffers_are_lent_until_recycled_and_then_reused() -> None:
     encoder = FrameEncoder(KEYS, reuse=True)
-    first = encoder.encode(1, 0, 1, 0, 1, [b"a" * 1000], 1000)[1]
-    second = encoder.encode(1, 0, 1, 0, 1, [b"b" * 1000], 1000)[1]
+    size = 100_000
+    first = encoder.encode(1, 0, 1, 0, 1, [b"a" * size], size)[1]
+    second = encoder.encode(1, 0, 1, 0, 1, [b"b" * size], size)[1]
     assert isinstance(first, memoryview) and isinstance(second, memoryview)
     assert first.obj is not second.obj
     encoder.recycle()
-    third = encoder.encode(1, 0, 1, 0, 1, [b"c" * 1000], 1000)[1]
+    third = encoder.encode(1, 0, 1, 0, 1, [b"c" * size], size)[1]
     assert isinstance(third, memoryview) and third.obj in (first.obj, second.obj)
+    fourth = encoder.encode(1, 0, 1, 0, 1, [b"e" * size], size)[1]
+    assert isinstance(fourth, memoryview) and fourth.obj is not third.obj
+    # A small frame (progress, control) gets a buffer of its own size, never a pooled one.
+    small = encoder.encode(1, 0, 1, 0, 1, [b"d" * 100], 100)[1]
+    assert isinstance(small, memoryview) and len(small.obj) == 100 + TAG
     # Without reuse every frame has a buffer of its own, kept by nobody after it is written.
     plain = FrameEncoder(KEYS)
     a, b = (plain.encode(1, 0, 1, 0, 1, [b"x"], 1)[1] for _ in range(2))

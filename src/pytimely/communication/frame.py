@@ -85,7 +85,7 @@ _DIRECT = 1 << 16
 _NONCE_PAD = b"\x00\x00\x00\x00"
 _MIN_SPARE = 1 << 16
 _MAX_SPARE = 8 << 20
-_SPARES = 16
+_SPARE_BYTES = 16 << 20
 
 
 class Control(enum.IntEnum):
@@ -213,7 +213,8 @@ class FrameEncoder:
 
     def _borrow(self, size: int) -> memoryview:
         """A ``size``-byte view of a spare sealing buffer (or of a new one), lent until :meth:`recycle`."""
-        if not self._reuse:
+        if not self._reuse or size < _MIN_SPARE:
+            # Small frames (progress, control) are cheap to allocate and would pin big buffers.
             return memoryview(bytearray(size))
         spare = self._spare
         for i, buf in enumerate(spare):
@@ -221,19 +222,25 @@ class FrameEncoder:
                 del spare[i]
                 break
         else:
-            buf = bytearray(max(size, _MIN_SPARE))
+            buf = bytearray(size)
         self._lent.append(buf)
         return memoryview(buf)[:size]
 
     def recycle(self) -> None:
         """Take back the sealing buffers of every frame encoded so far (``reuse``): only once they are written.
 
-        Until then they stay lent and are not handed out again. A few buffers
-        of moderate size are kept; a huge one is let go rather than held for the life of the link.
+        Until then they stay lent and are not handed out again. At most ``_SPARE_BYTES`` are kept, smallest
+        first; a buffer over ``_MAX_SPARE`` is let go rather than held for the life of the link.
         """
-        keep = [b for b in self._lent if len(b) <= _MAX_SPARE]
+        kept: list[bytearray] = []
+        total = 0
+        for buf in sorted(self._spare + [b for b in self._lent if len(b) <= _MAX_SPARE], key=len):
+            if total + len(buf) > _SPARE_BYTES:
+                break
+            kept.append(buf)
+            total += len(buf)
         self._lent = []
-        self._spare = sorted(self._spare + keep, key=len)[-_SPARES:]
+        self._spare = kept
 
 
 class FrameDecoder:
