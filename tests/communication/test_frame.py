@@ -280,3 +280,34 @@ def test_sealing_buffers_are_lent_until_recycled_and_then_reused() -> None:
     a, b = (plain.encode(1, 0, 1, 0, 1, [b"x"], 1)[1] for _ in range(2))
     plain.recycle()
     assert isinstance(a, memoryview) and isinstance(b, memoryview) and a.obj is not b.obj
+
+
+def test_decoding_a_batch_sets_off_no_collection_and_leaves_the_collector_as_it_was() -> None:
+    import gc
+
+    batch = (3, [(i, -i, str(i)) for i in range(20_000)])
+    parts, _ = dumps(batch)
+    payload = b"".join(bytes(p) for p in parts)
+    started: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.callbacks.append(watch)
+    try:
+        assert gc.isenabled()
+        assert loads(payload) == batch
+        during = list(started)
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            assert loads(payload) == batch
+            assert not gc.isenabled()  # the program's choice is kept
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(watch)
+    # 20,000 new tuples would set off about 28 young collections while they were built; now at most the one
+    # that runs once the collector is back on.
+    assert len(during) <= 1, during
