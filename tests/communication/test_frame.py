@@ -230,3 +230,84 @@ def test_encrypted_or_only_authenticated_frames_round_trip_and_refuse_any_change
     # A receiver expecting the other mode refuses the frame rather than misreading it.
     with pytest.raises(FrameAuthenticationError):
         FrameDecoder(1, FrameKeys(KEYS.payload, KEYS.header, not encrypt)).feed(wire)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            # Payloads on both sides of the pooling threshold (64 KiB), each one's bytes its own.
+            st.tuples(st.integers(0, 200_000), st.integers(0, 255)).map(
+                lambda t: (bytes([t[1]]) + t[0].to_bytes(4, "little")) * (t[0] // 5)
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_reused_sealing_buffers_never_overwrite_a_frame_not_yet_written(batches: list[list[bytes]]) -> None:
+    # A link encodes a batch, writes it, then recycles: a frame's sealed bytes must stay as they were until
+    # then, however the buffers of earlier batches are lent out again.
+    encoder = FrameEncoder(KEYS, reuse=True)
+    decoder = FrameDecoder(1, KEYS)
+    for batch in batches:
+        encoded = [encoder.encode(1, 0, 1, 0, 1, [p], len(p)) for p in batch]
+        wire = b"".join(bytes(part) for frame in encoded for part in frame)
+        encoder.recycle()
+        assert [bytes(f.payload) for f in decoder.feed(wire)] == batch
+    assert decoder.idle
+
+
+def test_sealing_buffers_are_lent_until_recycled_and_then_reused() -> None:
+    encoder = FrameEncoder(KEYS, reuse=True)
+    size = 100_000
+    first = encoder.encode(1, 0, 1, 0, 1, [b"a" * size], size)[1]
+    second = encoder.encode(1, 0, 1, 0, 1, [b"b" * size], size)[1]
+    assert isinstance(first, memoryview) and isinstance(second, memoryview)
+    assert first.obj is not second.obj
+    encoder.recycle()
+    third = encoder.encode(1, 0, 1, 0, 1, [b"c" * size], size)[1]
+    assert isinstance(third, memoryview) and third.obj in (first.obj, second.obj)
+    fourth = encoder.encode(1, 0, 1, 0, 1, [b"e" * size], size)[1]
+    assert isinstance(fourth, memoryview) and fourth.obj is not third.obj
+    # A small frame (progress, control) gets a buffer of its own size, never a pooled one.
+    small = encoder.encode(1, 0, 1, 0, 1, [b"d" * 100], 100)[1]
+    assert isinstance(small, memoryview) and len(small.obj) == 100 + TAG
+    # Without reuse every frame has a buffer of its own, kept by nobody after it is written.
+    plain = FrameEncoder(KEYS)
+    a, b = (plain.encode(1, 0, 1, 0, 1, [b"x"], 1)[1] for _ in range(2))
+    plain.recycle()
+    assert isinstance(a, memoryview) and isinstance(b, memoryview) and a.obj is not b.obj
+
+
+def test_decoding_a_batch_sets_off_no_collection_and_leaves_the_collector_as_it_was() -> None:
+    import gc
+
+    batch = (3, [(i, -i, str(i)) for i in range(20_000)])
+    parts, _ = dumps(batch)
+    payload = b"".join(bytes(p) for p in parts)
+    started: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.callbacks.append(watch)
+    try:
+        assert gc.isenabled()
+        assert loads(payload) == batch
+        during = list(started)
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            assert loads(payload) == batch
+            assert not gc.isenabled()  # the program's choice is kept
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(watch)
+    # 20,000 new tuples would set off about 28 young collections while they were built; now at most the one
+    # that runs once the collector is back on.
+    assert len(during) <= 1, during

@@ -83,6 +83,9 @@ CONTROL_CHANNEL = 0xFFFFFFFF
 """The ``dataflow`` field of control frames; their ``channel`` field is a :class:`Control` code."""
 _DIRECT = 1 << 16
 _NONCE_PAD = b"\x00\x00\x00\x00"
+_MIN_SPARE = 1 << 16
+_MAX_SPARE = 8 << 20
+_SPARE_BYTES = 16 << 20
 
 
 class Control(enum.IntEnum):
@@ -154,10 +157,15 @@ def _nonce(seq: int) -> bytes:
 class FrameEncoder:
     """Numbers, authenticates and seals the frames of one link, in the order they go on the wire."""
 
-    __slots__ = ("_aead", "_encrypt", "_key", "_mac", "seq")
+    __slots__ = ("_aead", "_encrypt", "_key", "_lent", "_mac", "_reuse", "_spare", "seq")
 
-    def __init__(self, keys: FrameKeys) -> None:
+    def __init__(self, keys: FrameKeys, *, reuse: bool = False) -> None:
         self.seq = 0
+        # With ``reuse`` the sealing buffers come back through recycle() once written: a fresh buffer per frame
+        # costs page faults and zeroing on every frame, much of the sender's time on megabyte frames.
+        self._reuse = reuse
+        self._spare: list[bytearray] = []
+        self._lent: list[bytearray] = []
         self._aead = AESGCM(keys.payload)
         self._key = keys.payload
         self._encrypt = keys.encrypt
@@ -193,15 +201,46 @@ class FrameEncoder:
                 sealer.authenticate_additional_data(part)
             sealer.finalize()
             return [prefix + mac.digest(), *parts, sealer.tag]
-        # One buffer, sealed in place: gathering the parts is the only copy (fresh buffers cost page faults).
-        sealed = bytearray(length + TAG)
+        # One buffer, sealed in place: gathering the parts is the only copy.
+        sealed = self._borrow(length + TAG)
         offset = 0
         for part in parts:
             view = memoryview(part).cast("B")
             sealed[offset : offset + len(view)] = view
             offset += len(view)
-        self._aead.encrypt_into(_nonce(seq), memoryview(sealed)[:length], prefix, sealed)
+        self._aead.encrypt_into(_nonce(seq), sealed[:length], prefix, sealed)
         return [prefix + mac.digest(), sealed]
+
+    def _borrow(self, size: int) -> memoryview:
+        """A ``size``-byte view of a spare sealing buffer (or of a new one), lent until :meth:`recycle`."""
+        if not self._reuse or size < _MIN_SPARE:
+            # Small frames (progress, control) are cheap to allocate and would pin big buffers.
+            return memoryview(bytearray(size))
+        spare = self._spare
+        for i, buf in enumerate(spare):
+            if len(buf) >= size:
+                del spare[i]
+                break
+        else:
+            buf = bytearray(size)
+        self._lent.append(buf)
+        return memoryview(buf)[:size]
+
+    def recycle(self) -> None:
+        """Take back the sealing buffers of every frame encoded so far (``reuse``): only once they are written.
+
+        Until then they stay lent and are not handed out again. At most ``_SPARE_BYTES`` are kept, smallest
+        first; a buffer over ``_MAX_SPARE`` is let go rather than held for the life of the link.
+        """
+        kept: list[bytearray] = []
+        total = 0
+        for buf in sorted(self._spare + [b for b in self._lent if len(b) <= _MAX_SPARE], key=len):
+            if total + len(buf) > _SPARE_BYTES:
+                break
+            kept.append(buf)
+            total += len(buf)
+        self._lent = []
+        self._spare = kept
 
 
 class FrameDecoder:

@@ -13,6 +13,7 @@ Only payloads of frames received from authenticated peers are ever decoded.
 
 from __future__ import annotations
 
+import gc
 import pickle
 import struct
 from typing import Any
@@ -36,7 +37,24 @@ def dumps(message: Any) -> tuple[list[bytes | memoryview], int]:
 
 
 def loads(payload: memoryview | bytes) -> Any:
-    """The message a payload holds (its buffers are read in place, not copied)."""
+    """The message a payload holds (its buffers are read in place, not copied).
+
+    The cyclic garbage collector is paused while the message is rebuilt: a batch of records is
+    thousands of new tuples at once, which otherwise set off a young collection every 700 of them and
+    promote the batch generation by generation until full collections walk every long-lived object of
+    the process (the input, operator state) for garbage that reference counting frees anyway. If the
+    collector is off already (the program's choice, or another worker decoding), it is left as it is.
+    """
+    if not gc.isenabled():
+        return _loads(payload)
+    gc.disable()
+    try:
+        return _loads(payload)
+    finally:
+        gc.enable()
+
+
+def _loads(payload: memoryview | bytes) -> Any:
     view = memoryview(payload)
     (count,) = _COUNT.unpack_from(view, 0)
     if count == 0:

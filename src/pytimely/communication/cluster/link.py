@@ -70,7 +70,7 @@ class Link:
         self.closed = False
         # Control frames queued but not yet written: leaving the queue is not being on the wire.
         self.controls_unsent = 0
-        self.encoder = FrameEncoder(keys.send)
+        self.encoder = FrameEncoder(keys.send, reuse=True)
         self.decoder = FrameDecoder(peer, keys.receive)
         self.last_heard = time.monotonic()
         """When the last *whole* frame from the peer arrived (or reading resumed after this process paused it)."""
@@ -227,6 +227,8 @@ class Link:
                     sent = 0
             while views and not len(views[0]):
                 views.pop(0)
+        # Every byte is with the kernel: the sealing buffers may be used again.
+        self.encoder.recycle()
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -238,12 +240,22 @@ class Link:
         poller = select.poll()
         poller.register(sock.fileno(), _POLL_IN)
         slice_ms = int(config.heartbeat * 1000)
+        waited = False
         try:
             while not self.closed:
-                if not poller.poll(slice_ms):
-                    self._check_silence()
+                # Read first and wait only when nothing is there: while a stream flows, one system call (and one
+                # release of the interpreter lock) per read instead of two.
+                try:
+                    n = sock.recv_into(decoder.buffer(), 0, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    if waited:
+                        # A whole slice passed without a byte, and none is there now that this thread runs again:
+                        # judged only after that second look, since a busy worker may have kept it from running
+                        # long after its wait ended while frames queued up.
+                        self._check_silence()
+                    waited = not poller.poll(slice_ms)
                     continue
-                n = sock.recv_into(decoder.buffer())
+                waited = False
                 if n == 0:
                     if self.done_received or self.closed:
                         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.bins import DEFAULT_BINS
@@ -105,16 +106,18 @@ def count_by(
     # Several workers: each counts its own records per time first, so every distinct key crosses to its
     # owner once per worker and time, not once per record (a combiner; counts add up exactly).
     def absorb_pairs(state: Counter[Any], pairs: list[tuple[Any, int]]) -> None:
+        if not state:
+            # The first batch of a time goes in at C speed when its keys are distinct, as one worker's are.
+            first = dict(pairs)
+            if len(first) == len(pairs):
+                dict.update(state, first)
+                return
         for k, n in pairs:
             state[k] += n
 
     # The local stage carries the user's name: an error in ``key`` belongs to their operator.
     local = _keyed((stream, None), name, Counter, absorb, finish)
-    return _keyed(_binned(local, name, _first, control, bins), name, Counter, absorb_pairs, finish)
-
-
-def _first(pair: Any) -> Any:
-    return pair[0]
+    return _keyed(_binned(local, name, itemgetter(0), control, bins), name, Counter, absorb_pairs, finish)
 
 
 def sum_by(
