@@ -432,3 +432,11 @@ class FlowControlError(CommunicationError):
 
 class PeerStalledError(PeerFailedError, StalledError):
     """Another process found the whole computation stalled and stopped it; its message names what is held."""
+
+
+class SparkExecutorSetupError(SparkSetupError):
+    """The Spark executors' Python cannot import pytimely; the message names the interpreter and how to fix it."""
+
+
+class SparkInputError(SparkError, InputFormatError):
+    """Spark could not read an input (missing path, malformed record); names Spark's cause and the file it gives."""
