@@ -152,18 +152,24 @@ def concurrent_slots(spark: SparkSession) -> int:
     return int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
 
 
-def wait_for_slots(spark: SparkSession, wanted: int | None, deadline: float) -> int:
+def wait_for_slots(spark: SparkSession, wanted: int | None, deadline: float, settle: float = 3.0) -> int:
     """The session's concurrent task slots, waiting up to ``deadline`` seconds for executors to register.
 
-    With ``wanted`` it waits until that many slots exist (else for at least one); a cluster's executors
-    register some seconds after the session starts, so the first count can be short.
+    A cluster's executors register some seconds after the session starts. This waits for the first one,
+    then for ``wanted`` slots only while their number still grows (``settle`` seconds since the last
+    change), so a cluster that is simply too small is found in seconds, not after the whole deadline.
     """
-    give_up = time.monotonic() + deadline
-    while True:
-        slots = concurrent_slots(spark)
-        if slots >= (wanted or 1) or time.monotonic() >= give_up:
-            return slots
+    clock = time.monotonic
+    give_up = clock() + deadline
+    last, changed = concurrent_slots(spark), clock()
+    while last < (wanted or 1) and clock() < give_up:
+        if last > 0 and clock() - changed >= settle:
+            break
         time.sleep(0.2)
+        slots = concurrent_slots(spark)
+        if slots != last:
+            last, changed = slots, clock()
+    return last
 
 
 def _prepare_driver(jvm_options: str = "") -> str:
