@@ -49,7 +49,9 @@ class Standalone:
                     process.wait(timeout=30)
 
 
-def _start(role: str, args: list[str], log: Path, ready: str, env: dict[str, str], deadline: float) -> subprocess.Popen[bytes]:
+def _start(
+    role: str, args: list[str], log: Path, ready: str, env: dict[str, str], deadline: float
+) -> subprocess.Popen[bytes]:
     """Start ``spark-class`` with ``args``; wait until ``ready`` appears in its log, or fail naming the log."""
     with open(log, "wb") as out:
         process = subprocess.Popen(
