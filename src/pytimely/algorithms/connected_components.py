@@ -125,11 +125,17 @@ def _least_per_target(targets: Any, labels: Any) -> tuple[Any, Any]:
     """
     if len(targets) < 2:
         return targets, labels
-    low, high = int(targets.min()), int(targets.max())
-    if low < 0 or high >= 4 * len(targets) + (1 << 20):
-        return targets, labels
+    dense = _dense_least(targets, labels)
+    return (targets, labels) if dense is None else dense
+
+
+def _dense_least(ids: Any, labels: Any) -> tuple[Any, Any] | None:
+    """Sorted distinct ``ids`` and the least label of each, through a lookup table; None if ids are too sparse."""
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= 4 * len(ids) + (1 << 20):
+        return None
     least = np.full(high + 1, _INT64_MAX, dtype=np.int64)
-    np.minimum.at(least, targets, labels)
+    np.minimum.at(least, ids, labels)
     hit = np.flatnonzero(least != _INT64_MAX)
     return hit, least[hit]
 
@@ -357,13 +363,17 @@ class _Report:
         for cap in self.notificator.ready(changes.frontier):
             rows = np.concatenate(self.pending.pop(cap.time))
             # Labels only decrease: a vertex's final label at this epoch is the least one it was given.
-            order = np.argsort(rows[:, 0], kind="stable")
-            vertices, labels = rows[order, 0], rows[order, 1]
-            first = np.ones(len(vertices), dtype=bool)
-            first[1:] = vertices[1:] != vertices[:-1]
-            starts = np.flatnonzero(first)
-            least = np.minimum.reduceat(labels, starts) if len(starts) else labels[:0]
-            final = self._news(np.column_stack([vertices[starts], least]))
+            dense = _dense_least(rows[:, 0], rows[:, 1]) if len(rows) else None
+            if dense is not None:
+                final = self._news(np.column_stack(dense))
+            else:
+                order = np.argsort(rows[:, 0], kind="stable")
+                vertices, labels = rows[order, 0], rows[order, 1]
+                first = np.ones(len(vertices), dtype=bool)
+                first[1:] = vertices[1:] != vertices[:-1]
+                starts = np.flatnonzero(first)
+                least = np.minimum.reduceat(labels, starts) if len(starts) else labels[:0]
+                final = self._news(np.column_stack([vertices[starts], least]))
             if len(final):
                 out.give(cap, final)
             cap.drop()
