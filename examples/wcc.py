@@ -145,7 +145,11 @@ def run_durable(
 
 
 def _edge_rows(batch: Any) -> Any:
-    """An Arrow batch of ``src, dst`` columns as an ``(n, 2)`` int64 array."""
+    """An Arrow batch of ``src, dst`` columns as an ``(n, 2)`` int64 array (an edge needs both ends)."""
+    for name in ("src", "dst"):
+        gaps = batch.column(name).null_count
+        if gaps:
+            raise InputFormatError(f"edge column {name!r} has {gaps} empty value(s); every edge needs both ends")
     return np.column_stack([batch.column("src").to_numpy(), batch.column("dst").to_numpy()]).astype(np.int64)
 
 
@@ -215,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         # On Spark, -n and -w lay out the barrier stage; there are no hosts to give.
         try:
             return main_spark(args, args.processes, args.workers or 1)
+        except InputFormatError as exc:
+            print(f"wcc: {exc}", file=sys.stderr)
+            return 2
         except PytimelyError as exc:
             print(f"wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1

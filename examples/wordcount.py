@@ -192,10 +192,8 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
 
     started = time.perf_counter()
     session = on_spark.session_for(args.spark, app_name="pytimely-wordcount")
-    if on_spark.format_of(args.input) == "parquet":
-        lines = session.read.parquet(args.input)
-    else:
-        lines = session.read.text(args.input)
+    kind = "parquet" if on_spark.format_of(args.input) == "parquet" else "text"
+    lines = on_spark.read(session, args.input, format=kind)
     figures = Figures(session)
     counts = run_on_spark(session, lines, processes, workers, figures=figures)
     if on_spark.format_of(args.output) == "parquet":
@@ -249,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         # On Spark, -n and -w lay out the barrier stage; there are no hosts to give.
         try:
             return main_spark(args, args.processes, args.workers or 1)
+        except InputFormatError as exc:
+            print(f"wordcount: {exc}", file=sys.stderr)
+            return 2
         except PytimelyError as exc:
             print(f"wordcount: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1

@@ -508,3 +508,11 @@ class RecoveryMismatchError(RecoveryError, ValueError):
 
 class SnapshotCorruptError(RecoveryError):
     """A committed snapshot's payload is missing or does not match the checksum its manifest records."""
+
+
+class SparkExecutorSetupError(SparkSetupError):
+    """The Spark executors' Python cannot import pytimely; the message names the interpreter and how to fix it."""
+
+
+class SparkInputError(SparkError, InputFormatError):
+    """Spark could not read an input (missing path, malformed record); names Spark's cause and the file it gives."""

@@ -17,3 +17,13 @@ def spark() -> Iterator[Any]:
     session = local_session(4, jvm_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone master and one worker of one core on loopback, from PySpark's own ``spark-class``."""
+    from tests.spark.standalone import start_standalone
+
+    cluster = start_standalone(tmp_path_factory.mktemp("standalone"), cores=1)
+    yield cluster
+    cluster.stop()

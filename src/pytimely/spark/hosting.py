@@ -9,8 +9,13 @@ answers every task with all the addresses as soon as the last one arrived
 (``meeting="gather"`` uses Spark's ``BarrierTaskContext.allGather`` instead,
 for clusters whose executors cannot reach the driver on a port of its own;
 it costs about a second). From then on they talk over pytimely's own
-authenticated TCP layer. The cluster secret is made on the driver and travels
-inside the task closure, never over the network.
+authenticated TCP layer. The cluster secret is made on the driver, fresh for
+every run, and travels to the executors inside the task closure, that is over
+Spark's own RPC: in local mode that is loopback inside one machine; on a
+cluster it crosses the network, protected only as well as Spark protects its
+RPC (``spark.authenticate`` with ``spark.network.crypto.enabled``; without
+them anyone who can read the traffic between driver and executors can read
+the secret, and with it join or forge this run's frames).
 
 Every worker builds ``build(stream)`` on a stream of the partition's Arrow
 record batches (its share of them); the returned stream's batches become the
@@ -34,10 +39,16 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pytimely.config import Config
-from pytimely.errors import InputFormatError, SparkError, SparkSlotsError
+from pytimely.errors import (
+    InputFormatError,
+    InvalidArgument,
+    SparkError,
+    SparkExecutorSetupError,
+    SparkSlotsError,
+)
 from pytimely.execute import execute, run_process
 from pytimely.spark.rendezvous import Ticket, meet, registry
-from pytimely.spark.session import slots_of
+from pytimely.spark.session import concurrent_slots, slots_of, wait_for_slots
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,7 +58,7 @@ if TYPE_CHECKING:
     from pytimely.spark.figures import Figures
     from pytimely.worker import Worker
 
-__all__ = ["run_dataflow", "to_record_batch"]
+__all__ = ["check_executors", "run_dataflow", "to_record_batch"]
 
 Build = Callable[["Stream[Any]"], "Stream[Any]"]
 
@@ -64,6 +75,7 @@ def run_dataflow(
     timeout: float = 10.0,
     meeting: str = "driver",
     meeting_timeout: float = 120.0,
+    slot_wait: float = 30.0,
     figures: Figures | None = None,
     description: str | None = None,
 ) -> DataFrame:
@@ -74,12 +86,15 @@ def run_dataflow(
     driver's registry (``meeting="driver"``, waiting at most ``meeting_timeout`` seconds for the last one) or
     through Spark's ``allGather`` (``meeting="gather"``). The result is lazy, like any DataFrame.
 
+    Before anything runs, the session must offer ``processes`` task slots at once (waiting up to
+    ``slot_wait`` seconds for a cluster's executors to register), else ``SparkSlotsError``; and pytimely must
+    be importable on the executors, else ``SparkExecutorSetupError`` saying how to install it there.
+
     ``figures`` gathers each process's records and phase times on the driver (see
     :mod:`pytimely.spark.figures`). ``description`` (by default one naming ``build`` and the layout) becomes
     the job description of this thread's next Spark jobs (``setJobDescription``), so the barrier stage is
     named in Spark's UI when an action runs it.
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
     spark = data.sparkSession
@@ -89,27 +104,32 @@ def run_dataflow(
         raise TypeError(f"schema must be a DDL string or a StructType, got {type(schema).__name__}")
     if epoch is not None and epoch not in data.columns:
         raise InputFormatError(f"epoch column {epoch!r} is not among the input columns {data.columns}")
-    slots = slots_of(spark)
-    if processes is None:
-        processes = slots if slots is not None else spark.sparkContext.defaultParallelism
-    if type(processes) is not int or processes < 1:
-        raise ValueError(f"processes must be a positive int, got {processes!r}")
+    if processes is not None and (type(processes) is not int or processes < 1):
+        raise InvalidArgument(f"processes must be a positive int, got {processes!r}")
     if type(workers) is not int or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+        raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
     if meeting not in ("driver", "gather"):
-        raise ValueError(f"meeting must be 'driver' or 'gather', got {meeting!r}")
-    if slots is not None and processes > slots:
+        raise InvalidArgument(f"meeting must be 'driver' or 'gather', got {meeting!r}")
+    arrow_schema = _arrow_schema(schema, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    local = slots_of(spark) is not None
+    # Up front, on any master: a barrier stage larger than the slots would otherwise wait for Spark's own
+    # check (minutes by default) before failing.
+    slots = wait_for_slots(spark, processes, slot_wait)
+    if processes is None:
+        processes = slots
+    if processes > slots:
         raise SparkSlotsError(
             f"{processes} pytimely processes need {processes} Spark task slots at once, but the session "
-            f"({spark.sparkContext.master}) has {slots}; ask for fewer processes or start Spark with "
-            f"local[{processes}] or more"
+            f"({spark.sparkContext.master}) has {slots}"
+            + ("" if local else f" (after waiting {slot_wait:g} s for executors)")
+            + f"; ask for fewer processes or give Spark more slots (local[{processes}], or more executor cores)"
         )
-    arrow_schema = to_arrow_schema(schema)
+    check_executors(spark)
     _ship_by_value(build)
     secret = secrets.token_bytes(32)
     ticket: Ticket | None = None
     if meeting == "driver" and processes > 1:
-        host = "127.0.0.1" if slots is not None else spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        host = "127.0.0.1" if local else spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
         ticket = registry(host).ticket(secret, meeting_timeout)
     task = _Task(
         build=build,
@@ -119,7 +139,7 @@ def run_dataflow(
         schema=arrow_schema,
         secret=secret,
         ticket=ticket,
-        local=slots is not None,
+        local=local,
         heartbeat=heartbeat,
         timeout=timeout,
         figures=None if figures is None else figures.accumulator,
@@ -139,6 +159,68 @@ def run_dataflow(
         # The registry accepts this run's announcements for as long as its DataFrame can be acted on.
         weakref.finalize(result, registry(ticket.host).forget, ticket.run)
     return result
+
+
+def _arrow_schema(schema: Any, timezone: str) -> pa.Schema:
+    """The Arrow schema of Spark ``schema``, timestamps in the session's time zone; a type Arrow lacks is named."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fields = []
+    for field in schema:
+        try:
+            kind = to_arrow_type(field.dataType, timezone=timezone)
+        except Exception as exc:
+            raise InvalidArgument(
+                f"output column {field.name!r} of type {field.dataType.simpleString()} cannot be carried by "
+                f"Arrow ({type(exc).__name__}: {exc})"
+            ) from exc
+        fields.append(pa.field(field.name, kind, nullable=field.nullable))
+    return pa.schema(fields)
+
+
+_CHECKED: dict[str, str] = {}
+"""Spark applications whose executors were found to import pytimely, and the interpreter they use."""
+
+
+def check_executors(spark: Any, module: str = "pytimely") -> None:
+    """Fail at once, saying how to fix it, when the executors' Python cannot import ``module``.
+
+    Otherwise the barrier stage's tasks would fail one by one, retried, before the cause surfaced. Checked
+    once per Spark application with a small ordinary job, one task per slot.
+    """
+    context = spark.sparkContext
+    key = f"{context.applicationId}:{module}"
+    if key in _CHECKED:
+        return
+    tasks = max(1, concurrent_slots(spark))
+
+    def probe(_: Any) -> Iterator[str]:
+        # Defined here, so it travels by value: unpickling it needs no pytimely on the executor.
+        import importlib
+        import sys
+
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            yield f"missing\t{sys.executable}\t{type(exc).__name__}: {exc}"
+            return
+        yield f"ok\t{sys.executable}\t"
+
+    context.setJobDescription(f"pytimely: can the executors import {module}?")
+    try:
+        answers = context.parallelize(range(tasks), tasks).mapPartitions(probe).collect()
+    finally:
+        context.setJobDescription(None)
+    missing = [a.split("\t") for a in answers if a.startswith("missing")]
+    if missing:
+        _, python, error = missing[0]
+        raise SparkExecutorSetupError(
+            f"the Spark executors' Python ({python}) cannot import {module} ({error}): install it there "
+            f"(`{python} -m pip install pytimely`), point PYSPARK_PYTHON (or spark.pyspark.python) at an "
+            f"interpreter that has it, or ship it with spark.submit.pyFiles"
+        )
+    _CHECKED[key] = answers[0].split("\t")[1] if answers else ""
 
 
 def _ship_by_value(build: Build) -> None:

@@ -16,13 +16,13 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pytimely.errors import InputFormatError, SparkError, SparkSlotsError, SparkTaskError
+from pytimely.errors import InputFormatError, SparkError, SparkInputError, SparkSlotsError, SparkTaskError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["collect", "format_of", "read", "save"]
+__all__ = ["collect", "format_of", "read", "save", "spark_cause", "translate"]
 
 log = logging.getLogger("pytimely.spark")
 
@@ -38,9 +38,25 @@ def format_of(path: str) -> str:
     return "text"
 
 
-def read(spark: SparkSession, path: str, schema: Any = None) -> DataFrame:
-    """``path`` as a DataFrame: Parquet or headerless CSV (with ``schema``) by extension, else lines of text."""
-    kind = format_of(path)
+def read(spark: SparkSession, path: str, schema: Any = None, *, format: str | None = None) -> DataFrame:
+    """``path`` as a DataFrame: Parquet or headerless CSV (with ``schema``) by extension, else lines of text.
+
+    ``format`` (``parquet``, ``csv`` or ``text``) overrides the extension.
+    A path Spark cannot find (or read the schema of) is ``SparkInputError`` naming it, not Spark's traceback.
+    """
+    try:
+        return _read(spark, path, schema, format or format_of(path))
+    except InputFormatError:
+        raise
+    except Exception as exc:
+        cause = spark_cause(str(exc))
+        if cause is None:
+            raise
+        raise SparkInputError(f"cannot read {path}: {cause}", path=path) from exc
+
+
+def _read(spark: SparkSession, path: str, schema: Any, kind: str) -> DataFrame:
+    """``read`` without the translation of Spark's errors."""
     if kind == "csv":
         if schema is None:
             raise InputFormatError(f"reading CSV {path} needs a schema (the files have no header)")
@@ -99,16 +115,20 @@ def save(
     jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
     for attempt in range(retries + 1):
         tmp = jvm_path(hpath.getParent(), f".{hpath.getName()}.pytimely-{uuid.uuid4().hex}")
+        kept: DataFrame | None = None
         try:
             result = frame
-            # A barrier stage's output cannot be coalesced directly; a shuffle (the sort, or a repartition)
-            # stands between it and the single writing task.
-            if order_by:
-                result = result.orderBy(*order_by)
-                if single_file:
-                    result = result.coalesce(1)
-            elif single_file:
+            # A barrier stage's output cannot be coalesced directly; a shuffle stands between it and the single
+            # writing task. A global sort (orderBy) would run the whole computation twice, once to sample
+            # the keys for its ranges: one partition sorted within itself needs no sample.
+            if single_file:
                 result = result.repartition(1)
+                if order_by:
+                    result = result.sortWithinPartitions(*order_by)
+            elif order_by:
+                # Several sorted files need ranges, hence a sample: it reads the kept rows, not a second run.
+                kept = result = result.persist()
+                result = result.orderBy(*order_by)
             if columns is not None:
                 result = result.select(*columns)
             writer = result.write.format(kind).mode("error")
@@ -116,12 +136,16 @@ def save(
                 writer = writer.option(key, value)
             writer.save(tmp.toString())
         except Exception as exc:
+            if kept is not None:
+                kept.unpersist()
             fs.delete(tmp, True)
             error = translate(exc)
-            if isinstance(error, SparkSlotsError) or attempt == retries:
+            if isinstance(error, SparkSlotsError | SparkInputError) or attempt == retries:
                 raise error from exc
             log.warning("run %d of %d failed, running it again: %s", attempt + 1, retries + 1, error)
             continue
+        if kept is not None:
+            kept.unpersist()
         _commit(fs, jvm_path, tmp, hpath, single_file)
         return
 
@@ -135,7 +159,7 @@ def collect(frame: DataFrame, *, retries: int = 0) -> pa.Table:
             return frame.toArrow()
         except Exception as exc:
             error = translate(exc)
-            if isinstance(error, SparkSlotsError) or attempt == retries:
+            if isinstance(error, SparkSlotsError | SparkInputError) or attempt == retries:
                 raise error from exc
             log.warning("run %d of %d failed, running it again: %s", attempt + 1, retries + 1, error)
     raise AssertionError("unreachable")
@@ -151,7 +175,39 @@ def translate(exc: BaseException) -> SparkError:
             "the barrier stage asks for more tasks than Spark has slots to run at once; ask for fewer processes "
             "or give Spark more slots"
         )
-    return SparkTaskError(f"a pytimely task failed: {task_message(text)}")
+    message = task_message(text)
+    if not message.startswith(("pytimely.", "Traceback")) and _RAISED.match(message) is None:
+        cause = spark_cause(text)
+        if cause is not None:
+            read_file = _READ_FILE.search(text)
+            path = read_file.group(1) if read_file else None
+            return SparkInputError(f"Spark could not read its input: {cause}", path=path)
+    return SparkTaskError(f"a pytimely task failed: {message}")
+
+
+_ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] (.*)")
+_READ_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?(?:\s|$)")
+_WRAPPERS = ("FAILED_READ_FILE", "TASK_WRITE_FAILED", "PYTHON_EXCEPTION")
+
+
+def spark_cause(text: str) -> str | None:
+    """The innermost Spark error class and message in ``text`` (``[MALFORMED_RECORD...] ...``), with its file.
+
+    Spark wraps the cause in errors of its own ("An error occurred while calling o94.save", "Encountered
+    error while reading file"); the error class of the innermost cause is what the user can act on.
+    """
+    found: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        match = _ERROR_CLASS.search(line)
+        if match is not None:
+            found.append((match.group(1), match.group(2).split(" SQLSTATE:")[0].strip()))
+    if not found:
+        return None
+    inner = [f for f in found if not f[0].startswith(_WRAPPERS)] or found
+    name, message = inner[-1]
+    read_file = _READ_FILE.search(text)
+    where = f" (file {read_file.group(1)})" if read_file and read_file.group(1) not in message else ""
+    return f"[{name}] {message}{where}"
 
 
 _RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.*)$")

@@ -10,8 +10,8 @@ the whole address list back as soon as the last task of its stage attempt has
 announced itself -- milliseconds after the tasks start.
 
 Messages are one signed JSON line each way (:mod:`pytimely.signed_lines`,
-HMAC-SHA256 under the run's secret, made on the driver, travelling in the task
-closure, never sent): the registry ignores announcements it cannot verify, and
+HMAC-SHA256 under the run's secret, made on the driver and travelling in the task
+closure over Spark's RPC, never in these messages): the registry ignores announcements it cannot verify, and
 a task refuses a reply the registry could not have made. A connection that
 sends no whole announcement of at most 64 KiB within ``line_timeout`` seconds
 is dropped, so silent or endless clients hold nothing for long. Announcements are grouped by run *and* by

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from pytimely.errors import InvalidArgument, SparkSetupError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["find_java_home", "local_session", "session_for", "slots_of"]
+__all__ = ["concurrent_slots", "find_java_home", "local_session", "session_for", "slots_of", "wait_for_slots"]
 
 _INSTALL_JAVA = (
     "install a Java 17 runtime (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) "
@@ -63,7 +64,12 @@ logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = error
 logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = fatal
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = fatal
 """
+# A failing task's stack trace would reach the console twice: pytimely raises the task's own error instead.
 
 
 def _java_version(java: Path) -> int | None:
@@ -136,6 +142,47 @@ def slots_of(spark: SparkSession) -> int | None:
     return os.cpu_count() or 1 if count == "*" else int(count)
 
 
+def concurrent_slots(spark: SparkSession) -> int:
+    """How many tasks Spark can run at once right now (what its own barrier check compares against), any master."""
+    slots = slots_of(spark)
+    if slots is not None:
+        return slots
+    context = spark.sparkContext._jsc.sc()
+    # The same count Spark's barrier scheduling checks, for the default resource profile.
+    return int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
+
+
+def wait_for_slots(spark: SparkSession, wanted: int | None, deadline: float, settle: float = 3.0) -> int:
+    """The session's concurrent task slots, waiting up to ``deadline`` seconds for executors to register.
+
+    A cluster's executors register some seconds after the session starts. This waits for the first one,
+    then for ``wanted`` slots only while their number still grows (``settle`` seconds since the last
+    change), so a cluster that is simply too small is found in seconds, not after the whole deadline.
+    """
+    clock = time.monotonic
+    give_up = clock() + deadline
+    last, changed = concurrent_slots(spark), clock()
+    while last < (wanted or 1) and clock() < give_up:
+        if last > 0 and clock() - changed >= settle:
+            break
+        time.sleep(0.2)
+        slots = concurrent_slots(spark)
+        if slots != last:
+            last, changed = slots, clock()
+    return last
+
+
+def _prepare_driver(jvm_options: str = "") -> str:
+    """Point this process's Spark at Java 17 and this interpreter; the quiet Java options for driver and executors."""
+    os.environ["JAVA_HOME"] = str(find_java_home())
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    log_config = _quiet_log_config()
+    java_options = f"-Dlog4j.configurationFile=file:{log_config} -Dlog4j2.configurationFile=file:{log_config}"
+    return f"{java_options} {jvm_options}".strip()
+
+
 def local_session(
     slots: int = 2, *, conf: dict[str, Any] | None = None, jvm_options: str = "", app_name: str = "pytimely"
 ) -> SparkSession:
@@ -154,13 +201,7 @@ def local_session(
         return active
     if slots < 1:
         raise InvalidArgument(f"a local Spark needs at least one slot, got {slots}")
-    os.environ["JAVA_HOME"] = str(find_java_home())
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    log_config = _quiet_log_config()
-    java_options = f"-Dlog4j.configurationFile=file:{log_config} -Dlog4j2.configurationFile=file:{log_config}"
-    java_options = f"{java_options} {jvm_options}".strip()
+    java_options = _prepare_driver(jvm_options)
     builder = SparkSession.builder.master(f"local[{slots}]").appName(app_name)
     for key, value in {
         **LOCAL_CONF,
@@ -188,4 +229,21 @@ def session_for(master: str, *, app_name: str = "pytimely") -> SparkSession:
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise SparkSetupError("pytimely.spark needs PySpark: `pip install 'pytimely[spark]'`") from exc
-    return SparkSession.builder.master(master).appName(app_name).getOrCreate()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    java_options = _prepare_driver()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    for key in ("spark.scheduler.barrier.maxConcurrentTasksCheck.interval",
+                "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures",
+                "spark.sql.execution.arrow.maxRecordsPerBatch"):
+        # Spark's own check backs pytimely's up-front one (executors lost after it ran): fail in seconds.
+        builder = builder.config(key, LOCAL_CONF[key])
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        raise SparkSetupError(f"Spark on {master} did not start: {type(exc).__name__}: {exc}") from exc
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

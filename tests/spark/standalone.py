@@ -1,0 +1,115 @@
+"""A real Spark standalone cluster on loopback, started from PySpark's own launcher (``spark-class``).
+
+One master and one worker of one core, each a JVM process of its own group, on free ports of 127.0.0.1;
+started with deadlines (a log line each must print), stopped by their process ids.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def spark_home() -> Path:
+    """Where PySpark is installed: its ``bin/spark-class`` and ``jars`` make it a Spark distribution."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Standalone:
+    """A running master and worker; ``url`` is the ``spark://`` address drivers connect to."""
+
+    url: str
+    cores: int
+    directory: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop the worker (and the executors it started), then the master."""
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait(timeout=30)
+
+
+def _start(
+    role: str, args: list[str], log: Path, ready: str, env: dict[str, str], deadline: float
+) -> subprocess.Popen[bytes]:
+    """Start ``spark-class`` with ``args``; wait until ``ready`` appears in its log, or fail naming the log."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    give_up = time.monotonic() + deadline
+    while time.monotonic() < give_up:
+        if ready in log.read_text(errors="replace"):
+            return process
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    raise RuntimeError(f"the Spark {role} did not start within {deadline:g} s:\n{tail}")
+
+
+def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", deadline: float = 120.0) -> Standalone:
+    """Start a master and one worker of ``cores`` cores on loopback (logs and work files in ``directory``)."""
+    from pytimely.spark.session import find_java_home
+
+    directory.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "JAVA_HOME": str(find_java_home()),
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(directory),
+        # The executors the worker starts inherit this: they run this interpreter with this tree of pytimely.
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", ""),
+    }
+    if not env["PYSPARK_PYTHON"]:
+        del env["PYSPARK_PYTHON"]
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    cluster = Standalone(url=url, cores=cores, directory=directory)
+    try:
+        master = [
+            "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+            "--webui-port", str(_free_port()),
+        ]
+        cluster.processes.append(
+            _start("master", master, directory / "master.log", "I have been elected leader", env, deadline)
+        )
+        worker = [
+            "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", str(cores),
+            "--memory", memory, "--work-dir", str(directory / "work"), "--webui-port", str(_free_port()),
+        ]
+        cluster.processes.append(
+            _start("worker", worker, directory / "worker.log", "Successfully registered with master", env, deadline)
+        )
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
