@@ -453,11 +453,24 @@ def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -
                     membership.explain()
                 with launcher.lock:
                     _stop(list(children.values()), grace, settle=min(grace, 2.0))
-                return status
+                    after = {i: c.poll() for i, c in children.items()}
+                return _cause_status(status, after)
             time.sleep(0.02)
     except KeyboardInterrupt:
         _stop(list(children.values()), grace)
         return 130
+
+
+def _cause_status(status: int, codes: dict[int, int | None]) -> int:
+    """The run's exit status once all have stopped: a specific status (2, bad input) over the generic 1.
+
+    A process stopped by another's failure exits with 1, and may do so before the process whose input was bad
+    has finished exiting with 2; the status a user acts on is the cause's.
+    """
+    if status != 1:
+        return status
+    specific = [c for _, c in sorted(codes.items()) if c is not None and c > 1]
+    return specific[0] if specific else status
 
 
 def _stop(children: list[subprocess.Popen[bytes]], grace: float, settle: float = 0.0) -> None:

@@ -96,6 +96,20 @@ def test_launch_stops_all_when_one_fails_and_writes_no_output(tmp_path: Path) ->
     assert time.monotonic() - started < 60
 
 
+def test_launch_reports_the_cause_status_when_a_stopped_peer_exits_first() -> None:
+    # Process 1 plays the peer stopped by the failure (exit 1, at once); process 0 the cause, slower to exit (2).
+    script = (
+        "import os, sys, time\n"
+        "if os.environ['PYTIMELY_PROCESS'] == '1':\n"
+        "    sys.exit(1)\n"
+        "time.sleep(0.5)\n"
+        "sys.exit(2)\n"
+    )
+    result = launch("-n", "2", "--", sys.executable, "-c", script)
+    assert result.returncode == 2, result.stderr
+    assert "process 1 exited with status 1" in result.stderr
+
+
 def first_data_frame(action: Callable[[bytes, dict[str, bytes]], list[bytes]]) -> Callable[[bytes], list[bytes]]:
     """A fault that applies ``action`` to the first data frame and forwards everything else."""
     state: dict[str, bytes] = {}
