@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pytimely import Scope, Worker, execute
-from pytimely.dataflow.operators.capture import replay_events, replay_files
+from pytimely.dataflow.operators.capture import replay_events
 from pytimely.dataflow.operators.event_stream import (
     FileEventReader,
     FileEventWriter,
@@ -79,7 +79,7 @@ def _replay(directory: Path, workers: int, **kw: Any) -> tuple[list[tuple[Any, A
     def job(worker: Worker) -> tuple[list[tuple[Any, Any]], list[list[Any]]]:
         events: list[tuple[Any, Any]] = []
         frontiers: list[list[Any]] = []
-        worker.dataflow(lambda scope: _observe(replay_files(scope, directory, **kw), frontiers, events))
+        worker.dataflow(lambda scope: _observe(scope.replay_files(directory, **kw), frontiers, events))
         return events, frontiers
 
     results = execute(job, workers)

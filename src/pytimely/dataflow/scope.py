@@ -9,7 +9,8 @@ the loop one iteration later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.capability import Capability
@@ -25,6 +26,7 @@ from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary, identity_for
 
 if TYPE_CHECKING:
+    from pytimely.dataflow.operators.event_stream import EventReader
     from pytimely.dataflow.operators.input import InputHandle, SyncInputHandle, UnorderedHandle
     from pytimely.dataflow.subgraph import Subgraph
 
@@ -223,6 +225,16 @@ class Scope(Generic[T]):
     def replay(self, events: Iterable[tuple[T, Iterable[D]]], *, name: str = "replay") -> Stream[D]:
         """A stream that sends captured ``(time, batch)`` events again, each at its own time."""
         return _capture.replay(self, events, name)
+
+    def replay_files(
+        self, directory: str | os.PathLike[str], *, secret: bytes | None = None, name: str = "replay_files"
+    ) -> Stream[Any]:
+        """Replay what ``Stream.capture_to_files`` wrote to ``directory``, with its progress, on any worker count."""
+        return _capture.replay_files(self, directory, secret=secret, name=name)
+
+    def replay_events(self, readers: Sequence[EventReader], *, name: str = "replay_events") -> Stream[Any]:
+        """Replay event streams (files or sockets; this worker's share of the captured workers) with their progress."""
+        return _capture.replay_events(self, readers, name=name)
 
     # -- nesting --------------------------------------------------------------------------
 
