@@ -432,3 +432,19 @@ class FlowControlError(CommunicationError):
 
 class PeerStalledError(PeerFailedError, StalledError):
     """Another process found the whole computation stalled and stopped it; its message names what is held."""
+
+
+class StreamError(SparkError):
+    """A streaming query that drives a pytimely dataflow stopped; names the micro-batch and what went wrong."""
+
+
+class StreamSchemaError(StreamError, InputFormatError):
+    """A streaming source's rows do not have the query's columns (its schema changed); names batch and file."""
+
+
+class StreamInputError(StreamError, InputFormatError):
+    """A streaming source's file does not parse; names the micro-batch and Spark's cause (file, record)."""
+
+
+class CheckpointMismatchError(StreamError, InvalidArgument):
+    """A checkpoint directory belongs to another query, or lost its commits; names what differs."""
