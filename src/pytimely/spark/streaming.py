@@ -22,6 +22,7 @@ Exactly once across a restart from ``CK``:
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -110,16 +111,27 @@ class CsvDirectorySink:
 
     def commit(self, batch_id: int, table: pa.Table) -> None:
         """Write the batch's rows (sorted by ``order_by``) under a temporary name and rename it into place."""
-        import pyarrow.csv as pcsv
-
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.order_by and table.num_rows:
             table = table.sort_by([(c, "ascending") for c in self.order_by])
+        write_atomic(self.path(batch_id), _csv(table))
+
+
+def _csv(table: pa.Table) -> bytes:
+    """``table`` as CSV with a bare header; text quoted only where it must be (Arrow quotes every string)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    header = ",".join(table.column_names) + "\n"
+    if all(pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in table.schema):
         buffer = io.BytesIO()
-        # The header as the batch jobs write it (bare names); Arrow would quote them.
-        buffer.write((",".join(table.column_names) + "\n").encode("utf-8"))
-        pcsv.write_csv(table, buffer, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
-        write_atomic(self.path(batch_id), buffer.getvalue())
+        buffer.write(header.encode("utf-8"))
+        pcsv.write_csv(table, buffer, pcsv.WriteOptions(include_header=False))
+        return buffer.getvalue()
+    text = io.StringIO()
+    text.write(header)
+    csv.writer(text, lineterminator="\n").writerows(zip(*(c.to_pylist() for c in table.columns), strict=True))
+    return text.getvalue().encode("utf-8")
 
 
 class StreamCheckpoint:
@@ -375,7 +387,7 @@ def run_stream(
     schema: Any,
     *,
     sink: Sink,
-    checkpoint: str | os.PathLike[str],
+    checkpoint: str | os.PathLike[str] | StreamCheckpoint,
     query: str = "pytimely",
     workers: int = 1,
     epoch: str | None = None,
@@ -402,8 +414,10 @@ def run_stream(
     if epoch is not None and epoch not in source.columns:
         raise InvalidArgument(f"epoch column {epoch!r} is not among the source's columns {source.columns}")
     name = getattr(build, "__qualname__", None) or type(build).__name__
+    if not isinstance(checkpoint, StreamCheckpoint):
+        checkpoint = StreamCheckpoint(checkpoint)
     handler = StreamHandler(
-        build, schema, sink, StreamCheckpoint(checkpoint), _identity(query, source, schema, epoch, name),
+        build, schema, sink, checkpoint, _identity(query, source, schema, epoch, name),
         workers=workers, epoch=epoch, check=check, restore=restore, step_timeout=step_timeout,
     )
     restored = len(handler.committed)
