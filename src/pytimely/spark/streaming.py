@@ -379,6 +379,8 @@ class StreamRun:
     restore_s: float
     restored_batches: int
     timings: list[BatchTiming] = field(default_factory=list)
+    trigger_ms: dict[int, float] = field(default_factory=dict)
+    """Spark's own time for each micro-batch that had rows (``durationMs.triggerExecution``), by batch id."""
 
 
 def run_stream(
@@ -443,7 +445,18 @@ def run_stream(
     if handler.failure is not None:
         raise handler.failure
     processed = [t.batch_id for t in handler.timings]
-    return StreamRun(processed, handler.skipped, handler.restore_s, restored, list(handler.timings))
+    return StreamRun(
+        processed, handler.skipped, handler.restore_s, restored, list(handler.timings), trigger_times(running)
+    )
+
+
+def trigger_times(query: Any) -> dict[int, float]:
+    """Spark's time for each recent micro-batch of ``query`` that had rows, in milliseconds, by batch id."""
+    times: dict[int, float] = {}
+    for progress in query.recentProgress:
+        if progress.numInputRows:
+            times[int(progress.batchId)] = float(progress.durationMs.get("triggerExecution", 0.0))
+    return times
 
 
 def _identity(query: str, source: DataFrame, schema: Any, epoch: str | None, build: str) -> dict[str, Any]:
