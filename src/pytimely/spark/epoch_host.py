@@ -40,6 +40,7 @@ class EpochHost:
         self._probes: list[ProbeHandle[Any]] = []
         self._captured: list[list[tuple[Any, list[Any]]]] = []
         self._read = [0] * workers
+        self._pending: list[tuple[int, Any]] = []
         self.frontier = 0
         """Every epoch before this one is complete: its output has been handed out."""
         for worker in self._workers:
@@ -105,13 +106,18 @@ class EpochHost:
                 )
 
     def _take(self) -> list[tuple[int, Any]]:
-        """The output batches captured since the last call, in time order."""
-        out: list[tuple[int, Any]] = []
+        """The output batches of complete epochs captured since the last call, in time order.
+
+        Output at the epoch still open (with ``epoch=``) waits for it to complete, so each epoch's output
+        is handed out with the micro-batch that completed it.
+        """
         for k, captured in enumerate(self._captured):
-            out.extend(captured[self._read[k] :])
+            self._pending.extend(captured[self._read[k] :])
             self._read[k] = len(captured)
-        out.sort(key=lambda item: item[0])
-        return out
+        self._pending.sort(key=lambda item: item[0])
+        ready = [item for item in self._pending if item[0] < self.frontier]
+        self._pending = self._pending[len(ready) :]
+        return ready
 
     def close(self) -> None:
         """Close the inputs and run the dataflow to its end (the last open epoch's output is dropped)."""
