@@ -335,3 +335,19 @@ def test_a_checkpoint_of_another_query_is_refused(spark: Any, tmp_path: Path) ->
     with pytest.raises(CheckpointMismatchError, match="another query"):
         run_stream(stream_wcc.components, source, stream_wcc.SCHEMA, sink=CsvDirectorySink(out),
                    checkpoint=tmp_path / "other", query="stream_wcc", available_now=True)
+
+
+def test_an_event_time_column_names_the_epochs(spark: Any, tmp_path: Path) -> None:
+    """With epoch=COLUMN, a micro-batch completes the epochs before its largest; later ones wait for a later one."""
+    stream_wcc = load("stream_wcc")
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    drop(incoming, "a.csv", "src,dst,epoch\n1,2,0\n3,4,2\n2,3,1\n", 0)
+    drop(incoming, "b.csv", "src,dst,epoch\n0,5,3\n", 1)
+    drop(incoming, "c.csv", "src,dst,epoch\n4,5,3\n9,9,6\n", 2)
+    source = (spark.readStream.schema("src long, dst long, epoch long").option("header", True)
+              .option("maxFilesPerTrigger", 1).csv(str(incoming)))
+    done = run_stream(stream_wcc.components, source, stream_wcc.SCHEMA, sink=CsvDirectorySink(out, order_by=["vertex"]),
+                      checkpoint=ck, query="event-time", epoch="epoch", available_now=True)
+    assert done.processed == [0, 1, 2]
+    batches = [path.read_text().splitlines()[1:] for path in sorted(out.glob("batch-*.csv"))]
+    assert batches == [["0,1,1", "0,2,1", "1,3,1"], ["2,4,1"], ["3,0,0", "3,1,0", "3,2,0", "3,3,0", "3,4,0", "3,5,0"]]
