@@ -55,6 +55,7 @@ __all__ = [
     "CsvDirectorySink",
     "ReplayRestore",
     "Sink",
+    "SparkTableSink",
     "StateRestore",
     "StreamCheckpoint",
     "StreamHandler",
@@ -115,6 +116,39 @@ class CsvDirectorySink:
         if self.order_by and table.num_rows:
             table = table.sort_by([(c, "ascending") for c in self.order_by])
         write_atomic(self.path(batch_id), _csv(table))
+
+
+class SparkTableSink:
+    """Each micro-batch's output written by Spark as ``DIR/batch_id=<id>/`` (Parquet by default), renamed into place.
+
+    Spark reads ``DIR`` as one table with a ``batch_id`` partition column; hidden attempt directories are
+    not part of it. A batch id whose directory exists already holds that batch's output (the dataflow is
+    deterministic): it is not written again.
+    """
+
+    def __init__(self, spark: Any, directory: str | os.PathLike[str], *, format: str = "parquet") -> None:
+        self.spark = spark
+        self.directory = Path(directory)
+        self.format = format
+
+    def path(self, batch_id: int) -> Path:
+        """The directory holding ``batch_id``'s output."""
+        return self.directory / f"batch_id={batch_id}"
+
+    def commit(self, batch_id: int, table: pa.Table) -> None:
+        """Write with Spark into a hidden directory, then rename it to the batch's name (unless already there)."""
+        import shutil
+
+        final = self.path(batch_id)
+        if final.exists():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        attempt = self.directory / f".batch_id={batch_id}.{os.getpid()}.{_time.monotonic_ns()}.tmp"
+        try:
+            self.spark.createDataFrame(table).write.format(self.format).save(str(attempt))
+            os.rename(attempt, final)
+        finally:
+            shutil.rmtree(attempt, ignore_errors=True)
 
 
 def _csv(table: pa.Table) -> bytes:
