@@ -191,6 +191,9 @@ def components_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list
         rows.append({
             "id": "c-d-e", "micro_batch": at, "edges_so_far": int(sum(len(p) for p in parts[:at])),
             "pytimely_s": round(ours[batch], 3), "pytimely_compute_s": round(done.timings[batch].compute_s, 3),
+            "pytimely_collect_s": round(done.timings[batch].collect_s, 3),
+            "pytimely_stage_s": round(done.timings[batch].stage_s, 3),
+            "pytimely_sink_s": round(done.timings[batch].sink_s, 3), "rows_out": done.timings[batch].rows_out,
             "graphx_s": round(graphx_s, 2), "speedup_over_graphx": round(graphx_s / ours[batch], 1),
             "replay_stage_s": round(replay_s, 2), "speedup_over_replay": round(replay_s / ours[batch], 1),
         })
@@ -293,12 +296,13 @@ def main() -> None:
         print(f"| {row['id']} | {row['contender']} | {row['p50_ms']} ms | {row['p99_ms']} ms | "
               f"{row['words_per_s']:,} | {gain} |")
     print(f"\nConnected components, {args.edges:,} edges in {args.edge_batches} micro-batches:\n")
-    print("| micro-batch | edges so far | pytimely (c) | of which computing | GraphX recomputed (d) | (d)/(c) | "
-          "barrier stage replaying the history (e) | (e)/(c) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| micro-batch | edges so far | pytimely (c) | collect / stage / compute / sink | rows out | "
+          "GraphX recomputed (d) | (d)/(c) | barrier stage replaying the history (e) | (e)/(c) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows[2:]:
-        print(f"| {row['micro_batch']} | {row['edges_so_far']:,} | {row['pytimely_s']} s | "
-              f"{row['pytimely_compute_s']} s | {row['graphx_s']} s | **{row['speedup_over_graphx']}x** | "
+        phases = " / ".join(f"{row[f'pytimely_{p}_s']}" for p in ("collect", "stage", "compute", "sink"))
+        print(f"| {row['micro_batch']} | {row['edges_so_far']:,} | {row['pytimely_s']} s | {phases} s | "
+              f"{row['rows_out']:,} | {row['graphx_s']} s | **{row['speedup_over_graphx']}x** | "
               f"{row['replay_stage_s']} s | {row['speedup_over_replay']}x |")
 
 
