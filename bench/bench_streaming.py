@@ -174,6 +174,13 @@ def components_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list
     ours = {b: ms / 1000 for b, ms in done.trigger_ms.items()}
     files = sorted(str(p) for p in directory.iterdir())
     rows: list[Row] = []
+    tiny = spark.createDataFrame([(0, 1), (1, 2)], "src long, dst long")
+    stage_times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        collect(run_dataflow(stream_wcc.components, tiny, "vertex long, label long", processes=args.slots))
+        stage_times.append(time.perf_counter() - started)
+    empty_stage_s = min(stage_times)
     for at in args.graphx_at:
         batch = at - 1
         edges = spark.read.schema("src long, dst long").option("header", True).csv(files[:at])
@@ -196,6 +203,7 @@ def components_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list
             "pytimely_sink_s": round(done.timings[batch].sink_s, 3), "rows_out": done.timings[batch].rows_out,
             "graphx_s": round(graphx_s, 2), "speedup_over_graphx": round(graphx_s / ours[batch], 1),
             "replay_stage_s": round(replay_s, 2), "speedup_over_replay": round(replay_s / ours[batch], 1),
+            "two_row_stage_s": round(empty_stage_s, 3),
         })
     return rows
 
@@ -224,6 +232,26 @@ def check_labels(out: Path, graphx: Any) -> None:
         raise SystemExit("bench_streaming: pytimely's components differ from GraphX's")
 
 
+def word_count_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
+    """Both running word counts over the same micro-batches: latency and throughput rows."""
+    texts = write_texts(scratch / "texts", args.batches, args.words_per_batch)
+    spark_times, spark_final = spark_word_count(spark, scratch / "texts", scratch / "s-out", scratch / "s-ck")
+    done, our_final = pytimely_word_count(spark, scratch / "texts", scratch / "p-out", scratch / "p-ck")
+    expected: dict[str, int] = {}
+    for text in texts:
+        for word in text:
+            expected[word] = expected.get(word, 0) + 1
+    if our_final != expected or spark_final != expected:
+        raise SystemExit("bench_streaming: a word count differs from the reference")
+    ours = latency_rows("pytimely run_stream (1 worker on the driver)", "a", done.trigger_ms, args.words_per_batch)
+    theirs = latency_rows("Spark applyInPandasWithState", "b", spark_times, args.words_per_batch)
+    ours["p50_speedup"] = round(theirs["p50_ms"] / ours["p50_ms"], 1)
+    ours["p99_speedup"] = round(theirs["p99_ms"] / ours["p99_ms"], 1)
+    ours["throughput_ratio"] = round(ours["words_per_s"] / theirs["words_per_s"], 1)
+    ours["compute_p50_ms"] = round(percentile([t.compute_s * 1000 for t in done.timings[2:]], 50), 1)
+    return [ours, theirs]
+
+
 def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     """Start Spark, run both parts, return the facts and the rows."""
     from pytimely.spark import local_session
@@ -237,22 +265,9 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     }
     scratch = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
     try:
-        texts = write_texts(scratch / "texts", args.batches, args.words_per_batch)
-        spark_times, spark_final = spark_word_count(spark, scratch / "texts", scratch / "s-out", scratch / "s-ck")
-        done, our_final = pytimely_word_count(spark, scratch / "texts", scratch / "p-out", scratch / "p-ck")
-        expected: dict[str, int] = {}
-        for text in texts:
-            for word in text:
-                expected[word] = expected.get(word, 0) + 1
-        if our_final != expected or spark_final != expected:
-            raise SystemExit("bench_streaming: a word count differs from the reference")
-        ours = latency_rows("pytimely run_stream (1 worker on the driver)", "a", done.trigger_ms, args.words_per_batch)
-        theirs = latency_rows("Spark applyInPandasWithState", "b", spark_times, args.words_per_batch)
-        ours["p50_speedup"] = round(theirs["p50_ms"] / ours["p50_ms"], 1)
-        ours["p99_speedup"] = round(theirs["p99_ms"] / ours["p99_ms"], 1)
-        ours["throughput_ratio"] = round(ours["words_per_s"] / theirs["words_per_s"], 1)
-        ours["compute_p50_ms"] = round(percentile([t.compute_s * 1000 for t in done.timings[2:]], 50), 1)
-        rows = [ours, theirs, *components_rows(spark, scratch, args)]
+        rows = word_count_rows(spark, scratch, args) if "wordcount" in args.parts else []
+        if "components" in args.parts:
+            rows += components_rows(spark, scratch, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return facts, rows
@@ -267,6 +282,8 @@ def main() -> None:
     parser.add_argument("--edge-batches", type=int, default=10)
     parser.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")
     parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--parts", type=lambda text: text.split(","), default=["wordcount", "components"],
+                        help="which parts to run: wordcount,components (default both)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args()
@@ -277,6 +294,8 @@ def main() -> None:
     args.graphx_at = given or sorted({1, middle, args.edge_batches})
     if any(not 1 <= at <= args.edge_batches for at in args.graphx_at):
         parser.error(f"--graphx-at must name micro-batches 1..{args.edge_batches}")
+    if set(args.parts) - {"wordcount", "components"}:
+        parser.error("--parts names wordcount and/or components")
     facts, rows = run(args)
     if args.json:
         print(json.dumps(facts))
@@ -287,24 +306,29 @@ def main() -> None:
         f"Python {facts['python']}, Spark {facts['spark']} local[{facts['slots']}] (started in "
         f"{facts['spark_start_s']} s, not counted)\n"
     )
-    print(f"Word count, {args.batches} micro-batches of {args.words_per_batch:,} words (first two not counted):\n")
-    print("| | query | p50 per micro-batch | p99 | words/s | pytimely's speed-up (p50 / p99 / throughput) |")
-    print("|---|---|---|---|---|---|")
-    for row in rows[:2]:
-        gain = (f"**{row['p50_speedup']}x** / {row['p99_speedup']}x / {row['throughput_ratio']}x"
-                if "p50_speedup" in row else "")
-        print(f"| {row['id']} | {row['contender']} | {row['p50_ms']} ms | {row['p99_ms']} ms | "
-              f"{row['words_per_s']:,} | {gain} |")
-    print(f"\nConnected components, {args.edges:,} edges in {args.edge_batches} micro-batches:\n")
-    print("| micro-batch | edges so far | pytimely (c) | collect / stage / compute / sink | rows out | "
-          "GraphX recomputed (d) | (d)/(c) | barrier stage replaying the history (e) | (e)/(c) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in rows[2:]:
-        phases = " / ".join(f"{row[f'pytimely_{p}_s']}" for p in ("collect", "stage", "compute", "sink"))
-        print(f"| {row['micro_batch']} | {row['edges_so_far']:,} | {row['pytimely_s']} s | {phases} s | "
-              f"{row['rows_out']:,} | {row['graphx_s']} s | **{row['speedup_over_graphx']}x** | "
-              f"{row['replay_stage_s']} s | {row['speedup_over_replay']}x |")
-
+    words = [row for row in rows if row["id"] in ("a", "b")]
+    if words:
+        print(f"Word count, {args.batches} micro-batches of {args.words_per_batch:,} words (first two not "
+              "counted):\n")
+        print("| | query | p50 per micro-batch | p99 | words/s | pytimely's speed-up (p50 / p99 / throughput) |")
+        print("|---|---|---|---|---|---|")
+        for row in words:
+            gain = (f"**{row['p50_speedup']}x** / {row['p99_speedup']}x / {row['throughput_ratio']}x"
+                    if "p50_speedup" in row else "")
+            print(f"| {row['id']} | {row['contender']} | {row['p50_ms']} ms | {row['p99_ms']} ms | "
+                  f"{row['words_per_s']:,} | {gain} |")
+    graph = [row for row in rows if row["id"] == "c-d-e"]
+    if graph:
+        print(f"\nConnected components, {args.edges:,} edges in {args.edge_batches} micro-batches (a 2-row barrier "
+              f"stage takes {graph[0]['two_row_stage_s']} s):\n")
+        print("| micro-batch | edges so far | pytimely (c) | collect / stage / compute / sink | rows out | "
+              "GraphX recomputed (d) | (d)/(c) | barrier stage replaying the history (e) | (e)/(c) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for row in graph:
+            phases = " / ".join(f"{row[f'pytimely_{p}_s']}" for p in ("collect", "stage", "compute", "sink"))
+            print(f"| {row['micro_batch']} | {row['edges_so_far']:,} | {row['pytimely_s']} s | {phases} s | "
+                  f"{row['rows_out']:,} | {row['graphx_s']} s | **{row['speedup_over_graphx']}x** | "
+                  f"{row['replay_stage_s']} s | {row['speedup_over_replay']}x |")
 
 if __name__ == "__main__":
     main()

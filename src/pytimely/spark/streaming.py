@@ -200,7 +200,7 @@ class StreamCheckpoint:
             self.commits.mkdir(parents=True, exist_ok=True)
             write_atomic(where, json.dumps(identity, indent=1, sort_keys=True) + "\n")
         committed = self._ids(self.commits, "done")
-        if committed and not (self.spark / "commits").exists():
+        if committed and not (self.spark / "offsets").exists():
             raise CheckpointMismatchError(
                 f"{self.root} records {len(committed)} committed micro-batch(es) but Spark's checkpoint "
                 f"({self.spark}) is gone: the query would read its input again from the start"
