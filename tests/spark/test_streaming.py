@@ -222,7 +222,8 @@ def test_killed_job_continues_from_its_checkpoint(spark: Any, tmp_path: Path) ->
     stream_wcc = load("stream_wcc")
     rng = random.Random(99)
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
-    files = [random_edges(rng, rng.randint(1, 30)) for _ in range(6)]
+    # Enough micro-batches (each at least ~0.1 s of Spark's own work) that the kill lands before the last.
+    files = [random_edges(rng, rng.randint(1, 30)) for _ in range(12)]
     for k, edges in enumerate(files):
         drop(incoming, f"e{k}.csv", edge_csv(edges), k)
     args = ["--spark", "local[1]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
