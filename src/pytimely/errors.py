@@ -516,3 +516,19 @@ class SparkExecutorSetupError(SparkSetupError):
 
 class SparkInputError(SparkError, InputFormatError):
     """Spark could not read an input (missing path, malformed record); names Spark's cause and the file it gives."""
+
+
+class StreamError(SparkError):
+    """A streaming query that drives a pytimely dataflow stopped; names the micro-batch and what went wrong."""
+
+
+class StreamSchemaError(StreamError, InputFormatError):
+    """A streaming source's rows do not have the query's columns (its schema changed); names batch and file."""
+
+
+class StreamInputError(StreamError, InputFormatError):
+    """A streaming source's file does not parse; names the micro-batch and Spark's cause (file, record)."""
+
+
+class CheckpointMismatchError(StreamError, InvalidArgument):
+    """A checkpoint directory belongs to another query, or lost its commits; names what differs."""

@@ -1,0 +1,508 @@
+"""Structured Streaming micro-batches as the epochs of a stateful pytimely dataflow, exactly once.
+
+``run_stream(build, source, schema, sink=..., checkpoint=CK)`` starts a streaming query on the streaming
+DataFrame ``source`` whose ``foreachBatch`` hands every micro-batch to one long-lived dataflow
+(:class:`~pytimely.spark.epoch_host.EpochHost`, on the driver): micro-batch ``b`` is epoch ``b`` (or its rows
+enter at the epochs of a column the user names), the dataflow's state carries from one micro-batch to the
+next, and each micro-batch's output goes to ``sink`` committed under its batch id.
+
+Exactly once across a restart from ``CK``:
+
+* Spark keeps its own checkpoint (source offsets) in ``CK/spark``; pytimely keeps ``CK/pytimely``: the
+  query's identity (``query.json``), every micro-batch's input as Arrow (``inputs/``) and a commit per batch
+  id (``commits/``), each written under a temporary name and renamed.
+* A micro-batch is staged, computed, written to the sink (idempotently: a batch id's output is one file,
+  renamed into place), then committed. Spark re-delivers a micro-batch that it did not mark done; a batch id
+  already committed is skipped, so nothing is written twice.
+* After a restart the dataflow's state must be that after the last committed micro-batch. A
+  :class:`StateRestore` rebuilds it; the default, :class:`ReplayRestore`, feeds the staged inputs of the
+  committed batches again and drops their output. Durable snapshots can take its place without changing the
+  rest (the seam is that Protocol).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import threading
+import time as _time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytimely.atomic import write_atomic
+from pytimely.errors import (
+    CheckpointMismatchError,
+    InvalidArgument,
+    PytimelyError,
+    StreamError,
+    StreamInputError,
+    StreamSchemaError,
+)
+from pytimely.spark.epoch_host import Build, EpochHost
+from pytimely.spark.hosting import to_record_batch
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "BatchTiming",
+    "CsvDirectorySink",
+    "ReplayRestore",
+    "Sink",
+    "SparkTableSink",
+    "StateRestore",
+    "StreamCheckpoint",
+    "StreamHandler",
+    "StreamRun",
+    "run_stream",
+]
+
+_FORMAT = 1
+_BATCH = re.compile(r"^batch-(\d{12})\.(arrow|done)$")
+
+
+class Sink(Protocol):
+    """Where each micro-batch's output goes; ``commit`` must be atomic and idempotent per batch id."""
+
+    def commit(self, batch_id: int, table: pa.Table) -> None:
+        """Make ``table`` the output of ``batch_id``, all of it or none, replacing an earlier attempt's."""
+
+
+class StateRestore(Protocol):
+    """Brings a fresh dataflow to the state after the committed micro-batches (replay now, snapshots later)."""
+
+    def restore(self, host: EpochHost, committed: Sequence[int]) -> None:
+        """Put ``host`` in the state it had after the micro-batches ``committed`` (in order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTiming:
+    """Where one micro-batch's time went on the driver, in seconds."""
+
+    batch_id: int
+    rows_in: int
+    rows_out: int
+    collect_s: float
+    stage_s: float
+    compute_s: float
+    sink_s: float
+
+    @property
+    def total_s(self) -> float:
+        """The micro-batch's time inside ``foreachBatch``."""
+        return self.collect_s + self.stage_s + self.compute_s + self.sink_s
+
+
+class CsvDirectorySink:
+    """Each micro-batch's output as ``DIR/batch-<id>.csv`` (a header, then its rows), renamed into place."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, order_by: Sequence[str] = ()) -> None:
+        self.directory = Path(directory)
+        self.order_by = list(order_by)
+
+    def path(self, batch_id: int) -> Path:
+        """The file holding ``batch_id``'s output."""
+        return self.directory / f"batch-{batch_id:012d}.csv"
+
+    def commit(self, batch_id: int, table: pa.Table) -> None:
+        """Write the batch's rows (sorted by ``order_by``) under a temporary name and rename it into place."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.order_by and table.num_rows:
+            table = table.sort_by([(c, "ascending") for c in self.order_by])
+        write_atomic(self.path(batch_id), _csv(table))
+
+
+class SparkTableSink:
+    """Each micro-batch's output written by Spark as ``DIR/batch_id=<id>/`` (Parquet by default), renamed into place.
+
+    Spark reads ``DIR`` as one table with a ``batch_id`` partition column; hidden attempt directories are
+    not part of it. A batch id whose directory exists already holds that batch's output (the dataflow is
+    deterministic): it is not written again.
+    """
+
+    def __init__(self, spark: Any, directory: str | os.PathLike[str], *, format: str = "parquet") -> None:
+        self.spark = spark
+        self.directory = Path(directory)
+        self.format = format
+
+    def path(self, batch_id: int) -> Path:
+        """The directory holding ``batch_id``'s output."""
+        return self.directory / f"batch_id={batch_id}"
+
+    def commit(self, batch_id: int, table: pa.Table) -> None:
+        """Write with Spark into a hidden directory, then rename it to the batch's name (unless already there)."""
+        import shutil
+
+        final = self.path(batch_id)
+        if final.exists():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        attempt = self.directory / f".batch_id={batch_id}.{os.getpid()}.{_time.monotonic_ns()}.tmp"
+        try:
+            self.spark.createDataFrame(table).write.format(self.format).save(str(attempt))
+            os.rename(attempt, final)
+        finally:
+            shutil.rmtree(attempt, ignore_errors=True)
+
+
+def _csv(table: pa.Table) -> bytes:
+    """``table`` as CSV with a bare header; text quoted only where it must be (Arrow quotes every string)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    header = ",".join(table.column_names) + "\n"
+    if all(pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in table.schema):
+        buffer = io.BytesIO()
+        buffer.write(header.encode("utf-8"))
+        pcsv.write_csv(table, buffer, pcsv.WriteOptions(include_header=False))
+        return buffer.getvalue()
+    text = io.StringIO()
+    text.write(header)
+    csv.writer(text, lineterminator="\n").writerows(zip(*(c.to_pylist() for c in table.columns), strict=True))
+    return text.getvalue().encode("utf-8")
+
+
+class StreamCheckpoint:
+    """pytimely's half of a streaming checkpoint: the query's identity, staged inputs and commits."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.root = Path(directory)
+        self.spark = self.root / "spark"
+        self.own = self.root / "pytimely"
+        self.inputs = self.own / "inputs"
+        self.commits = self.own / "commits"
+
+    def open(self, identity: dict[str, Any]) -> list[int]:
+        """Check (or record) that the checkpoint is this query's; return the committed batch ids in order.
+
+        Staged inputs of batches that were never committed are removed: Spark delivers them again.
+        """
+        where = self.own / "query.json"
+        if where.exists():
+            try:
+                recorded = json.loads(where.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CheckpointMismatchError(f"{where} is not a pytimely stream checkpoint: {exc}") from exc
+            _check_identity(recorded, identity, where)
+        elif self.spark.exists() and any(self.spark.iterdir()):
+            raise CheckpointMismatchError(
+                f"{self.root} holds a Spark checkpoint but no pytimely query record ({where}): it belongs to "
+                "another query; give a new checkpoint directory"
+            )
+        else:
+            self.inputs.mkdir(parents=True, exist_ok=True)
+            self.commits.mkdir(parents=True, exist_ok=True)
+            write_atomic(where, json.dumps(identity, indent=1, sort_keys=True) + "\n")
+        committed = self._ids(self.commits, "done")
+        if committed and not (self.spark / "offsets").exists():
+            raise CheckpointMismatchError(
+                f"{self.root} records {len(committed)} committed micro-batch(es) but Spark's checkpoint "
+                f"({self.spark}) is gone: the query would read its input again from the start"
+            )
+        if committed != list(range(len(committed))):
+            raise CheckpointMismatchError(f"{self.commits} lacks the commits of some micro-batches: {committed[:20]}")
+        for batch in self._ids(self.inputs, "arrow"):
+            if batch not in set(committed):
+                self.input_path(batch).unlink(missing_ok=True)
+        return committed
+
+    @staticmethod
+    def _ids(directory: Path, kind: str) -> list[int]:
+        if not directory.exists():
+            return []
+        found = (_BATCH.match(p.name) for p in directory.iterdir())
+        return sorted(int(m.group(1)) for m in found if m is not None and m.group(2) == kind)
+
+    def input_path(self, batch_id: int) -> Path:
+        """Where ``batch_id``'s input is staged."""
+        return self.inputs / f"batch-{batch_id:012d}.arrow"
+
+    def stage(self, batch_id: int, table: pa.Table) -> None:
+        """Keep ``batch_id``'s input (Arrow IPC), so a restart can rebuild the state from it."""
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        write_atomic(self.input_path(batch_id), sink.getvalue().to_pybytes())
+
+    def staged(self, batch_id: int) -> pa.Table:
+        """``batch_id``'s staged input."""
+        import pyarrow as pa
+
+        with pa.memory_map(str(self.input_path(batch_id))) as source:
+            return pa.ipc.open_file(source).read_all()
+
+    def commit(self, batch_id: int) -> None:
+        """Record that ``batch_id``'s output is in the sink."""
+        write_atomic(self.commits / f"batch-{batch_id:012d}.done", f"{_time.time()}\n")
+
+
+def _check_identity(recorded: dict[str, Any], identity: dict[str, Any], where: Path) -> None:
+    """Refuse a checkpoint recorded by another query, naming what differs (the input's schema most plainly)."""
+    if recorded.get("format") != identity["format"]:
+        raise CheckpointMismatchError(f"{where} has format {recorded.get('format')!r}, expected {identity['format']}")
+    if recorded.get("input") != identity["input"]:
+        raise StreamSchemaError(
+            f"the source's schema changed: the checkpoint {where} was made for rows {recorded.get('input')}, "
+            f"the source now gives {identity['input']}"
+        )
+    for key in ("query", "output", "epoch"):
+        if recorded.get(key) != identity[key]:
+            raise CheckpointMismatchError(
+                f"the checkpoint {where} belongs to another query: its {key} is {recorded.get(key)!r}, "
+                f"this query's is {identity[key]!r}"
+            )
+
+
+class ReplayRestore:
+    """Rebuild the state by feeding the committed micro-batches' staged inputs again, their output dropped."""
+
+    def __init__(self, checkpoint: StreamCheckpoint, epoch: str | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.epoch = epoch
+
+    def restore(self, host: EpochHost, committed: Sequence[int]) -> None:
+        """Feed every committed batch's input in order (the dataflow is deterministic given its inputs)."""
+        for batch_id in committed:
+            table = self.checkpoint.staged(batch_id)
+            if self.epoch is None:
+                host.feed(table, time=batch_id)
+            else:
+                host.feed(table, epoch=self.epoch)
+
+
+Check = Callable[["pa.Table", int], "pa.Table"]
+
+
+class StreamHandler:
+    """The ``foreachBatch`` function: stage, compute, write and commit each micro-batch once."""
+
+    def __init__(
+        self,
+        build: Build,
+        schema: Any,
+        sink: Sink,
+        checkpoint: StreamCheckpoint,
+        identity: dict[str, Any],
+        *,
+        workers: int = 1,
+        epoch: str | None = None,
+        check: Check | None = None,
+        restore: StateRestore | None = None,
+        step_timeout: float = 600.0,
+    ) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        if isinstance(schema, str):
+            schema = StructType.fromDDL(schema)
+        if not isinstance(schema, StructType):
+            raise InvalidArgument(f"schema must be a DDL string or a StructType, got {type(schema).__name__}")
+        self.schema = to_arrow_schema(schema)
+        self.sink = sink
+        self.checkpoint = checkpoint
+        self.epoch = epoch
+        self.check = check
+        self.input_schema: str = identity["input"]
+        self.committed = checkpoint.open(identity)
+        self.host = EpochHost(build, workers, step_timeout=step_timeout)
+        restorer = restore if restore is not None else ReplayRestore(checkpoint, epoch)
+        started = _time.perf_counter()
+        restorer.restore(self.host, self.committed)
+        self.restore_s = _time.perf_counter() - started
+        self.timings: list[BatchTiming] = []
+        self.failure: PytimelyError | None = None
+        self.skipped = 0
+        self._lock = threading.Lock()
+
+    @property
+    def last_committed(self) -> int:
+        """The last batch id whose output is committed (-1 before the first)."""
+        return self.committed[-1] if self.committed else -1
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Process micro-batch ``batch_id`` of the query (Spark calls this from ``foreachBatch``)."""
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            try:
+                self._process(frame, batch_id)
+            except PytimelyError as exc:
+                self.failure = exc
+                raise
+            except Exception as exc:
+                self.failure = StreamError(f"micro-batch {batch_id}: {type(exc).__name__}: {exc}")
+                raise self.failure from exc
+
+    def _process(self, frame: DataFrame, batch_id: int) -> None:
+        if batch_id <= self.last_committed:
+            self.skipped += 1
+            return  # re-delivered after a restart: its output is already in the sink
+        if batch_id != self.last_committed + 1:
+            raise CheckpointMismatchError(
+                f"micro-batch {batch_id} arrived after {self.last_committed}: the commits of the batches between "
+                "are missing from the checkpoint"
+            )
+        clock = _time.perf_counter
+        started = clock()
+        if frame.schema.simpleString() != self.input_schema:
+            raise StreamSchemaError(
+                f"micro-batch {batch_id}: the source's schema changed from {self.input_schema} to "
+                f"{frame.schema.simpleString()}"
+            )
+        table = _collect(frame, batch_id)
+        if self.check is not None:
+            table = self.check(table, batch_id)
+        collected = clock()
+        self.checkpoint.stage(batch_id, table)
+        staged = clock()
+        output = self.host.feed(table, time=batch_id) if self.epoch is None else self.host.feed(table, epoch=self.epoch)
+        result = self._table(output)
+        computed = clock()
+        self.sink.commit(batch_id, result)
+        self.checkpoint.commit(batch_id)
+        self.committed.append(batch_id)
+        done = clock()
+        self.timings.append(
+            BatchTiming(batch_id, table.num_rows, result.num_rows, collected - started, staged - collected,
+                        computed - staged, done - computed)
+        )
+
+    def _table(self, output: list[tuple[int, Any]]) -> pa.Table:
+        import pyarrow as pa
+
+        name = self.epoch if self.epoch is not None else "epoch"
+        batches = [to_record_batch(batch, self.schema, time=t, epoch=name) for t, batch in output]
+        return pa.Table.from_batches(batches, schema=self.schema)
+
+
+def _collect(frame: DataFrame, batch_id: int) -> pa.Table:
+    """The micro-batch's rows as an Arrow table on the driver; a file that does not parse is a typed error."""
+    try:
+        return frame.toArrow()
+    except Exception as exc:
+        text = str(exc)
+        if "cannot be converted" in text or "DATA_TYPE_MISMATCH" in text or "SCHEMA_MISMATCH" in text:
+            raise StreamSchemaError(f"micro-batch {batch_id}: a file's columns do not fit: {_cause(text)}") from exc
+        if "MALFORMED" in text.upper() or "Malformed" in text or "NumberFormat" in text or "parse" in text.lower():
+            raise StreamInputError(f"micro-batch {batch_id}: a file does not parse: {_cause(text)}") from exc
+        raise StreamError(f"micro-batch {batch_id}: reading it failed: {_cause(text)}") from exc
+
+
+def _cause(text: str) -> str:
+    """The most telling lines of a Spark error: the malformed record and the file, without the JVM stack."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")]
+    telling = [line for line in lines if "MALFORMED" in line.upper() or "file" in line.lower()]
+    chosen = (telling or lines)[:3]
+    return " | ".join(line[:400] for line in chosen)
+
+
+@dataclass
+class StreamRun:
+    """What a streaming run did: the micro-batches it processed, their timings, the time to restore state."""
+
+    processed: list[int]
+    skipped: int
+    restore_s: float
+    restored_batches: int
+    timings: list[BatchTiming] = field(default_factory=list)
+    trigger_ms: dict[int, float] = field(default_factory=dict)
+    """Spark's own time for each micro-batch that had rows (``durationMs.triggerExecution``), by batch id."""
+
+
+def run_stream(
+    build: Build,
+    source: DataFrame,
+    schema: Any,
+    *,
+    sink: Sink,
+    checkpoint: str | os.PathLike[str] | StreamCheckpoint,
+    query: str = "pytimely",
+    workers: int = 1,
+    epoch: str | None = None,
+    check: Check | None = None,
+    restore: StateRestore | None = None,
+    available_now: bool = False,
+    processing_time: str | None = None,
+    timeout: float | None = None,
+    step_timeout: float = 600.0,
+) -> StreamRun:
+    """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
+
+    ``schema`` is the output's schema (DDL or ``StructType``); a column named ``epoch`` (or like ``epoch=``)
+    is filled with the batch's epoch when the output lacks it. ``query`` names the query: a checkpoint made
+    by another name, output schema, epoch setting or input schema is refused. ``check(table, batch_id)``
+    may refuse a micro-batch before anything of it is kept (raising a typed error); it returns the rows to
+    keep. With ``available_now`` the query processes what
+    the source holds and stops; otherwise it runs (every ``processing_time``, e.g. ``"1 second"``) until
+    ``timeout`` seconds pass. A failure stops the query and raises its typed error; committed micro-batches
+    stay committed and the next run continues after them.
+    """
+    if not source.isStreaming:
+        raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
+    if epoch is not None and epoch not in source.columns:
+        raise InvalidArgument(f"epoch column {epoch!r} is not among the source's columns {source.columns}")
+    name = getattr(build, "__qualname__", None) or type(build).__name__
+    if not isinstance(checkpoint, StreamCheckpoint):
+        checkpoint = StreamCheckpoint(checkpoint)
+    handler = StreamHandler(
+        build, schema, sink, checkpoint, _identity(query, source, schema, epoch, name),
+        workers=workers, epoch=epoch, check=check, restore=restore, step_timeout=step_timeout,
+    )
+    restored = len(handler.committed)
+    writer = source.writeStream.foreachBatch(handler).option("checkpointLocation", str(handler.checkpoint.spark))
+    writer = writer.queryName(f"{query}-{os.getpid()}")
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif processing_time is not None:
+        writer = writer.trigger(processingTime=processing_time)
+    running = writer.start()
+    try:
+        if timeout is not None:
+            running.awaitTermination(max(1, round(timeout)))
+        else:
+            running.awaitTermination()
+    except Exception as exc:
+        if handler.failure is not None:
+            raise handler.failure from None
+        raise StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
+    finally:
+        if running.isActive:
+            running.stop()
+    if handler.failure is not None:
+        raise handler.failure
+    processed = [t.batch_id for t in handler.timings]
+    return StreamRun(
+        processed, handler.skipped, handler.restore_s, restored, list(handler.timings), trigger_times(running)
+    )
+
+
+def trigger_times(query: Any) -> dict[int, float]:
+    """Spark's time for each recent micro-batch of ``query`` that had rows, in milliseconds, by batch id."""
+    times: dict[int, float] = {}
+    for progress in query.recentProgress:
+        if progress.numInputRows:
+            times[int(progress.batchId)] = float(progress.durationMs.get("triggerExecution", 0.0))
+    return times
+
+
+def _identity(query: str, source: DataFrame, schema: Any, epoch: str | None, build: str) -> dict[str, Any]:
+    """What makes a checkpoint this query's: its name, its rows in and out, how epochs are assigned."""
+    from pyspark.sql.types import StructType
+
+    out = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    return {
+        "format": _FORMAT,
+        "query": query,
+        "input": source.schema.simpleString(),
+        "output": out.simpleString(),
+        "epoch": epoch if epoch is not None else "batch id",
+        "build": build,
+    }
