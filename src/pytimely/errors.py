@@ -532,3 +532,7 @@ class StreamInputError(StreamError, InputFormatError):
 
 class CheckpointMismatchError(StreamError, InvalidArgument):
     """A checkpoint directory belongs to another query, or lost its commits; names what differs."""
+
+
+class CheckpointInUseError(StreamError):
+    """Another run holds the streaming checkpoint (or its Spark JVM still runs); names the checkpoint and holder."""

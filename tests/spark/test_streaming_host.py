@@ -6,6 +6,8 @@ References are plain Python: a union-find per epoch for connected components.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from pytimely.algorithms import connected_components
-from pytimely.errors import InputFormatError
+from pytimely.errors import CheckpointInUseError, InputFormatError
 from pytimely.spark.epoch_host import EpochHost
 from pytimely.spark.streaming import ReplayRestore, StreamCheckpoint, _csv
 
@@ -114,3 +116,34 @@ def test_csv_output_quotes_text_only_where_needed() -> None:
     text = pa.table({"epoch": [1, 1], "word": ["a,b", 'say "x"'], "count": [1, 2]})
     assert _csv(text) == b'epoch,word,count\n1,"a,b",1\n1,"say ""x""",2\n'
     assert _csv(pa.table({"epoch": [0], "vertex": [3], "label": [1]})) == b"epoch,vertex,label\n0,3,1\n"
+
+
+def test_a_checkpoint_held_by_one_run_is_refused_to_another(tmp_path: Path) -> None:
+    checkpoint = StreamCheckpoint(tmp_path / "ck")
+    other = StreamCheckpoint(tmp_path / "ck")
+    with (
+        checkpoint.locked(jvm_pid=None),
+        pytest.raises(CheckpointInUseError, match="in use by another run"),
+        other.locked(jvm_pid=None),
+    ):
+        pass
+    with checkpoint.locked(jvm_pid=None):  # released when the run ends
+        pass
+
+
+def test_a_killed_runs_jvm_is_awaited_before_the_checkpoint_is_used(tmp_path: Path) -> None:
+    checkpoint = StreamCheckpoint(tmp_path / "ck")
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with checkpoint.locked(jvm_pid=leftover.pid):
+            pass  # the run "dies" leaving its JVM behind
+        with (
+            pytest.raises(CheckpointInUseError, match=f"pid {leftover.pid}"),
+            checkpoint.locked(jvm_pid=None, wait=0.3),
+        ):
+            pass
+    finally:
+        leftover.kill()
+        leftover.wait(timeout=30)
+    with checkpoint.locked(jvm_pid=None, wait=5.0):
+        pass

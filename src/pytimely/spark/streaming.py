@@ -22,20 +22,23 @@ Exactly once across a restart from ``CK``:
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
 import json
 import os
 import re
 import threading
 import time as _time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytimely.atomic import write_atomic
 from pytimely.errors import (
+    CheckpointInUseError,
     CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
@@ -168,6 +171,46 @@ def _csv(table: pa.Table) -> bytes:
     return text.getvalue().encode("utf-8")
 
 
+def _recorded_jvm(text: str) -> int | None:
+    """The JVM pid an earlier run wrote in the lock file, if it parses."""
+    try:
+        value = json.loads(text).get("jvm") if text.strip() else None
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _await_exit(pid: int, wait: float, root: Path) -> None:
+    """Wait for an earlier run's JVM to exit; one still writing the checkpoint after ``wait`` s is refused."""
+    deadline = _time.monotonic() + wait
+    while _alive(pid):
+        if _time.monotonic() > deadline:
+            raise CheckpointInUseError(
+                f"the checkpoint {root}: the Spark JVM (pid {pid}) of an earlier run still runs after {wait:g} s; "
+                "stop it before running again"
+            )
+        _time.sleep(0.1)
+
+
+def _jvm_pid(session: Any) -> int | None:
+    """The pid of a classic session's JVM (``None`` where the client has no JVM, as with Spark Connect)."""
+    try:
+        return int(session._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:  # no gateway, or a JVM without ProcessHandle: nothing to wait for
+        return None
+
+
 class StreamCheckpoint:
     """pytimely's half of a streaming checkpoint: the query's identity, staged inputs and commits."""
 
@@ -177,6 +220,38 @@ class StreamCheckpoint:
         self.own = self.root / "pytimely"
         self.inputs = self.own / "inputs"
         self.commits = self.own / "commits"
+
+    @contextlib.contextmanager
+    def locked(self, jvm_pid: int | None = None, *, wait: float = 30.0) -> Iterator[None]:
+        """Hold the checkpoint for one run: a second run on it fails at once with ``CheckpointInUseError``.
+
+        The lock is ``flock`` on ``CK/pytimely.lock``, released by the kernel when its process dies. A killed
+        run's Spark JVM outlives its Python for a moment and may still write Spark's half of the checkpoint, so
+        the lock also records the JVM's pid, and the next run waits up to ``wait`` seconds for it to exit.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / "pytimely.lock"
+        with open(path, "a+", encoding="utf-8") as file:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                file.seek(0)
+                raise CheckpointInUseError(
+                    f"the checkpoint {self.root} is in use by another run ({file.read().strip() or 'unknown'}); "
+                    "stop it or give another checkpoint directory"
+                ) from None
+            file.seek(0)
+            earlier = _recorded_jvm(file.read())
+            if earlier is not None and earlier != jvm_pid:
+                _await_exit(earlier, wait, self.root)
+            file.seek(0)
+            file.truncate()
+            file.write(json.dumps({"pid": os.getpid(), "jvm": jvm_pid}) + "\n")
+            file.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(file, fcntl.LOCK_UN)
 
     def open(self, identity: dict[str, Any]) -> list[int]:
         """Check (or record) that the checkpoint is this query's; return the committed batch ids in order.
@@ -452,6 +527,33 @@ def run_stream(
     name = getattr(build, "__qualname__", None) or type(build).__name__
     if not isinstance(checkpoint, StreamCheckpoint):
         checkpoint = StreamCheckpoint(checkpoint)
+    with checkpoint.locked(_jvm_pid(source.sparkSession)):
+        return _run_locked(
+            build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
+            restore=restore, step_timeout=step_timeout, available_now=available_now,
+            processing_time=processing_time, timeout=timeout,
+        )
+
+
+def _run_locked(
+    build: Build,
+    source: DataFrame,
+    schema: Any,
+    sink: Sink,
+    checkpoint: StreamCheckpoint,
+    query: str,
+    name: str,
+    *,
+    workers: int,
+    epoch: str | None,
+    check: Check | None,
+    restore: StateRestore | None,
+    step_timeout: float,
+    available_now: bool,
+    processing_time: str | None,
+    timeout: float | None,
+) -> StreamRun:
+    """``run_stream`` once the checkpoint is held."""
     handler = StreamHandler(
         build, schema, sink, checkpoint, _identity(query, source, schema, epoch, name),
         workers=workers, epoch=epoch, check=check, restore=restore, step_timeout=step_timeout,
