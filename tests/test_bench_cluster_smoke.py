@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_cluster.py"
+from tests.bench_quick import run_quick
 
 FIGURES = {
     "a1": ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"],
@@ -24,13 +20,9 @@ FIGURES = {
 @pytest.mark.timeout(120)
 def test_bench_cluster_quick_reports_every_figure() -> None:
     """Every row is there, names its baseline, and each of its figures is positive and finite."""
-    result = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True, timeout=110, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert "python" in json.loads(lines[0])
-    rows = {row["id"]: row for row in map(json.loads, lines[1:])}
+    facts, *listed = run_quick("bench_cluster.py", timeout=110)
+    assert "python" in facts
+    rows = {row["id"]: row for row in listed}
     assert set(rows) == set(FIGURES)
     for ident, names in FIGURES.items():
         row = rows[ident]

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_elastic.py"
+from tests.bench_quick import run_quick
 
 PHASES = ["a before the join", "a join", "a between", "a leave", "a after the leave"]
 LATENCY = ["epochs", "p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p50_vs_baseline"]
@@ -21,11 +17,7 @@ BOOT = ["pointstamps", "state_bytes", "bootstrap_ms", "baseline_ms", "vs_baselin
 @pytest.mark.timeout(300)
 def test_bench_elastic_quick_reports_every_figure() -> None:
     """Every row is there, names its baseline, and each of its figures is positive and finite."""
-    result = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True, timeout=290, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    rows = {row["id"]: row for row in map(json.loads, result.stdout.splitlines())}
+    rows = {row["id"]: row for row in run_quick("bench_elastic.py", timeout=290)}
     wanted = {**{p: LATENCY for p in PHASES}, "a' join": LATENCY, "a' between": LATENCY}
     wanted |= {"c": SIZE, **{f"b K={k}": BOOT for k in (0, 64, 256)}}
     assert set(rows) == set(wanted)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_progress_traffic.py"
+from tests.bench_quick import run_quick
 
 FIGURES = [
     "progress_frames_per_epoch",
@@ -28,12 +25,7 @@ FIGURES = [
 def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> None:
     """Every row is there with positive figures, and the SVG plot is written."""
     svg = tmp_path / "traffic.svg"
-    result = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", "--svg", str(svg)],
-        capture_output=True, text=True, timeout=290, check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    rows = {row["id"]: row for row in map(json.loads, result.stdout.splitlines())}
+    rows = {row["id"]: row for row in run_quick("bench_progress_traffic.py", "--svg", str(svg), timeout=290)}
     assert set(rows) == {"n=2 w=1", "n=4 w=1", "n=8 w=1", "n=2 w=2"}
     for ident, row in rows.items():
         assert row["baseline"], ident

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_dataflow.py"
+from tests.bench_quick import run_quick
 
 
 @pytest.mark.timeout(300)
 def test_bench_dataflow_quick_reports_every_workload() -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True, timeout=280, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()[1:]]
+    rows = run_quick("bench_dataflow.py")[1:]
     assert {row["id"] for row in rows} == {"a", "b", "c", "d", "e", "f"}
     assert {row["workload"] for row in rows if row["id"] == "e"} == {
         "state machine, bins moving, 1 worker(s)",

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_spark.py"
+from tests.bench_quick import run_quick
 
 
 @pytest.mark.timeout(300)
 def test_bench_spark_quick_reports_every_contender() -> None:
     """Every contender is there with positive figures; the benchmark itself checks they all agree."""
-    result = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True, timeout=280, check=False
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    facts = json.loads(lines[0])
+    facts, *listed = run_quick("bench_spark.py")
     assert facts["components"] >= 1 and facts["largest"] >= 1
-    rows = {row["id"]: row for row in map(json.loads, lines[1:])}
+    rows = {row["id"]: row for row in listed}
     assert set(rows) == {"a", "b", "c", "d"}
     for ident, row in rows.items():
         assert row["baseline"], ident

@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "bench" / "bench_windows.py"
+from tests.bench_quick import run_quick
 
 
 @pytest.mark.timeout(300)
 def test_bench_windows_quick_reports_every_workload() -> None:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    result = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()[1:]]
+    rows = run_quick("bench_windows.py")[1:]
     workloads = {row["workload"] for row in rows}
     for label in ("tumbling 100", "sliding 300/100"):
         for kind in ("numpy, 1 worker(s)", "numpy, 2 worker(s)", "tuples, 1 worker(s)"):
