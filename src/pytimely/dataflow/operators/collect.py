@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.channels import Exchange
+from pytimely.dataflow.operators.fields import key_route
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.errors import InvalidArgument
 
@@ -72,11 +73,10 @@ def _group(state: dict[Any, list[Any]], batch: Any) -> None:
 
 def collect(stream: Stream[Any], keyed: bool, every: int | None, name: str) -> Stream[Any]:
     """Gather each time's (or window's) records, per key or in all; see the module doc."""
-    from pytimely.dataflow.operators.window import _route
     if every is not None and (type(every) is not int or every < 1):
         raise InvalidArgument(f"{name}: every must be a positive int (epochs per window) or None, got {every!r}")
     scope = stream.scope
-    route = _route(0) if keyed else _to_zero
+    route = key_route(0) if keyed else _to_zero
     op = scope._operator(name, [(stream, Exchange(route, vectorized=True))], 1)
     op.notify = True
     port, out = op.inputs[0], op.outputs[0]

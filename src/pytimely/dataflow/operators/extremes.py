@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely.dataflow.channels import Exchange
-from pytimely.dataflow.operators.window import Field, _column, _getter, _route, _rows
+from pytimely.dataflow.operators.fields import Field, column, getter, key_route, rows
 from pytimely.errors import InvalidArgument
 from pytimely.order import sort_key
 
@@ -45,8 +45,8 @@ class _Extremes:
     def __init__(self, kind: Extreme, key: Field, value: Field) -> None:
         self.kind = kind
         self.key_field, self.value_field = key, value
-        self.key = _getter(key, "key")
-        self.value = _getter(value, "value")
+        self.key = getter(key, "key")
+        self.value = getter(value, "value")
         self.better = _better(kind)
         self.best: dict[Any, Any] = {}
         self.when: dict[Any, Any] = {}
@@ -60,7 +60,7 @@ class _Extremes:
         if pairs is None:
             get_key, get_value = self.key, self.value
             pairs = [
-                (r if get_key is None else get_key(r), r if get_value is None else get_value(r)) for r in _rows(batch)
+                (r if get_key is None else get_key(r), r if get_value is None else get_value(r)) for r in rows(batch)
             ]
         best, when, last, better = self.best, self.when, self.last, self.better
         for k, v in pairs:
@@ -78,7 +78,7 @@ class _Extremes:
                 return None
         if not hasattr(batch, "dtype") or batch.ndim != 2 or self.value_field is None:
             return None
-        keys, values = _column(batch, self.key_field), _column(batch, self.value_field)
+        keys, values = column(batch, self.key_field), column(batch, self.value_field)
         if keys is None or values is None or values.dtype.kind not in "iuf":
             return None
         from pytimely.dataflow.operators.grouping import reduce_by_key
@@ -112,7 +112,7 @@ def final(stream: Stream[Any], kind: Extreme, key: Field, value: Field, name: st
     if kind not in ("min", "max", "first", "last"):
         raise InvalidArgument(f"{name}: kind must be 'min', 'max', 'first' or 'last', got {kind!r}")
     scope = stream.scope
-    op = scope._operator(name, [(stream, Exchange(_route(key), vectorized=True))], 1)
+    op = scope._operator(name, [(stream, Exchange(key_route(key), vectorized=True))], 1)
     op.notify = True
     port, out = op.inputs[0], op.outputs[0]
     state = _Extremes(kind, key, value)

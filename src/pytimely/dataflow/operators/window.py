@@ -32,10 +32,9 @@ if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
-__all__ = ["Aggregate", "DropLate", "Field", "Session", "SideOutput", "Sliding", "Tumbling", "window"]
+from pytimely.dataflow.operators.fields import Field, column, getter, key_route, rows
 
-Field = Callable[[Any], Any] | int | None
-"""Where a record's time, key or value is: a function of the record, a column index, or ``None`` (see ``window``)."""
+__all__ = ["Aggregate", "DropLate", "Field", "Session", "SideOutput", "Sliding", "Tumbling", "window"]
 
 Aggregate = Literal["count", "sum", "min", "max"]
 """What a window computes over its records' values."""
@@ -119,62 +118,6 @@ class SideOutput:
         self.stream: Stream[Any] | None = None
 
 
-def _getter(field: Field, what: str) -> Callable[[Any], Any] | None:
-    """The per-record function for ``field`` (None: the record itself)."""
-    if field is None:
-        return None
-    if isinstance(field, bool) or not (callable(field) or isinstance(field, int)):
-        raise InvalidArgument(f"{what} must be a function of the record or a column index, got {field!r}")
-    if isinstance(field, int):
-        i = field
-        return lambda r: r[i]
-    return field
-
-
-def _column(batch: Any, field: Field) -> Any:
-    """The numpy array of ``field`` over a numpy or Arrow batch, or None when it needs a call per record."""
-    if hasattr(batch, "dtype"):
-        if field is None:
-            return batch if batch.ndim == 1 else None
-        if isinstance(field, int) and batch.ndim == 2:
-            return batch[:, field]
-        return None
-    if hasattr(batch, "column") and isinstance(field, int):
-        return batch.column(field).to_numpy()
-    return None
-
-
-def _route(key: Field) -> Callable[[Any], Any]:
-    """A vectorized exchange route sending every record of a key to the same worker, whatever its batch kind."""
-    import numpy as np
-
-    get = _getter(key, "key")
-
-    from pytimely.dataflow.bins import key_hash
-
-    def one(k: Any) -> int:
-        # key_hash, not hash: strings must go to the same worker in processes with different hash seeds.
-        if type(k) is int and -(1 << 63) <= k < 1 << 63:
-            return k
-        return key_hash(k) >> 1  # fits an int64
-
-    def route(batch: Any) -> Any:
-        column = _column(batch, key)
-        if column is not None and column.dtype.kind in "iu":
-            return column
-        values = column.tolist() if column is not None else (batch if get is None else map(get, _rows(batch)))
-        return np.fromiter((one(k) for k in values), dtype=np.int64, count=len(batch))
-
-    return route
-
-
-def _rows(batch: Any) -> Any:
-    """The records of a batch: list items, numpy rows, or Arrow rows as tuples."""
-    if isinstance(batch, list) or hasattr(batch, "dtype"):
-        return batch
-    return list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
-
-
 class _Windows:
     """One worker's windows: open accumulators, the capability for the earliest emission, late records."""
 
@@ -191,9 +134,9 @@ class _Windows:
     ) -> None:
         self.kind = kind
         self.time_field, self.key_field, self.value_field = time, key, value
-        self.time = _getter(time, "time")
-        self.key = _getter(key, "key")
-        self.value = _getter(value, "value")
+        self.time = getter(time, "time")
+        self.key = getter(key, "key")
+        self.value = getter(value, "value")
         self.aggregate = aggregate
         self.combine = _COMBINE[aggregate]
         self.late = late
@@ -218,9 +161,9 @@ class _Windows:
         """Fold one batch into the open windows; send or count its late records."""
         columns = batch if not isinstance(batch, list) else self._as_array(batch)
         if columns is not None:
-            keys = _column(columns, self.key_field)
-            xs = None if self.time_field is None else _column(columns, self.time_field)
-            values = None if self.aggregate == "count" else _column(columns, self.value_field)
+            keys = column(columns, self.key_field)
+            xs = None if self.time_field is None else column(columns, self.time_field)
+            values = None if self.aggregate == "count" else column(columns, self.value_field)
             if (
                 keys is not None
                 and keys.dtype.kind in "iuf"
@@ -253,7 +196,7 @@ class _Windows:
         counting = self.aggregate == "count"
         late: list[Any] = []
         if isinstance(self.kind, Session):
-            for r in _rows(batch):
+            for r in rows(batch):
                 x = t if get_time is None else get_time(r)
                 if x < t:
                     late.append(r)
@@ -264,7 +207,7 @@ class _Windows:
         else:
             ends_of = self.kind.ends
             combine = self.combine
-            for r in _rows(batch):
+            for r in rows(batch):
                 x = t if get_time is None else get_time(r)
                 if x < t:
                     late.append(r)
@@ -558,7 +501,7 @@ def window(
     if not isinstance(policy, DropLate | SideOutput):
         raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
     side = isinstance(policy, SideOutput)
-    op = scope._operator(name, [(stream, Exchange(_route(key), vectorized=True))], 2 if side else 1)
+    op = scope._operator(name, [(stream, Exchange(key_route(key), vectorized=True))], 2 if side else 1)
     op.notify = True
     port: InputPort[Any, Any] = op.inputs[0]
     out: OutputPort[Any, Any] = op.outputs[0]
