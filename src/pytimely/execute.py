@@ -33,7 +33,7 @@ from pytimely.eventlog import Sink
 from pytimely.recovery.durable import Recovery
 from pytimely.worker import Worker
 
-__all__ = ["execute"]
+__all__ = ["execute", "run_process", "run_workers"]
 
 R = TypeVar("R")
 
@@ -107,7 +107,7 @@ def execute(
         result = func(worker)
         worker.finish()
         return [result]
-    return _run_threads(func, [Worker(a, check_serialization=check_serialization, log=log) for a in allocators], seed)
+    return run_workers(func, [Worker(a, check_serialization=check_serialization, log=log) for a in allocators], seed)
 
 
 def _with_recovery(func: Callable[[Worker], R], recovery: Recovery) -> Callable[[Worker], R]:
@@ -123,7 +123,11 @@ def _with_recovery(func: Callable[[Worker], R], recovery: Recovery) -> Callable[
     return attached
 
 
-def _run_threads(func: Callable[[Worker], R], workers: list[Worker], seed: int | None) -> list[R]:
+def run_workers(func: Callable[[Worker], R], workers: list[Worker], seed: int | None = None) -> list[R]:
+    """Run ``func`` on each of ``workers`` (one process's, any allocator) in its own thread; results in order.
+
+    With ``seed`` the threads take turns in an order the seed chooses, so a run is replayed by its seed.
+    """
     n = len(workers)
     turns = _Turns(n)
     results: list[Any] = [None] * n

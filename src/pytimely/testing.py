@@ -224,7 +224,7 @@ def run_simulated(
     The seed chooses both the order of the workers' steps and every message's delay between processes, so a
     run is replayed exactly by the same seed.
     """
-    from pytimely.execute import _run_threads
+    from pytimely.execute import run_workers
     from pytimely.worker import Worker
 
     cluster = SimulatedCluster(processes, workers_per_process, seed, max_delay)
@@ -233,5 +233,5 @@ def run_simulated(
     def job(worker: Worker) -> R:
         return worker.dataflow(build)
 
-    results = _run_threads(job, workers, seed)
+    results = run_workers(job, workers, seed)
     return SimulatedRun(results, list(cluster.trace))
