@@ -1,5 +1,5 @@
-"""Fixtures for the recovery tests: the workflow tests' moto S3 server, shared rather than started twice."""
+"""Fixtures for the recovery tests: the session's moto S3 server comes from ``tests/conftest.py``."""
 
-from tests.workflow.conftest import S3Server, s3_server
+from tests.conftest import S3Server
 
-__all__ = ["S3Server", "s3_server"]
+__all__ = ["S3Server"]
