@@ -146,3 +146,24 @@ def test_six_concurrent_command_runs_refuse_clearly_and_lose_nothing(tmp_path: P
     # Once they are done, a run finds everything and runs nothing.
     again = subprocess.run([*command[:-1]], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "ran 0 modules" in again.stderr, again.stderr
+
+
+def test_a_run_refused_before_the_holder_recorded_itself_still_names_it(tmp_path: Path) -> None:
+    """The holder takes the lock and writes who it is a moment later: the refusal waits for that record."""
+    import fcntl
+    import json
+
+    area = LocalStaging(tmp_path / "stage")
+    area.put("seed", 1, "f")  # the area's folder exists
+    fd = os.open(tmp_path / "stage" / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    record = {"holder": "a slow run", "pid": 4242, "host": "here", "since": "now", "token": "t"}
+    writer = threading.Timer(0.3, lambda: os.pwrite(fd, json.dumps(record).encode(), 0))
+    writer.start()
+    try:
+        with pytest.raises(StagingLockedError, match=r"in use by a slow run \(pid 4242"), staging_lock(area, "me"):
+            pass
+    finally:
+        writer.join()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -58,6 +58,18 @@ def _holder(what: str, token: str, expires: float | None = None) -> dict[str, An
     return record
 
 
+RECORD_WAIT = 2.0
+"""Seconds a refused run waits for the lock's holder to record who it is (or to let go) before naming it."""
+
+
+def _recorded(data: bytes) -> bool:
+    """Whether a lock file's bytes name its holder."""
+    try:
+        return isinstance(json.loads(data or b"{}").get("pid"), int)
+    except (ValueError, AttributeError):
+        return False
+
+
 def _refusal(where: str, data: bytes | str | None) -> StagingLockedError:
     try:
         record = json.loads(data or b"")
@@ -118,12 +130,19 @@ class StagingLock:
             raise StagingUnavailableError(
                 f"staging area {os.path.dirname(path)!r} cannot be written: {unavailable_reason(exc)}"
             ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            data = os.pread(fd, 1 << 16, 0)
-            os.close(fd)
-            raise _refusal(repr(os.path.dirname(path)), data) from None
+        # The holder writes who it is just after taking the lock, and clears it just before letting go: a run
+        # that finds the lock taken in either gap looks again for a moment rather than name nobody.
+        deadline = time.monotonic() + RECORD_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                data = os.pread(fd, 1 << 16, 0)
+                if _recorded(data) or time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise _refusal(repr(os.path.dirname(path)), data) from None
+                time.sleep(0.02)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(_holder(self.what, self.token)).encode(), 0)
         self._fd = fd
