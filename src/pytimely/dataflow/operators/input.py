@@ -126,12 +126,18 @@ class InputHandle(Generic[T, D]):
         return f"InputHandle({self._name!r}, time={self._time!r}{', closed' if self.closed else ''})"
 
 
-def new_input(scope: Scope[T], name: str) -> tuple[InputHandle[T, Any], Stream[Any]]:
-    """Create an input operator in ``scope``; see :meth:`Scope.new_input`."""
+def _source(scope: Scope[T], name: str) -> tuple[Any, Any, Capability[T]]:
+    """An operator with no inputs and one output, and the capability at the scope's minimum it starts with."""
     op = scope._operator(name, [], 1)
     op.initial_caps = True
     output = op.outputs[0]
-    handle: InputHandle[T, Any] = InputHandle(output, Capability(scope.minimum, output, counted=True), name)
+    return op, output, Capability(scope.minimum, output, counted=True)
+
+
+def new_input(scope: Scope[T], name: str) -> tuple[InputHandle[T, Any], Stream[Any]]:
+    """Create an input operator in ``scope``; see :meth:`Scope.new_input`."""
+    _, output, cap = _source(scope, name)
+    handle: InputHandle[T, Any] = InputHandle(output, cap, name)
     scope.subgraph.on_step(handle.flush)
     scope.subgraph.inputs.append(handle)
     return handle, scope.stream(output)
@@ -141,10 +147,7 @@ def to_stream(scope: Scope[T], iterable: Iterable[D], *, batch_size: int, name: 
     """A source reading ``iterable`` a few batches per step; see :meth:`Scope.to_stream`."""
     if type(batch_size) is not int or batch_size < 1:
         raise InvalidArgument(f"{name}: batch_size must be a positive int, got {batch_size!r}")
-    op = scope._operator(name, [], 1)
-    op.initial_caps = True
-    output = op.outputs[0]
-    cap = Capability(scope.minimum, output, counted=True)
+    op, output, cap = _source(scope, name)
     iterator = iter(iterable)
     subgraph = scope.subgraph
     index = op.index
@@ -196,10 +199,8 @@ class UnorderedHandle(Generic[T, D]):
 
 def new_unordered_input(scope: Scope[T], name: str) -> tuple[UnorderedHandle[T, Any], Stream[Any]]:
     """Create an unordered input in ``scope``; see :meth:`Scope.new_unordered_input`."""
-    op = scope._operator(name, [], 1)
-    op.initial_caps = True
-    output = op.outputs[0]
-    handle: UnorderedHandle[T, Any] = UnorderedHandle(output, Capability(scope.minimum, output, counted=True), name)
+    _, output, cap = _source(scope, name)
+    handle: UnorderedHandle[T, Any] = UnorderedHandle(output, cap, name)
     return handle, scope.stream(output)
 
 
@@ -299,10 +300,7 @@ class SyncInputHandle(Generic[T, D]):
 
 def new_sync_input(scope: Scope[T], name: str) -> tuple[SyncInputHandle[T, Any], Stream[Any]]:
     """Create an input another thread feeds; see :meth:`Scope.new_sync_input`."""
-    op = scope._operator(name, [], 1)
-    op.initial_caps = True
-    output = op.outputs[0]
-    cap = Capability(scope.minimum, output, counted=True)
+    op, output, cap = _source(scope, name)
     handle: SyncInputHandle[T, Any] = SyncInputHandle(name, scope.minimum)
     handle._started(scope._info(op).sync_activator())
     scope.subgraph.on_rejoin(lambda: handle._rejoined(cap))
