@@ -7,8 +7,10 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -358,3 +360,82 @@ def test_calls_waiting_in_a_pool_whose_worker_dies() -> None:
     assert queued == {"out": 1} or (isinstance(queued, WorkerDiedError) and queued.module == "report/queued")
     assert after == {"out": 4}
     assert set(multiprocessing.active_children()) <= before
+
+
+# -- a cancelled call is stopped -----------------------------------------------------------------------------------
+
+
+def pid_then_sleep(where: str, seconds: float) -> int:
+    Path(where, str(os.getpid())).write_text("", encoding="utf-8")
+    threading.Event().wait(seconds)
+    return os.getpid()
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return True
+        if "\nState:\tZ" in status:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_timed_out_process_call_is_killed_and_its_neighbour_is_sent_again(tmp_path: Path) -> None:
+    """The timed-out call's process dies at once; the call running beside it still returns, not WorkerDiedError."""
+    stuck_dir, neighbour_dir = tmp_path / "stuck", tmp_path / "neighbour"
+    stuck_dir.mkdir()
+    neighbour_dir.mkdir()
+
+    async def main() -> dict[str, Any]:
+        async with ProcessExecutor(2) as executor:
+            neighbour = asyncio.ensure_future(
+                executor.run(Call("n", pid_then_sleep, {"where": str(neighbour_dir), "seconds": 2.0}))
+            )
+            stuck = asyncio.ensure_future(
+                executor.run(Call("s", pid_then_sleep, {"where": str(stuck_dir), "seconds": 300.0}))
+            )
+            deadline = time.monotonic() + 60
+            while not list(stuck_dir.iterdir()) or not list(neighbour_dir.iterdir()):
+                assert time.monotonic() < deadline, "the calls never started"
+                await asyncio.sleep(0.02)
+            stuck.cancel()  # what a module's timeout does (asyncio.wait_for)
+            with pytest.raises(asyncio.CancelledError):
+                await stuck
+            return await asyncio.wait_for(neighbour, 120)
+
+    began = time.monotonic()
+    result = asyncio.run(main())
+    (stuck_pid,) = (int(p.name) for p in stuck_dir.iterdir())
+    assert _gone_within(stuck_pid, 10), "the cancelled call's process still runs"
+    assert time.monotonic() - began < 100, "close waited for the stuck call to end by itself"
+    assert result["out"] != stuck_pid  # the neighbour ran (again) in a fresh process, and returned
+
+
+def test_a_call_cancelled_while_queued_never_runs(tmp_path: Path) -> None:
+    """With one process busy, a call cancelled while it waits is dropped (or killed as it starts)."""
+    first_dir, queued_dir = tmp_path / "first", tmp_path / "queued"
+    first_dir.mkdir()
+    queued_dir.mkdir()
+
+    async def main() -> dict[str, Any]:
+        async with ProcessExecutor(1) as executor:
+            first = asyncio.ensure_future(
+                executor.run(Call("f", pid_then_sleep, {"where": str(first_dir), "seconds": 1.5}))
+            )
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(
+                    executor.run(Call("q", pid_then_sleep, {"where": str(queued_dir), "seconds": 300.0})), 0.5
+                )
+            result = await asyncio.wait_for(first, 120)
+            # Room for the queued call to have started, were it not stopped.
+            await executor.run(Call("after", sleep_then, {"value": 0, "seconds": 0.5}))
+            return result
+
+    began = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - began < 100
+    assert all(_gone_within(int(p.name), 10) for p in queued_dir.iterdir())

@@ -30,10 +30,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import itertools
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import signal
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -210,7 +213,10 @@ class ProcessExecutor(_ExecutorBase):
     the inputs and parameters are pickled once per call, and the result pickled back. A worker process that
     dies (``os._exit``, a signal) fails every call the pool was running or holding with
     :class:`WorkerDiedError` (the pool cannot tell whose process died), and a fresh pool takes the next calls.
-    A cancelled ``run`` stops waiting; a call already running in a process finishes there.
+
+    A cancelled ``run`` (a module's timeout, a failed run) stops its call: the process running it is killed
+    (or, if the call has not started, it is killed as it starts). The other calls the pool was running or
+    holding are sent again to a fresh pool; for them the kill is not a failure.
     """
 
     def __init__(self, max_workers: int | None = None, *, mp_context: str = "spawn") -> None:
@@ -218,12 +224,60 @@ class ProcessExecutor(_ExecutorBase):
         self._max_workers = max_workers
         self._lock = threading.Lock()
         self._shutdown_lock = threading.Lock()
+        self._tokens = itertools.count()
+        # Worker processes say which call they start and end here, so a cancelled call's process can be found.
+        # A plain pipe, not a queue: a message is one write of under PIPE_BUF bytes, atomic without a lock, so a
+        # process killed at any moment cannot leave a lock held for the others.
+        self._events, self._event_writer = self._context.Pipe(duplex=False)
+        self._running: dict[int, int] = {}  # call token -> pid of the process running it
+        self._pool_of: dict[int, concurrent.futures.ProcessPoolExecutor] = {}  # call token -> its pool
+        self._doomed: set[int] = set()  # cancelled calls that had left the pool's queue but not yet started
+        self._killed: set[concurrent.futures.ProcessPoolExecutor] = set()  # pools we broke on purpose
         self._pool = self._new_pool()
+        self._listener = threading.Thread(target=self._listen, name="pytimely-process-calls", daemon=True)
+        self._listener.start()
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
         return concurrent.futures.ProcessPoolExecutor(
-            self._max_workers, mp_context=self._context, initializer=_watch_parent, initargs=(os.getpid(),)
-        )
+            self._max_workers, mp_context=self._context, initializer=_start_worker,
+            initargs=(os.getpid(), self._event_writer),
+        )  # fmt: skip
+
+    def _listen(self) -> None:
+        """Keep track of which process runs which call, and kill a doomed call's process as it starts."""
+        while True:
+            try:
+                kind, token, pid = _CALL_EVENT.unpack(self._events.recv_bytes(_CALL_EVENT.size))
+            except (EOFError, OSError, struct.error):
+                return
+            if kind == b"c":
+                return
+            with self._lock:
+                if kind == b"e":
+                    self._running.pop(token, None)
+                    continue
+                self._running[token] = pid
+                if token in self._doomed:
+                    self._doomed.discard(token)
+                    self._kill(token, pid)
+                    self._pool_of.pop(token, None)
+
+    def _kill(self, token: int, pid: int) -> None:
+        """Kill the process ``pid`` running call ``token`` (called with ``_lock`` held)."""
+        pool = self._pool_of.get(token)
+        if pool is not None:
+            self._killed.add(pool)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+    def _stop(self, token: int, future: concurrent.futures.Future[Any]) -> None:
+        """Stop a cancelled call: drop it if it has not left the pool's queue, else kill its process."""
+        with self._lock:
+            pid = self._running.get(token)
+            if pid is not None:
+                self._kill(token, pid)
+            elif not future.cancel() and not future.done():
+                self._doomed.add(token)
 
     def terminate(self) -> None:
         """Stop now: kill the worker processes (running calls are lost) and close (Ctrl-C, a failed run)."""
@@ -235,30 +289,48 @@ class ProcessExecutor(_ExecutorBase):
             with contextlib.suppress(OSError, ValueError):
                 process.kill()
         pool.shutdown(wait=True, cancel_futures=True)
+        self._close_listener()
 
     async def run(self, call: Call) -> dict[str, Any]:
         """Run ``call`` in a worker process and return its out-port values."""
         self._check_open(call)
         payload = _pickle_call(call)
-        with self._lock:
-            self._check_open(call)
-            pool = self._pool
+        while True:
+            token = next(self._tokens)
+            with self._lock:
+                self._check_open(call)
+                pool = self._pool
+                try:
+                    future = pool.submit(_run_pickled, token, payload)
+                except BrokenProcessPool:
+                    # Broken by an earlier call's death and not yet replaced: replace it here.
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool = self._pool = self._new_pool()
+                    future = pool.submit(_run_pickled, token, payload)
+                self._pool_of[token] = pool
             try:
-                future = pool.submit(_run_pickled, payload)
-            except BrokenProcessPool:
-                # Broken by an earlier call's death and not yet replaced: replace it here.
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = self._pool = self._new_pool()
-                future = pool.submit(_run_pickled, payload)
-        try:
-            outcome = await asyncio.wrap_future(future)
-        except BrokenProcessPool as exc:
-            await asyncio.to_thread(self._replace, pool)
-            raise WorkerDiedError(
-                f"a worker process died (killed, or exited without answering) while module {call.module!r} was "
-                "running or waiting in its pool",
-                call.module,
-            ) from exc
+                outcome = await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                self._stop(token, future)
+                with self._lock:
+                    if token not in self._doomed:
+                        self._pool_of.pop(token, None)
+                raise
+            except BrokenProcessPool as exc:
+                await asyncio.to_thread(self._replace, pool)
+                with self._lock:
+                    killed = pool in self._killed
+                    self._pool_of.pop(token, None)
+                if killed:
+                    continue  # the pool was broken to stop another call: this one is sent again
+                raise WorkerDiedError(
+                    f"a worker process died (killed, or exited without answering) while module {call.module!r} "
+                    "was running or waiting in its pool",
+                    call.module,
+                ) from exc
+            with self._lock:
+                self._pool_of.pop(token, None)
+            break
         if isinstance(outcome, _Unloadable):
             raise UnpicklableCallError(
                 f"module {call.module!r} cannot be loaded in a worker process: {outcome.message}", call.module
@@ -284,10 +356,31 @@ class ProcessExecutor(_ExecutorBase):
             self._closed = True
             pool = self._pool
         pool.shutdown(wait=True, cancel_futures=True)
+        self._close_listener()
+
+    def _close_listener(self) -> None:
+        if self._listener.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                self._event_writer.send_bytes(_CALL_EVENT.pack(b"c", -1, os.getpid()))
+            self._listener.join(5.0)
 
 
 PARENT_POLL_SECONDS = 0.2
 """How often a worker process checks that the process that started it is still alive."""
+
+
+_CALL_EVENT = struct.Struct("<cqq")
+"""A call event: ``s`` (started), ``e`` (ended) or ``c`` (the executor closed); the call's token; a pid."""
+
+_CALL_EVENTS: multiprocessing.connection.Connection | None = None
+"""In a worker process: where it says which call it starts and ends (see ``ProcessExecutor._listen``)."""
+
+
+def _start_worker(parent: int, events: multiprocessing.connection.Connection) -> None:
+    """In a worker: watch the parent and keep the pipe for the call events."""
+    global _CALL_EVENTS
+    _CALL_EVENTS = events
+    _watch_parent(parent)
 
 
 def _watch_parent(parent: int) -> None:
@@ -346,8 +439,20 @@ def _pickle_call(call: Call) -> bytes:
         raise UnpicklableCallError(f"module {call.module!r}: cannot pickle the call ({exc})", call.module) from exc
 
 
-def _run_pickled(payload: bytes) -> Any:
-    """In the worker process: unpickle the call and run it; user errors come back as ``_Raised``."""
+def _run_pickled(token: int, payload: bytes) -> Any:
+    """In the worker process: say the call starts, run it, say it ended; user errors come back as ``_Raised``."""
+    events = _CALL_EVENTS
+    if events is not None:
+        events.send_bytes(_CALL_EVENT.pack(b"s", token, os.getpid()))
+    try:
+        return _run_call(payload)
+    finally:
+        if events is not None:
+            events.send_bytes(_CALL_EVENT.pack(b"e", token, os.getpid()))
+
+
+def _run_call(payload: bytes) -> Any:
+    """Unpickle the call and run it."""
     try:
         fn, arguments, capture = pickle.loads(payload)
     except Exception as exc:
@@ -371,7 +476,9 @@ class SparkExecutor(_ExecutorBase):
     """Runs module code in the Spark driver, giving the session to a parameter named ``spark``.
 
     Calls run on driver threads (several modules' Spark jobs can run at once); each call's jobs are described
-    in the Spark UI by the module's name. DataFrame inputs and results pass as they are (lazily).
+    in the Spark UI by the module's name. DataFrame inputs and results pass as they are (lazily). A cancelled
+    ``run`` (a module's timeout) cancels the call's Spark jobs (they carry a job tag of their own), so the
+    call's next action fails at once; its Python code on the driver thread cannot be stopped otherwise.
     """
 
     def __init__(
@@ -404,23 +511,36 @@ class SparkExecutor(_ExecutorBase):
         arguments = call.arguments()
         if "spark" not in arguments and _accepts(call.fn, "spark"):
             arguments["spark"] = await asyncio.to_thread(lambda: self.session)
-        future = self._submit(call, self._pool, self._invoke, call, arguments)
-        return call.outputs_of(await asyncio.wrap_future(future))
+        tag = f"pytimely-module-{next(_SPARK_TAGS)}"
+        future = self._submit(call, self._pool, self._invoke, call, arguments, tag)
+        try:
+            return call.outputs_of(await asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            if self.started and not future.cancel():
+                await asyncio.shield(asyncio.to_thread(self.session.sparkContext.cancelJobsWithTag, tag))
+            raise
 
-    def _invoke(self, call: Call, arguments: dict[str, Any]) -> Any:
+    def _invoke(self, call: Call, arguments: dict[str, Any], tag: str) -> Any:
         if not self.started:
             return invoke(call, arguments)  # a module that needs no session does not start Spark
         context = self.session.sparkContext
         context.setJobDescription(f"pytimely module {call.module}")
+        context.addJobTag(tag)
+        context.setInterruptOnCancel(True)
         try:
             return invoke(call, arguments)
         finally:
+            context.removeJobTag(tag)
             context.setJobDescription(None)
 
     def close(self) -> None:
         """Wait for running calls and stop the driver threads (the session stays up: it is the caller's)."""
         self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+_SPARK_TAGS = itertools.count()
+"""Numbers the Spark job tags of module calls (a tag per call, so one call's jobs can be cancelled)."""
 
 
 def _accepts(fn: Callable[..., Any], name: str) -> bool:
