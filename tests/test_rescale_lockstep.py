@@ -204,7 +204,8 @@ class RescaleLockstep(RuleBasedStateMachine):
         self.model = R.join(self.cfg, self.model, n, server)
         boot = Bootstrap(n, server, greeters, (n,))  # its own link starts at zero, with no hello
         for m in greeters:
-            # Subgraph._membership: a newcomer still bootstrapping hears of the later one first.
+            # Progcaster._membership (dataflow/progcaster.py): a newcomer still bootstrapping hears of the
+            # later one first.
             if m in self.boots:
                 self.boots[m].joined([n])
             self.receivers[m].add(n, 0)

@@ -19,6 +19,7 @@ error is raised here.
 from __future__ import annotations
 
 import random
+import signal
 import socket
 import threading
 import time
@@ -214,11 +215,27 @@ def run_process(
     ``pytimely launch --elastic``'s control endpoint.
     """
     cluster = Cluster(config, listener=listener, on_leave=on_leave)
+    previous: Any = None
     if config.elastic and threading.current_thread() is threading.main_thread():
-        import signal
+        # ``pytimely launch --elastic`` asks a process to leave with SIGUSR1; its job decides when. The
+        # caller's handler is put back when the run ends.
+        previous = signal.signal(signal.SIGUSR1, lambda *_: setattr(cluster, "leave_requested", True))
+    try:
+        return _run_cluster(cluster, func, config, listener, check_serialization, log)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGUSR1, previous)
 
-        # ``pytimely launch --elastic`` asks a process to leave with SIGUSR1; its job decides when.
-        signal.signal(signal.SIGUSR1, lambda *_: setattr(cluster, "leave_requested", True))
+
+def _run_cluster(
+    cluster: Cluster,
+    func: Callable[[Worker], R],
+    config: Config,
+    listener: socket.socket | None,
+    check_serialization: bool,
+    log: Sink | None,
+) -> list[R]:
+    """Start ``cluster``, run ``func`` on this process's workers and return their results in order."""
     try:
         cluster.start()
     except BaseException:

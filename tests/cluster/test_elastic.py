@@ -243,3 +243,32 @@ def test_leaving_a_computation_that_is_not_elastic_is_refused() -> None:
             worker.leave()
 
     execute(job, 2)
+
+
+def test_an_elastic_run_puts_back_the_callers_sigusr1_handler() -> None:
+    """``run_process`` listens for SIGUSR1 only while it runs (``launch --elastic``'s request to leave)."""
+    import signal
+    import socket
+
+    from pytimely.config import Config
+    from pytimely.execute import run_process
+
+    def mine(signum: int, frame: Any) -> None:
+        """The caller's own handler."""
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    hosts = (("127.0.0.1", listener.getsockname()[1]),)
+    config = Config(processes=1, workers=2, hosts=hosts, secret=b"k" * 32, elastic=True)
+    during: list[Any] = []
+    before = signal.signal(signal.SIGUSR1, mine)
+    try:
+
+        def job(worker: Any) -> int:
+            during.append(signal.getsignal(signal.SIGUSR1))
+            return worker.index
+
+        assert run_process(job, config, listener=listener) == [0, 1]
+        assert signal.getsignal(signal.SIGUSR1) is mine
+        assert during and all(handler is not mine for handler in during)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
