@@ -107,43 +107,44 @@ def run_rescaling(
     return sorted(results[0][0].items())
 
 
-def run_durable(
+def run_epochs(
     path: str,
     epochs: int,
-    recovery: Any,
+    recovery: Any = None,
     *,
     workers: int = 1,
     config: Config | None = None,
     log: Sink | None = None,
 ) -> list[tuple[str, int]] | None:
-    """Count in ``epochs`` epochs, snapshotting the counts as ``recovery`` says; resume from its last snapshot."""
+    """Count in ``epochs`` epochs; with ``recovery``, snapshot the counts as it says and resume from its last one."""
+    from pytimely.dataflow.bins import DEFAULT_BINS
     from pytimely.dataflow.operators.state_machine import state_machine
     from pytimely.recovery import fixed_bins
 
     words = read_words(path, part=0, parts=1)
     size = -(-len(words) // epochs) if words else 0
+    bins = DEFAULT_BINS if recovery is None else recovery.bins
 
     def add(_word: str, _value: str, count: int | None) -> tuple[int, None]:
         return (count or 0) + 1, None
 
     def job(worker: Worker) -> Any:
         durable = worker.recovery
-        counts = durable.keyed("counts")
+        counts = {} if durable is None else durable.keyed("counts")
 
         def build(scope: Scope[int]) -> tuple[Any, Any, Any, Any]:
-            handle, stream = durable.new_input(scope, "words")
+            handle, stream = scope.new_input(name="words") if durable is None else durable.new_input(scope, "words")
             final, totals = scope.new_input(name="final counts")
-            counted = state_machine(
-                stream, add, _same, fixed_bins(scope), recovery.bins, "count", states=counts
-            )
+            counted = state_machine(stream, add, _same, fixed_bins(scope), bins, "count", states=counts)
             return handle, counted.probe(), final, totals.exchange(lambda _: 0, name="gather").capture()
 
         handle, probe, final, captured = worker.dataflow(build)
-        for epoch in range(durable.begin(), epochs):
+        for epoch in range(0 if durable is None else durable.begin(), epochs):
             handle.send_batch(words[epoch * size : (epoch + 1) * size][worker.index :: worker.peers])
             handle.advance_to(epoch + 1)
             worker.step_while(lambda: probe.less_than(handle.time))
-            durable.commit(epoch, final=epoch == epochs - 1)
+            if durable is not None:
+                durable.commit(epoch, final=epoch == epochs - 1)
         final.advance_to(epochs)
         final.send_batch(list(counts.items()))
         final.close()
@@ -274,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
                     args.recovery, SnapshotPolicy(every_epochs=args.snapshot_every), job="wordcount",
                     announce=sys.stderr,
                 )
-                counts = run_durable(args.input, args.epochs, recovery, config=config, log=log)
+                counts = run_epochs(args.input, args.epochs, recovery, config=config, log=log)
+            elif args.epochs > 0 and not args.rescale:
+                counts = run_epochs(args.input, args.epochs, config=config, log=log)
             elif args.epochs > 0:
                 counts = run_rescaling(
                     args.input,

@@ -148,6 +148,18 @@ def test_wordcount_agrees_with_counter(tmp_path: Path, text: str, workers: int) 
     assert wordcount.run(str(path), workers) == sorted(Counter(text.split()).items())
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    text=st.lists(st.sampled_from(["a", "B", "b", "éé", "a-b", "x\ty", "", "\n"]), max_size=60).map(" ".join),
+    workers=st.integers(1, 3),
+    epochs=st.integers(1, 7),
+)
+def test_wordcount_in_epochs_agrees_with_counter(tmp_path: Path, text: str, workers: int, epochs: int) -> None:
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8")
+    assert wordcount.run_epochs(str(path), epochs, workers=workers) == sorted(Counter(text.split()).items())
+
+
 def test_wordcount_cli(tmp_path: Path) -> None:
     path = tmp_path / "text.txt"
     path.write_text("the cat\nThe dog the\n\tend\n", encoding="utf-8")
