@@ -204,16 +204,19 @@ def run_process(
     check_serialization: bool = False,
     on_leave: Callable[[int], None] | None = None,
     log: Sink | None = None,
+    recovery: Recovery | None = None,
 ) -> list[R]:
     """Run this process's part of a cluster: ``func`` on each of its workers; their results, in order.
 
     ``listener``, a socket already listening on this process's address, is for hosts that must announce
     the address before the cluster starts; it is closed once every peer has connected.
-    ``check_serialization`` and ``log`` are as for :func:`execute`. In an elastic cluster,
+    ``check_serialization``, ``log`` and ``recovery`` are as for :func:`execute`. In an elastic cluster,
     ``on_leave(process)`` is called when this process leaves (however its workers came to call
     :meth:`Worker.leave`), before any peer hears of it: ``pytimely run`` uses it to tell
     ``pytimely launch --elastic``'s control endpoint.
     """
+    if recovery is not None:
+        func = _with_recovery(func, recovery)
     cluster = Cluster(config, listener=listener, on_leave=on_leave)
     previous: Any = None
     if config.elastic and threading.current_thread() is threading.main_thread():

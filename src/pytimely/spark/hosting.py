@@ -24,18 +24,26 @@ the timestamp in that column (non-negative integers, any order within a
 partition), and an output schema with that column gets each batch's timestamp
 in it when the batch does not carry it.
 
+With ``recovery=DIR`` (and ``epoch=``) every process snapshots its workers' declared state and output
+at epoch boundaries into ``DIR/<run id>`` (:mod:`pytimely.recovery`), and the barrier stage is followed by
+a shuffle, so that Spark can retry it: a retried stage resumes from the last epoch every worker committed,
+and the rows of the epochs before it come from the snapshots, exactly once (see ``docs/spark.md``).
+
 With ``figures=`` (:class:`~pytimely.spark.figures.Figures`) every process reports its records and the
 time of each phase back to the driver; the stage's job carries a readable description in Spark's UI.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import socket
 import sys
 import time as _time
 import weakref
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pytimely.config import Config
@@ -78,6 +86,8 @@ def run_dataflow(
     slot_wait: float = 30.0,
     figures: Figures | None = None,
     description: str | None = None,
+    recovery: str | os.PathLike[str] | None = None,
+    snapshot_every: int = 1,
 ) -> DataFrame:
     """The rows ``build`` produces from ``data``, run as one barrier stage of ``processes`` x ``workers``.
 
@@ -94,6 +104,14 @@ def run_dataflow(
     :mod:`pytimely.spark.figures`). ``description`` (by default one naming ``build`` and the layout) becomes
     the job description of this thread's next Spark jobs (``setJobDescription``), so the barrier stage is
     named in Spark's UI when an action runs it.
+
+    ``recovery`` (a folder every executor can reach, or an fsspec URL such as ``s3://bucket/prefix``; needs
+    ``epoch``) makes a retried stage resume instead of starting over: ``build`` is then called as
+    ``build(stream, durable)`` with the worker's :class:`~pytimely.recovery.Durable`, whose ``keyed(name)``
+    declares the keyed state its operators keep across epochs (``state_machine(..., states=...)``); every
+    ``snapshot_every`` epochs the state and the output so far are committed under ``recovery/<run id>``
+    (a fresh run id per call; acting on the returned DataFrame again reads the committed rows instead of
+    computing them). The store is checked writable here, before anything runs.
     """
     from pyspark.sql.types import StructType
 
@@ -110,6 +128,13 @@ def run_dataflow(
         raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
     if meeting not in ("driver", "gather"):
         raise InvalidArgument(f"meeting must be 'driver' or 'gather', got {meeting!r}")
+    run_store = None
+    if recovery is not None:
+        if epoch is None:
+            raise InvalidArgument("recovery needs epoch=COLUMN: snapshots are taken at epoch boundaries")
+        if type(snapshot_every) is not int or snapshot_every < 1:
+            raise InvalidArgument(f"snapshot_every must be a positive int, got {snapshot_every!r}")
+        run_store = _run_store(recovery)
     arrow_schema = _arrow_schema(schema, spark.conf.get("spark.sql.session.timeZone") or "UTC")
     local = slots_of(spark) is not None
     # Up front, on any master: a barrier stage larger than the slots would otherwise wait for Spark's own
@@ -143,6 +168,8 @@ def run_dataflow(
         heartbeat=heartbeat,
         timeout=timeout,
         figures=None if figures is None else figures.accumulator,
+        recovery=run_store,
+        snapshot_every=snapshot_every,
     )
     name = getattr(build, "__qualname__", None) or type(build).__name__
     spark.sparkContext.setJobDescription(
@@ -155,10 +182,32 @@ def run_dataflow(
     if epoch is not None:
         data = data.sortWithinPartitions(epoch)
     result = data.mapInArrow(task, schema, barrier=True)
+    if run_store is not None:
+        # Spark retries a failed barrier stage only when its output is shuffled (a ResultStage is not
+        # recoverable): the shuffle is what lets a retry resume from the snapshots.
+        result = result.repartition(processes)
     if ticket is not None:
         # The registry accepts this run's announcements for as long as its DataFrame can be acted on.
         weakref.finalize(result, registry(ticket.host).forget, ticket.run)
     return result
+
+
+def _run_store(recovery: str | os.PathLike[str]) -> str:
+    """This call's own store under ``recovery`` (``<recovery>/run-<token>``), checked writable now."""
+    from pytimely.recovery.store import open_store
+
+    base = os.fspath(recovery).rstrip("/")
+    if "://" not in base or base.startswith("file://"):
+        folder = base.removeprefix("file://")
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            from pytimely.errors import StoreNotWritableError
+
+            raise StoreNotWritableError(f"recovery store {base}: cannot make it: {exc.strerror or exc}", base) from None
+    location = f"{base}/run-{secrets.token_hex(8)}"
+    open_store(location).check_writable()
+    return location
 
 
 def _arrow_schema(schema: Any, timezone: str) -> pa.Schema:
@@ -258,8 +307,12 @@ class _Task:
         heartbeat: float,
         timeout: float,
         figures: Any = None,
+        recovery: str | None = None,
+        snapshot_every: int = 1,
     ) -> None:
         self.build = build
+        self.recovery = recovery
+        self.snapshot_every = snapshot_every
         self.figures = figures
         self.processes = processes
         self.workers = workers
@@ -283,8 +336,17 @@ class _Task:
         shares = _shares(inputs, self.workers, self.epoch)
         read = clock()
         met = read
+        epochs: list[int] = []
+        if self.recovery is not None:
+            # Every worker commits the same epochs: those of any partition.
+            here = sorted({t for share in shares for t, _ in share})
+            if self.processes == 1:
+                epochs = here
+            else:
+                everyone = context.allGather(json.dumps(here))
+                epochs = sorted({t for text in everyone for t in json.loads(text)})
         if self.processes == 1:
-            results = execute(self._job(shares, 0), self.workers)
+            results = execute(self._job(shares, 0, epochs), self.workers, recovery=self._recovery())
         else:
             host = "127.0.0.1" if self.local else context.getTaskInfos()[process].address.rsplit(":", 1)[0]
             listener = socket.create_server((host, 0), backlog=max(16, self.processes))
@@ -310,7 +372,8 @@ class _Task:
                 listener.close()
                 raise
             met = clock()
-            results = run_process(self._job(shares, config.first_worker), config, listener=listener)
+            job = self._job(shares, config.first_worker, epochs)
+            results = run_process(job, config, listener=listener, recovery=self._recovery())
         ran = clock()
         converting = 0.0
         records_out = 0
@@ -334,7 +397,20 @@ class _Task:
                 }
             })
 
-    def _job(self, shares: list[list[tuple[int, Any]]], first: int) -> Callable[[Worker], list[Any]]:
+    def _recovery(self) -> Any:
+        """This run's :class:`~pytimely.recovery.Recovery`, or ``None``."""
+        if self.recovery is None:
+            return None
+        from pytimely.recovery import Recovery, SnapshotPolicy
+
+        name = getattr(self.build, "__qualname__", None) or type(self.build).__name__
+        return Recovery(self.recovery, SnapshotPolicy(every_epochs=self.snapshot_every), job=f"spark {name}")
+
+    def _job(
+        self, shares: list[list[tuple[int, Any]]], first: int, epochs: list[int]
+    ) -> Callable[[Worker], list[Any]]:
+        if self.recovery is not None:
+            return partial(_durable_job, self.build, shares, first, epochs)
         build = self.build
 
         def job(worker: Worker) -> list[Any]:
@@ -354,6 +430,59 @@ class _Task:
             return captured  # type: ignore[no-any-return]
 
         return job
+
+
+def _durable_job(
+    build: Callable[..., Any], shares: list[list[tuple[int, Any]]], first: int, epochs: list[int], worker: Worker
+) -> list[Any]:
+    """Feed this worker's share epoch by epoch, committing state and output; on worker 0, all committed output.
+
+    The output of epoch ``e`` is what reached the capture at times ``<= e`` once the frontier passed ``e``;
+    what comes after the last epoch (an operator that emits later) is committed at ``last + 1``.
+    """
+    durable = worker.recovery
+
+    def dataflow(scope: Any) -> tuple[Any, Any, Any]:
+        handle, stream = durable.new_input(scope, "spark")
+        out = build(stream, durable)
+        if out is None or not hasattr(out, "capture"):
+            raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
+        return handle, out.probe(), out.capture()
+
+    handle, probe, captured = worker.dataflow(dataflow)
+    start = durable.begin()
+    mine: dict[int, list[Any]] = {}
+    for t, batch in shares[worker.index - first]:
+        mine.setdefault(t, []).append(batch)
+    end = epochs[-1] + 1 if epochs else 0
+    for epoch in (e for e in epochs if e >= start):
+        if epoch > handle.time:
+            handle.advance_to(epoch)
+        for batch in mine.get(epoch, ()):
+            handle.send_batch(batch)
+        handle.advance_to(epoch + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+        _commit_output(durable, captured, epoch)
+        durable.commit(epoch)
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    if start <= end:
+        _commit_output(durable, captured, None)
+        durable.commit(end, final=True)
+    # Worker 0 commits the manifests, the final one before its own commit returns: it alone knows then that
+    # every worker's output is committed, so it hands all of it back (the stage's shuffle spreads it again).
+    return durable.committed_output() if worker.index == 0 else []
+
+
+def _commit_output(durable: Any, captured: list[tuple[Any, Any]], upto: int | None) -> None:
+    """Hand the captured ``(time, batch)`` items at times ``<= upto`` (all, if ``None``) to ``durable``."""
+    keep = []
+    for item in captured:
+        if upto is None or item[0] <= upto:
+            durable.output(item)
+        else:
+            keep.append(item)
+    captured[:] = keep
 
 
 def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> list[list[tuple[int, Any]]]:
