@@ -188,11 +188,13 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
     session = on_spark.session_for(args.spark, app_name="pytimely-wcc")
     columns = "src long, dst long, epoch long" if args.epochs else "src long, dst long"
     edges = on_spark.read(session, args.edges, columns)
-    figures = Figures(session)
+    # Spark Connect has no accumulators: no per-process figures there.
+    figures = None if on_spark.is_connect(session) else Figures(session)
     result = run_on_spark(session, edges, processes, workers, epochs=args.epochs, figures=figures)
     order = ["epoch", "vertex"] if args.epochs else ["vertex"]
     on_spark.save(result, args.output, order_by=order, retries=args.retries)
-    print(figures.table(), file=sys.stderr)
+    if figures is not None:
+        print(figures.table(), file=sys.stderr)
     print(f"wcc: on Spark {args.spark} in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

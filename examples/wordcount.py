@@ -195,7 +195,8 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
     session = on_spark.session_for(args.spark, app_name="pytimely-wordcount")
     kind = "parquet" if on_spark.format_of(args.input) == "parquet" else "text"
     lines = on_spark.read(session, args.input, format=kind)
-    figures = Figures(session)
+    # Spark Connect has no accumulators: no per-process figures there.
+    figures = None if on_spark.is_connect(session) else Figures(session)
     counts = run_on_spark(session, lines, processes, workers, figures=figures)
     if on_spark.format_of(args.output) == "parquet":
         on_spark.save(counts, args.output, order_by=["word"], retries=args.retries)
@@ -203,7 +204,8 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
         line = F.concat_ws("\t", F.col("word"), F.col("count").cast("string"))
         on_spark.save(counts, args.output, format="text", order_by=["word"], columns=[line], retries=args.retries)
     elapsed = time.perf_counter() - started
-    print(figures.table(), file=sys.stderr)
+    if figures is not None:
+        print(figures.table(), file=sys.stderr)
     print(f"wordcount: on Spark {args.spark} in {elapsed:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

@@ -216,6 +216,10 @@ class SparkTaskError(SparkError):
     """A task of the barrier stage failed; carries the task's own error message."""
 
 
+class SparkConnectError(SparkError):
+    """On a Spark Connect session: the server cannot be reached, or what was asked needs a classic session."""
+
+
 class SparkRendezvousError(SparkError):
     """The tasks of a barrier stage could not meet through the driver's registry (unreachable, late, or forged)."""
 

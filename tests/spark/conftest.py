@@ -27,3 +27,24 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     cluster = start_standalone(tmp_path_factory.mktemp("standalone"), cores=1)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark Connect server (``local[4]``) on loopback, from PySpark's own ``spark-submit``."""
+    from tests.spark.connect_server import start_connect_server
+
+    server = start_connect_server(tmp_path_factory.mktemp("connect"), slots=4)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect(connect_server: Any) -> Iterator[Any]:
+    """A Spark Connect client session on the test server, stopped before the server is."""
+    from pytimely.spark.session import connect_session
+
+    session = connect_session(connect_server.url)
+    yield session
+    # Else the client's exit hook calls the stopped server and retries for minutes.
+    session.stop()

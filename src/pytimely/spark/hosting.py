@@ -50,13 +50,14 @@ from pytimely.config import Config
 from pytimely.errors import (
     InputFormatError,
     InvalidArgument,
+    SparkConnectError,
     SparkError,
     SparkExecutorSetupError,
     SparkSlotsError,
 )
 from pytimely.execute import execute, run_process
 from pytimely.spark.rendezvous import Ticket, meet, registry
-from pytimely.spark.session import concurrent_slots, slots_of, wait_for_slots
+from pytimely.spark.session import concurrent_slots, is_connect, master_of, slots_of, wait_for_slots
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -81,7 +82,7 @@ def run_dataflow(
     epoch: str | None = None,
     heartbeat: float = 0.5,
     timeout: float = 10.0,
-    meeting: str = "driver",
+    meeting: str | None = None,
     meeting_timeout: float = 120.0,
     slot_wait: float = 30.0,
     figures: Figures | None = None,
@@ -93,8 +94,10 @@ def run_dataflow(
 
     ``schema`` is the output's Spark schema (DDL string or ``StructType``). ``processes`` defaults to the
     session's task slots (local mode) or its default parallelism. The tasks find each other through the
-    driver's registry (``meeting="driver"``, waiting at most ``meeting_timeout`` seconds for the last one) or
-    through Spark's ``allGather`` (``meeting="gather"``). The result is lazy, like any DataFrame.
+    driver's registry (``meeting="driver"``, the default on a classic session, waiting at most
+    ``meeting_timeout`` seconds for the last one) or through Spark's ``allGather`` (``meeting="gather"``, the
+    only way on a Spark Connect session, whose client executors cannot reach). The result is lazy, like any
+    DataFrame.
 
     Before anything runs, the session must offer ``processes`` task slots at once (waiting up to
     ``slot_wait`` seconds for a cluster's executors to register), else ``SparkSlotsError``; and pytimely must
@@ -117,7 +120,8 @@ def run_dataflow(
 
     spark = data.sparkSession
     if isinstance(schema, str):
-        schema = StructType.fromDDL(schema)
+        # A Connect client has no JVM to parse DDL with: the server parses it.
+        schema = spark.createDataFrame([], schema).schema if is_connect(spark) else StructType.fromDDL(schema)
     if not isinstance(schema, StructType):
         raise TypeError(f"schema must be a DDL string or a StructType, got {type(schema).__name__}")
     if epoch is not None and epoch not in data.columns:
@@ -126,8 +130,17 @@ def run_dataflow(
         raise InvalidArgument(f"processes must be a positive int, got {processes!r}")
     if type(workers) is not int or workers < 1:
         raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
+    connect = is_connect(spark)
+    if meeting is None:
+        meeting = "gather" if connect else "driver"
     if meeting not in ("driver", "gather"):
         raise InvalidArgument(f"meeting must be 'driver' or 'gather', got {meeting!r}")
+    if connect and meeting == "driver":
+        raise InvalidArgument(
+            "meeting='driver' needs a classic session: on Spark Connect the tasks meet through allGather"
+        )
+    if connect and figures is not None:
+        raise SparkConnectError("figures= needs a classic session (Spark Connect has no accumulators)")
     run_store = None
     if recovery is not None:
         if epoch is None:
@@ -145,7 +158,7 @@ def run_dataflow(
     if processes > slots:
         raise SparkSlotsError(
             f"{processes} pytimely processes need {processes} Spark task slots at once, but the session "
-            f"({spark.sparkContext.master}) has {slots}"
+            f"({master_of(spark)}) has {slots}"
             + ("" if local else f" (after waiting {slot_wait:g} s for executors)")
             + f"; ask for fewer processes or give Spark more slots (local[{processes}], or more executor cores)"
         )
@@ -172,12 +185,14 @@ def run_dataflow(
         snapshot_every=snapshot_every,
     )
     name = getattr(build, "__qualname__", None) or type(build).__name__
-    spark.sparkContext.setJobDescription(
-        description
-        if description is not None
-        else f"pytimely dataflow {name}: {processes} process(es) x {workers} worker(s), one barrier stage"
-    )
-    if data.rdd.getNumPartitions() != processes:
+    if not connect:
+        spark.sparkContext.setJobDescription(
+            description
+            if description is not None
+            else f"pytimely dataflow {name}: {processes} process(es) x {workers} worker(s), one barrier stage"
+        )
+    # A Connect client cannot ask a DataFrame for its partitions (no RDD): it always repartitions.
+    if connect or data.rdd.getNumPartitions() != processes:
         data = data.repartition(processes)
     if epoch is not None:
         data = data.sortWithinPartitions(epoch)
@@ -238,8 +253,9 @@ def check_executors(spark: Any, module: str = "pytimely") -> None:
     Otherwise the barrier stage's tasks would fail one by one, retried, before the cause surfaced. Checked
     once per Spark application with a small ordinary job, one task per slot.
     """
-    context = spark.sparkContext
-    key = f"{context.applicationId}:{module}"
+    connect = is_connect(spark)
+    application = spark.conf.get("spark.app.id", "") if connect else spark.sparkContext.applicationId
+    key = f"{application}:{module}"
     if key in _CHECKED:
         return
     tasks = max(1, concurrent_slots(spark))
@@ -256,11 +272,15 @@ def check_executors(spark: Any, module: str = "pytimely") -> None:
             return
         yield f"ok\t{sys.executable}\t"
 
-    context.setJobDescription(f"pytimely: can the executors import {module}?")
-    try:
-        answers = context.parallelize(range(tasks), tasks).mapPartitions(probe).collect()
-    finally:
-        context.setJobDescription(None)
+    if connect:
+        answers = _probe_by_frame(spark, tasks, probe)
+    else:
+        context = spark.sparkContext
+        context.setJobDescription(f"pytimely: can the executors import {module}?")
+        try:
+            answers = context.parallelize(range(tasks), tasks).mapPartitions(probe).collect()
+        finally:
+            context.setJobDescription(None)
     missing = [a.split("\t") for a in answers if a.startswith("missing")]
     if missing:
         _, python, error = missing[0]
@@ -270,6 +290,20 @@ def check_executors(spark: Any, module: str = "pytimely") -> None:
             f"interpreter that has it, or ship it with spark.submit.pyFiles"
         )
     _CHECKED[key] = answers[0].split("\t")[1] if answers else ""
+
+
+def _probe_by_frame(spark: Any, tasks: int, probe: Callable[[Any], Iterator[str]]) -> list[str]:
+    """Run ``probe`` in ``tasks`` tasks through the DataFrame API (a Connect client has no RDDs)."""
+
+    def answer(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"answer": list(probe(None))})
+
+    rows = spark.range(0, tasks, 1, tasks).mapInArrow(answer, "answer string").toArrow()
+    return [str(a) for a in rows.column("answer").to_pylist()]
 
 
 def _ship_by_value(build: Build) -> None:

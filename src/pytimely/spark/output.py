@@ -10,11 +10,12 @@ failing task's own message.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytimely.errors import InputFormatError, SparkError, SparkInputError, SparkSlotsError, SparkTaskError
 
@@ -110,11 +111,9 @@ def save(
     width = len(columns) if columns is not None else len(frame.columns)
     if kind == "text" and width != 1:
         raise SparkError(f"text output needs exactly one string column, the result has {frame.columns}")
-    spark = frame.sparkSession
-    fs, hpath = _filesystem(spark, path)
-    jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
+    files = _files_for(frame.sparkSession, path)
     for attempt in range(retries + 1):
-        tmp = jvm_path(hpath.getParent(), f".{hpath.getName()}.pytimely-{uuid.uuid4().hex}")
+        tmp = files.staging()
         kept: DataFrame | None = None
         try:
             result = frame
@@ -134,11 +133,11 @@ def save(
             writer = result.write.format(kind).mode("error")
             for key, value in (options or {}).items():
                 writer = writer.option(key, value)
-            writer.save(tmp.toString())
+            writer.save(tmp)
         except Exception as exc:
             if kept is not None:
                 kept.unpersist()
-            fs.delete(tmp, True)
+            files.delete(tmp)
             error = translate(exc)
             if isinstance(error, SparkSlotsError | SparkInputError) or attempt == retries:
                 raise error from exc
@@ -146,7 +145,7 @@ def save(
             continue
         if kept is not None:
             kept.unpersist()
-        _commit(fs, jvm_path, tmp, hpath, single_file)
+        files.commit(tmp, single_file)
         return
 
 
@@ -235,28 +234,113 @@ def task_message(text: str) -> str:
     return lines[0].strip() if lines else type(text).__name__
 
 
-def _filesystem(spark: SparkSession, path: str) -> tuple[Any, Any]:
-    """The Hadoop file system holding ``path`` and ``path`` as a qualified Hadoop path."""
-    hpath = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return fs, fs.makeQualified(hpath)
+class _Files(Protocol):
+    """Where ``save`` stages a write and how it moves the finished one into place."""
+
+    def staging(self) -> str:
+        """A fresh hidden sibling of the destination for one attempt's write."""
+        ...
+
+    def delete(self, staged: str) -> None:
+        """Remove an attempt's staging directory (no error if it is gone)."""
+        ...
+
+    def commit(self, staged: str, single_file: bool) -> None:
+        """Move a finished write into place: its one part file (``single_file``) or the whole directory."""
+        ...
 
 
-def _commit(fs: Any, jvm_path: Any, tmp: Any, dest: Any, single_file: bool) -> None:
-    """Move a finished write into place: its one part file (``single_file``) or the whole directory."""
-    source = tmp
-    if single_file:
-        parts = [s.getPath() for s in fs.listStatus(tmp) if s.getPath().getName().startswith("part-")]
-        if len(parts) != 1:
-            raise SparkError(f"expected one part file in {tmp.toString()}, found {len(parts)}")
-        source = parts[0]
-    if fs.exists(dest):
-        fs.delete(dest, True)
-    if not fs.rename(source, dest):
-        raise SparkError(f"could not move the finished output {source.toString()} to {dest.toString()}")
-    if single_file:
-        fs.delete(tmp, True)
-        # Hadoop's local file system moves a part file's checksum along with it; a lone file needs none.
-        checksum = jvm_path(dest.getParent(), f".{dest.getName()}.crc")
-        if fs.exists(checksum):
-            fs.delete(checksum, False)
+def _files_for(spark: SparkSession, path: str) -> _Files:
+    """The driver's Hadoop file system on a classic session; the client's fsspec one on Spark Connect."""
+    from pytimely.spark.session import is_connect
+
+    return _ClientFiles(path) if is_connect(spark) else _HadoopFiles(spark, path)
+
+
+def _staging_name(name: str) -> str:
+    return f".{name}.pytimely-{uuid.uuid4().hex}"
+
+
+class _HadoopFiles:
+    """The destination's Hadoop file system, through the driver's JVM (any file system Spark can write)."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        self.jvm_path = jvm.org.apache.hadoop.fs.Path
+        hpath = self.jvm_path(path)
+        self.fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self.dest = self.fs.makeQualified(hpath)
+
+    def staging(self) -> str:
+        """A hidden sibling of the destination."""
+        return str(self.jvm_path(self.dest.getParent(), _staging_name(self.dest.getName())).toString())
+
+    def delete(self, staged: str) -> None:
+        """Remove ``staged`` and all under it."""
+        self.fs.delete(self.jvm_path(staged), True)
+
+    def commit(self, staged: str, single_file: bool) -> None:
+        """Rename the part file or the directory over the destination."""
+        tmp = self.jvm_path(staged)
+        source = tmp
+        if single_file:
+            parts = [s.getPath() for s in self.fs.listStatus(tmp) if s.getPath().getName().startswith("part-")]
+            if len(parts) != 1:
+                raise SparkError(f"expected one part file in {staged}, found {len(parts)}")
+            source = parts[0]
+        if self.fs.exists(self.dest):
+            self.fs.delete(self.dest, True)
+        if not self.fs.rename(source, self.dest):
+            raise SparkError(f"could not move the finished output {source.toString()} to {self.dest.toString()}")
+        if single_file:
+            self.fs.delete(tmp, True)
+            # Hadoop's local file system moves a part file's checksum along with it; a lone file needs none.
+            checksum = self.jvm_path(self.dest.getParent(), f".{self.dest.getName()}.crc")
+            if self.fs.exists(checksum):
+                self.fs.delete(checksum, False)
+
+
+class _ClientFiles:
+    """The destination as this client sees it (fsspec): a Connect client has no JVM. The server's executors
+    write the staged directory; the client renames it, so both must see the same storage (a shared file
+    system, or an object store such as ``s3://``)."""
+
+    def __init__(self, path: str) -> None:
+        import fsspec  # type: ignore[import-untyped]
+
+        self.fs, self.dest = fsspec.core.url_to_fs(path)
+        self.protocol = path.split("://", 1)[0] + "://" if "://" in path else ""
+
+    def staging(self) -> str:
+        """A hidden sibling of the destination, as a URL the server understands."""
+        parent, _, name = self.dest.rstrip("/").rpartition("/")
+        return f"{self.protocol}{parent}/{_staging_name(name)}"
+
+    def _local(self, url: str) -> str:
+        return url.removeprefix(self.protocol) if self.protocol else url
+
+    def delete(self, staged: str) -> None:
+        """Remove ``staged`` and all under it."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._local(staged), recursive=True)
+
+    def commit(self, staged: str, single_file: bool) -> None:
+        """Move the part file or the directory over the destination."""
+        tmp = self._local(staged)
+        if not self.fs.exists(tmp):
+            raise SparkError(
+                f"the Spark Connect server wrote {staged}, but this client does not see it: save to storage "
+                "both share (a shared file system, or an object store such as s3://)"
+            )
+        source = tmp
+        if single_file:
+            parts = [p for p in self.fs.ls(tmp, detail=False) if p.rstrip("/").rpartition("/")[2].startswith("part-")]
+            if len(parts) != 1:
+                raise SparkError(f"expected one part file in {staged}, found {len(parts)}")
+            source = parts[0]
+        if self.fs.exists(self.dest):
+            self.fs.rm(self.dest, recursive=True)
+        self.fs.mv(source, self.dest, recursive=not single_file)
+        if single_file:
+            self.fs.rm(tmp, recursive=True)

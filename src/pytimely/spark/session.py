@@ -20,12 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.atomic import write_atomic
-from pytimely.errors import InvalidArgument, SparkSetupError
+from pytimely.errors import InvalidArgument, SparkConnectError, SparkSetupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["concurrent_slots", "find_java_home", "local_session", "session_for", "slots_of", "wait_for_slots"]
+__all__ = [
+    "concurrent_slots",
+    "connect_session",
+    "find_java_home",
+    "is_connect",
+    "local_session",
+    "master_of",
+    "session_for",
+    "slots_of",
+    "wait_for_slots",
+]
 
 _INSTALL_JAVA = (
     "install a Java 17 runtime (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) "
@@ -130,9 +140,21 @@ def _quiet_log_config() -> Path:
     return path
 
 
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (``sc://``): no ``sparkContext``, no JVM in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def master_of(spark: Any) -> str:
+    """The session's master URL (``local[2]``, ``spark://...``), on a classic or a Connect session."""
+    if is_connect(spark):
+        return str(spark.conf.get("spark.master", "") or "")
+    return str(spark.sparkContext.master or "")
+
+
 def slots_of(spark: SparkSession) -> int | None:
     """Task slots of a ``local[N]`` session (None when the master is not local: the cluster manager decides)."""
-    master = spark.sparkContext.master or ""
+    master = master_of(spark)
     match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master)
     if match is None:
         return None
@@ -147,6 +169,11 @@ def concurrent_slots(spark: SparkSession) -> int:
     slots = slots_of(spark)
     if slots is not None:
         return slots
+    if is_connect(spark):
+        raise SparkConnectError(
+            f"on Spark Connect with master {master_of(spark) or '(unknown)'} the client cannot count the "
+            "cluster's task slots: give processes= explicitly (at most the slots the cluster has)"
+        )
     context = spark.sparkContext._jsc.sc()
     # The same count Spark's barrier scheduling checks, for the default resource profile.
     return int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
@@ -219,7 +246,10 @@ def local_session(
 
 
 def session_for(master: str, *, app_name: str = "pytimely") -> SparkSession:
-    """A session on ``master``: the quiet embedded one for ``local[N]``, else Spark's own for that master."""
+    """A session on ``master``: the quiet embedded one for ``local[N]``, a Connect client for ``sc://host:port``,
+    else Spark's own for that master."""
+    if master.startswith("sc://"):
+        return connect_session(master)
     match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master)
     if match is not None:
         count = match.group(1)
@@ -247,3 +277,24 @@ def session_for(master: str, *, app_name: str = "pytimely") -> SparkSession:
         raise SparkSetupError(f"Spark on {master} did not start: {type(exc).__name__}: {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def connect_session(url: str) -> SparkSession:
+    """A Spark Connect client session on ``url`` (``sc://host:port``); needs the ``connect`` extra."""
+    try:
+        from pyspark.sql.connect import utils
+        from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+        for require in (utils.require_minimum_grpc_version, utils.require_minimum_grpcio_status_version,
+                        utils.require_minimum_googleapis_common_protos_version,
+                        utils.require_minimum_zstandard_version):  # fmt: skip
+            require()
+    except ImportError as exc:
+        raise SparkSetupError(
+            f"Spark Connect needs its client libraries ({exc}): `pip install 'pytimely[connect]'`"
+        ) from exc
+    try:
+        # Connect's own builder: the generic one refuses while a classic session runs in this process.
+        return RemoteSession.builder.remote(url).getOrCreate()  # type: ignore[return-value]
+    except Exception as exc:
+        raise SparkConnectError(f"could not reach the Spark Connect server {url}: {type(exc).__name__}: {exc}") from exc

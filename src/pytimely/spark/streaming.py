@@ -42,6 +42,7 @@ from pytimely.errors import (
     CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
+    SparkConnectError,
     StreamError,
     StreamInputError,
     StreamSchemaError,
@@ -520,6 +521,16 @@ def run_stream(
     ``timeout`` seconds pass. A failure stops the query and raises its typed error; committed micro-batches
     stay committed and the next run continues after them.
     """
+    from pytimely.spark.session import is_connect
+
+    if is_connect(source.sparkSession):
+        # Connect runs a foreachBatch function in a Python process of the server, not here: the dataflow
+        # that carries the state from batch to batch would live there, out of this process's reach.
+        raise SparkConnectError(
+            "run_stream needs a classic session: on Spark Connect foreachBatch runs on the server, so the "
+            "long-lived dataflow cannot stay in this process; run the streaming job where the Spark driver "
+            "runs (spark-submit, or a classic SparkSession)"
+        )
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
     if epoch is not None and epoch not in source.columns:
