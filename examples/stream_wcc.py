@@ -68,8 +68,6 @@ def source_format(directory: Path, given: str | None) -> str:
 
 def edge_stream(spark: Any, directory: str, fmt: str, files_per_batch: int | None) -> Any:
     """Spark's file source over ``directory``: ``src, dst`` and the file each row came from."""
-    from pyspark.sql import functions as F
-
     reader = spark.readStream.schema("src long, dst long")
     if files_per_batch is not None:
         reader = reader.option("maxFilesPerTrigger", files_per_batch)
@@ -77,11 +75,16 @@ def edge_stream(spark: Any, directory: str, fmt: str, files_per_batch: int | Non
         frame = reader.option("header", True).option("mode", "FAILFAST").csv(directory)
     else:
         frame = reader.parquet(directory)
-    return frame.select("src", "dst", F.col("_metadata.file_path").alias("file"))
+    # An expression string, not pyspark.sql.functions: it serves a classic and a Connect session alike.
+    return frame.selectExpr("src", "dst", "_metadata.file_path AS file")
 
 
 def quiet_streaming_log(spark: Any) -> None:
     """Silence Spark's logs of a failed micro-batch (JVM stack traces): the job prints the typed error instead."""
+    from pytimely.spark import is_connect
+
+    if is_connect(spark):
+        return  # the server's logs are the server's
     jvm = spark.sparkContext._jvm
     try:
         off = jvm.org.apache.logging.log4j.Level.OFF

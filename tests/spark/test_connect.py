@@ -80,14 +80,33 @@ def test_what_needs_a_classic_session_is_refused_by_name(connect: Any) -> None:
         run_dataflow(_doubled, frame, "y long", figures=Figures.__new__(Figures))
 
 
-def test_a_stream_on_connect_is_refused_saying_why(connect: Any, tmp_path: Path) -> None:
-    from pytimely.spark.streaming import CsvDirectorySink, run_stream
+def test_stream_wcc_on_connect_equals_the_reference_and_a_rerun_continues(
+    connect: Any, connect_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dataflow lives in the server's foreachBatch process; rounds of files give the reference changelog."""
+    from tests.spark.test_streaming import drop, edge_csv, load, random_edges, read_changelog, reference_changelog
 
-    (tmp_path / "in").mkdir()
-    source = connect.readStream.schema("src long, dst long").csv(str(tmp_path / "in"))
-    with pytest.raises(SparkConnectError, match="run_stream needs a classic session"):
-        run_stream(_doubled, source, "y long", sink=CsvDirectorySink(tmp_path / "out"), checkpoint=tmp_path / "ck")
-    assert not (tmp_path / "ck").exists() and not (tmp_path / "out").exists()
+    stream_wcc = load("stream_wcc")
+    rng = random.Random(23)
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    incoming.mkdir()
+    rounds = []
+    for number in range(2):
+        edges = random_edges(rng, rng.randint(5, 30))
+        drop(incoming, f"r{number}.csv", edge_csv(edges), number)
+        rounds.append(edges)
+        args = ["--spark", connect_server.url, "--edges-dir", str(incoming), "--output", str(out), "--checkpoint",
+                str(ck), "--available-now"]  # fmt: skip
+        assert stream_wcc.main(args) == 0
+        assert read_changelog(out) == reference_changelog(rounds)
+    # A file that does not parse stops the query with the typed error raised in the server's process.
+    drop(incoming, "bad.csv", "src,dst\n3,4\n5,x\n", 9)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert stream_wcc.main(args) == 2
+    err = capsys.readouterr().err
+    assert "StreamInputError" in err and "micro-batch 2" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_the_wcc_command_runs_on_a_connect_server(connect_server: Any, tmp_path: Path) -> None:

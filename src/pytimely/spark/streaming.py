@@ -33,6 +33,7 @@ import threading
 import time as _time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,7 +43,6 @@ from pytimely.errors import (
     CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
-    SparkConnectError,
     StreamError,
     StreamInputError,
     StreamSchemaError,
@@ -521,16 +521,6 @@ def run_stream(
     ``timeout`` seconds pass. A failure stops the query and raises its typed error; committed micro-batches
     stay committed and the next run continues after them.
     """
-    from pytimely.spark.session import is_connect
-
-    if is_connect(source.sparkSession):
-        # Connect runs a foreachBatch function in a Python process of the server, not here: the dataflow
-        # that carries the state from batch to batch would live there, out of this process's reach.
-        raise SparkConnectError(
-            "run_stream needs a classic session: on Spark Connect foreachBatch runs on the server, so the "
-            "long-lived dataflow cannot stay in this process; run the streaming job where the Spark driver "
-            "runs (spark-submit, or a classic SparkSession)"
-        )
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
     if epoch is not None and epoch not in source.columns:
@@ -565,12 +555,30 @@ def _run_locked(
     timeout: float | None,
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
-    handler = StreamHandler(
-        build, schema, sink, checkpoint, _identity(query, source, schema, epoch, name),
-        workers=workers, epoch=epoch, check=check, restore=restore, step_timeout=step_timeout,
-    )
-    restored = len(handler.committed)
-    writer = source.writeStream.foreachBatch(handler).option("checkpointLocation", str(handler.checkpoint.spark))
+    from pytimely.spark.session import is_connect
+
+    connect = is_connect(source.sparkSession)
+    if connect and isinstance(schema, str):
+        schema = source.sparkSession.createDataFrame([], schema).schema  # the server parses DDL for the client
+    identity = _identity(query, source, schema, epoch, name)
+    make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
+                   check=check, restore=restore, step_timeout=step_timeout)  # fmt: skip
+    function: Callable[[DataFrame, int], None]
+    if connect:
+        # Spark Connect calls foreachBatch in one Python process of the server for the query's life: the
+        # dataflow is made there at the first micro-batch and carries the state from batch to batch. The
+        # checkpoint is checked here first, so a mismatch stops the run before the query starts.
+        from pytimely.spark.hosting import _ship_by_value
+
+        _ship_by_value(build)
+        restored = len(checkpoint.open(identity))
+        handler = None
+        function = ServerSideHandler(make)
+    else:
+        handler = make()
+        restored = len(handler.committed)
+        function = handler
+    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
     writer = writer.queryName(f"{query}-{os.getpid()}")
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -583,18 +591,58 @@ def _run_locked(
         else:
             running.awaitTermination()
     except Exception as exc:
-        if handler.failure is not None:
+        if handler is not None and handler.failure is not None:
             raise handler.failure from None
-        raise StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
+        raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
     finally:
         if running.isActive:
             running.stop()
+    triggers = trigger_times(running)
+    if handler is None:
+        # The handler lived in the server's Python process: its timings stay there.
+        return StreamRun(sorted(triggers), 0, 0.0, restored, [], triggers)
     if handler.failure is not None:
         raise handler.failure
     processed = [t.batch_id for t in handler.timings]
-    return StreamRun(
-        processed, handler.skipped, handler.restore_s, restored, list(handler.timings), trigger_times(running)
-    )
+    return StreamRun(processed, handler.skipped, handler.restore_s, restored, list(handler.timings), triggers)
+
+
+class ServerSideHandler:
+    """The ``foreachBatch`` function on Spark Connect: makes its :class:`StreamHandler` at the first micro-batch,
+    in the server's Python process, and keeps it there for the query's life."""
+
+    def __init__(self, make: Callable[[], StreamHandler]) -> None:
+        self.make = make
+        self.handler: StreamHandler | None = None
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Process micro-batch ``batch_id``."""
+        if self.handler is None:
+            self.handler = self.make()
+        self.handler(frame, batch_id)
+
+
+_TYPED = re.compile(r"pytimely\.errors\.(\w+): (.*)")
+
+
+def _typed(text: str) -> PytimelyError | None:
+    """The pytimely error a query failed with on the server (its traceback's last ``pytimely.errors.X: ...``)."""
+    import pytimely.errors as errors
+
+    found = None
+    for line in text.splitlines():
+        match = _TYPED.search(line)
+        if match is not None:
+            found = match
+    if found is None:
+        return None
+    kind = getattr(errors, found.group(1), None)
+    if not (isinstance(kind, type) and issubclass(kind, PytimelyError)):
+        return None
+    try:
+        return kind(found.group(2))
+    except TypeError:  # an error class that takes more than a message
+        return StreamError(f"{found.group(1)}: {found.group(2)}")
 
 
 def trigger_times(query: Any) -> dict[int, float]:
