@@ -18,20 +18,11 @@ from pytimely.errors import InvalidArgument, SparkConnectError, SparkTaskError
 from pytimely.spark import collect, read, run_dataflow, save
 from pytimely.spark.figures import Figures
 from pytimely.spark.session import is_connect, master_of, slots_of
-from tests.spark.test_hosting import _edges_frame, wcc
+from tests.spark.test_hosting import _edges_frame, _fails_on_worker_one, wcc
 
 
 def _doubled(stream: Any) -> Any:
     return stream.map_batch(lambda b: [(x * 2,) for x in b.column("x").to_pylist()])
-
-
-def _boom(stream: Any) -> Any:
-    def check(batch: Any) -> Any:
-        if stream.scope.index == 1:
-            raise ValueError("boom on worker one")
-        return batch
-
-    return stream.map_batch(check)
 
 
 def test_a_connect_session_is_told_apart_and_its_slots_are_known(connect: Any, spark: Any) -> None:
@@ -68,7 +59,7 @@ def test_a_failing_task_on_connect_is_the_tasks_own_error_and_nothing_is_written
 ) -> None:
     frame = connect.range(0, 100).selectExpr("id as x")
     with pytest.raises(SparkTaskError, match="ValueError: boom on worker one"):
-        save(run_dataflow(_boom, frame, "x long", processes=2), str(tmp_path / "out.parquet"))
+        save(run_dataflow(_fails_on_worker_one, frame, "x long", processes=2), str(tmp_path / "out.parquet"))
     assert list(tmp_path.iterdir()) == []
 
 

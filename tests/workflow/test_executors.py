@@ -384,20 +384,22 @@ def _gone_within(pid: int, seconds: float) -> bool:
     return False
 
 
+def _sleeper(executor: ProcessExecutor, where: Path, seconds: float) -> asyncio.Future[dict[str, Any]]:
+    """A call that notes its pid in ``where`` (a new folder) and sleeps ``seconds``, started now."""
+    where.mkdir()
+    return asyncio.ensure_future(
+        executor.run(Call(where.name, pid_then_sleep, {"where": str(where), "seconds": seconds}))
+    )
+
+
 def test_a_timed_out_process_call_is_killed_and_its_neighbour_is_sent_again(tmp_path: Path) -> None:
     """The timed-out call's process dies at once; the call running beside it still returns, not WorkerDiedError."""
     stuck_dir, neighbour_dir = tmp_path / "stuck", tmp_path / "neighbour"
-    stuck_dir.mkdir()
-    neighbour_dir.mkdir()
 
     async def main() -> dict[str, Any]:
         async with ProcessExecutor(2) as executor:
-            neighbour = asyncio.ensure_future(
-                executor.run(Call("n", pid_then_sleep, {"where": str(neighbour_dir), "seconds": 2.0}))
-            )
-            stuck = asyncio.ensure_future(
-                executor.run(Call("s", pid_then_sleep, {"where": str(stuck_dir), "seconds": 300.0}))
-            )
+            neighbour = _sleeper(executor, neighbour_dir, 2.0)
+            stuck = _sleeper(executor, stuck_dir, 300.0)
             deadline = time.monotonic() + 60
             while not list(stuck_dir.iterdir()) or not list(neighbour_dir.iterdir()):
                 assert time.monotonic() < deadline, "the calls never started"
@@ -418,18 +420,12 @@ def test_a_timed_out_process_call_is_killed_and_its_neighbour_is_sent_again(tmp_
 def test_a_call_cancelled_while_queued_never_runs(tmp_path: Path) -> None:
     """With one process busy, a call cancelled while it waits is dropped (or killed as it starts)."""
     first_dir, queued_dir = tmp_path / "first", tmp_path / "queued"
-    first_dir.mkdir()
-    queued_dir.mkdir()
 
     async def main() -> dict[str, Any]:
         async with ProcessExecutor(1) as executor:
-            first = asyncio.ensure_future(
-                executor.run(Call("f", pid_then_sleep, {"where": str(first_dir), "seconds": 1.5}))
-            )
+            first = _sleeper(executor, first_dir, 1.5)
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(
-                    executor.run(Call("q", pid_then_sleep, {"where": str(queued_dir), "seconds": 300.0})), 0.5
-                )
+                await asyncio.wait_for(_sleeper(executor, queued_dir, 300.0), 0.5)
             result = await asyncio.wait_for(first, 120)
             # Room for the queued call to have started, were it not stopped.
             await executor.run(Call("after", sleep_then, {"value": 0, "seconds": 0.5}))
