@@ -297,14 +297,7 @@ def run(quick: bool) -> list[Row]:
         rows.append(_row("b", "word count, 1 worker(s)", len(words), t_wc1, "Bytewax 0.21.1, 1 worker", t_bwc, "words"))
 
     vertices, edge_count = (10_000, 30_000) if quick else (100_000, 300_000)
-    edges = make_graph(vertices, edge_count)
-    wcc_networkx(edges[:10])  # import outside the timing
-    t_nx, expected_labels = best_of(runs, lambda: wcc_networkx(edges))
-    for workers in (1, 2):
-        t_cc, labels = best_of(runs, lambda w=workers: wcc_pytimely(edges, w))
-        if expected_labels is not None:
-            assert labels == expected_labels
-            rows.append(_row("c", f"WCC, {workers} worker(s)", edge_count, t_cc, "NetworkX", t_nx, "edges"))
+    rows += wcc_rows(vertices, edge_count, runs)
 
     epochs = 200 if quick else 1000
     for workers in (1, 2):
@@ -369,19 +362,39 @@ def _row(ident: str, workload: str, n: int, ours: float, baseline: str, theirs: 
     }
 
 
+def wcc_rows(vertices: int, edge_count: int, runs: int) -> list[dict[str, Any]]:
+    """Connected components of a random graph on 1 and 2 workers against NetworkX (best of ``runs``)."""
+    rows = []
+    edges = make_graph(vertices, edge_count)
+    wcc_networkx(edges[:10])  # import outside the timing
+    t_nx, expected_labels = best_of(runs, lambda: wcc_networkx(edges))
+    for workers in (1, 2):
+        t_cc, labels = best_of(runs, lambda w=workers: wcc_pytimely(edges, w))
+        if expected_labels is not None:
+            assert labels == expected_labels
+            rows.append(_row("c", f"WCC, {workers} worker(s)", edge_count, t_cc, "NetworkX", t_nx, "edges"))
+    return rows
+
+
 def main() -> None:
     """Run and print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes, one run each (a smoke test)")
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
+    parser.add_argument(
+        "--wcc-edges", default="", metavar="N,M",
+        help="only connected components at these edge counts (vertices a third of the edges), one run each",
+    )
     args = parser.parse_args()
-    rows = run(args.quick)
+    sizes = [int(x) for x in args.wcc_edges.split(",") if x.strip()]
+    rows = [r for n in sizes for r in wcc_rows(n // 3, n, 1)] if sizes else run(args.quick)
     if args.json:
         print(json.dumps({"python": platform.python_version(), "machine": platform.machine()}))
         for row in rows:
             print(json.dumps(row))
         return
-    print(f"Python {platform.python_version()} on {platform.machine()}; best of {1 if args.quick else 3} runs\n")
+    runs = 1 if args.quick or sizes else 3
+    print(f"Python {platform.python_version()} on {platform.machine()}; best of {runs} run(s)\n")
     print("| | workload | pytimely | rate | baseline | baseline time | pytimely speedup |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:

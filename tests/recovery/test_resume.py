@@ -89,3 +89,23 @@ def test_positions_come_back_to_the_same_worker_and_not_after_a_change_of_size(t
     assert execute(job, 2, recovery=recovery) == [None, None]
     assert execute(job, 2, recovery=Recovery(tmp_path / "r", job="positions")) == [{"offset": 100}, {"offset": 101}]
     assert execute(job, 3, recovery=Recovery(tmp_path / "r", job="positions")) == [None, None, None]
+
+
+def test_a_job_with_windows_is_refused_before_any_snapshot(tmp_path: Path) -> None:
+    """Open windows are not snapshotted: a job holding them cannot use recovery, and the store stays empty."""
+    from pytimely import execute
+    from pytimely.errors import RecoveryError
+    from pytimely.recovery import Recovery
+
+    def job(worker: Any) -> None:
+        def build(scope: Any) -> Any:
+            handle, stream = scope.new_input(name="events")
+            stream.tumbling(10, time=0, key=1, name="per ten").probe()
+            return handle
+
+        worker.dataflow(build)
+        worker.recovery.begin()
+
+    with pytest.raises(RecoveryError, match=r"operator 'per ten' of dataflow .* keeps its open windows"):
+        execute(job, 2, recovery=Recovery(tmp_path / "store"))
+    assert not (tmp_path / "store" / "manifests").exists()

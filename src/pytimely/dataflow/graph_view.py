@@ -51,6 +51,8 @@ class OperatorView:
     """``((input, output), summaries)`` for every internal path (the identity where none was given)."""
     feedback: Any = None
     """The summary of a feedback operator (one that strictly advances a timestamp), else ``None``."""
+    undeclared_state: str | None = None
+    """What state the operator keeps across timestamps that no snapshot holds (windows' open windows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,8 @@ def describe(subgraph: Subgraph) -> DataflowGraph:
                         feedback = s
         operators.append(
             OperatorView(
-                op.index, op.name, scope_index(op.scope), len(op.inputs), len(op.outputs), tuple(pairs), feedback
+                op.index, op.name, scope_index(op.scope), len(op.inputs), len(op.outputs), tuple(pairs), feedback,
+                op.undeclared_state,
             )
         )
     edges = subgraph._edges

@@ -54,6 +54,7 @@ class OperatorCore:
         "outputs",
         "scope",
         "time",
+        "undeclared_state",
     )
 
     def __init__(self, index: int, name: str, scope: Scope[Any]) -> None:
@@ -72,6 +73,8 @@ class OperatorCore:
         """The time of the message being handled, for error reports."""
         self.internal: dict[tuple[int, int], list[Any]] | None = None
         """Declared internal path summaries per ``(input, output)``; ``None``: the identity for every pair."""
+        self.undeclared_state: str | None = None
+        """What state the operator keeps across timestamps that a snapshot would not hold (``None``: none)."""
 
     def check_summary(self, port: int, output: int, time: Any, later: Any) -> None:
         """:class:`SummaryViolationError` unless a message at ``time`` on input ``port`` may lead to ``later``

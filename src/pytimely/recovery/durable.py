@@ -162,6 +162,14 @@ class Durable:
         if self._begun:
             return self.resume_epoch
         graphs = self.worker.graph()
+        for graph in graphs:
+            for op in graph.operators:
+                if op.undeclared_state is not None:
+                    raise RecoveryError(
+                        f"operator {op.name!r} of dataflow {graph.name!r} keeps {op.undeclared_state} across "
+                        "epochs, which snapshots do not hold: a resumed run would lose them, so this job cannot "
+                        "use recovery"
+                    )
         identity = Identity(
             job=self.recovery.job,
             dataflows=tuple((g.name, tuple((op.index, op.name) for op in g.operators)) for g in graphs),

@@ -503,6 +503,7 @@ def window(
     side = isinstance(policy, SideOutput)
     op = scope._operator(name, [(stream, Exchange(key_route(key), vectorized=True))], 2 if side else 1)
     op.notify = True
+    op.undeclared_state = "its open windows"
     port: InputPort[Any, Any] = op.inputs[0]
     out: OutputPort[Any, Any] = op.outputs[0]
     late_out: OutputPort[Any, Any] | None = op.outputs[1] if side else None
