@@ -54,6 +54,7 @@ from pytimely.errors import (
     SparkError,
     SparkExecutorSetupError,
     SparkSlotsError,
+    StoreNotWritableError,
 )
 from pytimely.execute import execute, run_process
 from pytimely.spark.rendezvous import Ticket, meet, registry
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from pytimely.spark.figures import Figures
     from pytimely.worker import Worker
 
-__all__ = ["check_executors", "run_dataflow", "to_record_batch"]
+__all__ = ["check_executors", "run_dataflow", "ship_by_value", "to_record_batch"]
 
 Build = Callable[["Stream[Any]"], "Stream[Any]"]
 
@@ -163,7 +164,7 @@ def run_dataflow(
             + f"; ask for fewer processes or give Spark more slots (local[{processes}], or more executor cores)"
         )
     check_executors(spark)
-    _ship_by_value(build)
+    ship_by_value(build)
     secret = secrets.token_bytes(32)
     ticket: Ticket | None = None
     if meeting == "driver" and processes > 1:
@@ -217,8 +218,6 @@ def _run_store(recovery: str | os.PathLike[str]) -> str:
         try:
             os.makedirs(folder, exist_ok=True)
         except OSError as exc:
-            from pytimely.errors import StoreNotWritableError
-
             raise StoreNotWritableError(f"recovery store {base}: cannot make it: {exc.strerror or exc}", base) from None
     location = f"{base}/run-{secrets.token_hex(8)}"
     open_store(location).check_writable()
@@ -306,7 +305,7 @@ def _probe_by_frame(spark: Any, tasks: int, probe: Callable[[Any], Iterator[str]
     return [str(a) for a in rows.column("answer").to_pylist()]
 
 
-def _ship_by_value(build: Build) -> None:
+def ship_by_value(build: Build) -> None:
     """Send the module that defines ``build`` with the task, so executors need not be able to import it.
 
     Jobs are scripts and test modules that Spark's Python workers cannot import by name; libraries

@@ -48,7 +48,7 @@ from pytimely.errors import (
     StreamSchemaError,
 )
 from pytimely.spark.epoch_host import Build, EpochHost
-from pytimely.spark.hosting import to_record_batch
+from pytimely.spark.hosting import ship_by_value, to_record_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -568,9 +568,7 @@ def _run_locked(
         # Spark Connect calls foreachBatch in one Python process of the server for the query's life: the
         # dataflow is made there at the first micro-batch and carries the state from batch to batch. The
         # checkpoint is checked here first, so a mismatch stops the run before the query starts.
-        from pytimely.spark.hosting import _ship_by_value
-
-        _ship_by_value(build)
+        ship_by_value(build)
         restored = len(checkpoint.open(identity))
         handler = None
         function = ServerSideHandler(make)
