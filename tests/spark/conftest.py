@@ -29,9 +29,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A Spark Connect server (``local[4]``) on loopback, from PySpark's own ``spark-submit``."""
+    """A Spark Connect server (``local[4]``) on loopback, from PySpark's own ``spark-submit``, for one module."""
     from tests.spark.connect_server import start_connect_server
 
     server = start_connect_server(tmp_path_factory.mktemp("connect"), slots=4)
@@ -39,9 +39,12 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def connect(connect_server: Any) -> Iterator[Any]:
-    """A Spark Connect client session on the test server, stopped before the server is."""
+    """A Spark Connect client session on the test server, stopped at the end of the module.
+
+    Its gRPC channel holds sockets and threads while it lives; later tests count the process's descriptors.
+    """
     from pytimely.spark.session import connect_session
 
     session = connect_session(connect_server.url)
