@@ -17,6 +17,8 @@ can configure processes without touching their command lines::
                          PYTIMELY_SEND_TIMEOUT     seconds a peer may take no byte while frames wait for it (60)
                          PYTIMELY_STALL_TIMEOUT    seconds every process must be quiet before a stall is reported (30)
                          PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
+                         PYTIMELY_AGGREGATE_PROGRESS 0: every worker sends its progress to every worker (default 1:
+                                                   once per process, for a fixed cluster)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
                          PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
                          PYTIMELY_ELASTIC          1: processes may join and leave while the computation runs
@@ -68,6 +70,9 @@ class Config:
     """Seconds every process must be quiet, with nothing sent, before an unfinished computation is stalled."""
     encrypt: bool = True
     """Whether frames are encrypted as well as authenticated (False: authenticated only, readable on the wire)."""
+    aggregate_progress: bool = True
+    """Whether a fixed cluster's workers send their progress batches to another process once, combined, fanned out
+    there (seed 002 §3.3), instead of once per worker there."""
     send_window: int = 64 << 20
     """Bytes of data frames a process may queue towards one peer before its workers wait."""
     recv_window: int = 64 << 20
@@ -270,6 +275,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         send_timeout=number("PYTIMELY_SEND_TIMEOUT", 60.0),
         stall_timeout=number("PYTIMELY_STALL_TIMEOUT", 30.0),
         encrypt=env.get("PYTIMELY_ENCRYPT", "1") not in ("0", "false", "no"),
+        aggregate_progress=env.get("PYTIMELY_AGGREGATE_PROGRESS", "1") not in ("0", "false", "no"),
         send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
         recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),
         elastic=env.get("PYTIMELY_ELASTIC", "") in ("1", "true", "yes"),

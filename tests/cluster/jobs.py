@@ -115,3 +115,32 @@ def flood(worker: Worker) -> None:
     stats = worker.communication_stats()
     with open(f"{out}.{os.getpid()}.json", "w", encoding="utf-8") as f:
         json.dump({"worker": worker.index, **stats}, f)
+
+
+def progress_traffic(worker: Worker) -> None:
+    """A keyed count over ``EPOCHS`` epochs of ``ROWS`` words per worker; each worker writes ``OUT/worker-I.json``:
+    the counts it owns, the progress batches it broadcast and the progress frames it sent to other processes."""
+    from collections import Counter
+
+    out, epochs, rows, _ = _args()
+    owned: Counter[str] = Counter()
+
+    def build(scope: Scope[int]) -> tuple[Any, Any]:
+        handle, words = scope.new_input(name="words")
+        counted = words.count_by(lambda w: w, name="count")
+        # count_by gives each key's count within a time: summed over the epochs here.
+        return handle, counted.inspect_batch(lambda _t, batch: owned.update(dict(batch)), name="keep").probe()
+
+    handle, probe = worker.dataflow(build)
+    for epoch in range(epochs):
+        handle.send_batch([f"w{(worker.index * 7 + epoch * 13 + i * i) % 97}" for i in range(rows)])
+        handle.advance_to(epoch + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+    # Read together while the dataflow lives (a finished one is dropped): both move only in this worker's steps.
+    sent = worker.communication_stats()["sent_by_worker"]["progress"]["frames"]
+    batches = worker.progress_stats()["batches_sent"]
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    record = {"counts": dict(owned), "batches": batches, "frames": sent}
+    with open(os.path.join(out, f"worker-{worker.index}.json"), "w") as f:
+        json.dump(record, f)

@@ -14,14 +14,28 @@ serialises them. Nothing here knows about operators or timestamps.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from pytimely.communication.cluster.membership import Membership
 
-__all__ = ["Allocator", "ElasticAllocator", "Precedence", "Pull", "Push", "elastic_view"]
+__all__ = [
+    "Allocator",
+    "ElasticAllocator",
+    "Grouped",
+    "GroupingAllocator",
+    "Precedence",
+    "Pull",
+    "Push",
+    "elastic_view",
+    "grouping_view",
+]
 
 M = TypeVar("M")
+S = TypeVar("S")
 M_contra = TypeVar("M_contra", contravariant=True)
 
 
@@ -135,6 +149,47 @@ class ElasticAllocator(Allocator, Protocol):
     def retire(self) -> None:
         """This worker has finished; it applies no further membership changes."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Grouped(Generic[S]):
+    """One worker's ends of a channel whose messages to another process are sent once and fanned out there.
+
+    ``local`` reaches each worker of this process (by local index), ``remote`` each other process: a message
+    pushed there reaches every worker of that process, in the order this process's workers pushed, whichever
+    worker pushed it. ``shared`` is one object for every worker of this process (made by the first to ask), and
+    ``lock`` the lock they share to keep their pushes in an order of their choosing.
+    """
+
+    process: int
+    local: list[Push[Any]]
+    remote: list[Push[Any]]
+    pull: Pull[Any]
+    shared: S
+    lock: threading.Lock
+
+
+@runtime_checkable
+class GroupingAllocator(Allocator, Protocol):
+    """An allocator of workers spread over processes that can send a message once per process (seed 002 §3.3)."""
+
+    @property
+    def groups(self) -> bool:
+        """Whether channels may be allocated grouped by process now (a fixed cluster of several processes)."""
+        ...
+
+    def allocate_grouped(
+        self, channel: tuple[int, int], precedence: Precedence, make: Callable[[int], S]
+    ) -> Grouped[S]:
+        """Channel ``(dataflow, index)`` grouped by process; ``make(process)`` builds the shared object once."""
+        ...
+
+
+def grouping_view(allocator: Allocator) -> GroupingAllocator | None:
+    """``allocator`` as one that groups channels by process, or ``None`` when it cannot now."""
+    if isinstance(allocator, GroupingAllocator) and allocator.groups:
+        return allocator
+    return None
 
 
 def elastic_view(allocator: Allocator) -> ElasticAllocator | None:

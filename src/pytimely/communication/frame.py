@@ -57,6 +57,7 @@ from pytimely.errors import (
 
 __all__ = [
     "CONTROL_CHANNEL",
+    "EVERY_WORKER",
     "HEADER",
     "MAX_FRAME",
     "TAG",
@@ -81,6 +82,8 @@ MAX_FRAME = 1 << 30
 """The largest payload a frame may carry (1 GiB); bigger batches must be split by the sender."""
 CONTROL_CHANNEL = 0xFFFFFFFF
 """The ``dataflow`` field of control frames; their ``channel`` field is a :class:`Control` code."""
+EVERY_WORKER = 0xFFFFFFFF
+"""The ``target`` field of a frame for every worker of the receiving process (sent once, handed to each)."""
 _DIRECT = 1 << 16
 _NONCE_PAD = b"\x00\x00\x00\x00"
 _MIN_SPARE = 1 << 16

@@ -217,7 +217,8 @@ def accept_peer(
     if verdict == _BAD_SHAPE:
         raise ConfigError(
             f"process {client} believes the cluster has another shape ({their_shape:#x}) than this one (process "
-            f"{me}, {shape:#x}); or its index is out of range"
+            f"{me}, {shape:#x}): the process count, elasticity, PYTIMELY_ENCRYPT and PYTIMELY_AGGREGATE_PROGRESS "
+            "must agree; or its index is out of range"
         )
     if verdict == _BAD_HASH:
         raise ConfigError(

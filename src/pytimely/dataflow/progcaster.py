@@ -8,6 +8,14 @@ capabilities, and both ends of the bootstrap of seed 002 (a joining worker's
 :class:`~pytimely.progress.bootstrap.Bootstrap`, a member's
 :class:`~pytimely.progress.bootstrap.BootstrapServer`). The subgraph hands it the
 tracker and its operators when a step needs them, and schedules what it reports.
+
+In a fixed cluster of several processes progress is aggregated per process (seed 002 §3.3, footnote 4;
+model :mod:`pytimely.verify.aggregate`): a worker's batch goes to the workers of its own process directly
+and through the process's :class:`~pytimely.progress.broadcast.ProgressAggregator` to every other process
+once, fanned out there to each worker. A worker's send is atomic with respect to the other workers' sends
+of its process, as ``send_upd`` is in the model (one lock per process and dataflow). Elastic clusters send
+per worker: the bootstrap of seed 002 counts workers' sequence numbers, and the rescaling model has no
+aggregated senders.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytimely.communication.allocator import ElasticAllocator, Precedence, elastic_view
+from pytimely.communication.allocator import ElasticAllocator, Grouped, Precedence, elastic_view, grouping_view
 from pytimely.communication.payload import dumps
 from pytimely.errors import BootstrapError
 from pytimely.progress.bootstrap import (
@@ -28,7 +36,13 @@ from pytimely.progress.bootstrap import (
     RangeRequest,
     mint,
 )
-from pytimely.progress.broadcast import ProgressBatch, ProgressReceiver, ProgressSender
+from pytimely.progress.broadcast import (
+    ProgressAggregator,
+    ProgressBatch,
+    ProgressReceiver,
+    ProgressSender,
+    aggregate_sender,
+)
 from pytimely.progress.change_batch import ChangeBatch
 from pytimely.progress.location import Source, Target
 
@@ -67,7 +81,25 @@ class Progcaster:
         self._boot_report: dict[str, float] = {}
         self._progress_push: list[Push[Any]]
         self._progress_pull: Pull[Any]
-        self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
+        grouping = grouping_view(allocator) if self.elastic_allocator is None else None
+        self._grouped: Grouped[ProgressAggregator[Any]] | None = None
+        if grouping is None:
+            self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
+        else:
+            grouped: Grouped[ProgressAggregator[Any]] = grouping.allocate_grouped(
+                (ident, 0), Precedence.PROGRESS, ProgressAggregator
+            )
+            self._grouped = grouped
+            self._progress_push, self._progress_pull = grouped.local, grouped.pull
+            workers = len(grouped.local)
+            first = grouped.process * workers
+            processes = len(grouped.remote) + 1
+            self._receiver = ProgressReceiver(
+                [
+                    *range(first, first + workers),
+                    *(aggregate_sender(p) for p in range(processes) if p != grouped.process),
+                ]
+            )
 
     @property
     def bootstrapped(self) -> bool:
@@ -78,6 +110,7 @@ class Progcaster:
         """Stop exchanging progress (the dataflow was dropped); returns the channel's receiving end to drain."""
         self._progress_pull.drain()
         self._progress_push = []
+        self._grouped = None
         return self._progress_pull
 
     # -- building -------------------------------------------------------------------------
@@ -139,12 +172,31 @@ class Progcaster:
                 self._fold_sent()
             if self.log is not None:
                 self._log_batch(self.log, batch)
-            for push in self._progress_push:
-                push.push(batch)
+            grouped = self._grouped
+            if grouped is None:
+                for push in self._progress_push:
+                    push.push(batch)
+            else:
+                self._send_grouped(grouped, batch)
         if self._server.serving:
             for newcomer, reply in self._server.replies(self._receiver):
                 self._progress_push[newcomer].push(reply)
         return worked
+
+    @staticmethod
+    def _send_grouped(grouped: Grouped[ProgressAggregator[Any]], batch: ProgressBatch[Any]) -> None:
+        """``send_upd`` of the aggregate model: to this process's workers and, combined, once to every other."""
+        # Under the process's lock, so no other worker's batch enters the aggregator between this one's local
+        # pushes and its own (the model's send_upd is one step), and combined batches reach each link in order.
+        with grouped.lock:
+            for push in grouped.local:
+                push.push(batch)
+            aggregator = grouped.shared
+            aggregator.offer(batch)
+            combined = aggregator.flush()
+            if combined is not None:
+                for push in grouped.remote:
+                    push.push(combined)
 
     def _log_batch(self, log: EventLogger, batch: ProgressBatch[Any]) -> None:
         """Log a progress batch this worker sends, and the capability changes in it."""
@@ -281,13 +333,15 @@ class Progcaster:
         return [(loc, t, c) for loc, counts in tracker.held().items() for t, c in counts.items()]
 
     def progress_stats(self, tracker: Tracker[Any]) -> dict[str, float]:
-        """The size of the progress state a bootstrap server would send now and, if this worker joined, of the
-        one it bootstrapped from and how long that took (from its dataflow's build to a complete view)."""
+        """The size of the progress state a bootstrap server would send now, the batches this worker has broadcast
+        and, if it joined, the size of the state it bootstrapped from and how long that took (from its dataflow's
+        build to a complete view)."""
         updates = self.held_updates(tracker)
         state = ProgressState(self.worker, tuple(updates), self._receiver.numbers())
         return {
             "pointstamps": len(updates),
             "state_bytes": dumps(state)[1],
             "senders": len(state.included),
+            "batches_sent": self.sender.next_seq(),
             **self._boot_report,
         }

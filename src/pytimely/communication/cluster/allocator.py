@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytimely.communication.allocator import Precedence
+from pytimely.communication.allocator import Grouped, Precedence
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.queues import OutgoingFrame
-from pytimely.communication.cluster.router import ClusterMailbox, Pushes, RemotePush
+from pytimely.communication.cluster.router import ClusterMailbox, ProcessPush, Pushes, RemotePush
 from pytimely.communication.frame import CONTROL_CHANNEL
+from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.communication.cluster.process import Cluster
 
 __all__ = ["ClusterAllocator"]
+
+S = TypeVar("S")
 
 
 class ClusterAllocator:
@@ -73,13 +76,7 @@ class ClusterAllocator:
 
     def allocate(self, channel: Hashable, precedence: Precedence = Precedence.DATA) -> tuple[Any, Any]:
         """Push ends to every worker (by reference locally, as frames remotely) and this worker's mailbox."""
-        if not (
-            isinstance(channel, tuple)
-            and len(channel) == 2
-            and all(type(c) is int and 0 <= c < CONTROL_CHANNEL for c in channel)
-        ):
-            raise ValueError(f"cluster channels are (dataflow, channel) pairs of small ints, got {channel!r}")
-        key: tuple[int, int] = (channel[0], channel[1])
+        key = _channel_key(channel)
         cluster = self._cluster
         boxes = cluster.open(key)
         if self.elastic:
@@ -89,6 +86,33 @@ class ClusterAllocator:
             self._handed.append((key, Precedence(precedence), pushes))
             return pushes, boxes[self._local]
         return [self._push_to(boxes, key, Precedence(precedence), t) for t in range(cluster.peers)], boxes[self._local]
+
+    @property
+    def groups(self) -> bool:
+        """Whether channels may be grouped by process: a fixed cluster of several processes that allows it."""
+        cluster = self._cluster
+        return not self.elastic and cluster.config.processes > 1 and cluster.config.aggregate_progress
+
+    def allocate_grouped(
+        self, channel: tuple[int, int], precedence: Precedence, make: Callable[[int], S]
+    ) -> Grouped[S]:
+        """Channel ``(dataflow, index)`` with one push end per worker here and one per other process (fanned out
+        there to each of its workers); ``make`` builds the object this process's workers share for it."""
+        if not self.groups:
+            raise InvalidArgument("only a fixed cluster of several processes groups channels by process")
+        if precedence == Precedence.DATA:
+            raise InvalidArgument("a grouped channel bypasses the send window, so it cannot carry data")
+        key = _channel_key(channel)
+        cluster = self._cluster
+        boxes = cluster.open(key)
+        shared, lock = cluster.shared(key, lambda: make(cluster.me))
+        tally = self.sent[Precedence(precedence)]
+        remote: list[Any] = [
+            ProcessPush(cluster, Precedence(precedence), key, p, tally)
+            for p in range(cluster.config.processes)
+            if p != cluster.me
+        ]
+        return Grouped(cluster.me, list(boxes), remote, boxes[self._local], shared, lock)
 
     def _push_to(self, boxes: list[ClusterMailbox], key: tuple[int, int], precedence: Precedence, target: int) -> Any:
         cluster = self._cluster
@@ -177,5 +201,18 @@ class ClusterAllocator:
         self._cluster.check()
 
     def stats(self) -> dict[str, Any]:
-        """The cluster's counters (see :meth:`Cluster.stats`)."""
-        return self._cluster.stats()
+        """The cluster's counters (see :meth:`Cluster.stats`) and, as ``sent_by_worker``, this worker's frames and bytes
+        sent to other processes by precedence."""
+        mine = {p.name.lower(): {"frames": f, "bytes": b} for p, (f, b) in self.sent.items()}
+        return {**self._cluster.stats(), "sent_by_worker": mine}
+
+
+def _channel_key(channel: Hashable) -> tuple[int, int]:
+    """``channel`` as a cluster channel key, or a ValueError saying what it must be."""
+    if not (
+        isinstance(channel, tuple)
+        and len(channel) == 2
+        and all(type(c) is int and 0 <= c < CONTROL_CHANNEL for c in channel)
+    ):
+        raise ValueError(f"cluster channels are (dataflow, channel) pairs of small ints, got {channel!r}")
+    return (channel[0], channel[1])

@@ -15,7 +15,7 @@ from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
 from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
-from pytimely.communication.frame import CONTROL_CHANNEL, Control, Frame, LinkKeys
+from pytimely.communication.frame import CONTROL_CHANNEL, EVERY_WORKER, Control, Frame, LinkKeys
 from pytimely.communication.handshake import check_secret
 from pytimely.config import Config
 from pytimely.errors import (
@@ -77,6 +77,7 @@ class Cluster:
         self._ready = 0
         self._acceptor: threading.Thread | None = None
         self._allocators: dict[int, ClusterAllocator] = {}
+        self._shared: dict[tuple[int, int], tuple[Any, threading.Lock]] = {}
         self.quiescence = Quiescence(config.workers)
         """How long this process and its peers have been quiet (heartbeats carry its reports)."""
 
@@ -223,8 +224,9 @@ class Cluster:
     def _shape(self) -> int:
         """What the handshake compares: the process count, or for elastic clusters the initial count and a flag."""
         shape = (self.config.initial_processes | 1 << 31) if self.elastic else self.config.processes
-        # Processes that disagree on encrypting frames are refused at the handshake, naming the shape.
-        return shape if self.config.encrypt else shape | 1 << 30
+        # Processes that disagree on encrypting frames or on aggregating progress are refused at the handshake.
+        shape = shape if self.config.encrypt else shape | 1 << 30
+        return shape if self.config.aggregate_progress or self.elastic else shape | 1 << 29
 
     def _joined(self, peer: int, text: str) -> None:
         """A process connected to every member and said it joins (its ``JOIN`` frame)."""
@@ -325,6 +327,14 @@ class Cluster:
                 self._reject_pending_below(channel)
             return [self._mailbox(self.first + i, channel) for i in range(self.workers)]
 
+    def shared(self, channel: tuple[int, int], make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+        """The object this process's workers share for a grouped ``channel`` (made once) and their lock."""
+        with self._lock:
+            entry = self._shared.get(channel)
+            if entry is None:
+                entry = self._shared[channel] = (make(), threading.Lock())
+            return entry
+
     def seal(self, dataflow: int) -> None:
         """A worker here has built ``dataflow``: it opens no more of its channels."""
         with self._lock:
@@ -348,7 +358,11 @@ class Cluster:
     def _deliver(self, peer: int, frame: Frame) -> None:
         target = frame.target
         channel = (frame.dataflow, frame.channel)
-        if not self.first <= target < self.first + self.workers:
+        if target == EVERY_WORKER:
+            targets = range(self.first, self.first + self.workers)  # sent once by the peer, handed to each here
+        elif self.first <= target < self.first + self.workers:
+            targets = range(target, target + 1)
+        else:
             raise FrameError(
                 f"process {peer} sent a frame for worker {target}, which does not run on process {self.me}",
                 peer=peer,
@@ -356,19 +370,24 @@ class Cluster:
             )
         payload = frame.payload
         assert isinstance(payload, memoryview)
-        wire = Wire(payload, peer, channel)
+        boxes: list[ClusterMailbox] = []
         with self._lock:
-            box = self._mailboxes.get((target, channel))
-            self._unconsumed += len(payload)
+            # Each worker handed the payload decodes it, and counts it consumed, on its own.
+            self._unconsumed += len(payload) * len(targets)
             if self._unconsumed > self.max_unconsumed:
                 self.max_unconsumed = self._unconsumed
-            if box is None:
-                if channel < self._highest or channel[0] <= self._sealed:
-                    self._unknown(wire)
-                self._pending.setdefault((target, channel), []).append(wire)
-                return
-        box._queue.append(wire)
-        box._wake.set()
+            for worker in targets:
+                wire = Wire(payload, peer, channel)
+                box = self._mailboxes.get((worker, channel))
+                if box is None:
+                    if channel < self._highest or channel[0] <= self._sealed:
+                        self._unknown(wire)
+                    self._pending.setdefault((worker, channel), []).append(wire)
+                else:
+                    box._queue.append(wire)
+                    boxes.append(box)
+        for box in boxes:
+            box._wake.set()
 
     def _consumed(self, nbytes: int) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Precedence
 from pytimely.communication.cluster.queues import OutgoingFrame
+from pytimely.communication.frame import EVERY_WORKER
 from pytimely.communication.mailbox import Mailbox
 from pytimely.communication.payload import dumps, loads
 from pytimely.errors import MembershipError, PayloadError
@@ -20,7 +21,7 @@ from pytimely.errors import MembershipError, PayloadError
 if TYPE_CHECKING:
     from pytimely.communication.cluster.process import Cluster
 
-__all__ = ["ClusterMailbox", "Pushes", "RemotePush", "Wire"]
+__all__ = ["ClusterMailbox", "ProcessPush", "Pushes", "RemotePush", "Wire"]
 
 
 class Pushes:
@@ -142,3 +143,32 @@ class RemotePush:
         self._outbox.append(
             OutgoingFrame(self._precedence, self._dataflow, self._channel, self._source, self._target, parts, length)
         )
+
+
+class ProcessPush:
+    """The push end towards every worker of another process: one frame, queued on the link at once.
+
+    It bypasses the worker's outbox so that pushes from several workers of this process reach the link in the
+    order they were made (under the caller's lock): the link's queue of a precedence is one FIFO.
+    """
+
+    __slots__ = ("_channel", "_cluster", "_dataflow", "_precedence", "_process", "_tally")
+
+    def __init__(
+        self, cluster: Cluster, precedence: Precedence, channel: tuple[int, int], process: int, tally: list[int]
+    ) -> None:
+        self._cluster = cluster
+        self._precedence = precedence
+        self._dataflow, self._channel = channel
+        self._process = process
+        self._tally = tally
+
+    def push(self, message: Any) -> None:
+        """Serialise ``message`` and queue it for the link to the process (never waits for the send window)."""
+        cluster = self._cluster
+        parts, length = dumps(message)
+        frame = OutgoingFrame(self._precedence, self._dataflow, self._channel, cluster.me, EVERY_WORKER, parts, length)
+        self._tally[0] += 1
+        self._tally[1] += length
+        cluster.quiescence.sent(1)
+        cluster.links[self._process].enqueue([frame])

@@ -1,0 +1,69 @@
+"""Progress aggregated per process on real processes: the same results, one frame per batch and remote process.
+
+With aggregation (the default for a fixed cluster) a worker's progress batch crosses to another process once,
+combined with whatever its process queued before it, and is handed there to every worker; without it
+(``PYTIMELY_AGGREGATE_PROGRESS=0``) the batch crosses once per worker there (seed 002 §3.3, footnote 4).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.helpers import Cluster, report
+
+EPOCHS, ROWS = 6, 400
+
+
+def expected() -> Counter[str]:
+    """What the job counts over every worker of a 2 x 3 cluster."""
+    total: Counter[str] = Counter()
+    for worker in range(6):
+        for epoch in range(EPOCHS):
+            total.update(f"w{(worker * 7 + epoch * 13 + i * i) % 97}" for i in range(ROWS))
+    return total
+
+
+def run(tmp_path: Path, **env: str) -> list[dict[str, object]]:
+    cluster = Cluster(2, workers="3", **env)
+    try:
+        cluster.start(["tests.cluster.jobs:progress_traffic", str(tmp_path), str(EPOCHS), str(ROWS)])
+        results = cluster.wait(timeout=120)
+    finally:
+        cluster.kill()
+    assert [r[0] for r in results] == [0, 0], report(results)
+    return [json.loads((tmp_path / f"worker-{w}.json").read_text()) for w in range(6)]
+
+
+@pytest.mark.parametrize("aggregate", ["1", "0"])
+def test_progress_crosses_to_a_process_once_per_batch_when_aggregated(tmp_path: Path, aggregate: str) -> None:
+    records = run(tmp_path, PYTIMELY_AGGREGATE_PROGRESS=aggregate)
+    counts: Counter[str] = Counter()
+    for record in records:
+        owned = record["counts"]
+        assert isinstance(owned, dict)
+        assert not set(owned) & set(counts), "a key counted by two workers"
+        counts.update(owned)
+    assert counts == expected()
+    per_batch = 1 if aggregate == "1" else 3  # frames each batch costs: one per remote process, or per worker there
+    for worker, record in enumerate(records):
+        assert isinstance(record["batches"], int) and record["batches"] > EPOCHS, record
+        assert record["frames"] == per_batch * record["batches"], (worker, record)
+
+
+def test_processes_that_disagree_on_aggregating_are_refused_at_the_handshake(tmp_path: Path) -> None:
+    cluster = Cluster(2, workers="2", PYTIMELY_CONNECT_TIMEOUT="5")
+    try:
+        cluster.start(
+            ["tests.cluster.jobs:progress_traffic", str(tmp_path), "2", "10"],
+            env={1: {"PYTIMELY_AGGREGATE_PROGRESS": "0"}},
+        )
+        results = cluster.wait(timeout=60)
+    finally:
+        cluster.kill()
+    assert all(code != 0 for code, _, _ in results), report(results)
+    assert any("PYTIMELY_AGGREGATE_PROGRESS" in err for _, _, err in results), report(results)
+    assert not list(tmp_path.glob("worker-*.json"))
