@@ -11,7 +11,8 @@ last epoch has passed every probe, so start-up and shutdown are left out. Bytes 
 header and an authentication tag per frame (``HEADER.size + TAG`` bytes); the table includes them.
 
 Rows: ``-w 1`` with N = 2, 4, 8, 16 processes (seed 002's footnote 4 asks about processes), then the same
-8 workers as 8 x 1, 4 x 2 and 2 x 4 (does the traffic follow worker pairs or process pairs?). Per row:
+8 workers as 8 x 1, 4 x 2 and 2 x 4 (does the traffic follow worker pairs or process pairs?), the last two
+with progress sent per worker (``PYTIMELY_AGGREGATE_PROGRESS=0``) and aggregated per process (the default). Per row:
 progress frames and bytes per epoch (whole cluster), per process, per worker pair, and progress bytes per
 data byte. The baseline is the first row (N = 2, W = 1), measured in the same run; the ratio column is the
 row's progress bytes per epoch over it.
@@ -74,12 +75,12 @@ def job(out: str, epochs: int, rows: int) -> None:
     execute(run, config=config)
 
 
-def launch(processes: int, workers: int, epochs: int, rows: int) -> list[dict[str, Any]]:
+def launch(processes: int, workers: int, epochs: int, rows: int, aggregate: bool = True) -> list[dict[str, Any]]:
     """Run the job on ``launch -n processes -w workers``; each worker's record."""
     with tempfile.TemporaryDirectory(prefix="pytimely-bench-progress-") as out:
         command = [sys.executable, "-m", "pytimely", "launch", "-q", "-n", str(processes), "-w", str(workers), "--"]
         command += [sys.executable, __file__, "--job", out, str(epochs), str(rows)]
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTIMELY_AGGREGATE_PROGRESS": "1" if aggregate else "0"}
         done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the job on -n {processes} -w {workers} failed ({done.returncode}):\n"
@@ -100,9 +101,9 @@ def traffic(records: list[dict[str, Any]], workers: int, precedence: str) -> tup
     return frames, nbytes
 
 
-def measure(processes: int, workers: int, epochs: int, rows: int) -> Row:
+def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: bool = True) -> Row:
     """One configuration's row (before the baseline ratio is added)."""
-    records = launch(processes, workers, epochs, rows)
+    records = launch(processes, workers, epochs, rows, aggregate)
     if len(records) != processes * workers:
         raise RuntimeError(f"-n {processes} -w {workers}: {len(records)} workers reported")
     p_frames, p_payload = traffic(records, workers, "progress")
@@ -113,9 +114,10 @@ def measure(processes: int, workers: int, epochs: int, rows: int) -> Row:
     pairs = peers * (peers - 1)
     process_pairs = processes * (processes - 1)
     return {
-        "id": f"n={processes} w={workers}",
+        "id": f"n={processes} w={workers}" + ("" if aggregate else " per-worker"),
         "processes": processes,
         "workers": workers,
+        "aggregated": aggregate,
         "epochs": epochs,
         "rows": rows,
         "progress_frames_per_epoch": round(p_frames / epochs, 2),
@@ -132,10 +134,12 @@ def measure(processes: int, workers: int, epochs: int, rows: int) -> Row:
 def rows_for(quick: bool) -> list[Row]:
     """Every configuration, the baseline (-n 2 -w 1) first, with the ratio to it."""
     epochs, rows = (4, 500) if quick else (10, 2000)
-    shapes = [(2, 1), (4, 1), (8, 1)] if quick else [(2, 1), (4, 1), (8, 1), (16, 1), (4, 2), (2, 4)]
-    if quick:
-        shapes.append((2, 2))
+    shapes = [(2, 1), (4, 1), (8, 1)] if quick else [(2, 1), (4, 1), (8, 1), (16, 1)]
+    # Several workers per process, with progress sent per worker (PYTIMELY_AGGREGATE_PROGRESS=0) and per process.
+    grouped = [(2, 2)] if quick else [(4, 2), (2, 4)]
     out = [measure(n, w, epochs, rows) for n, w in shapes]
+    for n, w in grouped:
+        out += [measure(n, w, epochs, rows, aggregate=False), measure(n, w, epochs, rows)]
     base = out[0]
     for row in out:
         row["baseline"] = "-n 2 -w 1 (same run)"
@@ -150,13 +154,14 @@ def print_table(rows: list[Row]) -> None:
     """The rows as a Markdown table."""
     print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; one run each; "
           f"{rows[0]['epochs']} epochs of {rows[0]['rows']} words per worker\n")
-    print("| processes x workers | progress frames/epoch | progress bytes/epoch | per process | frames per "
-          "worker pair | frames per process pair | data bytes/epoch | progress per data byte | epoch ms | "
+    print("| processes x workers | progress sent | progress frames/epoch | progress bytes/epoch | per process | "
+          "frames per worker pair | frames per process pair | data bytes/epoch | progress per data byte | epoch ms | "
           "bytes vs -n 2 -w 1 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['processes']} x {r['workers']} | {r['progress_frames_per_epoch']:.0f} | "
+            f"| {r['processes']} x {r['workers']} | {'per process' if r['aggregated'] else 'per worker'} | "
+            f"{r['progress_frames_per_epoch']:.0f} | "
             f"{r['progress_bytes_per_epoch']:.0f} | {r['progress_bytes_per_process_epoch']:.0f} | "
             f"{r['progress_frames_per_worker_pair_epoch']:.2f} | {r['progress_frames_per_process_pair_epoch']:.2f} | "
             f"{r['data_bytes_per_epoch']:.0f} | {r['progress_per_data_byte']:.3f} | {r['epoch_ms']:.1f} | "
@@ -189,7 +194,7 @@ def write_png(rows: list[Row], path: str) -> None:
     left.legend()
     left.grid(alpha=0.3)
     if eight:
-        names = [f"{r['processes']}x{r['workers']}" for r in eight]
+        names = [f"{r['processes']}x{r['workers']}" + ("" if r["aggregated"] else "\nper worker") for r in eight]
         right.bar(names, [r["progress_bytes_per_epoch"] for r in eight])
         right.set_xlabel("8 workers as processes x workers")
         right.set_ylabel("progress bytes per epoch")

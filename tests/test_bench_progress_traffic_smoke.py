@@ -26,15 +26,17 @@ def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> No
     """Every row is there with positive figures, and the SVG plot is written."""
     svg = tmp_path / "traffic.svg"
     rows = {row["id"]: row for row in run_quick("bench_progress_traffic.py", "--svg", str(svg), timeout=290)}
-    assert set(rows) == {"n=2 w=1", "n=4 w=1", "n=8 w=1", "n=2 w=2"}
+    assert set(rows) == {"n=2 w=1", "n=4 w=1", "n=8 w=1", "n=2 w=2 per-worker", "n=2 w=2"}
     for ident, row in rows.items():
         assert row["baseline"], ident
         for name in FIGURES:
             assert math.isfinite(row[name]) and row[name] > 0, (ident, name, row[name])
     # All-to-all broadcast: more processes, more progress frames per epoch than processes alone would explain.
     assert rows["n=8 w=1"]["progress_frames_per_epoch"] > 4 * rows["n=2 w=1"]["progress_frames_per_epoch"]
-    # Today each worker's batch crosses a link once per remote worker: two workers per process pay more per
-    # process pair than one (this flips when progress is aggregated per process).
-    two, one = rows["n=2 w=2"], rows["n=2 w=1"]
-    assert two["progress_frames_per_process_pair_epoch"] > 2 * one["progress_frames_per_process_pair_epoch"]
+    # Sent per worker, each batch crosses a link once per remote worker: two workers per process pay more per
+    # process pair than one. Aggregated per process, a batch crosses once: about half of that (exactly half per
+    # batch, tests/cluster/test_progress_aggregation.py; here the two runs may flush different numbers of batches).
+    per_worker, aggregated, one = rows["n=2 w=2 per-worker"], rows["n=2 w=2"], rows["n=2 w=1"]
+    assert per_worker["progress_frames_per_process_pair_epoch"] > 2 * one["progress_frames_per_process_pair_epoch"]
+    assert aggregated["progress_frames_per_process_pair_epoch"] < per_worker["progress_frames_per_process_pair_epoch"]
     assert svg.read_text().startswith("<svg")
