@@ -19,6 +19,8 @@ can configure processes without touching their command lines::
                          PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
                          PYTIMELY_AGGREGATE_PROGRESS 0: every worker sends its progress to every worker (default 1:
                                                    once per process, for a fixed cluster)
+                         PYTIMELY_SHARED_MEMORY    bytes of the ring each process offers a peer on its host for big
+                                                   payloads (8 MiB; 0: every byte over the socket)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
                          PYTIMELY_RECV_WINDOW      bytes received but not yet taken before reading pauses (64 MiB)
                          PYTIMELY_ELASTIC          1: processes may join and leave while the computation runs
@@ -73,6 +75,9 @@ class Config:
     aggregate_progress: bool = True
     """Whether a fixed cluster's workers send their progress batches to another process once, combined, fanned out
     there (seed 002 §3.3), instead of once per worker there."""
+    shared_memory: int = 8 << 20
+    """Bytes of the shared-memory ring a process offers each peer for payloads of 64 KiB and more (0: none); only
+    a peer on the same host can map it, any other takes everything over the socket."""
     send_window: int = 64 << 20
     """Bytes of data frames a process may queue towards one peer before its workers wait."""
     recv_window: int = 64 << 20
@@ -108,6 +113,8 @@ class Config:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if type(self.shared_memory) is not int or not 0 <= self.shared_memory <= 1 << 32:
+            raise ConfigError(f"shared_memory must be 0 (no ring) to 4 GiB, got {self.shared_memory!r}")
         if self.initial < 0 or self.initial > self.processes:
             raise ConfigError(f"initial must be between 0 and processes ({self.processes}), got {self.initial!r}")
         if (self.join or self.left or self.initial) and not self.elastic:
@@ -276,6 +283,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         stall_timeout=number("PYTIMELY_STALL_TIMEOUT", 30.0),
         encrypt=env.get("PYTIMELY_ENCRYPT", "1") not in ("0", "false", "no"),
         aggregate_progress=env.get("PYTIMELY_AGGREGATE_PROGRESS", "1") not in ("0", "false", "no"),
+        shared_memory=int(number("PYTIMELY_SHARED_MEMORY", 8 << 20)),
         send_window=int(number("PYTIMELY_SEND_WINDOW", 64 << 20)),
         recv_window=int(number("PYTIMELY_RECV_WINDOW", 64 << 20)),
         elastic=env.get("PYTIMELY_ELASTIC", "") in ("1", "true", "yes"),

@@ -173,6 +173,13 @@ class FrameLengthError(FrameError):
     """A frame announces a payload longer than the frame limit."""
 
 
+class RingError(FrameError):
+    """A peer's shared-memory ring offer, descriptor or release is not one this process accepts."""
+
+    def __init__(self, message: str, peer: int | None = None) -> None:
+        super().__init__(message, peer, None)
+
+
 class FrameSequenceError(FrameError):
     """A frame's sequence number is not the next one: a frame was lost, duplicated or reordered."""
 

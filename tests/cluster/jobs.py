@@ -144,3 +144,40 @@ def progress_traffic(worker: Worker) -> None:
     record = {"counts": dict(owned), "batches": batches, "frames": sent}
     with open(os.path.join(out, f"worker-{worker.index}.json"), "w") as f:
         json.dump(record, f)
+
+
+def ring_batches(worker: int, epochs: int, rows: int) -> list[Any]:
+    """The int64 batches worker ``worker`` sends in :func:`ring_exchange`, one per epoch (seeded)."""
+    rng = np.random.default_rng(1000 + worker)
+    return [rng.integers(0, 1 << 40, size=rows, dtype=np.int64) for _ in range(epochs)]
+
+
+def ring_digest(values: Any) -> str:
+    """What :func:`ring_exchange` writes of the values a worker received: a digest of them in order."""
+    import hashlib
+
+    return hashlib.sha256(np.sort(values).tobytes()).hexdigest()
+
+
+def ring_exchange(worker: Worker) -> None:
+    """Every worker sends its :func:`ring_batches` by value to their owners; each writes ``OUT.PID.json``: the
+    digest and count of what it received and its process's communication counters."""
+    out, epochs, rows, _ = _args()
+    received: list[Any] = []
+
+    def build(scope: Scope[int]) -> Any:
+        handle, stream = scope.new_input()
+        routed = stream.exchange(lambda b: b, vectorized=True).inspect_batch(lambda _t, b: received.append(b.copy()))
+        return handle, routed.probe()
+
+    handle, probe = worker.dataflow(build)
+    for epoch, batch in enumerate(ring_batches(worker.index, epochs, rows)):
+        handle.send_batch(batch)
+        handle.advance_to(epoch + 1)
+        worker.step()
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    values = np.concatenate(received) if received else np.zeros(0, dtype=np.int64)
+    record = {"worker": worker.index, "count": len(values), "digest": ring_digest(values)}
+    with open(f"{out}.{os.getpid()}.{worker.index}.json", "w", encoding="utf-8") as f:
+        json.dump({**record, **worker.communication_stats()}, f)

@@ -137,9 +137,15 @@ def test_a_stopped_process_that_resumes_before_the_timeout_does_no_harm(tmp_path
 
 
 def flood(tmp_path: Path, job: str, epochs: int, rows: int, delay: float, window: int) -> list[dict[str, Any]]:
-    """Run a flooding job with both windows at ``window`` bytes; each worker's counters."""
+    """Run a flooding job with both windows, and the shared-memory ring, at ``window`` bytes; each worker's counters.
+
+    The ring's pages count in both processes' resident memory once touched (a fixed cost of up to twice its size,
+    like a socket buffer's): at the window's size it stays within what the memory figures below allow.
+    """
     tmp_path.mkdir(exist_ok=True)
-    cluster = Cluster(2, PYTIMELY_SEND_WINDOW=str(window), PYTIMELY_RECV_WINDOW=str(window))
+    cluster = Cluster(
+        2, PYTIMELY_SEND_WINDOW=str(window), PYTIMELY_RECV_WINDOW=str(window), PYTIMELY_SHARED_MEMORY=str(window)
+    )
     stats = tmp_path / "stats"
     try:
         cluster.start([job, str(stats), str(epochs), str(rows), str(delay)])

@@ -33,6 +33,14 @@ a :class:`~pytimely.errors.FrameError` naming the peer (and the channel, once
 the header is authenticated) for anything malformed; it never hands on a frame
 it has not checked. Payloads larger than a threshold are read straight into
 their own buffer.
+
+A frame may instead carry its payload in a shared-memory ring
+(:mod:`pytimely.communication.ring`, processes on one host): its precedence byte
+has :data:`RING_FLAG` set, its ``length`` is that of a 16-byte descriptor
+(position and length in the ring) that follows the header in the clear, and its
+16-byte tag on the wire is the AES-GCM tag of the payload in the ring, sealed
+under the frame's nonce with the header and the descriptor as associated data.
+On the wire every frame is still a header, ``length`` bytes and a tag.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from pytimely.communication.allocator import Precedence
+from pytimely.communication.ring import DESCRIPTOR, RingReader, RingWriter
 from pytimely.errors import (
     FrameAuthenticationError,
     FrameFormatError,
@@ -60,6 +69,8 @@ __all__ = [
     "EVERY_WORKER",
     "HEADER",
     "MAX_FRAME",
+    "RING_FLAG",
+    "RING_MIN",
     "TAG",
     "VERSION",
     "Control",
@@ -82,6 +93,10 @@ MAX_FRAME = 1 << 30
 """The largest payload a frame may carry (1 GiB); bigger batches must be split by the sender."""
 CONTROL_CHANNEL = 0xFFFFFFFF
 """The ``dataflow`` field of control frames; their ``channel`` field is a :class:`Control` code."""
+RING_FLAG = 0x80
+"""Set in a frame's precedence byte when its payload is in the link's shared-memory ring."""
+RING_MIN = 1 << 16
+"""Payloads shorter than this go on the socket even when there is a ring (a system call costs more than the copy)."""
 EVERY_WORKER = 0xFFFFFFFF
 """The ``target`` field of a frame for every worker of the receiving process (sent once, handed to each)."""
 _DIRECT = 1 << 16
@@ -101,6 +116,12 @@ class Control(enum.IntEnum):
     """A process that joins a running computation says so, naming its bootstrap server and workers per process."""
     LEAVING = 4
     """A process that leaves says so; each member answers, once it sends it nothing more, with ``DONE``."""
+    RING = 5
+    """A process offers the ring it will put payloads for the peer in (a :class:`~.ring.RingOffer`)."""
+    RING_ACCEPT = 6
+    """The answer to ``RING``: ``1`` once the ring is mapped (payloads may go there), ``0`` if it cannot be."""
+    RING_FREE = 7
+    """The reader of a ring has taken every payload before the position it names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,14 +204,23 @@ class FrameEncoder:
         target: int,
         parts: list[bytes | memoryview],
         length: int,
+        ring: RingWriter | None = None,
     ) -> list[bytes | bytearray | memoryview]:
-        """The buffers to write for a frame of ``parts`` (``length`` bytes in all), under the next number."""
+        """The buffers to write for a frame of ``parts`` (``length`` bytes in all), under the next number.
+
+        With a ``ring`` that has room, the payload is sealed into it and only the header and descriptor are
+        returned for the socket.
+        """
         if length > MAX_FRAME:
             raise FrameLengthError(
                 f"a {length}-byte payload on channel {dataflow}.{channel} exceeds the {MAX_FRAME}-byte frame limit",
                 peer=None,
                 channel=(dataflow, channel),
             )
+        if ring is not None and length >= RING_MIN:
+            slot = ring.reserve(length + TAG)
+            if slot is not None:
+                return self._encode_in_ring(precedence, dataflow, channel, source, target, parts, length, *slot)
         seq = self.seq
         prefix = _PREFIX.pack(MAGIC, VERSION, precedence, dataflow, channel, source, target, seq, length)
         self.seq = seq + 1
@@ -213,6 +243,43 @@ class FrameEncoder:
             offset += len(view)
         self._aead.encrypt_into(_nonce(seq), sealed[:length], prefix, sealed)
         return [prefix + mac.digest(), sealed]
+
+    def _encode_in_ring(
+        self,
+        precedence: int,
+        dataflow: int,
+        channel: int,
+        source: int,
+        target: int,
+        parts: list[bytes | memoryview],
+        length: int,
+        start: int,
+        slot: memoryview,
+    ) -> list[bytes | bytearray | memoryview]:
+        seq = self.seq
+        prefix = _PREFIX.pack(
+            MAGIC, VERSION, precedence | RING_FLAG, dataflow, channel, source, target, seq, DESCRIPTOR.size
+        )
+        self.seq = seq + 1
+        mac = self._mac.copy()
+        mac.update(prefix)
+        descriptor = DESCRIPTOR.pack(start, length)
+        sealer = Cipher(algorithms.AES(self._key), modes.GCM(_nonce(seq))).encryptor()
+        sealer.authenticate_additional_data(prefix + descriptor)
+        offset = 0
+        for part in parts:
+            view = memoryview(part).cast("B")
+            if self._encrypt:
+                # Each part is encrypted straight into the ring (no gathering copy); the slot's last TAG bytes are
+                # the slack the cipher asks of its output.
+                sealer.update_into(view, slot[offset:])
+            else:
+                slot[offset : offset + len(view)] = view
+            offset += len(view)
+        if not self._encrypt:
+            sealer.authenticate_additional_data(slot[:length])
+        sealer.finalize()
+        return [prefix + mac.digest(), descriptor, sealer.tag]
 
     def _borrow(self, size: int) -> memoryview:
         """A ``size``-byte view of a spare sealing buffer (or of a new one), lent until :meth:`recycle`."""
@@ -268,6 +335,12 @@ class FrameDecoder:
         self._prefix = b""
         self._payload: bytearray | None = None
         self._filled = 0
+        self.ring: RingReader | None = None
+        """The peer's ring, once mapped: frames with :data:`RING_FLAG` have their payload there."""
+        self.held = False
+        """Whether the last :meth:`advance` stopped after a frame from the ring with more bytes buffered: call
+        ``advance(0)`` for the rest (a few buffered bytes may describe many megabytes in the ring, so a reader that
+        bounds what it has taken and not yet handed on gets a say after each)."""
 
     @property
     def idle(self) -> bool:
@@ -288,6 +361,7 @@ class FrameDecoder:
 
     def advance(self, count: int) -> list[Frame]:
         """Account for ``count`` bytes received into :meth:`buffer`; return the frames they complete."""
+        self.held = False
         if self._payload is not None and len(self._payload) - self._filled >= _DIRECT:
             self._filled += count
             if self._filled < len(self._payload):
@@ -309,6 +383,8 @@ class FrameDecoder:
             target[:n] = view[:n]
             view = view[n:]
             frames.extend(self.advance(n))
+        while self.held:
+            frames.extend(self.advance(0))
         return frames
 
     def _parse(self, frames: list[Frame]) -> None:
@@ -330,6 +406,9 @@ class FrameDecoder:
             if self._filled < len(payload):
                 return
             frames.append(self._finish())
+            if self._prefix[3] & RING_FLAG and self._start < self._end:
+                self.held = True
+                return
 
     def _read_header(self) -> None:
         start = self._start
@@ -371,9 +450,17 @@ class FrameDecoder:
                 peer=self.peer,
                 channel=where,
             )
-        if precedence not in (1, 2, 3):
+        in_ring = bool(precedence & RING_FLAG)
+        if precedence & ~RING_FLAG not in (1, 2, 3):
             raise FrameFormatError(
                 f"process {self.peer} sent a frame of unknown precedence {precedence} on channel {dataflow}.{channel}",
+                peer=self.peer,
+                channel=where,
+            )
+        if in_ring and (self.ring is None or length != DESCRIPTOR.size):
+            raise FrameFormatError(
+                f"process {self.peer} sent frame {seq} on channel {_name(dataflow, channel)} with its payload in a "
+                "shared-memory ring this process has not mapped, or with a malformed descriptor",
                 peer=self.peer,
                 channel=where,
             )
@@ -389,6 +476,8 @@ class FrameDecoder:
         self._header = None
         self._payload = None
         precedence, dataflow, channel, source, target, seq = header
+        if precedence & RING_FLAG:
+            return self._finish_from_ring(precedence & ~RING_FLAG, dataflow, channel, source, target, seq, sealed)
         plain = memoryview(sealed)[: len(sealed) - TAG]
         try:
             if self._encrypt:
@@ -408,6 +497,44 @@ class FrameDecoder:
             ) from None
         self.expected += 1
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, plain)
+
+    def _finish_from_ring(
+        self, precedence: int, dataflow: int, channel: int, source: int, target: int, seq: int, sealed: bytearray
+    ) -> Frame:
+        ring = self.ring
+        assert ring is not None
+        descriptor, tag = bytes(sealed[: DESCRIPTOR.size]), bytes(sealed[DESCRIPTOR.size :])
+        start, length = DESCRIPTOR.unpack(descriptor)
+        if length > self.max_frame:
+            raise FrameLengthError(
+                f"process {self.peer} put a {length}-byte payload in its ring for channel {dataflow}.{channel}, "
+                f"over the {self.max_frame}-byte limit",
+                peer=self.peer,
+                channel=(dataflow, channel),
+            )
+        stored = ring.payload(start, length + TAG)
+        # The payload is taken out of the ring here (decrypted into, or copied to, its own buffer), so the ring's
+        # place is free again as soon as the frame is decoded.
+        plain = bytearray(length + TAG)
+        opener = Cipher(algorithms.AES(self._key), modes.GCM(_nonce(seq), tag)).decryptor()
+        opener.authenticate_additional_data(self._prefix + descriptor)
+        try:
+            if self._encrypt:
+                opener.update_into(stored[:length], plain)
+            else:
+                plain[:length] = stored[:length]
+                opener.authenticate_additional_data(memoryview(plain)[:length])
+            opener.finalize()
+        except InvalidTag:
+            raise FrameAuthenticationError(
+                f"the payload of frame {seq} from process {self.peer} on channel {_name(dataflow, channel)} fails "
+                "authentication in the shared-memory ring: it was changed there or the descriptor was forged, "
+                "and was not decoded",
+                peer=self.peer,
+                channel=(dataflow, channel),
+            ) from None
+        self.expected += 1
+        return Frame(Precedence(precedence), dataflow, channel, source, target, seq, memoryview(plain)[:length])
 
 
 def _name(dataflow: int, channel: int) -> str:

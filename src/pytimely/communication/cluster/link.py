@@ -14,6 +14,7 @@ which fails the cluster; closing the link then unblocks the sender.
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 import socket
 import threading
@@ -32,6 +33,7 @@ from pytimely.communication.frame import (
     FrameEncoder,
     LinkKeys,
 )
+from pytimely.communication.ring import RingOffer, RingReader, RingWriter, shared_memory_dir
 from pytimely.errors import (
     CommunicationError,
     FlowControlError,
@@ -39,6 +41,7 @@ from pytimely.errors import (
     MembershipError,
     PeerFailedError,
     PeerStalledError,
+    RingError,
     SendTimeoutError,
     StalledError,
 )
@@ -48,7 +51,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Link"]
 
+log = logging.getLogger("pytimely.cluster")
+
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
+_RECEIVER_FIRST = 1.0
+"""Seconds a sending thread that lost its connection waits for the receiving thread to report why."""
 
 
 class Link:
@@ -76,6 +83,9 @@ class Link:
         """When the last *whole* frame from the peer arrived (or reading resumed after this process paused it)."""
         self.frames_sent = 0
         self.bytes_sent = 0
+        self.ring: RingWriter | None = None
+        """The ring this process puts big payloads for the peer in, once offered (see :mod:`~.ring`)."""
+        self._ring_reported = 0
         self._sender = threading.Thread(target=self._send_loop, name=f"pytimely-send-{peer}", daemon=True)
         self._receiver = threading.Thread(target=self._receive_loop, name=f"pytimely-recv-{peer}", daemon=True)
 
@@ -85,7 +95,17 @@ class Link:
         return not self.closed and self._sender.is_alive()
 
     def start(self) -> None:
-        """Start the sending and receiving threads."""
+        """Start the sending and receiving threads, offering the peer a shared-memory ring if configured."""
+        capacity = self.cluster.config.shared_memory
+        directory = shared_memory_dir()
+        if capacity and directory is not None:
+            try:
+                self.ring = RingWriter(capacity, directory)
+            except OSError as exc:
+                log.warning("process %d sends to process %d without a ring: %s", self.cluster.me, self.peer, exc)
+            else:
+                # Offered before anything else goes on the link; used once the peer says it mapped it.
+                self.control(Control.RING, self.ring.offer.encode())
         self._sender.start()
         self._receiver.start()
 
@@ -177,6 +197,9 @@ class Link:
                     self.cluster._wake_all()
         except OSError as exc:
             if not self.closed and not (self.done_sent and self.done_received):
+                # A broken pipe says less than what the receiving thread sees of the same end (a frame cut off, a
+                # peer's ABORT): let it name the cause first, for a moment.
+                self._receiver.join(timeout=_RECEIVER_FIRST)
                 self.cluster.fail(self._lost(exc))
         except CommunicationError as exc:
             self.cluster.fail(exc)
@@ -184,9 +207,10 @@ class Link:
     def _write(self, batch: list[OutgoingFrame]) -> None:
         buffers: list[bytes | bytearray | memoryview] = []
         encode = self.encoder.encode
+        ring = self.ring if self.ring is not None and self.ring.ready else None
         total = 0
         for f in batch:
-            buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length))
+            buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
             total += HEADER.size + f.length + TAG
         self.frames_sent += len(batch)
         self.bytes_sent += total
@@ -243,32 +267,41 @@ class Link:
         waited = False
         try:
             while not self.closed:
-                # Read first and wait only when nothing is there: while a stream flows, one system call (and one
-                # release of the interpreter lock) per read instead of two.
-                try:
-                    n = sock.recv_into(decoder.buffer(), 0, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    if waited:
-                        # A whole slice passed without a byte, and none is there now that this thread runs again:
-                        # judged only after that second look, since a busy worker may have kept it from running
-                        # long after its wait ended while frames queued up.
-                        self._check_silence()
-                    waited = not poller.poll(slice_ms)
-                    continue
-                waited = False
-                if n == 0:
-                    if self.done_received or self.closed:
-                        return
-                    detail = "" if decoder.idle else " in the middle of a frame"
-                    raise PeerFailedError(
-                        f"process {self.peer} closed its connection{detail} before finishing: it died or was killed",
-                        self.peer,
-                    )
+                if decoder.held:
+                    n = 0  # frames already received wait behind the one just taken from the ring
+                else:
+                    # Read first and wait only when nothing is there: while a stream flows, one system call (and
+                    # one release of the interpreter lock) per read instead of two.
+                    try:
+                        n = sock.recv_into(decoder.buffer(), 0, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        if waited:
+                            # A whole slice passed without a byte, and none is there now that this thread runs
+                            # again: judged only after that second look, since a busy worker may have kept it from
+                            # running long after its wait ended while frames queued up.
+                            self._check_silence()
+                        waited = not poller.poll(slice_ms)
+                        continue
+                    waited = False
+                    if n == 0:
+                        if self.done_received or self.closed:
+                            return
+                        detail = "" if decoder.idle else " in the middle of a frame"
+                        raise PeerFailedError(
+                            f"process {self.peer} closed its connection{detail} before finishing: it died or was "
+                            "killed",
+                            self.peer,
+                        )
                 frames = decoder.advance(n)
                 if frames:
                     self.last_heard = time.monotonic()
                     for frame in frames:
                         self._handle(frame)
+                    ring = decoder.ring
+                    if ring is not None and ring.read > self._ring_reported:
+                        # Taken out of the ring as they were decoded: the writer may reuse their place.
+                        self._ring_reported = ring.read
+                        self.control(Control.RING_FREE, str(ring.read))
                 else:
                     self._check_silence()
                 if cluster._throttle():
@@ -312,6 +345,9 @@ class Link:
             if frame.channel == Control.LEAVING and self.cluster.elastic:
                 self.cluster._leaving(self.peer)
                 return
+            if frame.channel in (Control.RING, Control.RING_ACCEPT, Control.RING_FREE):
+                self._ring_control(Control(frame.channel), bytes(frame.payload).decode("ascii", "replace"))
+                return
             raise FrameError(
                 f"process {self.peer} sent an unknown control frame {frame.channel}",
                 peer=self.peer,
@@ -319,6 +355,36 @@ class Link:
             )
         self.cluster.quiescence.active(self.peer)
         self.cluster._deliver(self.peer, frame)
+
+    def _ring_control(self, code: Control, text: str) -> None:
+        """The peer offers its ring, answers this process's offer, or frees part of this process's ring."""
+        if code == Control.RING:
+            offer = RingOffer.decode(text)
+            directory = shared_memory_dir()
+            try:
+                if directory is None or not self.cluster.config.shared_memory or self.decoder.ring is not None:
+                    raise OSError("no shared memory here (or PYTIMELY_SHARED_MEMORY=0), or a ring is mapped already")
+                self.decoder.ring = RingReader(offer, directory)
+            except (OSError, RingError) as exc:
+                # Another host, or no /dev/shm: the peer keeps sending on the socket.
+                log.info("process %d takes process %d's frames without its ring: %s", self.cluster.me, self.peer, exc)
+                self.control(Control.RING_ACCEPT, "0")
+            else:
+                self.control(Control.RING_ACCEPT, "1")
+            return
+        ring = self.ring
+        if ring is None or (code == Control.RING_ACCEPT and ring.ready):
+            raise RingError(f"process {self.peer} answered a ring offer this process did not make", self.peer)
+        if code == Control.RING_ACCEPT:
+            if text == "1":
+                ring.accepted()
+            else:
+                ring.close()
+                self.ring = None
+            return
+        if not text.isdigit():
+            raise RingError(f"process {self.peer} freed ring position {text[:40]!r}", self.peer)
+        ring.release(int(text))
 
     def _lost(self, exc: OSError) -> PeerFailedError:
         return PeerFailedError(
@@ -338,3 +404,7 @@ class Link:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(timeout=2)
         self.sock.close()
+        if self.ring is not None:
+            self.ring.close()
+        if self.decoder.ring is not None:
+            self.decoder.ring.close()

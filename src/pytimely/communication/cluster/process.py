@@ -495,6 +495,7 @@ class Cluster:
                     "waits": link.waits,
                     "frames_sent": link.frames_sent,
                     "bytes_sent": link.bytes_sent,
+                    "ring_frames": link.ring.placed if link.ring is not None else 0,
                 }
                 for peer, link in self.links.items()
             },

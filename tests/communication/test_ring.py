@@ -1,0 +1,133 @@
+"""Shared-memory rings under the frame codec: payloads round-trip through real ``/dev/shm`` files, the ring wraps
+and fills without ever overwriting an unread payload, and a payload changed in the ring is refused."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytimely.communication.frame import RING_MIN, TAG, Frame, FrameDecoder, FrameEncoder, FrameKeys
+from pytimely.communication.ring import RingOffer, RingReader, RingWriter, shared_memory_dir
+from pytimely.errors import FrameAuthenticationError, FrameFormatError, RingError
+
+pytestmark = pytest.mark.skipif(shared_memory_dir() is None, reason="needs /dev/shm")
+SHM = shared_memory_dir() or Path("/dev/shm")
+
+
+@pytest.fixture(params=[True, False], ids=["encrypted", "authenticated-only"])
+def keys(request: pytest.FixtureRequest) -> FrameKeys:
+    return FrameKeys(os.urandom(32), os.urandom(32), encrypt=request.param)
+
+
+@pytest.fixture
+def ring() -> Iterator[tuple[RingWriter, RingReader]]:
+    writer = RingWriter(1 << 20, SHM)
+    reader = RingReader(RingOffer.decode(writer.offer.encode()), SHM)
+    writer.accepted()
+    yield writer, reader
+    writer.close()
+    reader.close()
+
+
+def send(encoder: FrameEncoder, payload: bytes, writer: RingWriter | None) -> bytes:
+    """The socket bytes of one frame (its payload in the ring when there is room)."""
+    return b"".join(bytes(b) for b in encoder.encode(1, 2, 3, 0, 1, [payload[:7], payload[7:]], len(payload), writer))
+
+
+def test_payloads_go_through_the_ring_and_round_trip(keys: FrameKeys, ring: tuple[RingWriter, RingReader]) -> None:
+    writer, reader = ring
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(0, keys)
+    decoder.ring = reader
+    rng = random.Random(1)
+    sent, got = [], []
+    for _ in range(40):
+        payload = rng.randbytes(rng.choice([100, RING_MIN, 200_000, 300_000]))
+        wire = send(encoder, payload, writer)
+        in_ring = len(payload) >= RING_MIN and len(wire) < len(payload)
+        got += decoder.feed(wire)
+        sent.append(payload)
+        if in_ring:
+            writer.release(reader.read)  # what the link's RING_FREE tells the writer
+        assert not os.path.exists(SHM / writer.name), "the ring's name outlives the peer mapping it"
+    assert [bytes(f.payload) for f in got] == sent
+    assert writer.placed > 20
+    assert writer.head > writer.capacity, "the ring never wrapped"
+
+
+def test_a_full_ring_sends_on_the_socket_and_never_overwrites_an_unread_payload(
+    keys: FrameKeys, ring: tuple[RingWriter, RingReader]
+) -> None:
+    writer, reader = ring
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(0, keys)
+    decoder.ring = reader
+    payloads = [bytes([i]) * 300_000 for i in range(6)]
+    wires = [send(encoder, p, writer) for p in payloads]  # nothing released: the ring (1 MiB) fills after three
+    assert [len(w) < 1000 for w in wires] == [True, True, True, False, False, False]
+    frames: list[Frame] = []
+    for wire in wires:
+        frames += decoder.feed(wire)
+    assert [bytes(f.payload) for f in frames] == payloads
+
+
+def test_a_payload_changed_in_the_ring_is_refused(keys: FrameKeys) -> None:
+    writer = RingWriter(1 << 20, SHM)
+    reader = RingReader(writer.offer, SHM)
+    writer.accepted()
+    try:
+        encoder, decoder = FrameEncoder(keys), FrameDecoder(4, keys)
+        decoder.ring = reader
+        wire = send(encoder, b"x" * RING_MIN, writer)
+        writer._view[100] ^= 1  # the writer's mapping is the only writable one
+        with pytest.raises(FrameAuthenticationError, match=r"process 4 .* in the shared-memory ring"):
+            decoder.feed(wire)
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_descriptor_pointing_elsewhere_is_refused(keys: FrameKeys, ring: tuple[RingWriter, RingReader]) -> None:
+    writer, reader = ring
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(4, keys)
+    decoder.ring = reader
+    first = send(encoder, b"a" * RING_MIN, writer)
+    second = bytearray(send(encoder, b"b" * RING_MIN, writer))
+    # Point the second frame's descriptor at the first payload (header and its tag untouched).
+    second[40:48] = first[40:48]
+    decoder.feed(first)
+    with pytest.raises(RingError, match="outside the ring's unread part"):
+        decoder.feed(bytes(second))
+
+
+def test_a_ring_frame_without_a_mapped_ring_is_refused(keys: FrameKeys, ring: tuple[RingWriter, RingReader]) -> None:
+    writer, _ = ring
+    wire = send(FrameEncoder(keys), b"z" * RING_MIN, writer)
+    with pytest.raises(FrameFormatError, match="ring this process has not mapped"):
+        FrameDecoder(2, keys).feed(wire)
+
+
+def test_the_reader_maps_read_only_and_checks_what_it_maps(tmp_path: Path) -> None:
+    writer = RingWriter(4096, SHM)
+    try:
+        reader = RingReader(writer.offer, SHM)
+        with pytest.raises(TypeError):
+            reader._view[0] = 1  # type: ignore[index]
+        reader.close()
+        with pytest.raises(RingError, match="not a file this process would map"):
+            RingReader(RingOffer(writer.name, 8192), SHM)  # another size than the file's
+    finally:
+        writer.close()
+    assert not os.path.exists(SHM / writer.name)
+    for text in ["../etc/passwd,10", "pytimely-ring-zz,10", f"{writer.name},0", f"{writer.name},x"]:
+        with pytest.raises(RingError, match="names no ring"):
+            RingOffer.decode(text)
+
+
+def test_a_release_outside_what_the_writer_placed_is_refused(ring: tuple[RingWriter, RingReader]) -> None:
+    writer, _ = ring
+    assert writer.reserve(RING_MIN + TAG) is not None
+    with pytest.raises(RingError, match="released ring position"):
+        writer.release(writer.head + 1)
