@@ -4,7 +4,8 @@
     python bench/bench_cluster.py --profile {wordcount,columnar,tuples} [-n N]   # where each thread spends its time
 
 (a) exchange throughput, ``-n 2 -w 1``: each worker sends every row to the other worker, both at once, every
-    frame authenticated and encrypted (AES-256-GCM, as always),
+    frame authenticated and encrypted (AES-256-GCM, as always), payloads of 64 KiB and more through the
+    shared-memory rings of processes on one host (a1-socket: the same over TCP alone),
     (a1) as columnar batches (int64 arrays of 65,536 x 2, vectorized route on column 0) and
     (a2) as lists of ``(int, int)`` tuples (16,384 per batch, record-at-a-time route on field 0);
     the keys are chosen so that every row belongs to the other worker.
@@ -424,6 +425,15 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
             )
             rows[-1]["authenticated_only_seconds"] = round(_cluster_seconds(plain), 4)
             rows[-1]["authenticated_only_ratio_of_ceiling"] = round(raw / _cluster_seconds(plain), 3)
+            # The same exchange with every byte over the socket (PYTIMELY_SHARED_MEMORY=0): what the ring saves.
+            socket_only = best(
+                runs,
+                functools.partial(run_job, "job_exchange", args, 2, 1, PYTIMELY_SHARED_MEMORY="0"),
+                _cluster_seconds,
+            )
+            rows[-1]["socket_only_seconds"] = round(_cluster_seconds(socket_only), 4)
+            rows[-1]["socket_only_ratio_of_ceiling"] = round(raw / _cluster_seconds(socket_only), 3)
+            rows[-1]["ring_speedup"] = round(_cluster_seconds(socket_only) / seconds, 3)
     return rows
 
 
@@ -562,6 +572,13 @@ def print_table(rows: list[Row], runs: int) -> None:
                     f"{row['authenticated_only_seconds']:.3f} s | "
                     f"{row['bytes'] / row['authenticated_only_seconds'] / 1e6:.0f} MB/s | the same ceiling | | "
                     f"{row['authenticated_only_ratio_of_ceiling']:.0%} of ceiling | |"
+                )
+            if "socket_only_seconds" in row:
+                print(
+                    f"| {row['id']}-socket | the same, PYTIMELY_SHARED_MEMORY=0 (no ring: every byte over TCP) | "
+                    f"{row['socket_only_seconds']:.3f} s | "
+                    f"{row['bytes'] / row['socket_only_seconds'] / 1e6:.0f} MB/s | the same ceiling | | "
+                    f"{row['socket_only_ratio_of_ceiling']:.0%} of ceiling (the ring: {row['ring_speedup']:.2f}x) | |"
                 )
 
 

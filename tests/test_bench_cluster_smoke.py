@@ -9,7 +9,18 @@ import pytest
 from tests.bench_quick import run_quick
 
 FIGURES = {
-    "a1": ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"],
+    "a1": [
+        "records",
+        "bytes",
+        "seconds",
+        "bytes_per_s",
+        "records_per_s",
+        "baseline_seconds",
+        "ratio_of_ceiling",
+        "authenticated_only_seconds",
+        "socket_only_seconds",
+        "ring_speedup",
+    ],
     "a2": ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"],
     "b": ["records", "seconds", "records_per_s", "baseline_seconds", "speedup"],
     "b2": ["records", "seconds", "records_per_s", "baseline_seconds", "speedup"],
