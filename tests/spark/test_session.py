@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytimely.errors import SparkSetupError
-from pytimely.spark.session import find_java_home, slots_of
+from pytimely.spark.session import find_java_home, launch_environment, slots_of
 
 
 def _fake_java(home: Path, version: str) -> Path:
@@ -43,6 +43,23 @@ def test_no_usable_java_is_a_clear_error_saying_how_to_install_it(tmp_path: Path
         find_java_home({"JAVA_HOME": str(old), "PATH": ""}, search=())
     with pytest.raises(SparkSetupError, match="no java found"):
         find_java_home({"PATH": str(tmp_path / "empty")}, search=())
+
+
+@pytest.mark.skipif(os.name != "posix", reason="shell-script stand-ins for java")
+def test_the_launch_environment_is_the_callers_again_afterwards(tmp_path: Path, monkeypatch: Any) -> None:
+    home = _fake_java(tmp_path / "jdk17", "17.0.9")
+    monkeypatch.setenv("JAVA_HOME", "/somewhere/else")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/the/callers/python")
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    before = dict(os.environ)
+    with launch_environment(home):
+        assert os.environ["JAVA_HOME"] == str(home)
+        assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+        assert os.environ["PYSPARK_PYTHON"] == "/the/callers/python", "the caller's choice is kept"
+    assert dict(os.environ) == before
+    with pytest.raises(RuntimeError), launch_environment(home):
+        raise RuntimeError("a JVM that failed to start")
+    assert dict(os.environ) == before
 
 
 def test_the_test_session_is_local_with_the_slots_it_asked_for(spark: Any) -> None:

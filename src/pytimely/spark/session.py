@@ -9,6 +9,7 @@ instead of after Spark's default ten minutes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "connect_session",
     "find_java_home",
     "is_connect",
+    "launch_environment",
     "local_session",
     "master_of",
     "session_for",
@@ -199,12 +202,33 @@ def wait_for_slots(spark: SparkSession, wanted: int | None, deadline: float, set
     return last
 
 
+@contextlib.contextmanager
+def launch_environment(java_home: Path | None = None) -> Iterator[None]:
+    """While PySpark starts its JVM: Java 17 (``java_home``, or :func:`find_java_home`), loopback and this
+    interpreter for Spark's Python, unless the caller's environment says otherwise; the caller's environment
+    exactly as it was afterwards (the JVM and the session keep what they read at start)."""
+    wanted = {"JAVA_HOME": str(java_home or find_java_home())}
+    for key, value in (
+        ("SPARK_LOCAL_IP", "127.0.0.1"),
+        ("PYSPARK_PYTHON", sys.executable),
+        ("PYSPARK_DRIVER_PYTHON", sys.executable),
+    ):
+        if key not in os.environ:
+            wanted[key] = value
+    saved = {key: os.environ.get(key) for key in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for key, before in saved.items():
+            if before is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = before
+
+
 def _prepare_driver(jvm_options: str = "") -> str:
-    """Point this process's Spark at Java 17 and this interpreter; the quiet Java options for driver and executors."""
-    os.environ["JAVA_HOME"] = str(find_java_home())
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    """The quiet Java options for driver and executors (with ``jvm_options`` appended)."""
     log_config = _quiet_log_config()
     java_options = f"-Dlog4j.configurationFile=file:{log_config} -Dlog4j2.configurationFile=file:{log_config}"
     return f"{java_options} {jvm_options}".strip()
@@ -238,7 +262,10 @@ def local_session(
     }.items():
         builder = builder.config(key, str(value))
     try:
-        spark = builder.getOrCreate()
+        with launch_environment():
+            spark = builder.getOrCreate()
+    except SparkSetupError:
+        raise
     except Exception as exc:
         raise SparkSetupError(f"the local Spark did not start: {type(exc).__name__}: {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
@@ -272,7 +299,10 @@ def session_for(master: str, *, app_name: str = "pytimely") -> SparkSession:
         # Spark's own check backs pytimely's up-front one (executors lost after it ran): fail in seconds.
         builder = builder.config(key, LOCAL_CONF[key])
     try:
-        spark = builder.getOrCreate()
+        with launch_environment():
+            spark = builder.getOrCreate()
+    except SparkSetupError:
+        raise
     except Exception as exc:
         raise SparkSetupError(f"Spark on {master} did not start: {type(exc).__name__}: {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
