@@ -113,8 +113,13 @@ class Config:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if type(self.shared_memory) is not int or not 0 <= self.shared_memory <= 1 << 32:
-            raise ConfigError(f"shared_memory must be 0 (no ring) to 4 GiB, got {self.shared_memory!r}")
+        if type(self.shared_memory) is not int or not (
+            self.shared_memory == 0 or 1 << 17 <= self.shared_memory <= 1 << 32
+        ):
+            raise ConfigError(
+                f"shared_memory must be 0 (no ring) or 128 KiB to 4 GiB (a ring must hold two of the smallest "
+                f"payloads it takes), got {self.shared_memory!r}"
+            )
         if self.initial < 0 or self.initial > self.processes:
             raise ConfigError(f"initial must be between 0 and processes ({self.processes}), got {self.initial!r}")
         if (self.join or self.left or self.initial) and not self.elastic:

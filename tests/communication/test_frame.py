@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytimely.communication.allocator import Precedence
-from pytimely.communication.frame import HEADER, MAX_FRAME, TAG, FrameDecoder, FrameEncoder, FrameKeys
+from pytimely.communication.frame import HEADER, MAX_FRAME, TAG, VERSION, FrameDecoder, FrameEncoder, FrameKeys
 from pytimely.communication.payload import dumps, loads
 from pytimely.errors import (
     ChecksumError,
@@ -185,9 +185,9 @@ def signed(*fields: object) -> bytes:
 
 def test_oversized_and_unknown_precedence_frames_are_refused() -> None:
     with pytest.raises(FrameLengthError, match="over the"):
-        FrameDecoder(2, KEYS).feed(signed(b"PT", 2, 1, 0, 1, 0, 1, 0, MAX_FRAME + 1))
+        FrameDecoder(2, KEYS).feed(signed(b"PT", VERSION, 1, 0, 1, 0, 1, 0, MAX_FRAME + 1))
     with pytest.raises(FrameFormatError, match="precedence 9"):
-        FrameDecoder(2, KEYS).feed(signed(b"PT", 2, 9, 0, 1, 0, 1, 0, 0))
+        FrameDecoder(2, KEYS).feed(signed(b"PT", VERSION, 9, 0, 1, 0, 1, 0, 0))
     with pytest.raises(FrameFormatError, match="version 1"):
         FrameDecoder(2, KEYS).feed(signed(b"PT", 1, 1, 0, 1, 0, 1, 0, 0))
     with pytest.raises(FrameLengthError):

@@ -64,7 +64,7 @@ def test_wrong_secret_is_refused_on_both_sides() -> None:
 def test_a_stranger_gets_nothing_that_depends_on_the_secret() -> None:
     # The server answers a greeting with its nonce only; a wrong proof gets a closed socket, never the server's proof.
     def stranger(s: socket.socket) -> bytes:
-        s.sendall(handshake._HELLO.pack(b"PTHI", 2, 1, 2, handshake.hash_probe(), b"n" * 32))
+        s.sendall(handshake._HELLO.pack(b"PTHI", handshake._VERSION, 1, 2, handshake.hash_probe(), b"n" * 32))
         nonce = s.recv(64)
         s.sendall(b"\0" * 32)
         rest = s.recv(64)
@@ -93,7 +93,7 @@ def test_disagreeing_layouts_and_hash_seeds_are_config_errors() -> None:
 
     def other_seed(s: socket.socket) -> bytes:
         # A peer that knows the secret but hashes strings with another seed.
-        hello = handshake._HELLO.pack(b"PTHI", 2, 1, 2, handshake.hash_probe() ^ 1, b"c" * 32)
+        hello = handshake._HELLO.pack(b"PTHI", handshake._VERSION, 1, 2, handshake.hash_probe() ^ 1, b"c" * 32)
         s.sendall(hello)
         server_nonce = s.recv(32)
         s.sendall(handshake._mac(K, b"client", hello + server_nonce + struct.pack("<I", 0)))
@@ -119,7 +119,7 @@ def test_secrets_below_128_bits_are_refused_on_both_sides(secret: bytes) -> None
 
 def test_a_trickling_peer_is_cut_off_at_the_handshake_deadline() -> None:
     def trickle(s: socket.socket) -> None:
-        for byte in handshake._HELLO.pack(b"PTHI", 2, 1, 2, 0, b"n" * 32):
+        for byte in handshake._HELLO.pack(b"PTHI", handshake._VERSION, 1, 2, 0, b"n" * 32):
             try:
                 s.sendall(bytes([byte]))
             except OSError:

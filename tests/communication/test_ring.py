@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from pytimely.communication.frame import RING_MIN, TAG, Frame, FrameDecoder, FrameEncoder, FrameKeys
-from pytimely.communication.ring import RingOffer, RingReader, RingWriter, shared_memory_dir
+from pytimely.communication.ring import (
+    MIN_CAPACITY,
+    RingOffer,
+    RingReader,
+    RingWriter,
+    same_host,
+    shared_memory_dir,
+    sweep,
+)
 from pytimely.errors import FrameAuthenticationError, FrameFormatError, RingError
 
 pytestmark = pytest.mark.skipif(shared_memory_dir() is None, reason="needs /dev/shm")
@@ -110,14 +118,14 @@ def test_a_ring_frame_without_a_mapped_ring_is_refused(keys: FrameKeys, ring: tu
 
 
 def test_the_reader_maps_read_only_and_checks_what_it_maps(tmp_path: Path) -> None:
-    writer = RingWriter(4096, SHM)
+    writer = RingWriter(MIN_CAPACITY, SHM)
     try:
         reader = RingReader(writer.offer, SHM)
         with pytest.raises(TypeError):
             reader._view[0] = 1  # type: ignore[index]
         reader.close()
         with pytest.raises(RingError, match="not a file this process would map"):
-            RingReader(RingOffer(writer.name, 8192), SHM)  # another size than the file's
+            RingReader(RingOffer(writer.name, 2 * MIN_CAPACITY), SHM)  # another size than the file's
     finally:
         writer.close()
     assert not os.path.exists(SHM / writer.name)
@@ -131,3 +139,27 @@ def test_a_release_outside_what_the_writer_placed_is_refused(ring: tuple[RingWri
     assert writer.reserve(RING_MIN + TAG) is not None
     with pytest.raises(RingError, match="released ring position"):
         writer.release(writer.head + 1)
+
+
+def test_rings_are_offered_only_to_peers_on_this_host() -> None:
+    assert same_host("127.0.0.1", "localhost") and same_host("::1", "127.0.0.2")
+    assert same_host("node-3", "node-3") and same_host("10.0.0.5", "10.0.0.5")
+    assert not same_host("10.0.0.5", "10.0.0.6") and not same_host("127.0.0.1", "10.0.0.6")
+    assert not same_host("node-3", "localhost")
+
+
+def test_rings_of_processes_that_are_gone_are_swept_and_no_others(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    names = {
+        "dead": f"pytimely-ring-{dead}-{'a' * 32}",
+        "alive": f"pytimely-ring-{os.getpid()}-{'b' * 32}",
+        "other": "pytimely-ring-notours",
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"")
+    assert sweep(tmp_path) == [names["dead"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names["alive"], names["other"]])

@@ -62,6 +62,7 @@ from pytimely.errors import (
     FrameFormatError,
     FrameLengthError,
     FrameSequenceError,
+    RingError,
 )
 
 __all__ = [
@@ -83,7 +84,7 @@ __all__ = [
 ]
 
 MAGIC = b"PT"
-VERSION = 2
+VERSION = 3
 HEADER = struct.Struct("<2sBBIIIIQI8s")
 _PREFIX = struct.Struct("<2sBBIIIIQI")
 _CHECKED = _PREFIX.size
@@ -512,7 +513,10 @@ class FrameDecoder:
                 peer=self.peer,
                 channel=(dataflow, channel),
             )
-        stored = ring.payload(start, length + TAG)
+        try:
+            stored = ring.payload(start, length + TAG)
+        except RingError as exc:
+            raise RingError(f"process {self.peer} sent frame {seq} with {exc}", self.peer) from None
         # The payload is taken out of the ring here (decrypted into, or copied to, its own buffer), so the ring's
         # place is free again as soon as the frame is decoded.
         plain = bytearray(length + TAG)
@@ -533,6 +537,7 @@ class FrameDecoder:
                 peer=self.peer,
                 channel=(dataflow, channel),
             ) from None
+        ring.taken(start, length + TAG)
         self.expected += 1
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, memoryview(plain)[:length])
 

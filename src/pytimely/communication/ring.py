@@ -9,10 +9,12 @@ frame's own nonce and with the header and descriptor as associated data, so a pa
 descriptor pointing elsewhere, fails authentication exactly as a corrupted frame on the wire does
 (:mod:`pytimely.communication.frame`).
 
-The sending process creates the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every page allocated
-up front so that a full ``/dev/shm`` means no ring rather than a crash later) and offers it over
-the link; the receiving process maps it read-only, so it can never write into its peer's memory, and says
-so; the creator then removes the file's name, so nothing is left behind however either process ends. The
+A ring is offered only to a peer whose address names this host (:func:`same_host`). The sending process creates
+the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every page allocated up front so that a full
+``/dev/shm`` means no ring rather than a crash later) and offers it over the link; the receiving process maps it
+read-only, so it can never write into its peer's memory, and says so; the creator then removes the file's name.
+A process killed in between leaves the file, named with its pid; the next ring created on the host removes the
+files of processes that are gone (:func:`sweep`). The
 reader tells the writer how far it has read with control frames on the link (a system call apart, so no
 memory ordering between the processes is assumed). A payload that does not fit in the free part of the ring
 goes on the socket as before: the ring never makes a sender wait.
@@ -21,6 +23,7 @@ goes on the socket as before: the ring never makes a sender wait.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import mmap
 import os
 import re
@@ -32,12 +35,23 @@ from pathlib import Path
 
 from pytimely.errors import RingError
 
-__all__ = ["DESCRIPTOR", "RingOffer", "RingReader", "RingWriter", "shared_memory_dir"]
+__all__ = [
+    "DESCRIPTOR",
+    "MIN_CAPACITY",
+    "RingOffer",
+    "RingReader",
+    "RingWriter",
+    "same_host",
+    "shared_memory_dir",
+    "sweep",
+]
 
 DESCRIPTOR = struct.Struct("<QQ")
 """A ring frame's payload on the wire: the payload's start (bytes ever written to the ring) and its length."""
-_NAME = re.compile(r"pytimely-ring-[0-9a-f]{32}")
+_NAME = re.compile(r"pytimely-ring-(\d+)-[0-9a-f]{32}")
 _MAX_CAPACITY = 1 << 32
+MIN_CAPACITY = 1 << 17
+"""The smallest ring worth having: room for a payload of the smallest size that goes through a ring, twice."""
 
 
 def shared_memory_dir() -> Path | None:
@@ -66,14 +80,56 @@ class RingOffer:
         return cls(name, int(capacity))
 
 
+def same_host(host: str, other: str) -> bool:
+    """Whether two listening addresses are on one machine as far as their names say (the same, or both loopback).
+
+    Only then is a ring offered: a ring for a peer elsewhere would hold ``/dev/shm`` pages until it says no.
+    """
+    if host == other:
+        return True
+
+    def loopback(name: str) -> bool:
+        if name == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(name).is_loopback
+        except ValueError:
+            return False
+
+    return loopback(host) and loopback(other)
+
+
+def sweep(directory: Path) -> list[str]:
+    """Remove ring files of this user whose creating process is gone (killed before its peer mapped the ring);
+    the names removed."""
+    removed = []
+    for path in directory.glob("pytimely-ring-*"):
+        match = _NAME.fullmatch(path.name)
+        if match is None:
+            continue
+        try:
+            if path.lstat().st_uid != os.getuid():
+                continue
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path.name)
+        except (PermissionError, FileNotFoundError):
+            continue  # a live process of another user, or already gone
+    return removed
+
+
 class RingWriter:
     """The sending side of a ring: places sealed payloads and learns from its reader what it may reuse."""
 
     def __init__(self, capacity: int, directory: Path) -> None:
-        if capacity <= 0 or capacity > _MAX_CAPACITY:
-            raise ValueError(f"a ring holds 1 byte to 4 GiB, not {capacity}")
+        if not MIN_CAPACITY <= capacity <= _MAX_CAPACITY:
+            raise ValueError(f"a ring holds {MIN_CAPACITY} bytes to 4 GiB, not {capacity}")
         self.capacity = capacity
-        self.name = f"pytimely-ring-{secrets.token_hex(16)}"
+        # The creator's pid in the name lets a later run remove the file of a process killed before its peer
+        # mapped the ring (sweep).
+        self.name = f"pytimely-ring-{os.getpid()}-{secrets.token_hex(16)}"
         self._path: Path | None = directory / self.name
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
@@ -162,12 +218,16 @@ class RingReader:
         """Position up to which payloads have been taken out of the ring."""
 
     def payload(self, start: int, size: int) -> memoryview:
-        """The ``size`` bytes placed at ``start`` (the descriptor is authenticated only once they are opened)."""
+        """The ``size`` bytes placed at ``start``; call :meth:`taken` once they are opened (the descriptor saying
+        where is authenticated only then)."""
         offset = start % self.capacity
         if start < self.read or size > self.capacity or offset + size > self.capacity:
             raise RingError(f"a ring descriptor points at {start} (+{size} bytes), outside the ring's unread part")
-        self.read = start + size
         return self._view[offset : offset + size]
+
+    def taken(self, start: int, size: int) -> None:
+        """The payload at ``start`` is out of the ring: its place may be reused."""
+        self.read = start + size
 
     def close(self) -> None:
         """Unmap the ring."""

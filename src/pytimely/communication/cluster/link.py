@@ -33,7 +33,7 @@ from pytimely.communication.frame import (
     FrameEncoder,
     LinkKeys,
 )
-from pytimely.communication.ring import RingOffer, RingReader, RingWriter, shared_memory_dir
+from pytimely.communication.ring import RingOffer, RingReader, RingWriter, same_host, shared_memory_dir, sweep
 from pytimely.errors import (
     CommunicationError,
     FlowControlError,
@@ -96,11 +96,16 @@ class Link:
 
     def start(self) -> None:
         """Start the sending and receiving threads, offering the peer a shared-memory ring if configured."""
-        capacity = self.cluster.config.shared_memory
+        config = self.cluster.config
         directory = shared_memory_dir()
-        if capacity and directory is not None:
+        hosts = config.hosts
+        local = self.peer < len(hosts) and config.process < len(hosts)
+        if config.shared_memory and directory is not None and local and same_host(
+            hosts[self.peer][0], hosts[config.process][0]
+        ):
             try:
-                self.ring = RingWriter(capacity, directory)
+                sweep(directory)
+                self.ring = RingWriter(config.shared_memory, directory)
             except OSError as exc:
                 log.warning("process %d sends to process %d without a ring: %s", self.cluster.me, self.peer, exc)
             else:
@@ -199,15 +204,23 @@ class Link:
             if not self.closed and not (self.done_sent and self.done_received):
                 # A broken pipe says less than what the receiving thread sees of the same end (a frame cut off, a
                 # peer's ABORT): let it name the cause first, for a moment.
-                self._receiver.join(timeout=_RECEIVER_FIRST)
+                if self._receiver.is_alive():
+                    self._receiver.join(timeout=_RECEIVER_FIRST)
                 self.cluster.fail(self._lost(exc))
         except CommunicationError as exc:
             self.cluster.fail(exc)
+        finally:
+            # Nothing more goes into this process's ring (a peer that left, or the end): give its pages back now,
+            # not when the cluster closes (the peer's mapping, if any, keeps what it still has to read).
+            if self.ring is not None:
+                self.ring.close()
 
     def _write(self, batch: list[OutgoingFrame]) -> None:
         buffers: list[bytes | bytearray | memoryview] = []
         encode = self.encoder.encode
-        ring = self.ring if self.ring is not None and self.ring.ready else None
+        ring = self.ring
+        if ring is not None and not ring.ready:
+            ring = None
         total = 0
         for f in batch:
             buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
@@ -312,6 +325,9 @@ class Link:
                 cluster.fail(self._lost(exc))
         except (CommunicationError, MembershipError) as exc:
             cluster.fail(exc)
+        finally:
+            if decoder.ring is not None:
+                decoder.ring.close()  # nothing more is read from the peer's ring
 
     def _check_silence(self) -> None:
         """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
@@ -373,8 +389,10 @@ class Link:
                 self.control(Control.RING_ACCEPT, "1")
             return
         ring = self.ring
-        if ring is None or (code == Control.RING_ACCEPT and ring.ready):
+        if code == Control.RING_ACCEPT and (ring is None or ring.ready):
             raise RingError(f"process {self.peer} answered a ring offer this process did not make", self.peer)
+        if ring is None:
+            raise RingError(f"process {self.peer} freed space in a ring this process never offered it", self.peer)
         if code == Control.RING_ACCEPT:
             if text == "1":
                 ring.accepted()
@@ -384,7 +402,10 @@ class Link:
             return
         if not text.isdigit():
             raise RingError(f"process {self.peer} freed ring position {text[:40]!r}", self.peer)
-        ring.release(int(text))
+        try:
+            ring.release(int(text))
+        except RingError as exc:
+            raise RingError(f"process {self.peer}: {exc}", self.peer) from None
 
     def _lost(self, exc: OSError) -> PeerFailedError:
         return PeerFailedError(

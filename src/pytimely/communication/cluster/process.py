@@ -495,8 +495,14 @@ class Cluster:
                     "waits": link.waits,
                     "frames_sent": link.frames_sent,
                     "bytes_sent": link.bytes_sent,
-                    "ring_frames": link.ring.placed if link.ring is not None else 0,
+                    "ring_frames": _ring_frames(link),
                 }
                 for peer, link in self.links.items()
             },
         }
+
+
+def _ring_frames(link: Link) -> int:
+    """How many payloads ``link`` put in its shared-memory ring (its receiving thread may drop the ring meanwhile)."""
+    ring = link.ring
+    return ring.placed if ring is not None else 0
