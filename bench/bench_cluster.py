@@ -417,23 +417,16 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
             }
         )
         if ident == "a1":
-            # The same exchange authenticated but not encrypted (PYTIMELY_ENCRYPT=0): what encryption costs.
-            plain = best(
-                runs,
-                functools.partial(run_job, "job_exchange", args, 2, 1, PYTIMELY_ENCRYPT="0"),
-                _cluster_seconds,
-            )
-            rows[-1]["authenticated_only_seconds"] = round(_cluster_seconds(plain), 4)
-            rows[-1]["authenticated_only_ratio_of_ceiling"] = round(raw / _cluster_seconds(plain), 3)
-            # The same exchange with every byte over the socket (PYTIMELY_SHARED_MEMORY=0): what the ring saves.
-            socket_only = best(
-                runs,
-                functools.partial(run_job, "job_exchange", args, 2, 1, PYTIMELY_SHARED_MEMORY="0"),
-                _cluster_seconds,
-            )
-            rows[-1]["socket_only_seconds"] = round(_cluster_seconds(socket_only), 4)
-            rows[-1]["socket_only_ratio_of_ceiling"] = round(raw / _cluster_seconds(socket_only), 3)
-            rows[-1]["ring_speedup"] = round(_cluster_seconds(socket_only) / seconds, 3)
+            # The same exchange authenticated but not encrypted (what encryption costs), and with every byte over
+            # the socket (what the shared-memory ring saves).
+            variants = (("authenticated_only", "PYTIMELY_ENCRYPT"), ("socket_only", "PYTIMELY_SHARED_MEMORY"))
+            for name, variable in variants:
+                variant = best(
+                    runs, functools.partial(run_job, "job_exchange", args, 2, 1, **{variable: "0"}), _cluster_seconds
+                )
+                rows[-1][f"{name}_seconds"] = round(_cluster_seconds(variant), 4)
+                rows[-1][f"{name}_ratio_of_ceiling"] = round(raw / _cluster_seconds(variant), 3)
+            rows[-1]["ring_speedup"] = round(rows[-1]["socket_only_seconds"] / seconds, 3)
     return rows
 
 

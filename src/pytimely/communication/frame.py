@@ -221,7 +221,7 @@ class FrameEncoder:
         if ring is not None and length >= RING_MIN:
             slot = ring.reserve(length + TAG)
             if slot is not None:
-                return self._encode_in_ring(precedence, dataflow, channel, source, target, parts, length, *slot)
+                return self._encode_in_ring((precedence, dataflow, channel, source, target), parts, length, *slot)
         seq = self.seq
         prefix = _PREFIX.pack(MAGIC, VERSION, precedence, dataflow, channel, source, target, seq, length)
         self.seq = seq + 1
@@ -247,16 +247,16 @@ class FrameEncoder:
 
     def _encode_in_ring(
         self,
-        precedence: int,
-        dataflow: int,
-        channel: int,
-        source: int,
-        target: int,
+        where: tuple[int, int, int, int, int],
         parts: list[bytes | memoryview],
         length: int,
         start: int,
         slot: memoryview,
     ) -> list[bytes | bytearray | memoryview]:
+        """Seal ``parts`` into ``slot`` (at ring position ``start``); the header and descriptor for the socket.
+
+        ``where`` is the frame's precedence, dataflow, channel, source and target."""
+        precedence, dataflow, channel, source, target = where
         seq = self.seq
         prefix = _PREFIX.pack(
             MAGIC, VERSION, precedence | RING_FLAG, dataflow, channel, source, target, seq, DESCRIPTOR.size
