@@ -171,6 +171,14 @@ def ring_exchange(worker: Worker) -> None:
         return handle, routed.probe()
 
     handle, probe = worker.dataflow(build)
+    # Rings are used once the peer has mapped them (it answers the offer when its receiving thread gets to it):
+    # wait for that, so the batches below go through them on a busy machine too.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+        link["ring"] == "offered" for link in worker.communication_stats()["links"].values()
+    ):
+        worker.step()
+        time.sleep(0.01)
     for epoch, batch in enumerate(ring_batches(worker.index, epochs, rows)):
         handle.send_batch(batch)
         handle.advance_to(epoch + 1)

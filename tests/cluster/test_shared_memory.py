@@ -62,14 +62,14 @@ def test_payloads_cross_through_rings_and_arrive_whole(tmp_path: Path, workers: 
     assert {r["worker"]: (r["count"], r["digest"]) for r in records} == want
     for record in records:
         for peer, link in record["links"].items():
-            assert link["ring_frames"] > 0, (record["worker"], peer, link)
+            assert link["ring"] == "ready" and link["ring_frames"] > 0, (record["worker"], peer, link)
 
 
 @pytest.mark.usefixtures("no_leftover_rings")
 def test_a_process_without_rings_makes_its_peer_send_on_the_socket(tmp_path: Path) -> None:
     records = run(tmp_path, env={1: {"PYTIMELY_SHARED_MEMORY": "0"}})
     assert {r["worker"]: (r["count"], r["digest"]) for r in records} == expected(2)
-    assert [link["ring_frames"] for r in records for link in r["links"].values()] == [0, 0]
+    assert [(link["ring"], link["ring_frames"]) for r in records for link in r["links"].values()] == [("none", 0)] * 2
 
 
 @pytest.mark.usefixtures("no_leftover_rings")

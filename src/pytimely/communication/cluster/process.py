@@ -496,10 +496,17 @@ class Cluster:
                     "frames_sent": link.frames_sent,
                     "bytes_sent": link.bytes_sent,
                     "ring_frames": _ring_frames(link),
+                    "ring": _ring_state(link),
                 }
                 for peer, link in self.links.items()
             },
         }
+
+
+def _ring_state(link: Link) -> str:
+    """``ready`` once the peer mapped ``link``'s ring, ``offered`` until it answers, ``none`` without one."""
+    ring = link.ring
+    return "none" if ring is None else "ready" if ring.ready else "offered"
 
 
 def _ring_frames(link: Link) -> int:
