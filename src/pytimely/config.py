@@ -18,7 +18,7 @@ can configure processes without touching their command lines::
                          PYTIMELY_STALL_TIMEOUT    seconds every process must be quiet before a stall is reported (30)
                          PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
                          PYTIMELY_AGGREGATE_PROGRESS 0: every worker sends its progress to every worker (default 1:
-                                                   once per process, for a fixed cluster)
+                                                   once per process, for a fixed cluster of several workers a process)
                          PYTIMELY_SHARED_MEMORY    bytes of the ring each process offers a peer on its host for big
                                                    payloads (8 MiB; 0: every byte over the socket)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)

@@ -175,7 +175,7 @@ class GroupingAllocator(Allocator, Protocol):
 
     @property
     def groups(self) -> bool:
-        """Whether channels may be allocated grouped by process now (a fixed cluster of several processes)."""
+        """Whether channels are allocated grouped by process (a fixed cluster of several multi-worker processes)."""
         ...
 
     def allocate_grouped(

@@ -9,13 +9,14 @@ capabilities, and both ends of the bootstrap of seed 002 (a joining worker's
 :class:`~pytimely.progress.bootstrap.BootstrapServer`). The subgraph hands it the
 tracker and its operators when a step needs them, and schedules what it reports.
 
-In a fixed cluster of several processes progress is aggregated per process (seed 002 §3.3, footnote 4;
-model :mod:`pytimely.verify.aggregate`): a worker's batch goes to the workers of its own process directly
-and through the process's :class:`~pytimely.progress.broadcast.ProgressAggregator` to every other process
-once, fanned out there to each worker. A worker's send is atomic with respect to the other workers' sends
-of its process, as ``send_upd`` is in the model (one lock per process and dataflow). Elastic clusters send
-per worker: the bootstrap of seed 002 counts workers' sequence numbers, and the rescaling model has no
-aggregated senders.
+In a fixed cluster of several processes of several workers each, progress is aggregated per
+process (seed 002 §3.3, footnote 4; model :mod:`pytimely.verify.aggregate`): a worker's batch goes
+to the workers of its own process directly and through the process's
+:class:`~pytimely.progress.broadcast.ProgressAggregator` to every other process once, fanned out
+there to each worker. A worker's send is atomic with respect to the other workers' sends of its
+process, as ``send_upd`` is in the model (one lock per process and dataflow). Elastic clusters send
+per worker: the bootstrap of seed 002 counts workers' sequence numbers, and the rescaling model has
+no aggregated senders.
 """
 
 from __future__ import annotations

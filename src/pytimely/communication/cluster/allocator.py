@@ -89,9 +89,10 @@ class ClusterAllocator:
 
     @property
     def groups(self) -> bool:
-        """Whether channels may be grouped by process: a fixed cluster of several processes that allows it."""
-        cluster = self._cluster
-        return not self.elastic and cluster.config.processes > 1 and cluster.config.aggregate_progress
+        """Whether channels are grouped by process: a fixed cluster of several processes of several workers each
+        that allows it (with one worker a process, a message crosses to another process once either way)."""
+        config = self._cluster.config
+        return not self.elastic and config.processes > 1 and config.workers > 1 and config.aggregate_progress
 
     def allocate_grouped(
         self, channel: tuple[int, int], precedence: Precedence, make: Callable[[int], S]
