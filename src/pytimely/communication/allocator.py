@@ -155,15 +155,17 @@ class ElasticAllocator(Allocator, Protocol):
 class Grouped(Generic[S]):
     """One worker's ends of a channel whose messages to another process are sent once and fanned out there.
 
-    ``local`` reaches each worker of this process (by local index), ``remote`` each other process: a message
-    pushed there reaches every worker of that process, in the order this process's workers pushed, whichever
-    worker pushed it. ``shared`` is one object for every worker of this process (made by the first to ask), and
+    ``local`` reaches each worker of this process (by local index), ``others`` every other process: a message
+    pushed there is serialised once and reaches every worker of every other process, in the order this
+    process's workers pushed, whichever worker pushed it. ``processes`` counts them all, this one included.
+    ``shared`` is one object for every worker of this process (made by the first to ask), and
     ``lock`` the lock they share to keep their pushes in an order of their choosing.
     """
 
     process: int
+    processes: int
     local: list[Push[Any]]
-    remote: list[Push[Any]]
+    others: Push[Any]
     pull: Pull[Any]
     shared: S
     lock: threading.Lock

@@ -94,7 +94,7 @@ class Progcaster:
             self._progress_push, self._progress_pull = grouped.local, grouped.pull
             workers = len(grouped.local)
             first = grouped.process * workers
-            processes = len(grouped.remote) + 1
+            processes = grouped.processes
             self._receiver = ProgressReceiver(
                 [
                     *range(first, first + workers),
@@ -196,8 +196,7 @@ class Progcaster:
             aggregator.offer(batch)
             combined = aggregator.flush()
             if combined is not None:
-                for push in grouped.remote:
-                    push.push(combined)
+                grouped.others.push(combined)
 
     def _log_batch(self, log: EventLogger, batch: ProgressBatch[Any]) -> None:
         """Log a progress batch this worker sends, and the capability changes in it."""

@@ -100,20 +100,17 @@ class ClusterAllocator:
         """Channel ``(dataflow, index)`` with one push end per worker here and one per other process (fanned out
         there to each of its workers); ``make`` builds the object this process's workers share for it."""
         if not self.groups:
-            raise InvalidArgument("only a fixed cluster of several processes groups channels by process")
+            raise InvalidArgument(
+                "only a fixed cluster of several processes of several workers each groups channels by process"
+            )
         if precedence == Precedence.DATA:
             raise InvalidArgument("a grouped channel bypasses the send window, so it cannot carry data")
         key = _channel_key(channel)
         cluster = self._cluster
         boxes = cluster.open(key)
         shared, lock = cluster.shared(key, lambda: make(cluster.me))
-        tally = self.sent[Precedence(precedence)]
-        remote: list[Any] = [
-            ProcessPush(cluster, Precedence(precedence), key, p, tally)
-            for p in range(cluster.config.processes)
-            if p != cluster.me
-        ]
-        return Grouped(cluster.me, list(boxes), remote, boxes[self._local], shared, lock)
+        others = ProcessPush(cluster, Precedence(precedence), key, self.sent[Precedence(precedence)])
+        return Grouped(cluster.me, cluster.config.processes, list(boxes), others, boxes[self._local], shared, lock)
 
     def _push_to(self, boxes: list[ClusterMailbox], key: tuple[int, int], precedence: Precedence, target: int) -> Any:
         cluster = self._cluster

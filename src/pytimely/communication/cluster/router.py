@@ -146,29 +146,28 @@ class RemotePush:
 
 
 class ProcessPush:
-    """The push end towards every worker of another process: one frame, queued on the link at once.
+    """The push end towards every worker of every other process: serialised once, one frame per link, queued at once.
 
-    It bypasses the worker's outbox so that pushes from several workers of this process reach the link in the
+    It bypasses the worker's outbox so that pushes from several workers of this process reach each link in the
     order they were made (under the caller's lock): the link's queue of a precedence is one FIFO.
     """
 
-    __slots__ = ("_channel", "_cluster", "_dataflow", "_precedence", "_process", "_tally")
+    __slots__ = ("_channel", "_cluster", "_dataflow", "_precedence", "_tally")
 
-    def __init__(
-        self, cluster: Cluster, precedence: Precedence, channel: tuple[int, int], process: int, tally: list[int]
-    ) -> None:
+    def __init__(self, cluster: Cluster, precedence: Precedence, channel: tuple[int, int], tally: list[int]) -> None:
         self._cluster = cluster
         self._precedence = precedence
         self._dataflow, self._channel = channel
-        self._process = process
         self._tally = tally
 
     def push(self, message: Any) -> None:
-        """Serialise ``message`` and queue it for the link to the process (never waits for the send window)."""
+        """Serialise ``message`` and queue it for the link to every other process (never waits for the send window)."""
         cluster = self._cluster
-        parts, length = dumps(message)
+        parts, length = dumps(message)  # the parts are bytes, shared by every frame
         frame = OutgoingFrame(self._precedence, self._dataflow, self._channel, cluster.me, EVERY_WORKER, parts, length)
-        self._tally[0] += 1
-        self._tally[1] += length
-        cluster.quiescence.sent(1)
-        cluster.links[self._process].enqueue([frame])
+        others = [p for p in range(cluster.config.processes) if p != cluster.me]
+        self._tally[0] += len(others)
+        self._tally[1] += length * len(others)
+        cluster.quiescence.sent(len(others))
+        for process in others:
+            cluster.links[process].enqueue([frame])
