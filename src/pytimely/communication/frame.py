@@ -56,6 +56,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from pytimely.communication.allocator import Precedence
+from pytimely.communication.buffers import PayloadBuffers
 from pytimely.communication.ring import DESCRIPTOR, RingReader, RingWriter
 from pytimely.errors import (
     FrameAuthenticationError,
@@ -334,8 +335,10 @@ class FrameDecoder:
         self._end = 0
         self._header: tuple[int, ...] | None = None
         self._prefix = b""
-        self._payload: bytearray | None = None
+        self._payload: bytearray | memoryview | None = None
         self._filled = 0
+        self.buffers = PayloadBuffers(_DIRECT)
+        """Where payloads of 64 KiB and more are received (or decrypted out of the ring) into."""
         self.ring: RingReader | None = None
         """The peer's ring, once mapped: frames with :data:`RING_FLAG` have their payload there."""
         self.held = False
@@ -468,7 +471,7 @@ class FrameDecoder:
         self._start = start + HEADER.size
         self._header = (precedence, dataflow, channel, source, target, seq)
         self._prefix = prefix
-        self._payload = bytearray(length + TAG)
+        self._payload = self.buffers.take(length + TAG)
         self._filled = 0
 
     def _finish(self) -> Frame:
@@ -500,7 +503,14 @@ class FrameDecoder:
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, plain)
 
     def _finish_from_ring(
-        self, precedence: int, dataflow: int, channel: int, source: int, target: int, seq: int, sealed: bytearray
+        self,
+        precedence: int,
+        dataflow: int,
+        channel: int,
+        source: int,
+        target: int,
+        seq: int,
+        sealed: bytearray | memoryview,
     ) -> Frame:
         ring = self.ring
         assert ring is not None
@@ -519,7 +529,7 @@ class FrameDecoder:
             raise RingError(f"process {self.peer} sent frame {seq} with {exc}", self.peer) from None
         # The payload is taken out of the ring here (decrypted into, or copied to, its own buffer), so the ring's
         # place is free again as soon as the frame is decoded.
-        plain = bytearray(length + TAG)
+        plain = self.buffers.take(length + TAG)
         opener = Cipher(algorithms.AES(self._key), modes.GCM(_nonce(seq), tag)).decryptor()
         opener.authenticate_additional_data(self._prefix + descriptor)
         try:
