@@ -57,12 +57,16 @@ def run(tmp_path: Path, workers: int = 1, env: dict[int, dict[str, str]] | None 
 @pytest.mark.usefixtures("no_leftover_rings")
 @pytest.mark.parametrize("workers", [1, 2])
 def test_payloads_cross_through_rings_and_arrive_whole(tmp_path: Path, workers: int) -> None:
-    records = run(tmp_path, workers)
+    # A 2 MiB ring holds two of the ~0.8 MB payloads a process sends per epoch: it wraps several times, and its
+    # writer can reuse it only by reading what the reader published in its own ring's control block.
+    small = {"PYTIMELY_SHARED_MEMORY": str(2 << 20)}
+    records = run(tmp_path, workers, env={0: small, 1: small})
     want = expected(2 * workers)
     assert {r["worker"]: (r["count"], r["digest"]) for r in records} == want
     for record in records:
         for peer, link in record["links"].items():
-            assert link["ring"] == "ready" and link["ring_frames"] > 0, (record["worker"], peer, link)
+            assert link["ring"] == "ready" and link["ring_frames"] > 2, (record["worker"], peer, link)
+            assert link["ring_published"] > 0 and link["ring_learned"] > 0, (record["worker"], peer, link)
 
 
 @pytest.mark.usefixtures("no_leftover_rings")

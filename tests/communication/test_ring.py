@@ -163,3 +163,72 @@ def test_rings_of_processes_that_are_gone_are_swept_and_no_others(tmp_path: Path
         (tmp_path / name).write_bytes(b"")
     assert sweep(tmp_path) == [names["dead"]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names["alive"], names["other"]])
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[RingWriter, RingReader, RingWriter, RingReader]]:
+    """Two processes' rings towards each other: A writes ``ab`` (B reads it), B writes ``ba`` (A reads it)."""
+    ab, ba = RingWriter(MIN_CAPACITY * 2, SHM, patience=0.05), RingWriter(MIN_CAPACITY * 2, SHM)
+    b_reads, a_reads = RingReader(ab.offer, SHM), RingReader(ba.offer, SHM)
+    ab.accepted()
+    ba.accepted()
+    ab.feedback = a_reads  # A learns how far B read ``ab`` from the control block of ``ba``
+    yield ab, b_reads, ba, a_reads
+    for end in (ab, ba, b_reads, a_reads):
+        end.close()
+
+
+def test_a_full_ring_learns_what_its_reader_freed_from_the_peers_control_block(
+    pair: tuple[RingWriter, RingReader, RingWriter, RingReader],
+) -> None:
+    ab, b_reads, ba, _ = pair
+    size = RING_MIN + TAG
+    slots = [ab.reserve(size) for _ in range(3)]
+    assert all(slots[:3]) and ab.reserve(size) is None, "three payloads fill the ring"
+    start, _ = slots[0]  # type: ignore[misc]
+    b_reads.taken(start, size)
+    ba.publish(b_reads.read)  # what B's receiving thread does after taking payloads out
+    assert ab.reserve(size) is not None and ab.tail == b_reads.read
+    ba.publish(ab.head + 1)
+    with pytest.raises(RingError, match="beyond the"):
+        ab.reserve(size)
+
+
+def test_a_torn_or_stale_position_is_ignored(pair: tuple[RingWriter, RingReader, RingWriter, RingReader]) -> None:
+    ab, _, ba, a_reads = pair
+    size = RING_MIN + TAG
+    for _ in range(3):
+        assert ab.reserve(size) is not None
+    ba._view[:16] = (size).to_bytes(8, "little") + (12345).to_bytes(8, "little")  # the halves of two writes
+    assert a_reads.peer_read() is None and ab.reserve(size) is None
+    ab.release(2 * size)  # a RING_FREE ahead of the control block
+    ba.publish(size)
+    assert ab.reserve(size) is not None and ab.tail == 2 * size, "an older position moved the tail back"
+
+
+def test_a_full_ring_waits_for_a_reader_that_frees_it_and_not_for_one_that_stopped(
+    pair: tuple[RingWriter, RingReader, RingWriter, RingReader],
+) -> None:
+    import threading
+    import time
+
+    ab, _, ba, _ = pair
+    size = RING_MIN + TAG
+    for _ in range(3):
+        assert ab.reserve(size) is not None
+    started = time.monotonic()
+    assert ab.reserve(size) is None  # nobody frees anything: given up after the patience
+    waited = time.monotonic() - started
+    assert 0.05 <= waited < 2, waited
+
+    def reader() -> None:
+        # Frees one payload's room at a time, each within the writer's patience.
+        for k in range(1, 4):
+            time.sleep(0.02)
+            ba.publish(k * size)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    got = [ab.reserve(size) for _ in range(3)]
+    thread.join()
+    assert all(got), "the writer gave up on a reader that was freeing the ring"

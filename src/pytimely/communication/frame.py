@@ -85,7 +85,7 @@ __all__ = [
 ]
 
 MAGIC = b"PT"
-VERSION = 3
+VERSION = 4
 HEADER = struct.Struct("<2sBBIIIIQI8s")
 _PREFIX = struct.Struct("<2sBBIIIIQI")
 _CHECKED = _PREFIX.size

@@ -53,7 +53,7 @@ from pytimely.errors import AuthenticationError, ConfigError, HandshakeTimeoutEr
 __all__ = ["MIN_SECRET", "accept_peer", "check_secret", "connect_peer", "hash_probe"]
 
 _MAGIC = b"PTHI"
-_VERSION = 3
+_VERSION = 4
 _HELLO = struct.Struct("<4sBIIq32s")
 _NONCE = 32
 _MAC = 32

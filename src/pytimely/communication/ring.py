@@ -15,9 +15,21 @@ the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every page alloc
 read-only, so it can never write into its peer's memory, and says so; the creator then removes the file's name.
 A process killed in between leaves the file, named with its pid; the next ring created on the host removes the
 files of processes that are gone (:func:`sweep`). The
-reader tells the writer how far it has read with control frames on the link (a system call apart, so no
-memory ordering between the processes is assumed). A payload that does not fit in the free part of the ring
-goes on the socket as before: the ring never makes a sender wait.
+reader tells the writer how far it has read in two ways: in ``RING_FREE`` control frames on the link, and, where
+both processes have a ring towards the other, in the *control block* at the start of its own ring, which the
+writer reads through its read-only mapping of that ring whenever its own ring looks full
+(:meth:`RingWriter.reserve`). The control frame travels behind whatever the reader's process is sending and
+waits for its sending thread to hold the interpreter lock, often many milliseconds; the control block is seen at
+once, so a ring of a few megabytes keeps up with a stream of megabyte payloads. The position is published only
+after the payloads before it were copied out of the ring and authenticated: the store that publishes it depends,
+by control, on every byte read, which orders it after those reads on every architecture (and x86 never moves a
+store before an earlier load anyway). It is published with its complement, so a torn read is recognised and
+ignored. A published position is a claim of the peer like a ``RING_FREE``: one beyond what the writer placed is a
+:class:`~pytimely.errors.RingError`, and one that lies the other way can only make the peer's own next payloads
+fail authentication. A full ring is waited on while its reader frees some of it at least every
+:attr:`RingWriter.patience` seconds (a reader that keeps up a stream is worth waiting for: the socket would only
+add two copies to its work); a payload that still does not fit goes on the socket, which is how a ring without a
+control block to read (the peer offered none) always works.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ import re
 import secrets
 import stat
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +64,14 @@ DESCRIPTOR = struct.Struct("<QQ")
 _NAME = re.compile(r"pytimely-ring-(\d+)-[0-9a-f]{32}")
 _MAX_CAPACITY = 1 << 32
 MIN_CAPACITY = 1 << 17
-"""The smallest ring worth having: room for a payload of the smallest size that goes through a ring, twice."""
+"""The smallest ring worth having: room for a payload of the smallest size that goes through a ring."""
+CONTROL = 64
+"""Bytes at the start of a ring that its creator publishes its read position of the peer's ring in; payloads
+follow (one cache line, so the payloads' stores never share a line with the position's)."""
+_PUBLISHED = struct.Struct("<QQ")
+_POLL = 0.0002
+"""Seconds between looks at a full ring's published read position."""
+_COMPLEMENT = (1 << 64) - 1
 
 
 def shared_memory_dir() -> Path | None:
@@ -75,7 +95,7 @@ class RingOffer:
     def decode(cls, text: str) -> RingOffer:
         """An offer from a control frame's text (the peer is authenticated, the text is still checked)."""
         name, _, capacity = text.partition(",")
-        if not _NAME.fullmatch(name) or not capacity.isdigit() or not 0 < int(capacity) <= _MAX_CAPACITY:
+        if not _NAME.fullmatch(name) or not capacity.isdigit() or not MIN_CAPACITY <= int(capacity) <= _MAX_CAPACITY:
             raise RingError(f"a ring offer names no ring this process would map: {text[:80]!r}")
         return cls(name, int(capacity))
 
@@ -123,10 +143,13 @@ def sweep(directory: Path) -> list[str]:
 class RingWriter:
     """The sending side of a ring: places sealed payloads and learns from its reader what it may reuse."""
 
-    def __init__(self, capacity: int, directory: Path) -> None:
+    def __init__(self, capacity: int, directory: Path, patience: float = 0.01) -> None:
         if not MIN_CAPACITY <= capacity <= _MAX_CAPACITY:
             raise ValueError(f"a ring holds {MIN_CAPACITY} bytes to 4 GiB, not {capacity}")
         self.capacity = capacity
+        self.patience = patience
+        """Seconds a full ring is waited on without its reader freeing any of it, before a payload goes on the
+        socket instead (see :meth:`reserve`)."""
         # The creator's pid in the name lets a later run remove the file of a process killed before its peer
         # mapped the ring (sweep).
         self.name = f"pytimely-ring-{os.getpid()}-{secrets.token_hex(16)}"
@@ -143,14 +166,23 @@ class RingWriter:
             raise
         os.close(fd)
         self._view = memoryview(self._map)
+        self.span = capacity - CONTROL
+        """Bytes of the ring that hold payloads (after the control block)."""
         self.head = 0
-        """Bytes ever placed in the ring (a payload starts at ``head % capacity``)."""
+        """Bytes ever placed in the ring (a payload starts at ``CONTROL + head % span``)."""
         self.tail = 0
         """Bytes ever released by the reader."""
         self.ready = False
         """Whether the peer mapped the ring (until then nothing is placed in it)."""
         self.placed = 0
         """How many payloads went through the ring."""
+        self.learned = 0
+        """How often a full ring learned from the peer's control block that its reader had freed some of it."""
+        self.published = 0
+        """How often this process published its read position of the peer's ring in this ring's control block."""
+        self.feedback: RingReader | None = None
+        """The peer's ring, mapped by this process, whose control block says how far the peer has read this one."""
+        self._closed = False
 
     @property
     def offer(self) -> RingOffer:
@@ -170,28 +202,60 @@ class RingWriter:
                 path.unlink()
 
     def release(self, upto: int) -> None:
-        """The reader has read everything before position ``upto``."""
-        if not self.tail <= upto <= self.head:
-            raise RingError(f"the peer released ring position {upto}, outside the {self.tail}..{self.head} it holds")
-        self.tail = upto
+        """The reader has read everything before position ``upto`` (an older position than one known is ignored:
+        the control block and the control frames say the same thing at different times)."""
+        if upto > self.head:
+            raise RingError(f"the peer released ring position {upto}, beyond the {self.head} bytes placed in it")
+        self.tail = max(self.tail, upto)
+
+    def publish(self, read: int) -> None:
+        """Say in this ring's control block that the peer's ring has been read up to ``read``."""
+        if self._closed:
+            return
+        with contextlib.suppress(ValueError):  # closed meanwhile by the sending thread: nothing to tell any more
+            self._view[: _PUBLISHED.size] = _PUBLISHED.pack(read, read ^ _COMPLEMENT)
+            self.published += 1
 
     def reserve(self, size: int) -> tuple[int, memoryview] | None:
-        """Room for ``size`` contiguous bytes: their start position and a view to fill; ``None`` if full now."""
-        capacity = self.capacity
-        if not self.ready or size > capacity:
+        """Room for ``size`` contiguous bytes: their start position and a view to fill; ``None`` if full.
+
+        A full ring whose reader publishes its position (:attr:`feedback`) is waited on for as long as the reader
+        frees some of it at least every :attr:`patience` seconds: a reader that keeps up a stream is worth waiting for
+        (the socket would only add two copies to what it has to do), a reader that stopped is not.
+        """
+        span = self.span
+        if not self.ready or size > span:
             return None
-        at = self.head % capacity
-        skip = capacity - at if at + size > capacity else 0  # a payload never wraps: the end of the ring is skipped
-        if self.head + skip + size - self.tail > capacity:
-            return None
+        at = self.head % span
+        skip = span - at if at + size > span else 0  # a payload never wraps: the end of the ring is skipped
+        need = self.head + skip + size - span
+        if need > self.tail:
+            feedback = self.feedback
+            if feedback is None:
+                return None
+            last, since = self.tail, time.monotonic()
+            while True:
+                read = feedback.peer_read()
+                if read is not None and read > self.tail:
+                    self.release(read)
+                    self.learned += 1
+                if need <= self.tail:
+                    break
+                now = time.monotonic()
+                if self.tail > last:
+                    last, since = self.tail, now
+                elif now - since >= self.patience or self._closed:
+                    return None
+                time.sleep(_POLL)
         start = self.head + skip
         self.head = start + size
         self.placed += 1
-        offset = start % capacity
+        offset = CONTROL + start % span
         return start, self._view[offset : offset + size]
 
     def close(self) -> None:
         """Unmap the ring and remove its name."""
+        self._closed = True
         self.unlink()
         self._view.release()
         with contextlib.suppress(BufferError):
@@ -213,6 +277,7 @@ class RingReader:
         finally:
             os.close(fd)
         self.capacity = offer.capacity
+        self.span = offer.capacity - CONTROL
         self._view = memoryview(self._map)
         self.read = 0
         """Position up to which payloads have been taken out of the ring."""
@@ -220,10 +285,19 @@ class RingReader:
     def payload(self, start: int, size: int) -> memoryview:
         """The ``size`` bytes placed at ``start``; call :meth:`taken` once they are opened (the descriptor saying
         where is authenticated only then)."""
-        offset = start % self.capacity
-        if start < self.read or size > self.capacity or offset + size > self.capacity:
+        span = self.span
+        at = start % span
+        if start < self.read or size > span or at + size > span:
             raise RingError(f"a ring descriptor points at {start} (+{size} bytes), outside the ring's unread part")
-        return self._view[offset : offset + size]
+        return self._view[CONTROL + at : CONTROL + at + size]
+
+    def peer_read(self) -> int | None:
+        """How far the ring's creator says it has read this process's ring (``None``: not said, or torn)."""
+        try:
+            read, check = _PUBLISHED.unpack_from(self._view)
+        except ValueError:  # unmapped meanwhile by the receiving thread
+            return None
+        return read if read ^ check == _COMPLEMENT and read else None
 
     def taken(self, start: int, size: int) -> None:
         """The payload at ``start`` is out of the ring: its place may be reused."""

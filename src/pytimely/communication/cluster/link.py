@@ -222,9 +222,12 @@ class Link:
         if ring is not None and not ring.ready:
             ring = None
         total = 0
-        for f in batch:
-            buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
-            total += HEADER.size + f.length + TAG
+        try:
+            for f in batch:
+                buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
+                total += HEADER.size + f.length + TAG
+        except RingError as exc:  # the peer's control block claims it read what was never placed
+            raise RingError(f"process {self.peer}: {exc}", self.peer) from None
         self.frames_sent += len(batch)
         self.bytes_sent += total
         sock = self.sock
@@ -312,9 +315,14 @@ class Link:
                         self._handle(frame)
                     ring = decoder.ring
                     if ring is not None and ring.read > self._ring_reported:
-                        # Taken out of the ring as they were decoded: the writer may reuse their place.
+                        # Taken out of the ring as they were decoded: the writer may reuse their place. A peer that
+                        # mapped this process's ring reads that in its control block at once; otherwise it is told.
                         self._ring_reported = ring.read
-                        self.control(Control.RING_FREE, str(ring.read))
+                        own = self.ring
+                        if own is not None and own.ready:
+                            own.publish(ring.read)
+                        else:
+                            self.control(Control.RING_FREE, str(ring.read))
                 else:
                     self._check_silence()
                 if cluster._throttle():
@@ -381,6 +389,9 @@ class Link:
                 if directory is None or not self.cluster.config.shared_memory or self.decoder.ring is not None:
                     raise OSError("no shared memory here (or PYTIMELY_SHARED_MEMORY=0), or a ring is mapped already")
                 self.decoder.ring = RingReader(offer, directory)
+                if self.ring is not None:
+                    # The peer's ring's control block says how far the peer has read this process's ring.
+                    self.ring.feedback = self.decoder.ring
             except (OSError, RingError) as exc:
                 # Another host, or no /dev/shm: the peer keeps sending on the socket.
                 log.info("process %d takes process %d's frames without its ring: %s", self.cluster.me, self.peer, exc)

@@ -495,8 +495,8 @@ class Cluster:
                     "waits": link.waits,
                     "frames_sent": link.frames_sent,
                     "bytes_sent": link.bytes_sent,
-                    "ring_frames": _ring_frames(link),
                     "ring": _ring_state(link),
+                    **_ring_counters(link),
                 }
                 for peer, link in self.links.items()
             },
@@ -509,7 +509,10 @@ def _ring_state(link: Link) -> str:
     return "none" if ring is None else "ready" if ring.ready else "offered"
 
 
-def _ring_frames(link: Link) -> int:
-    """How many payloads ``link`` put in its shared-memory ring (its receiving thread may drop the ring meanwhile)."""
-    ring = link.ring
-    return ring.placed if ring is not None else 0
+def _ring_counters(link: Link) -> dict[str, int]:
+    """What went through ``link``'s shared-memory ring: payloads placed (``ring_frames``), read positions learned
+    from the peer's control block, read positions of the peer's ring published in this one's."""
+    ring = link.ring  # read once: the receiving thread may drop the ring meanwhile
+    if ring is None:
+        return {"ring_frames": 0, "ring_learned": 0, "ring_published": 0}
+    return {"ring_frames": ring.placed, "ring_learned": ring.learned, "ring_published": ring.published}
