@@ -117,6 +117,24 @@ def test_read_words_names_the_undecodable_line(tmp_path: Path) -> None:
     with pytest.raises(InputFormatError) as info:
         read_words(path)
     assert info.value.line == 3
+    with pytest.raises(InputFormatError, match=r"line 3: .* at byte 6"):
+        read_words(path, part=1, parts=2)  # the second share holds the bad bytes: the line counts from the file's start
+    assert read_words(path, part=0, parts=2) == ["ok", "ok"]
+
+
+@given(
+    st.lists(
+        st.sampled_from(["a", "bb", "ccc", "é", "日本", "x" * 300, " ", "  ", "\n", "\t", "\x1c", "\xa0", "\u2003"])
+    ),
+    st.integers(1, 6),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_word_shares_are_contiguous_and_together_the_whole_text(tmp_path: Path, pieces: list[str], parts: int) -> None:
+    path = tmp_path / "words.txt"
+    text = "".join(pieces)
+    path.write_text(text, encoding="utf-8")
+    shares = [read_words(path, part=p, parts=parts) for p in range(parts)]
+    assert [w for share in shares for w in share] == text.split()
 
 
 @pytest.mark.parametrize(
