@@ -363,6 +363,38 @@ def test_count_by_on_numpy_batches(workers: int) -> None:
     }
 
 
+def test_a_keyed_result_of_many_keys_sets_off_at_most_one_collection() -> None:
+    import gc
+
+    words = [f"k{i}" for i in range(30_000)]
+    collections: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    def job(worker: Worker) -> int:
+        def build(scope: Any) -> Any:
+            handle, stream = scope.new_input()
+            return handle, stream.count_by().capture(), stream.probe()
+
+        handle, out, probe = worker.dataflow(build)
+        handle.send_batch(words)
+        worker.step_while(lambda: probe.less_than(0))  # the words are counted; the result is not made yet
+        handle.close()
+        gc.callbacks.append(watch)
+        try:
+            worker.step_while(lambda: not out)  # the 30,000 (word, 1) pairs are built in this step
+        finally:
+            gc.callbacks.remove(watch)
+        return sum(len(batch) for _, batch in out)
+
+    assert execute(job, 1) == [30_000]
+    # Built with the collector running, 30,000 new tuples set off about 40 young collections; paused, only the one
+    # that runs once it is back on.
+    assert len(collections) <= 1, collections
+
+
 # -- loops -------------------------------------------------------------------------------------
 
 

@@ -13,10 +13,11 @@ Only payloads of frames received from authenticated peers are ever decoded.
 
 from __future__ import annotations
 
-import gc
 import pickle
 import struct
 from typing import Any
+
+from pytimely.collector import paused
 
 __all__ = ["dumps", "loads"]
 
@@ -45,13 +46,8 @@ def loads(payload: memoryview | bytes) -> Any:
     the process (the input, operator state) for garbage that reference counting frees anyway. If the
     collector is off already (the program's choice, or another worker decoding), it is left as it is.
     """
-    if not gc.isenabled():
+    with paused():
         return _loads(payload)
-    gc.disable()
-    try:
-        return _loads(payload)
-    finally:
-        gc.enable()
 
 
 def _loads(payload: memoryview | bytes) -> Any:
