@@ -20,6 +20,9 @@
     after reading): every full collection otherwise walks the whole word list.
     Each b row also gives the CPU time of one process against that of the busier of two (worker and I/O
     threads): the speed-up two idle cores would allow, a figure other programs on the machine move far less.
+    Second baseline, the machine's own ceiling: the same counting (``Counter.update`` per batch of the same
+    share, then the list of pairs) in plain Python processes without pytimely, two at once against one,
+    started together once every process has read its share. No dataflow on this machine can scale past it.
 (c) epoch latency, ``-n 2 -w 1``: input -> exchange -> probe with 8 records per epoch over 1,000 epochs,
     from sending an epoch's records until the probe passes it, on worker 0; p50 and p99.
     Baseline: the same job on ``-n 1 -w 2`` (two workers in one process).
@@ -450,6 +453,60 @@ def make_text(path: Path, words: int, vocabulary: int = 50_000, s: float = 1.1) 
     return words, int(np.count_nonzero(np.bincount(draws, minlength=vocabulary)))
 
 
+def count_peer(path: str, part: int, parts: int, freeze: bool) -> None:
+    """One plain-Python counting process (no pytimely): read the share, wait for a line on stdin, count, print
+    the seconds the counting took."""
+    from collections import Counter
+
+    words = read_words(path, part=part, parts=parts)
+    if freeze:
+        gc.freeze()  # the words only, as job_wordcount does
+    batches = [words[i : i + WORDCOUNT_BATCH] for i in range(0, len(words), WORDCOUNT_BATCH)]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    started = time.perf_counter()
+    counts: Counter[str] = Counter()
+    for batch in batches:
+        counts.update(batch)
+    pairs = list(counts.items())
+    print(json.dumps({"seconds": time.perf_counter() - started, "distinct": len(pairs)}), flush=True)
+
+
+def count_ceiling(path: Path, processes: int, freeze: bool) -> float:
+    """Seconds for ``processes`` plain-Python processes to count their shares of ``path``, started together."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(BENCH), "--count-peer", str(path), str(p), str(processes), str(int(freeze))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": HASH_SEED},
+        )
+        for p in range(processes)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdin is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("a counting process failed before it was ready")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        seconds = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=JOB_TIMEOUT)
+            if proc.returncode != 0:
+                raise RuntimeError(f"a counting process failed with status {proc.returncode}")
+            seconds.append(float(json.loads(out.strip().splitlines()[-1])["seconds"]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return max(seconds)
+
+
 def wordcount_rows(quick: bool, runs: int) -> list[Row]:
     """Speed-up of the counting phase on two processes over one; again with the input frozen out of the GC."""
     words = 300_000 if quick else 8_000_000
@@ -468,6 +525,8 @@ def wordcount_rows(quick: bool, runs: int) -> list[Row]:
                 timed[processes] = got[0]["seconds"]
                 cpu[processes] = max(float(r["cpu_seconds"]) for r in got)
             speedup = timed[1] / timed[2]
+            plain = {n: min(count_ceiling(path, n, bool(extra)) for _ in range(runs)) for n in (1, 2)}
+            ceiling = plain[1] / plain[2]
             rows.append(
                 {
                     "id": ident,
@@ -482,6 +541,10 @@ def wordcount_rows(quick: bool, runs: int) -> list[Row]:
                     "cpu_seconds": round(cpu[2], 4),
                     "baseline_cpu_seconds": round(cpu[1], 4),
                     "cpu_speedup": round(cpu[1] / cpu[2], 3),
+                    "plain_seconds": round(plain[2], 4),
+                    "plain_baseline_seconds": round(plain[1], 4),
+                    "machine_ceiling": round(ceiling, 3),
+                    "share_of_ceiling": round(speedup / ceiling, 3),
                     "target": ">= 1.6x",
                     "met": speedup >= 1.6,
                 }
@@ -550,7 +613,7 @@ def print_table(rows: list[Row], runs: int) -> None:
                 f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s | "
                 f"{row['records_per_s'] / 1e6:.2f} M words/s | "
                 f"{row['baseline']} | {row['baseline_seconds']:.3f} s | speed-up {row['speedup']:.2f}x "
-                f"(CPU time: {row['cpu_speedup']:.2f}x) | {target} |"
+                f"(CPU time: {row['cpu_speedup']:.2f}x; machine ceiling {row['machine_ceiling']:.2f}x) | {target} |"
             )
         else:
             print(
@@ -588,9 +651,14 @@ def main() -> None:
     )
     parser.add_argument("-n", type=int, default=2, help="processes for --profile (default 2)")
     parser.add_argument("--raw-peer", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--count-peer", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.profile:
         profile(args.profile, args.n, 300_000 if args.quick else 8_000_000)
+        return
+    if args.count_peer:
+        path, part, parts, freeze = args.count_peer
+        count_peer(path, int(part), int(parts), freeze == "1")
         return
     if args.raw_peer:
         role, send_bytes, recv_bytes, chunk = args.raw_peer
