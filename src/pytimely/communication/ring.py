@@ -69,7 +69,7 @@ CONTROL = 64
 """Bytes at the start of a ring that its creator publishes its read position of the peer's ring in; payloads
 follow (one cache line, so the payloads' stores never share a line with the position's)."""
 _PUBLISHED = struct.Struct("<QQ")
-_POLL = 0.0002
+_POLL = 0.0005
 """Seconds between looks at a full ring's published read position."""
 _COMPLEMENT = (1 << 64) - 1
 
