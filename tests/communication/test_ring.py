@@ -184,6 +184,7 @@ def test_a_full_ring_learns_what_its_reader_freed_from_the_peers_control_block(
     ab, b_reads, ba, _ = pair
     size = RING_MIN + TAG
     slots = [ab.reserve(size) for _ in range(3)]
+    ab.announce()  # their headers went out
     assert all(slots[:3]) and ab.reserve(size) is None, "three payloads fill the ring"
     start, _ = slots[0]  # type: ignore[misc]
     b_reads.taken(start, size)
@@ -199,6 +200,7 @@ def test_a_torn_or_stale_position_is_ignored(pair: tuple[RingWriter, RingReader,
     size = RING_MIN + TAG
     for _ in range(3):
         assert ab.reserve(size) is not None
+    ab.announce()
     ba._view[:16] = (size).to_bytes(8, "little") + (12345).to_bytes(8, "little")  # the halves of two writes
     assert a_reads.peer_read() is None and ab.reserve(size) is None
     ab.release(2 * size)  # a RING_FREE ahead of the control block
@@ -216,6 +218,7 @@ def test_a_full_ring_waits_for_a_reader_that_frees_it_and_not_for_one_that_stopp
     size = RING_MIN + TAG
     for _ in range(3):
         assert ab.reserve(size) is not None
+    ab.announce()
     started = time.monotonic()
     assert ab.reserve(size) is None  # nobody frees anything: given up after the patience
     waited = time.monotonic() - started
@@ -229,6 +232,43 @@ def test_a_full_ring_waits_for_a_reader_that_frees_it_and_not_for_one_that_stopp
 
     thread = threading.Thread(target=reader)
     thread.start()
-    got = [ab.reserve(size) for _ in range(3)]
+    got = []
+    for _ in range(3):
+        got.append(ab.reserve(size))
+        ab.announce()
     thread.join()
     assert all(got), "the writer gave up on a reader that was freeing the ring"
+
+
+def test_payloads_whose_headers_are_not_out_yet_are_not_waited_for(
+    pair: tuple[RingWriter, RingReader, RingWriter, RingReader],
+) -> None:
+    import time
+
+    ab, _, _, _ = pair
+    size = RING_MIN + TAG
+    for _ in range(3):
+        assert ab.reserve(size) is not None  # one batch's payloads, not yet written to the socket
+    started = time.monotonic()
+    assert ab.reserve(size) is None
+    assert time.monotonic() - started < ab.patience / 2, "waited for room only this batch's own payloads hold"
+
+
+def test_an_empty_ring_takes_a_payload_that_must_start_at_its_beginning(
+    pair: tuple[RingWriter, RingReader, RingWriter, RingReader],
+) -> None:
+    ab, b_reads, ba, _ = pair
+    small = RING_MIN + TAG
+    start, _ = ab.reserve(small)  # type: ignore[misc]
+    ab.announce()
+    b_reads.taken(start, small)
+    ba.publish(b_reads.read)
+    big = ab.span * 4 // 5  # does not fit after the first payload: it starts at the ring's beginning
+    got = ab.reserve(big)
+    assert got is not None and got[0] == ab.span and ab.head == ab.span + big
+
+
+def test_a_closed_ring_takes_nothing(ring: tuple[RingWriter, RingReader]) -> None:
+    writer, _ = ring
+    writer.close()
+    assert writer.reserve(RING_MIN + TAG) is None

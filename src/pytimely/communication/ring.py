@@ -180,6 +180,8 @@ class RingWriter:
         """How often a full ring learned from the peer's control block that its reader had freed some of it."""
         self.published = 0
         """How often this process published its read position of the peer's ring in this ring's control block."""
+        self.announced = 0
+        """Position up to which the payloads placed have their headers on the wire (:meth:`announce`)."""
         self.feedback: RingReader | None = None
         """The peer's ring, mapped by this process, whose control block says how far the peer has read this one."""
         self._closed = False
@@ -221,17 +223,22 @@ class RingWriter:
 
         A full ring whose reader publishes its position (:attr:`feedback`) is waited on for as long as the reader
         frees some of it at least every :attr:`patience` seconds: a reader that keeps up a stream is worth waiting for
-        (the socket would only add two copies to what it has to do), a reader that stopped is not.
+        (the socket would only add two copies to what it has to do), a reader that stopped is not. Only room the
+        reader can free is waited for: payloads placed after :attr:`announced` have no header on the wire yet, so
+        waiting for them would only run out the patience.
         """
         span = self.span
-        if not self.ready or size > span:
+        if not self.ready or size > span or self._closed:
             return None
-        at = self.head % span
+        head = self.head
+        at = head % span
         skip = span - at if at + size > span else 0  # a payload never wraps: the end of the ring is skipped
-        need = self.head + skip + size - span
+        # The bytes to overwrite were placed before ``need``: the previous lap's, or (at the start of the ring,
+        # past the part this lap has written) this lap's up to ``head``.
+        need = min(head, head + skip + size - span)
         if need > self.tail:
             feedback = self.feedback
-            if feedback is None:
+            if feedback is None or need > self.announced:
                 return None
             last, since = self.tail, time.monotonic()
             while True:
@@ -247,11 +254,19 @@ class RingWriter:
                 elif now - since >= self.patience or self._closed:
                     return None
                 time.sleep(_POLL)
-        start = self.head + skip
+        start = head + skip
+        offset = CONTROL + start % span
+        try:
+            slot = self._view[offset : offset + size]
+        except ValueError:  # closed meanwhile (the link is closing): the payload goes on the socket
+            return None
         self.head = start + size
         self.placed += 1
-        offset = CONTROL + start % span
-        return start, self._view[offset : offset + size]
+        return start, slot
+
+    def announce(self) -> None:
+        """Every payload placed so far has its frame's header on the wire (the reader can take it out)."""
+        self.announced = self.head
 
     def close(self) -> None:
         """Unmap the ring and remove its name."""

@@ -221,6 +221,8 @@ class Link:
         ring = self.ring
         if ring is not None and not ring.ready:
             ring = None
+        if ring is not None:
+            ring.announce()  # every earlier batch was handed to the kernel whole
         total = 0
         try:
             for f in batch:
