@@ -9,21 +9,32 @@ hold: reference counting frees them. Pausing for the burst leaves one young coll
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 __all__ = ["paused"]
 
+_lock = threading.Lock()
+_depth = 0
+_disabled_here = False
+
 
 @contextmanager
 def paused() -> Iterator[None]:
-    """Pause the collector for the block; if it is off already (the program's choice, or another thread's
-    pause), leave it as it is."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    """Pause the collector for the block. Pauses of several threads nest: the collector is back on when the last
+    one ends, and only if a pause turned it off (a program that turned it off itself keeps it off)."""
+    global _depth, _disabled_here
+    with _lock:
+        if _depth == 0:
+            _disabled_here = gc.isenabled()
+            if _disabled_here:
+                gc.disable()
+        _depth += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _disabled_here:
+                gc.enable()
