@@ -20,9 +20,17 @@ _FREE_REFS = 2
 
 
 def _refcounts_are_exact() -> bool:
-    """Whether ``sys.getrefcount`` tells that nothing else refers to an object (not so without the GIL)."""
+    """Whether ``sys.getrefcount`` tells that nothing else refers to an object here (not so without the GIL, and
+    what it counts may differ between interpreters: checked on a buffer as the pool holds one)."""
     gil_enabled: Callable[[], bool] | None = getattr(sys, "_is_gil_enabled", None)
-    return gil_enabled is None or gil_enabled()
+    if gil_enabled is not None and not gil_enabled():
+        return False
+    held = [bytearray(1)]
+    free = sys.getrefcount(held[0]) == _FREE_REFS
+    view = memoryview(held[0])
+    used = sys.getrefcount(held[0]) > _FREE_REFS
+    view.release()
+    return free and used
 
 
 class PayloadBuffers:
