@@ -122,6 +122,21 @@ def test_read_words_names_the_undecodable_line(tmp_path: Path) -> None:
     assert read_words(path, part=0, parts=2) == ["ok", "ok"]
 
 
+def test_words_of_a_pipe_are_shared_out_like_a_files(tmp_path: Path) -> None:
+    import threading
+
+    text = "alpha beta\ngamma  delta epsilon\n" * 50
+    shares = []
+    for part in range(3):
+        fifo = tmp_path / f"pipe{part}"
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=fifo.write_text, args=(text,), kwargs={"encoding": "utf-8"})
+        writer.start()
+        shares.append(read_words(fifo, part=part, parts=3))
+        writer.join(timeout=10)
+    assert all(shares) and [w for share in shares for w in share] == text.split()
+
+
 @given(
     st.lists(
         st.sampled_from(["a", "bb", "ccc", "é", "日本", "x" * 300, " ", "  ", "\n", "\t", "\x1c", "\xa0", "\u2003"])

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import stat
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,12 +75,13 @@ def _read_text(name: str) -> str:
     return _decode(name, data)
 
 
-def _decode(name: str, data: bytes, start: int = 0) -> str:
-    """``data`` (the bytes of file ``name`` from ``start`` on) as UTF-8 text, or an error naming the line."""
+def _decode(name: str, data: bytes, start: int = 0, lines_before: Callable[[], int] = lambda: 0) -> str:
+    """``data`` (the bytes of file ``name`` from ``start`` on, after ``lines_before()`` newlines) as UTF-8 text, or
+    an error naming the line."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = (_count_lines(name, start) if start else 0) + data.count(b"\n", 0, exc.start) + 1
+        line = lines_before() + data.count(b"\n", 0, exc.start) + 1
         raise InputFormatError(
             f"{name}, line {line}: not UTF-8 text ({exc.reason} at byte {start + exc.start})", path=name, line=line
         ) from None
@@ -191,16 +196,24 @@ def read_words(path: str | os.PathLike[str], *, part: int = 0, parts: int = 1) -
     if parts == 1:
         return _read_text(name).split()
     with open(name, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        start = _word_boundary(handle, size * part // parts, size)
-        end = _word_boundary(handle, size * (part + 1) // parts, size)
-        handle.seek(start)
-        data = handle.read(end - start)
-    return _decode(name, data, start).split()
+        info = os.fstat(handle.fileno())
+        source: Any = handle
+        if not stat.S_ISREG(info.st_mode):
+            # A pipe or a device has no size to cut by: read it whole and cut it in memory.
+            source = io.BytesIO(handle.read())
+        size = len(source.getbuffer()) if isinstance(source, io.BytesIO) else info.st_size
+        start = _word_boundary(source, size * part // parts, size)
+        end = _word_boundary(source, size * (part + 1) // parts, size)
+        source.seek(start)
+        data = source.read(end - start)
+        if isinstance(source, io.BytesIO):
+            whole = source.getbuffer()
+            return _decode(name, data, start, lambda: bytes(whole[:start]).count(b"\n")).split()
+    return _decode(name, data, start, lambda: _count_lines(name, start)).split()
 
 
 # What ``str.split()`` splits at among single bytes: a cut there never falls inside a word or a UTF-8 sequence.
-_ASCII_SPACE = frozenset(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f")
+_ASCII_SPACE = re.compile(rb"[ \t\n\r\x0b\x0c\x1c-\x1f]")
 
 
 def _word_boundary(handle: Any, offset: int, size: int, chunk: int = 1 << 16) -> int:
@@ -213,9 +226,9 @@ def _word_boundary(handle: Any, offset: int, size: int, chunk: int = 1 << 16) ->
         block = handle.read(chunk)
         if not block:
             break
-        for i, byte in enumerate(block):
-            if byte in _ASCII_SPACE:
-                return position + i
+        found = _ASCII_SPACE.search(block)
+        if found is not None:
+            return position + found.start()
         position += len(block)
     return size
 
