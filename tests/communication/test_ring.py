@@ -249,9 +249,12 @@ def test_payloads_whose_headers_are_not_out_yet_are_not_waited_for(
     size = RING_MIN + TAG
     for _ in range(3):
         assert ab.reserve(size) is not None  # one batch's payloads, not yet written to the socket
+    assert ab.held_by_unannounced(size), "the link would not know to write out the batch before waiting"
     started = time.monotonic()
     assert ab.reserve(size) is None
     assert time.monotonic() - started < ab.patience / 2, "waited for room only this batch's own payloads hold"
+    ab.announce()
+    assert not ab.held_by_unannounced(size)  # full still, but its reader can free it now: worth waiting for
 
 
 def test_an_empty_ring_takes_a_payload_that_must_start_at_its_beginning(

@@ -231,11 +231,7 @@ class RingWriter:
         if not self.ready or size > span or self._closed:
             return None
         head = self.head
-        at = head % span
-        skip = span - at if at + size > span else 0  # a payload never wraps: the end of the ring is skipped
-        # The bytes to overwrite were placed before ``need``: the previous lap's, or (at the start of the ring,
-        # past the part this lap has written) this lap's up to ``head``.
-        need = min(head, head + skip + size - span)
+        skip, need = self._room(size)
         if need > self.tail:
             feedback = self.feedback
             if feedback is None or need > self.announced:
@@ -263,6 +259,24 @@ class RingWriter:
         self.head = start + size
         self.placed += 1
         return start, slot
+
+    def _room(self, size: int) -> tuple[int, int]:
+        """Where a ``size``-byte payload would go: the bytes skipped at the ring's end first, and the position the
+        reader must have read up to before it can be placed."""
+        span, head = self.span, self.head
+        at = head % span
+        skip = span - at if at + size > span else 0  # a payload never wraps: the end of the ring is skipped
+        # The bytes to overwrite were placed before ``need``: the previous lap's, or (at the start of the ring,
+        # past the part this lap has written) this lap's up to ``head``.
+        return skip, min(head, head + skip + size - span)
+
+    def held_by_unannounced(self, size: int) -> bool:
+        """Whether a ``size``-byte payload would wait for room that only payloads without a header on the wire
+        hold (the caller should write out what it has encoded and :meth:`announce` first)."""
+        if not self.ready or size > self.span or self._closed:
+            return False
+        need = self._room(size)[1]
+        return need > self.tail and need > self.announced
 
     def announce(self) -> None:
         """Every payload placed so far has its frame's header on the wire (the reader can take it out)."""

@@ -26,6 +26,7 @@ from pytimely.communication.cluster.queues import OutgoingFrame, SendQueues
 from pytimely.communication.frame import (
     CONTROL_CHANNEL,
     HEADER,
+    RING_MIN,
     TAG,
     Control,
     Frame,
@@ -223,15 +224,24 @@ class Link:
             ring = None
         if ring is not None:
             ring.announce()  # every earlier batch was handed to the kernel whole
-        total = 0
         try:
             for f in batch:
+                if ring is not None and buffers and f.length >= RING_MIN and ring.held_by_unannounced(f.length + TAG):
+                    # The room this payload needs holds this batch's own payloads, which the reader cannot take out
+                    # before their headers arrive: send those first, then wait for the room like any other.
+                    if not self._send(buffers):
+                        return
+                    buffers = []
+                    ring.announce()
                 buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
-                total += HEADER.size + f.length + TAG
+                self.frames_sent += 1
+                self.bytes_sent += HEADER.size + f.length + TAG
         except RingError as exc:  # the peer's control block claims it read what was never placed
             raise RingError(f"process {self.peer}: {exc}", self.peer) from None
-        self.frames_sent += len(batch)
-        self.bytes_sent += total
+        self._send(buffers)
+
+    def _send(self, buffers: list[bytes | bytearray | memoryview]) -> bool:
+        """Hand ``buffers`` to the kernel whole; ``False`` if the link closed meanwhile."""
         sock = self.sock
         views = [memoryview(b).cast("B") for b in buffers]
         send_timeout = self.cluster.config.send_timeout
@@ -249,7 +259,7 @@ class Link:
                     poller = select.poll()
                     poller.register(sock.fileno(), select.POLLOUT)
                 if self.closed:
-                    return
+                    return False
                 if time.monotonic() - progress > send_timeout:
                     raise SendTimeoutError(
                         f"process {self.peer} took no data for {send_timeout} s while frames waited for it "
@@ -271,6 +281,7 @@ class Link:
                 views.pop(0)
         # Every byte is with the kernel: the sealing buffers may be used again.
         self.encoder.recycle()
+        return True
 
     # -- receiving -------------------------------------------------------------------------
 
