@@ -22,7 +22,9 @@
     threads): the speed-up two idle cores would allow, a figure other programs on the machine move far less.
     Second baseline, the machine's own ceiling: the same counting (``Counter.update`` per batch of the same
     share, then the list of pairs) in plain Python processes without pytimely, two at once against one,
-    started together once every process has read its share. No dataflow on this machine can scale past it.
+    started together once every process has read its share: what the machine gives two processes of the same
+    work at that moment (a reference, not a bound: it is measured minutes apart from the dataflow's runs, on
+    cores shared with other machines).
 (c) epoch latency, ``-n 2 -w 1``: input -> exchange -> probe with 8 records per epoch over 1,000 epochs,
     from sending an epoch's records until the probe passes it, on worker 0; p50 and p99.
     Baseline: the same job on ``-n 1 -w 2`` (two workers in one process).
