@@ -36,6 +36,11 @@ def word_count(worker: Worker) -> None:
     result = count_while_rescaling(
         worker, lambda w, e, _: words_for(w, e, rows), epochs, plan, linger=linger, bins_per_epoch=bins_per_epoch()
     )
+    if os.environ.get("RING_STATES"):
+        # Each worker says, per peer process, whether its process offered that peer a ring the peer mapped.
+        links = worker.communication_stats().get("links", {})
+        with atomic_output(f"{out}.rings.{worker.index}") as f:
+            json.dump({str(peer): link["ring"] for peer, link in links.items()}, f)
     if result is not None:
         counts, emitters = result
         with atomic_output(out) as f:

@@ -86,6 +86,15 @@ def test_a_process_joins_and_leaves_and_the_counts_are_exact(tmp_path: Path) -> 
     assert {int(w) for w in written["emitters"]} >= newcomer_ids(plan) == {2}
 
 
+def test_a_process_that_joins_on_the_same_host_gets_rings_both_ways(tmp_path: Path) -> None:
+    written, plan = run_elastic(tmp_path, "1:+1", env={"RING_STATES": "1"})
+    assert written["counts"] == expected_counts(plan)
+    states = {w: json.loads((tmp_path / f"counts.json.rings.{w}").read_text()) for w in range(3)}
+    # The members' host lists do not name the newcomer: its address on the connection shows it is local.
+    assert states[0]["2"] == states[1]["2"] == "ready", states
+    assert states[2] == {"0": "ready", "1": "ready"}, states
+
+
 def test_a_join_while_data_and_progress_are_in_flight(tmp_path: Path) -> None:
     # Two workers per process; the newcomer connects while the first epochs are still being counted.
     written, plan = run_elastic(tmp_path, "2:+1,4:-1", workers=2, join_delay=0.3)

@@ -99,11 +99,7 @@ class Link:
         """Start the sending and receiving threads, offering the peer a shared-memory ring if configured."""
         config = self.cluster.config
         directory = shared_memory_dir()
-        hosts = config.hosts
-        local = self.peer < len(hosts) and config.process < len(hosts)
-        if config.shared_memory and directory is not None and local and same_host(
-            hosts[self.peer][0], hosts[config.process][0]
-        ):
+        if config.shared_memory and directory is not None and self._on_this_host():
             try:
                 sweep(directory)
                 self.ring = RingWriter(config.shared_memory, directory)
@@ -114,6 +110,17 @@ class Link:
                 self.control(Control.RING, self.ring.offer.encode())
         self._sender.start()
         self._receiver.start()
+
+    def _on_this_host(self) -> bool:
+        """Whether the peer runs on this host: its address on this connection is this end's own, or both are
+        loopback (for a process that joined later too, whose address no host list names)."""
+        if self.sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                return same_host(self.sock.getpeername()[0], self.sock.getsockname()[0])
+            except OSError:
+                return False
+        hosts, me = self.cluster.config.hosts, self.cluster.config.process
+        return self.peer < len(hosts) and me < len(hosts) and same_host(hosts[self.peer][0], hosts[me][0])
 
     # -- sending ---------------------------------------------------------------------------
 
