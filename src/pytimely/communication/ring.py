@@ -9,8 +9,8 @@ frame's own nonce and with the header and descriptor as associated data, so a pa
 descriptor pointing elsewhere, fails authentication exactly as a corrupted frame on the wire does
 (:mod:`pytimely.communication.frame`).
 
-A ring is offered only to a peer on this host (:func:`same_host` of the two ends' addresses). The sending process creates
-the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every page allocated up front so that a full
+A ring is offered only to a peer on this host (:func:`same_host` of the two ends' addresses). The sending process
+creates the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every page allocated up front so that a full
 ``/dev/shm`` means no ring rather than a crash later) and offers it over the link; the receiving process maps it
 read-only, so it can never write into its peer's memory, and says so; the creator then removes the file's name.
 A process killed in between leaves the file, named with its pid; the next ring created on the host removes the
