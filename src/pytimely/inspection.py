@@ -46,7 +46,7 @@ class _BuildOnly(Worker):
         """Stop: the dataflows are built."""
         raise _Built
 
-    def leave(self, at: Any = None) -> None:
+    def leave(self, at: Any = None, *, timeout: float | None = None) -> None:
         """Stop: the dataflows are built."""
         raise _Built
 

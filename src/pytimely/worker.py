@@ -14,6 +14,7 @@ from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
 from pytimely.errors import (
     InvalidArgument,
+    LeaveTimeoutError,
     MembershipError,
     PytimelyError,
     ScopeError,
@@ -147,22 +148,49 @@ class Worker:
         elastic = elastic_view(self._allocator)
         return elastic is not None and elastic.leave_requested
 
-    def leave(self, at: Any = None) -> None:
+    def leave(self, at: Any = None, *, timeout: float | None = None) -> None:
         """Leave the running computation: close inputs, step until this worker holds nothing, then disconnect.
 
         ``at`` is the time from which the worker's keyed state belongs to others (the time of the
         moves that took its bins away): it stays until nothing earlier can reach it. Raises
-        :class:`MembershipError` when the cluster is not elastic or a dataflow pins records to it.
+        :class:`MembershipError` when the cluster is not elastic or a dataflow pins records to it, and
+        :class:`LeaveTimeoutError` (naming what the worker still holds or waits for) when it has not left
+        ``timeout`` seconds after the call; with ``None`` it waits as long as the computation moves (a stall of
+        the whole computation is still a :class:`StalledError`).
         """
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout >= 0):
+            raise InvalidArgument(f"leave: timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         allocator = elastic_view(self._allocator)
         if allocator is None or not allocator.elastic:
             raise MembershipError("only a worker of an elastic cluster (PYTIMELY_ELASTIC=1) can leave it")
         for subgraph in self._dataflows:
             subgraph.check_leave()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        process = self.index // max(1, allocator.workers_per_process)
+
+        def within(waiting_for: str, busy: Callable[[], bool]) -> Callable[[], bool]:
+            def still() -> bool:
+                if not busy():
+                    return False
+                if deadline is not None and time.monotonic() > deadline:
+                    raise LeaveTimeoutError(
+                        f"worker {self.index} did not leave within {timeout} s: it was waiting for {waiting_for}; "
+                        f"its dataflows hold: {self.stall_report() or 'nothing'}",
+                        process,
+                    )
+                return True
+
+            return still
+
         self.close_inputs()
-        self.step_while(lambda: not all(s.may_leave(at) for s in self._dataflows))
+        self.step_while(
+            within(
+                f"nothing before time {at!r} to reach it" if at is not None else "its work to drain",
+                lambda: not all(s.may_leave(at) for s in self._dataflows),
+            )
+        )
         allocator.ready_to_leave()
-        self.step_while(lambda: not allocator.left_by_all())
+        self.step_while(within("every other process to stop sending to it", lambda: not allocator.left_by_all()))
         # Everything the others sent arrived before their DONE: take it in and report it.
         self.step()
         self.step()

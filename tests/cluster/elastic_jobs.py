@@ -11,6 +11,7 @@ import json
 import os
 import random
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -68,3 +69,22 @@ def components(worker: Worker) -> None:
     if result is not None:
         with atomic_output(out) as f:
             json.dump({"changes": result}, f)
+
+
+def leave_held_back(worker: Worker) -> None:
+    """Process 1's worker leaves at time 5 while process 0's keeps its input open at time 0: process 1 cannot leave
+    (time 0 can still reach it), so its leave runs out of time (``sys.argv[1]`` seconds)."""
+    import time
+
+    def build(scope: Any) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.probe()
+
+    _handle, _ = worker.dataflow(build)  # kept: process 0 holds its input open at time 0
+    if worker.index == 1:
+        worker.leave(at=5, timeout=float(sys.argv[1]))
+        return
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        worker.step()
+        time.sleep(0.01)

@@ -254,6 +254,21 @@ def test_leaving_a_computation_that_is_not_elastic_is_refused() -> None:
     execute(job, 2)
 
 
+def test_a_leave_that_cannot_finish_runs_out_of_time_naming_what_it_waits_for() -> None:
+    cluster = Cluster(2, PYTIMELY_ELASTIC="1")
+    try:
+        started = time.monotonic()
+        cluster.start(["tests.cluster.elastic_jobs:leave_held_back", "1.0"])
+        results = cluster.wait(timeout=60)
+    finally:
+        cluster.kill()
+    assert time.monotonic() - started < 25, "the leave waited past its timeout"
+    code, _, err = results[1]
+    assert code != 0, report(results)
+    assert "LeaveTimeoutError" in err and "worker 1 did not leave within 1.0 s" in err, report(results)
+    assert "nothing before time 5 to reach it" in err, report(results)
+
+
 def test_an_elastic_run_puts_back_the_callers_sigusr1_handler() -> None:
     """``run_process`` listens for SIGUSR1 only while it runs (``launch --elastic``'s request to leave)."""
     import signal

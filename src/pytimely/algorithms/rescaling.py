@@ -210,12 +210,12 @@ def run_while_rescaling(
       waits until the newcomer has bootstrapped (so nobody leaves while a newcomer still bootstraps, and the
       newcomer, started while the leaver still runs, dials it and hears its ``LEAVING``).
 
-    Every wait has a deadline: a newcomer not there within ``join_timeout`` seconds raises
-    :class:`JoinTimeoutError` naming it on every member (at once on worker 0, if the launcher reports the
-    newcomer exited); a leave not heard of within ``leave_timeout`` raises :class:`LeaveTimeoutError`. A leaving
-    worker waits ``linger`` seconds before it leaves. ``on_epoch(epoch)`` is called once this worker's probe has
-    passed ``epoch``. The bins follow :func:`migration_schedule` with ``bins_per_epoch``. Worker 0 returns,
-    per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others return ``None``.
+    Every wait has a deadline: a newcomer not there within ``join_timeout`` seconds raises :class:`JoinTimeoutError`
+    naming it on every member (at once on worker 0, if the launcher reports the newcomer exited); a leave not heard
+    of within ``leave_timeout`` raises :class:`LeaveTimeoutError`, and so does a leaving worker that has not left
+    within it. A leaving worker waits ``linger`` seconds before it leaves. ``on_epoch(epoch)`` is called once this
+    worker's probe has passed ``epoch``. The bins follow :func:`migration_schedule` with ``bins_per_epoch``. Worker
+    0 returns, per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others return ``None``.
     """
     me = worker.index
     per = worker.workers_per_process
@@ -263,7 +263,7 @@ def run_while_rescaling(
                 )
             # Lingering lets the others run ahead, so the leaver holds the only capability at the frontier.
             time.sleep(linger)
-            worker.leave(at=epoch)
+            worker.leave(at=epoch, timeout=leave_timeout)
             return None
         handle.send_batch(share(me, epoch, members))
         if plan.newcomers_at(epoch + 1):
