@@ -248,7 +248,12 @@ def _run_cluster(
         raise
     try:
         workers = [
-            Worker(cluster.allocator(i), check_serialization=check_serialization, log=log)
+            Worker(
+                cluster.allocator(i),
+                check_serialization=check_serialization,
+                log=log,
+                join_timeout=config.connect_timeout,  # a newcomer's bootstrap is part of its start-up
+            )
             for i in range(config.workers)
         ]
         results: list[Any] = [None] * config.workers

@@ -14,6 +14,7 @@ from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
 from pytimely.errors import (
     InvalidArgument,
+    JoinTimeoutError,
     LeaveTimeoutError,
     MembershipError,
     PytimelyError,
@@ -40,8 +41,18 @@ _BELL = 0.005
 class Worker:
     """One of the workers running a computation; every worker builds the same dataflows."""
 
-    def __init__(self, allocator: Allocator, *, check_serialization: bool = False, log: Sink | None = None) -> None:
+    def __init__(
+        self,
+        allocator: Allocator,
+        *,
+        check_serialization: bool = False,
+        log: Sink | None = None,
+        join_timeout: float | None = None,
+    ) -> None:
         self._allocator = allocator
+        self.join_timeout = join_timeout
+        """Seconds a worker that joined a running computation waits for the progress state of each dataflow it
+        builds from its server (``None``: as long as the computation moves)."""
         self.log = log
         """Where the event log of this worker's dataflows goes (:mod:`pytimely.eventlog`); ``None`` logs nothing."""
         self._logger = None if log is None else EventLogger(log, allocator.index, "")
@@ -95,8 +106,30 @@ class Worker:
         self._dataflows.append(subgraph)
         if not subgraph.bootstrapped:
             # A worker that joins a running computation starts from its server's progress state.
-            self.step_while(lambda: not subgraph.bootstrapped)
+            self.step_while(self._bootstrapping(subgraph, label))
         return result
+
+    def _bootstrapping(self, subgraph: Subgraph, label: str) -> Callable[[], bool]:
+        """The condition a joining worker steps on until ``subgraph`` has its server's progress state, raising
+        :class:`JoinTimeoutError` past :attr:`join_timeout`."""
+        timeout = self.join_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def waiting() -> bool:
+            if subgraph.bootstrapped:
+                return False
+            if deadline is not None and time.monotonic() > deadline:
+                elastic = elastic_view(self._allocator)
+                process = self.index // max(1, elastic.workers_per_process) if elastic is not None else None
+                raise JoinTimeoutError(
+                    f"worker {self.index} joined the computation but had no progress state for dataflow {label!r} "
+                    f"from its server within {timeout:g} s (PYTIMELY_CONNECT_TIMEOUT): the server's worker is not "
+                    "stepping, or the server is gone",
+                    process,
+                )
+            return True
+
+        return waiting
 
     @property
     def next_dataflow_index(self) -> int:

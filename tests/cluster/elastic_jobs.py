@@ -88,3 +88,17 @@ def leave_held_back(worker: Worker) -> None:
     while time.monotonic() < deadline:
         worker.step()
         time.sleep(0.01)
+
+
+def bootstrap_starved(worker: Worker) -> None:
+    """The first process's worker builds a dataflow, then sleeps ``sys.argv[1]`` s without stepping: a process that
+    joins meanwhile gets no progress state from it."""
+    import time
+
+    def build(scope: Any) -> Any:
+        handle, stream = scope.new_input()
+        return handle, stream.probe()
+
+    _handle, _ = worker.dataflow(build)
+    if not worker.joined:
+        time.sleep(float(sys.argv[1]))

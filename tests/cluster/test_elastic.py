@@ -269,6 +269,38 @@ def test_a_leave_that_cannot_finish_runs_out_of_time_naming_what_it_waits_for() 
     assert "nothing before time 5 to reach it" in err, report(results)
 
 
+def test_a_newcomer_whose_server_never_answers_runs_out_of_time() -> None:
+    cluster = Cluster(2, PYTIMELY_ELASTIC="1")
+    listener = listen()
+    args = ["tests.cluster.elastic_jobs:bootstrap_starved", "30"]
+    try:
+        cluster.start(args)
+        time.sleep(1.0)  # the first processes are up and asleep
+        env = env_for(
+            3,
+            2,
+            [*cluster.hosts, listener.getsockname()],
+            cluster.secret,
+            PYTIMELY_ELASTIC="1",
+            PYTIMELY_INITIAL="2",
+            PYTIMELY_JOIN="1",
+            PYTIMELY_CONNECT_TIMEOUT="2",
+        )
+        started = time.monotonic()
+        newcomer = start(args, env, listener)
+        try:
+            _, err = newcomer.communicate(timeout=25)
+        finally:
+            if newcomer.poll() is None:
+                newcomer.kill()
+                newcomer.communicate()
+    finally:
+        cluster.kill()
+        listener.close()
+    assert newcomer.returncode != 0 and time.monotonic() - started < 20, err
+    assert "JoinTimeoutError" in err and "no progress state for dataflow" in err and "within 2 s" in err, err
+
+
 def test_an_elastic_run_puts_back_the_callers_sigusr1_handler() -> None:
     """``run_process`` listens for SIGUSR1 only while it runs (``launch --elastic``'s request to leave)."""
     import signal
