@@ -117,8 +117,8 @@ class Config:
             self.shared_memory == 0 or 1 << 17 <= self.shared_memory <= 1 << 32
         ):
             raise ConfigError(
-                f"shared_memory must be 0 (no ring) or 128 KiB to 4 GiB (a ring must hold two of the smallest "
-                f"payloads it takes), got {self.shared_memory!r}"
+                f"shared_memory must be 0 (no ring) or 128 KiB to 4 GiB (a ring must hold the smallest payload it "
+                f"takes beside its 64-byte control block), got {self.shared_memory!r}"
             )
         if self.initial < 0 or self.initial > self.processes:
             raise ConfigError(f"initial must be between 0 and processes ({self.processes}), got {self.initial!r}")
