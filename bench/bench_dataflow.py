@@ -35,21 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from harness import best_of
 from pytimely import Worker, execute
 from pytimely.algorithms import connected_components
 
 Row = dict[str, Any]
-
-
-def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
-    """The fastest of ``runs`` timings of ``f()`` and its last result."""
-    best = float("inf")
-    result = None
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - started)
-    return best, result
 
 
 # -- (a) map / filter / count --------------------------------------------------------------

@@ -20,30 +20,19 @@ import json
 import pickle
 import platform
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from harness import best_of
 from pytimely import Worker, execute
 from pytimely.dataflow.operators.capture import replay_files
 
 Row = dict[str, Any]
 KEYS = 1000
 BATCH = 1 << 16
-
-
-def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
-    """The fastest of ``runs`` timings of ``f()`` and its last result."""
-    best = float("inf")
-    result = None
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - started)
-    return best, result
 
 
 def make_rows(n: int) -> Any:

@@ -73,16 +73,6 @@ def wordcount(words: list[str], epochs: int, store: Path | LocalStore | None) ->
     return {k: v for part in parts for k, v in part.items()}
 
 
-def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
-    """The fastest of ``runs`` timings of ``f()`` and its last result."""
-    best, result = float("inf"), None
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - started)
-    return best, result
-
-
 def throughput(per_epoch: list[int], distinct: int, epochs: int, runs: int, tmp: Path) -> list[Row]:
     """Word count with and without a snapshot per epoch, for epochs of each size in ``per_epoch`` words.
 

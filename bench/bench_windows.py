@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from collections import Counter
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from harness import best_of
 from pytimely import Worker, execute
 
 Row = dict[str, Any]
@@ -35,17 +34,6 @@ Windows = Counter[tuple[int, int]]
 SPAN = 100_000
 KEYS = 100
 STEP = 100
-
-
-def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
-    """The fastest of ``runs`` timings of ``f()`` and its last result."""
-    best = float("inf")
-    result = None
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - started)
-    return best, result
 
 
 def make_events(n: int) -> Any:
