@@ -45,7 +45,7 @@ from pathlib import Path
 
 from pytimely.errors import ConfigError, WeakSecretError
 
-__all__ = ["MIN_SECRET", "Config", "add_arguments", "config_from_args"]
+__all__ = ["MIN_SECRET", "Config", "add_arguments", "config_from_args", "is_loopback"]
 
 MIN_SECRET = 16
 """The shortest cluster secret accepted, in bytes (128 bits)."""
@@ -154,7 +154,7 @@ class Config:
                     "PYTIMELY_SECRET_FILE (pytimely launch makes a fresh one)"
                 )
             host = self.hosts[self.process][0]
-            if _is_loopback(self.bind) and not _is_loopback(host):
+            if is_loopback(self.bind) and not is_loopback(host):
                 raise ConfigError(
                     f"process {self.process} is listed as {host}, which other hosts would reach, but listens only on "
                     f"loopback ({self.bind}); pass --bind {host} (or --bind 0.0.0.0) to accept remote peers"
@@ -185,7 +185,8 @@ class Config:
         return replace(self, workers=workers)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
     if host == "localhost":
         return True
     try:

@@ -35,7 +35,6 @@ control block to read (the peer offered none) always works.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import mmap
 import os
 import re
@@ -46,6 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytimely.config import is_loopback
 from pytimely.errors import RingError
 
 __all__ = [
@@ -105,18 +105,7 @@ def same_host(host: str, other: str) -> bool:
 
     Only then is a ring offered: a ring for a peer elsewhere would hold ``/dev/shm`` pages until it says no.
     """
-    if host == other:
-        return True
-
-    def loopback(name: str) -> bool:
-        if name == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(name).is_loopback
-        except ValueError:
-            return False
-
-    return loopback(host) and loopback(other)
+    return host == other or (is_loopback(host) and is_loopback(other))
 
 
 def sweep(directory: Path) -> list[str]:
