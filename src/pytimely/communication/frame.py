@@ -481,7 +481,7 @@ class FrameDecoder:
         self._payload = None
         precedence, dataflow, channel, source, target, seq = header
         if precedence & RING_FLAG:
-            return self._finish_from_ring(precedence & ~RING_FLAG, dataflow, channel, source, target, seq, sealed)
+            return self._finish_from_ring(header, sealed)
         plain = memoryview(sealed)[: len(sealed) - TAG]
         try:
             if self._encrypt:
@@ -502,16 +502,10 @@ class FrameDecoder:
         self.expected += 1
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, plain)
 
-    def _finish_from_ring(
-        self,
-        precedence: int,
-        dataflow: int,
-        channel: int,
-        source: int,
-        target: int,
-        seq: int,
-        sealed: bytearray | memoryview,
-    ) -> Frame:
+    def _finish_from_ring(self, header: tuple[int, ...], sealed: bytearray | memoryview) -> Frame:
+        """The frame whose ``header`` says its payload is in the ring; ``sealed`` is its descriptor and tag."""
+        precedence, dataflow, channel, source, target, seq = header
+        precedence &= ~RING_FLAG
         ring = self.ring
         assert ring is not None
         descriptor, tag = bytes(sealed[: DESCRIPTOR.size]), bytes(sealed[DESCRIPTOR.size :])

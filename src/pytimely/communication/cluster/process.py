@@ -495,24 +495,23 @@ class Cluster:
                     "waits": link.waits,
                     "frames_sent": link.frames_sent,
                     "bytes_sent": link.bytes_sent,
-                    "ring": _ring_state(link),
-                    **_ring_counters(link),
+                    **_ring_stats(link),
                 }
                 for peer, link in self.links.items()
             },
         }
 
 
-def _ring_state(link: Link) -> str:
-    """``ready`` once the peer mapped ``link``'s ring, ``offered`` until it answers, ``none`` without one."""
-    ring = link.ring
-    return "none" if ring is None else "ready" if ring.ready else "offered"
-
-
-def _ring_counters(link: Link) -> dict[str, int]:
-    """What went through ``link``'s shared-memory ring: payloads placed (``ring_frames``), read positions learned
-    from the peer's control block, read positions of the peer's ring published in this one's."""
+def _ring_stats(link: Link) -> dict[str, Any]:
+    """``link``'s shared-memory ring: ``ring`` is ``ready`` once the peer mapped it, ``offered`` until it answers,
+    ``none`` without one; then payloads placed (``ring_frames``), read positions learned from the peer's control
+    block and read positions of the peer's ring published in this one's."""
     ring = link.ring  # read once: the receiving thread may drop the ring meanwhile
     if ring is None:
-        return {"ring_frames": 0, "ring_learned": 0, "ring_published": 0}
-    return {"ring_frames": ring.placed, "ring_learned": ring.learned, "ring_published": ring.published}
+        return {"ring": "none", "ring_frames": 0, "ring_learned": 0, "ring_published": 0}
+    return {
+        "ring": "ready" if ring.ready else "offered",
+        "ring_frames": ring.placed,
+        "ring_learned": ring.learned,
+        "ring_published": ring.published,
+    }
