@@ -106,30 +106,35 @@ class Worker:
         self._dataflows.append(subgraph)
         if not subgraph.bootstrapped:
             # A worker that joins a running computation starts from its server's progress state.
-            self.step_while(self._bootstrapping(subgraph, label))
-        return result
-
-    def _bootstrapping(self, subgraph: Subgraph, label: str) -> Callable[[], bool]:
-        """The condition a joining worker steps on until ``subgraph`` has its server's progress state, raising
-        :class:`JoinTimeoutError` past :attr:`join_timeout`."""
-        timeout = self.join_timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def waiting() -> bool:
-            if subgraph.bootstrapped:
-                return False
-            if deadline is not None and time.monotonic() > deadline:
-                elastic = elastic_view(self._allocator)
-                process = self.index // max(1, elastic.workers_per_process) if elastic is not None else None
-                raise JoinTimeoutError(
+            timeout = self.join_timeout
+            self._step_until(
+                lambda: not subgraph.bootstrapped,
+                None if timeout is None else time.monotonic() + timeout,
+                lambda: JoinTimeoutError(
                     f"worker {self.index} joined the computation but had no progress state for dataflow {label!r} "
                     f"from its server within {timeout:g} s (PYTIMELY_CONNECT_TIMEOUT): the server's worker is not "
                     "stepping, or the server is gone",
-                    process,
-                )
+                    self._process(),
+                ),
+            )
+        return result
+
+    def _step_until(self, busy: Callable[[], bool], deadline: float | None, late: Callable[[], Exception]) -> None:
+        """Step while ``busy()``; raise ``late()`` once ``deadline`` (``time.monotonic()`` seconds) has passed."""
+
+        def still() -> bool:
+            if not busy():
+                return False
+            if deadline is not None and time.monotonic() > deadline:
+                raise late()
             return True
 
-        return waiting
+        self.step_while(still)
+
+    def _process(self) -> int | None:
+        """The index of this worker's process in an elastic cluster (``None`` elsewhere)."""
+        elastic = elastic_view(self._allocator)
+        return None if elastic is None else self.index // max(1, elastic.workers_per_process)
 
     @property
     def next_dataflow_index(self) -> int:
@@ -199,31 +204,24 @@ class Worker:
         for subgraph in self._dataflows:
             subgraph.check_leave()
         deadline = None if timeout is None else time.monotonic() + timeout
-        process = self.index // max(1, allocator.workers_per_process)
 
-        def within(waiting_for: str, busy: Callable[[], bool]) -> Callable[[], bool]:
-            def still() -> bool:
-                if not busy():
-                    return False
-                if deadline is not None and time.monotonic() > deadline:
-                    raise LeaveTimeoutError(
-                        f"worker {self.index} did not leave within {timeout} s: it was waiting for {waiting_for}; "
-                        f"its dataflows hold: {self.stall_report() or 'nothing'}",
-                        process,
-                    )
-                return True
-
-            return still
+        def late(waiting_for: str) -> Callable[[], Exception]:
+            return lambda: LeaveTimeoutError(
+                f"worker {self.index} did not leave within {timeout} s: it was waiting for {waiting_for}; "
+                f"its dataflows hold: {self.stall_report() or 'nothing'}",
+                self._process(),
+            )
 
         self.close_inputs()
-        self.step_while(
-            within(
-                f"nothing before time {at!r} to reach it" if at is not None else "its work to drain",
-                lambda: not all(s.may_leave(at) for s in self._dataflows),
-            )
+        self._step_until(
+            lambda: not all(s.may_leave(at) for s in self._dataflows),
+            deadline,
+            late(f"nothing before time {at!r} to reach it" if at is not None else "its work to drain"),
         )
         allocator.ready_to_leave()
-        self.step_while(within("every other process to stop sending to it", lambda: not allocator.left_by_all()))
+        self._step_until(
+            lambda: not allocator.left_by_all(), deadline, late("every other process to stop sending to it")
+        )
         # Everything the others sent arrived before their DONE: take it in and report it.
         self.step()
         self.step()
