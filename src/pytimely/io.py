@@ -198,18 +198,16 @@ def read_words(path: str | os.PathLike[str], *, part: int = 0, parts: int = 1) -
     with open(name, "rb") as handle:
         info = os.fstat(handle.fileno())
         source: Any = handle
+        size = info.st_size
         if not stat.S_ISREG(info.st_mode):
             # A pipe or a device has no size to cut by: read it whole and cut it in memory.
-            source = io.BytesIO(handle.read())
-        size = len(source.getbuffer()) if isinstance(source, io.BytesIO) else info.st_size
+            whole = handle.read()
+            source, size = io.BytesIO(whole), len(whole)
         start = _word_boundary(source, size * part // parts, size)
         end = _word_boundary(source, size * (part + 1) // parts, size)
         source.seek(start)
         data = source.read(end - start)
-        if isinstance(source, io.BytesIO):
-            whole = source.getbuffer()
-            return _decode(name, data, start, lambda: bytes(whole[:start]).count(b"\n")).split()
-    return _decode(name, data, start, lambda: _count_lines(name, start)).split()
+        return _decode(name, data, start, lambda: _newlines_before(source, start)).split()
 
 
 # What ``str.split()`` splits at among single bytes: a cut there never falls inside a word or a UTF-8 sequence.
@@ -233,10 +231,10 @@ def _word_boundary(handle: Any, offset: int, size: int, chunk: int = 1 << 16) ->
     return size
 
 
-def _count_lines(name: str, upto: int) -> int:
-    """How many newlines the file has before byte ``upto`` (only to name a line in an error)."""
-    with open(name, "rb") as handle:
-        return handle.read(upto).count(b"\n")
+def _newlines_before(source: Any, upto: int) -> int:
+    """How many newlines ``source`` (a binary file or buffer) has before byte ``upto`` (to name a line in an error)."""
+    source.seek(0)
+    return int(source.read(upto).count(b"\n"))
 
 
 class EpochLines:
