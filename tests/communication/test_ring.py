@@ -245,16 +245,21 @@ def test_payloads_whose_headers_are_not_out_yet_are_not_waited_for(
 ) -> None:
     import time
 
-    ab, _, _, _ = pair
+    ab, _, ba, _ = pair
     size = RING_MIN + TAG
     for _ in range(3):
         assert ab.reserve(size) is not None  # one batch's payloads, not yet written to the socket
-    assert ab.held_by_unannounced(size), "the link would not know to write out the batch before waiting"
+    assert not ab.fits(size), "the link would not know to write out the batch before waiting"
     started = time.monotonic()
     assert ab.reserve(size) is None
     assert time.monotonic() - started < ab.patience / 2, "waited for room only this batch's own payloads hold"
     ab.announce()
-    assert not ab.held_by_unannounced(size)  # full still, but its reader can free it now: worth waiting for
+    assert not ab.fits(size)  # full still: the link writes out what it has before it waits
+    learned = ab.learned
+    ba.publish(size)  # the reader took the first payload out
+    assert ab.fits(size), "room the reader freed was not seen without waiting"
+    assert ab.learned == learned + 1
+    assert ab.reserve(size) is not None
 
 
 def test_an_empty_ring_takes_a_payload_that_must_start_at_its_beginning(

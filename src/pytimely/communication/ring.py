@@ -259,13 +259,20 @@ class RingWriter:
         # past the part this lap has written) this lap's up to ``head``.
         return skip, min(head, head + skip + size - span)
 
-    def held_by_unannounced(self, size: int) -> bool:
-        """Whether a ``size``-byte payload would wait for room that only payloads without a header on the wire
-        hold (the caller should write out what it has encoded and :meth:`announce` first)."""
+    def fits(self, size: int) -> bool:
+        """Whether a ``size``-byte payload has room now, without waiting (after a look at the control block).
+
+        A writer with payloads whose headers are not on the wire yet sends those before it waits for room: the
+        reader cannot take out what it has not heard of, and would sit idle for the whole wait."""
         if not self.ready or size > self.span or self._closed:
             return False
         need = self._room(size)[1]
-        return need > self.tail and need > self.announced
+        if need > self.tail and self.feedback is not None:
+            read = self.feedback.peer_read()
+            if read is not None and read > self.tail:
+                self.release(read)
+                self.learned += 1
+        return need <= self.tail
 
     def announce(self) -> None:
         """Every payload placed so far has its frame's header on the wire (the reader can take it out)."""

@@ -233,16 +233,23 @@ class Link:
             ring.announce()  # every earlier batch was handed to the kernel whole
         try:
             for f in batch:
-                if ring is not None and buffers and f.length >= RING_MIN and ring.held_by_unannounced(f.length + TAG):
-                    # The room this payload needs holds this batch's own payloads, which the reader cannot take out
-                    # before their headers arrive: send those first, then wait for the room like any other.
+                if ring is not None and buffers and f.length >= RING_MIN and not ring.fits(f.length + TAG):
+                    # The ring must be waited on: send what is encoded first, so that it is not held up by the wait.
+                    if not self._send(buffers):
+                        return
+                    buffers = []
+                placed = ring.placed if ring is not None else 0
+                buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
+                self.frames_sent += 1
+                self.bytes_sent += HEADER.size + f.length + TAG
+                if ring is not None and ring.placed != placed:
+                    # A payload in the ring is announced at once: the reader cannot take out a payload whose header
+                    # has not arrived, and would otherwise sit idle while this thread seals the next ones (a
+                    # system call per payload of 64 KiB or more, against the tens of microseconds sealing it took).
                     if not self._send(buffers):
                         return
                     buffers = []
                     ring.announce()
-                buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
-                self.frames_sent += 1
-                self.bytes_sent += HEADER.size + f.length + TAG
         except RingError as exc:  # the peer's control block claims it read what was never placed
             raise RingError(f"process {self.peer}: {exc}", self.peer) from None
         self._send(buffers)
