@@ -23,11 +23,15 @@
     Second baseline, the machine's own ceiling: the same counting (``Counter.update`` per batch of the same
     share, then the list of pairs) in plain Python processes without pytimely, two at once against one,
     started together once every process has read its share: what the machine gives two processes of the same
-    work at that moment (a reference, not a bound: it is measured minutes apart from the dataflow's runs, on
+    work at that moment (a reference, not a bound: it is measured seconds apart from the dataflow's runs, on
     cores shared with other machines).
 (c) epoch latency, ``-n 2 -w 1``: input -> exchange -> probe with 8 records per epoch over 1,000 epochs,
     from sending an epoch's records until the probe passes it, on worker 0; p50 and p99.
     Baseline: the same job on ``-n 1 -w 2`` (two workers in one process).
+
+Every figure is the best of ``--runs`` rounds, and the figures a ratio compares take turns within each round
+(cluster, then its raw-socket ceiling; one process, two processes, then the plain counting processes), so that
+a machine whose speed drifts moves both sides of a ratio alike.
 
 Only the measured phase is timed, inside the job: every job first builds its dataflow, reads its input
 and passes a barrier (a dataflow whose probe completes once every worker has closed its input), then
@@ -62,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import taking_turns
 from pytimely import Worker
 from pytimely.communication.frame import HEADER, TAG
 from pytimely.communication.payload import dumps
@@ -374,11 +379,6 @@ def run_job(job: str, args: list[str], processes: int, workers: int, **extra: st
     return [results.get(i) for i in range(processes * workers)]
 
 
-def best(runs: int, measure: Callable[[], Any], key: Callable[[Any], float]) -> Any:
-    """The result of ``runs`` calls of ``measure`` with the smallest ``key``."""
-    return min((measure() for _ in range(runs)), key=key)
-
-
 # -- (a) exchange throughput ----------------------------------------------------------------------------
 
 
@@ -392,26 +392,34 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
     for ident, kind, batches, per_batch, what in cases:
         share = 0.6 if kind == "columnar" else 0.2
         args = [kind, str(batches)]
-        got = best(runs, functools.partial(run_job, "job_exchange", args, 2, 1), _cluster_seconds)
-        expected = batches * per_batch
-        if [r["rows_received"] for r in got] != [expected, expected]:
-            raise AssertionError(f"{kind}: rows received {[r['rows_received'] for r in got]}, expected {expected}")
-        seconds = _cluster_seconds(got)
-        sent = (got[0]["bytes_sent"], got[1]["bytes_sent"])
         sample = columnar_batch(0, 1) if kind == "columnar" else tuple_batch(0, 1)
         chunk = HEADER.size + dumps((0, sample))[1] + TAG
-        raw = min(raw_ceiling(sent, chunk) for _ in range(runs + 1))
+        seen: list[tuple[tuple[int, int], int]] = []
+        cluster = functools.partial(_exchange_seconds, args, batches * per_batch, seen)
+        # The ceiling carries the bytes the cluster run just before it put on the wire; each round measures the
+        # cluster and its ceiling side by side. For a1 also: authenticated but not encrypted (what encryption
+        # costs), and every byte over the socket (what the shared-memory ring saves).
+        measures: dict[str, Callable[[], float]] = {
+            "cluster": cluster,
+            "raw": functools.partial(_raw_after, seen, chunk),
+        }
+        if ident == "a1":
+            measures["authenticated_only"] = functools.partial(cluster, PYTIMELY_ENCRYPT="0")
+            measures["socket_only"] = functools.partial(cluster, PYTIMELY_SHARED_MEMORY="0")
+        timed = taking_turns(runs, measures, float)
+        seconds, raw = timed["cluster"], timed["raw"]
+        sent, frames = seen[-1]
         total = sum(sent)
         rows.append(
             {
                 "id": ident,
                 "workload": f"exchange -n 2 -w 1, {what}, both ways",
-                "records": 2 * expected,
+                "records": 2 * batches * per_batch,
                 "bytes": total,
-                "frames": got[0]["frames_sent"] + got[1]["frames_sent"],
+                "frames": frames,
                 "seconds": round(seconds, 4),
                 "bytes_per_s": round(total / seconds),
-                "records_per_s": round(2 * expected / seconds),
+                "records_per_s": round(2 * batches * per_batch / seconds),
                 "security": "every frame authenticated (BLAKE2b header tag) and encrypted (AES-256-GCM)",
                 "baseline": f"raw TCP socket pair, same bytes, {chunk:,}-byte buffers, no cryptography",
                 "baseline_seconds": round(raw, 4),
@@ -422,17 +430,28 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
             }
         )
         if ident == "a1":
-            # The same exchange authenticated but not encrypted (what encryption costs), and with every byte over
-            # the socket (what the shared-memory ring saves).
-            variants = (("authenticated_only", "PYTIMELY_ENCRYPT"), ("socket_only", "PYTIMELY_SHARED_MEMORY"))
-            for name, variable in variants:
-                variant = best(
-                    runs, functools.partial(run_job, "job_exchange", args, 2, 1, **{variable: "0"}), _cluster_seconds
-                )
-                rows[-1][f"{name}_seconds"] = round(_cluster_seconds(variant), 4)
-                rows[-1][f"{name}_ratio_of_ceiling"] = round(raw / _cluster_seconds(variant), 3)
+            for name in ("authenticated_only", "socket_only"):
+                rows[-1][f"{name}_seconds"] = round(timed[name], 4)
+                rows[-1][f"{name}_ratio_of_ceiling"] = round(raw / timed[name], 3)
             rows[-1]["ring_speedup"] = round(rows[-1]["socket_only_seconds"] / seconds, 3)
     return rows
+
+
+def _exchange_seconds(args: list[str], expected: int, seen: list[tuple[tuple[int, int], int]], **env: str) -> float:
+    """One run of ``job_exchange`` with ``args`` (and ``env`` set): its seconds, after checking every row arrived.
+
+    Without ``env`` the bytes each process sent and the frames of both are appended to ``seen``."""
+    got = run_job("job_exchange", args, 2, 1, **env)
+    if [r["rows_received"] for r in got] != [expected, expected]:
+        raise AssertionError(f"{args}: rows received {[r['rows_received'] for r in got]}, expected {expected}")
+    if not env:
+        seen.append(((got[0]["bytes_sent"], got[1]["bytes_sent"]), got[0]["frames_sent"] + got[1]["frames_sent"]))
+    return _cluster_seconds(got)
+
+
+def _raw_after(seen: list[tuple[tuple[int, int], int]], chunk: int) -> float:
+    """The raw-socket ceiling for the bytes of the latest cluster run in ``seen``."""
+    return raw_ceiling(seen[-1][0], chunk)
 
 
 def _cluster_seconds(results: list[Row]) -> float:
@@ -517,18 +536,32 @@ def wordcount_rows(quick: bool, runs: int) -> list[Row]:
         path = Path(tmp) / "words.txt"
         expected = make_text(path, words)
         for ident, extra, note in (("b", [], ""), ("b2", ["freeze"], ", input gc.freeze()d after reading")):
-            timed: dict[int, float] = {}
-            cpu: dict[int, float] = {}
-            for processes in (1, 2):
-                job = functools.partial(run_job, "job_wordcount", [str(path), *extra], processes, 1)
-                got = best(runs, job, lambda r: float(r[0]["seconds"]))
+
+            def count(processes: int, extra: list[str] = extra) -> tuple[float, float]:
+                got = run_job("job_wordcount", [str(path), *extra], processes, 1)
                 if (got[0]["total"], got[0]["distinct"]) != expected:
                     raise AssertionError(f"word count on {processes} process(es): {got[0]}, expected {expected}")
-                timed[processes] = got[0]["seconds"]
-                cpu[processes] = max(float(r["cpu_seconds"]) for r in got)
+                return float(got[0]["seconds"]), max(float(r["cpu_seconds"]) for r in got)
+
+            def plain(processes: int, freeze: bool = bool(extra)) -> tuple[float, float]:
+                return count_ceiling(path, processes, freeze), 0.0
+
+            # One and two processes side by side, round after round, and the plain counting processes with them.
+            fastest = taking_turns(
+                runs,
+                {
+                    "1": functools.partial(count, 1),
+                    "2": functools.partial(count, 2),
+                    "plain 1": functools.partial(plain, 1),
+                    "plain 2": functools.partial(plain, 2),
+                },
+                lambda r: r[0],
+            )
+            timed = {n: fastest[str(n)][0] for n in (1, 2)}
+            cpu = {n: fastest[str(n)][1] for n in (1, 2)}
             speedup = timed[1] / timed[2]
-            plain = {n: min(count_ceiling(path, n, bool(extra)) for _ in range(runs)) for n in (1, 2)}
-            ceiling = plain[1] / plain[2]
+            plain_seconds = {n: fastest[f"plain {n}"][0] for n in (1, 2)}
+            ceiling = plain_seconds[1] / plain_seconds[2]
             rows.append(
                 {
                     "id": ident,
@@ -543,8 +576,8 @@ def wordcount_rows(quick: bool, runs: int) -> list[Row]:
                     "cpu_seconds": round(cpu[2], 4),
                     "baseline_cpu_seconds": round(cpu[1], 4),
                     "cpu_speedup": round(cpu[1] / cpu[2], 3),
-                    "plain_seconds": round(plain[2], 4),
-                    "plain_baseline_seconds": round(plain[1], 4),
+                    "plain_seconds": round(plain_seconds[2], 4),
+                    "plain_baseline_seconds": round(plain_seconds[1], 4),
                     "machine_ceiling": round(ceiling, 3),
                     "share_of_ceiling": round(speedup / ceiling, 3),
                     "target": ">= 1.6x",

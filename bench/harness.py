@@ -1,12 +1,12 @@
-"""What the benchmarks share: timing a measurement as the best of several runs."""
+"""What the benchmarks share: timing a measurement as the best of several runs, alone or taking turns with others."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["best_of"]
+__all__ = ["best_of", "taking_turns"]
 
 
 def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
@@ -17,3 +17,19 @@ def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
         result = f()
         best = min(best, time.perf_counter() - started)
     return best, result
+
+
+def taking_turns(runs: int, measures: Mapping[str, Callable[[], Any]], key: Callable[[Any], float]) -> dict[str, Any]:
+    """Per measure, the result with the smallest ``key`` of ``runs`` rounds (at least one) in which every measure
+    runs once, in the order given.
+
+    A ratio of two figures taken this way compares runs made side by side: on a machine whose speed drifts
+    (cores shared with other machines), figures taken one after the other in blocks also measure the drift.
+    """
+    best: dict[str, Any] = {}
+    for _ in range(max(1, runs)):
+        for name, measure in measures.items():
+            result = measure()
+            if name not in best or key(result) < key(best[name]):
+                best[name] = result
+    return best
