@@ -25,9 +25,9 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
 from typing import Any
 
+from harness import best_of
 from pytimely.workflow import (
     Connection,
     DependencyGraph,
@@ -87,15 +87,6 @@ def bfs(graph: DependencyGraph) -> int:
     return len(seen)
 
 
-def best(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--children", type=int, default=5000)
@@ -117,23 +108,29 @@ def main() -> None:
         rows.append({"what": what, "seconds": round(measured, 5), "baseline": baseline_name,
                      "baseline_seconds": round(baseline, 5), "ratio": round(measured / baseline, 2)})  # fmt: skip
 
-    row("define the module", best(lambda: define(subs, connections), args.repeat),
-        "copy into dicts", best(lambda: copy_plain(subs, connections), args.repeat))  # fmt: skip
-    search = best(lambda: bfs(graph), args.repeat)
-    row("DependencyGraph(module, O*)", best(lambda: DependencyGraph(module, requested), args.repeat), "BFS", search)
+    row("define the module", best_of(args.repeat, lambda: define(subs, connections))[0],
+        "copy into dicts", best_of(args.repeat, lambda: copy_plain(subs, connections))[0])  # fmt: skip
+    search = best_of(args.repeat, lambda: bfs(graph))[0]
+    row(
+        "DependencyGraph(module, O*)",
+        best_of(args.repeat, lambda: DependencyGraph(module, requested))[0],
+        "BFS",
+        search,
+    )
     eager = compute_resume_state(module, h, recomputed, requested)
     for name, make in (("Fifo", Fifo), ("Lifo", Lifo), ("Priority", Priority), ("SetQueue", SetQueue)):
-        seconds = best(lambda m=make: compute_resume_state(module, h, recomputed, requested, m()), args.repeat)
+        seconds = best_of(args.repeat, lambda m=make: compute_resume_state(module, h, recomputed, requested, m()))[0]
         row(f"compute_resume_state ({name}, graph included)", seconds, "BFS + DependencyGraph",
-            search + best(lambda: DependencyGraph(module, requested), args.repeat))  # fmt: skip
+            search + best_of(args.repeat, lambda: DependencyGraph(module, requested))[0])  # fmt: skip
 
     async def instant(v: Vertex) -> bool:
         return v in h
 
-    lazy_seconds = best(lambda: asyncio.run(compute_resume_state_async(module, instant, recomputed, requested)),
-                        args.repeat)  # fmt: skip
+    lazy_seconds = best_of(
+        args.repeat, lambda: asyncio.run(compute_resume_state_async(module, instant, recomputed, requested))
+    )[0]
     row("lazy, instant checks", lazy_seconds, "eager",
-        best(lambda: compute_resume_state(module, h, recomputed, requested), args.repeat))  # fmt: skip
+        best_of(args.repeat, lambda: compute_resume_state(module, h, recomputed, requested))[0])  # fmt: skip
     lazy = asyncio.run(compute_resume_state_async(module, instant, recomputed, requested))
     assert lazy.state == eager.state and lazy.witnesses == eager.witnesses
 
@@ -149,9 +146,9 @@ def main() -> None:
         await asyncio.sleep(args.latency)
         return v in h
 
-    sequential = best(lambda: compute_resume_state(module, blocking, recomputed, requested), 1)
+    sequential = best_of(1, lambda: compute_resume_state(module, blocking, recomputed, requested))[0]
     row(f"lazy, {args.latency * 1000:g} ms checks ({asked} asked)",
-        best(lambda: asyncio.run(compute_resume_state_async(module, slow, recomputed, requested)), 1),
+        best_of(1, lambda: asyncio.run(compute_resume_state_async(module, slow, recomputed, requested)))[0],
         "eager, the same checks one by one", sequential)  # fmt: skip
     vertices, edges = len(graph.vertices), len(graph.edges)
     if args.json:

@@ -24,10 +24,9 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from harness import best_of
 from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
 from pytimely.workflow.runner import plan, run
@@ -79,15 +78,6 @@ def direct(layers: list[list[str]], width: int, x: int) -> dict[str, int]:
     return {f"o{m}": values[m] for m in layers[-1]}
 
 
-def best(repeat: int, fn: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -100,26 +90,32 @@ def main() -> None:
     wf, layers = layered(args.modules, args.width)
     n = args.modules
     assert run(wf, {"x": 1}) == direct(layers, args.width, 1)
-    rows: list[tuple[str, float]] = [("plain Python calls", best(args.repeat, lambda: direct(layers, args.width, 1)))]
-    rows.append(("fresh run, memory staging", best(args.repeat, lambda: run(wf, {"x": 1}, staging=MemoryStaging()))))
+    rows: list[tuple[str, float]] = [
+        ("plain Python calls", best_of(args.repeat, lambda: direct(layers, args.width, 1))[0])
+    ]
+    rows.append(
+        ("fresh run, memory staging", best_of(args.repeat, lambda: run(wf, {"x": 1}, staging=MemoryStaging()))[0])
+    )
     with tempfile.TemporaryDirectory() as tmp:
         counter = iter(range(1 << 30))
 
         def fresh_local() -> None:
             run(wf, {"x": 1}, staging=LocalStaging(f"{tmp}/fresh{next(counter)}", durable=False))
 
-        rows.append(("fresh run, local staging (no fsync)", best(args.repeat, fresh_local)))
+        rows.append(("fresh run, local staging (no fsync)", best_of(args.repeat, fresh_local)[0]))
         stage = LocalStaging(f"{tmp}/kept", durable=False)
         run(wf, {"x": 1}, staging=stage)
-        rows.append(("resume, nothing to run, local", best(args.repeat, lambda: run(wf, {"x": 1}, staging=stage))))
-        rows.append(("plan, nothing to run, local", best(args.repeat, lambda: plan(wf, {"x": 1}, staging=stage))))
+        rows.append(
+            ("resume, nothing to run, local", best_of(args.repeat, lambda: run(wf, {"x": 1}, staging=stage))[0])
+        )
+        rows.append(("plan, nothing to run, local", best_of(args.repeat, lambda: plan(wf, {"x": 1}, staging=stage))[0]))
 
         def lose_last_layer() -> None:
             for m in layers[-1]:
                 stage.delete(f"bench/{m}/out")
             run(wf, {"x": 1}, staging=stage)
 
-        rows.append((f"resume, last {len(layers[-1])} lost, local", best(args.repeat, lose_last_layer)))
+        rows.append((f"resume, last {len(layers[-1])} lost, local", best_of(args.repeat, lose_last_layer)[0]))
     base = rows[0][1]
     print(f"{n} modules in layers of {args.width}, best of {args.repeat}")
     for label, seconds in rows:
@@ -167,15 +163,17 @@ def bench_lock(wf: Module, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stage = LocalStaging(f"{tmp}/kept", durable=False)
         run(wf, {"x": 1}, staging=stage)
-        resume = best(repeat, lambda: run(wf, {"x": 1}, staging=stage))
+        resume = best_of(repeat, lambda: run(wf, {"x": 1}, staging=stage))[0]
         n = 1000
         start = time.perf_counter()
         for _ in range(n):
             with staging_lock(stage, "bench"):
                 pass
         each = (time.perf_counter() - start) / n
-    print(f"staging lock, local: {each * 1e6:.0f} us to take and release; {each / resume * 100:.2f}% of a resume "
-          f"with nothing to run ({resume * 1e3:.1f} ms)")
+    print(
+        f"staging lock, local: {each * 1e6:.0f} us to take and release; {each / resume * 100:.2f}% of a resume "
+        f"with nothing to run ({resume * 1e3:.1f} ms)"
+    )
 
 
 LOOP = """
@@ -235,8 +233,10 @@ def bench_loop_memory() -> None:
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     grew = (figures["after"] - figures["before"]) / (1 << 20)
     before, after = figures["before"] / (1 << 20), figures["after"] / (1 << 20)
-    print(f"loop of 25 x 40 MB arrays, local staging: peak RSS {after:.0f} MB, "
-          f"{grew:.0f} MB ({grew / 40:.1f} arrays) over the process holding one ({before:.0f} MB)")
+    print(
+        f"loop of 25 x 40 MB arrays, local staging: peak RSS {after:.0f} MB, "
+        f"{grew:.0f} MB ({grew / 40:.1f} arrays) over the process holding one ({before:.0f} MB)"
+    )
 
 
 if __name__ == "__main__":
