@@ -122,14 +122,10 @@ class Worker:
     def _step_until(self, busy: Callable[[], bool], deadline: float | None, late: Callable[[], Exception]) -> None:
         """Step while ``busy()``; raise ``late()`` once ``deadline`` (``time.monotonic()`` seconds) has passed."""
 
-        def still() -> bool:
-            if not busy():
-                return False
-            if deadline is not None and time.monotonic() > deadline:
-                raise late()
-            return True
-
-        self.step_while(still)
+        try:
+            self.step_while(busy, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except StepTimeoutError:
+            raise late() from None
 
     def _process(self) -> int | None:
         """The index of this worker's process in an elastic cluster (``None`` elsewhere)."""

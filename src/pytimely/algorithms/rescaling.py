@@ -34,7 +34,7 @@ import numpy as np
 from pytimely.algorithms.connected_components import _components
 from pytimely.dataflow.bins import DEFAULT_BINS, Move
 from pytimely.dataflow.stream import Stream
-from pytimely.errors import InvalidArgument, JoinTimeoutError, LeaveTimeoutError
+from pytimely.errors import InvalidArgument, JoinTimeoutError, LeaveTimeoutError, StepTimeoutError
 from pytimely.membership import RescalePlan
 from pytimely.worker import Worker
 
@@ -96,18 +96,16 @@ def _step_until(
     check: Callable[[], None] | None = None,
 ) -> None:
     """Step ``worker`` until ``done()``; raise ``late()`` after ``timeout`` seconds (``check()`` may raise sooner)."""
-    deadline = time.monotonic() + timeout
 
     def waiting() -> bool:
         if check is not None:
             check()
-        if done():
-            return False
-        if time.monotonic() > deadline:
-            raise late()
-        return True
+        return not done()
 
-    worker.step_while(waiting)
+    try:
+        worker.step_while(waiting, timeout=timeout)
+    except StepTimeoutError:
+        raise late() from None
 
 
 FLUID_BINS = 16
