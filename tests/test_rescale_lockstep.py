@@ -396,6 +396,7 @@ def test_the_clone_rule_lets_a_frontier_pass_a_held_time() -> None:
                 suppress_health_check=list(HealthCheck),
                 phases=[Phase.generate],
                 database=None,
+                derandomize=True,
             ),
         )
 
