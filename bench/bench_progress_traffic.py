@@ -12,7 +12,8 @@ header and an authentication tag per frame (``HEADER.size + TAG`` bytes); the ta
 
 Rows: ``-w 1`` with N = 2, 4, 8, 16 processes (seed 002's footnote 4 asks about processes), then the same
 8 workers as 8 x 1, 4 x 2 and 2 x 4 (does the traffic follow worker pairs or process pairs?), the last two
-with progress sent per worker (``PYTIMELY_AGGREGATE_PROGRESS=0``) and aggregated per process (the default). Per row:
+with progress sent per worker (``PYTIMELY_AGGREGATE_PROGRESS=0``), aggregated per process (the default), and on an
+elastic cluster (``launch --elastic``: each batch crosses to a process once, but batches are not combined). Per row:
 progress frames and bytes per epoch (whole cluster), per process, per worker pair, and progress bytes per
 data byte. The baseline is the first row (N = 2, W = 1), measured in the same run; the ratio column is the
 row's progress bytes per epoch over it.
@@ -75,10 +76,13 @@ def job(out: str, epochs: int, rows: int) -> None:
     execute(run, config=config)
 
 
-def launch(processes: int, workers: int, epochs: int, rows: int, aggregate: bool = True) -> list[dict[str, Any]]:
-    """Run the job on ``launch -n processes -w workers``; each worker's record."""
+def launch(
+    processes: int, workers: int, epochs: int, rows: int, aggregate: bool = True, elastic: bool = False
+) -> list[dict[str, Any]]:
+    """Run the job on ``launch -n processes -w workers`` (``--elastic``); each worker's record."""
     with tempfile.TemporaryDirectory(prefix="pytimely-bench-progress-") as out:
-        command = [sys.executable, "-m", "pytimely", "launch", "-q", "-n", str(processes), "-w", str(workers), "--"]
+        command = [sys.executable, "-m", "pytimely", "launch", "-q", "-n", str(processes), "-w", str(workers)]
+        command += ["--elastic", "--"] if elastic else ["--"]
         command += [sys.executable, __file__, "--job", out, str(epochs), str(rows)]
         env = {**os.environ, "PYTHONHASHSEED": "0", "PYTIMELY_AGGREGATE_PROGRESS": "1" if aggregate else "0"}
         done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, check=False)
@@ -101,9 +105,9 @@ def traffic(records: list[dict[str, Any]], workers: int, precedence: str) -> tup
     return frames, nbytes
 
 
-def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: bool = True) -> Row:
+def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: bool = True, elastic: bool = False) -> Row:
     """One configuration's row (before the baseline ratio is added)."""
-    records = launch(processes, workers, epochs, rows, aggregate)
+    records = launch(processes, workers, epochs, rows, aggregate, elastic)
     if len(records) != processes * workers:
         raise RuntimeError(f"-n {processes} -w {workers}: {len(records)} workers reported")
     p_frames, p_payload = traffic(records, workers, "progress")
@@ -114,10 +118,11 @@ def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: boo
     pairs = peers * (peers - 1)
     process_pairs = processes * (processes - 1)
     return {
-        "id": f"n={processes} w={workers}" + ("" if aggregate else " per-worker"),
+        "id": f"n={processes} w={workers}" + ("" if aggregate else " per-worker") + (" elastic" if elastic else ""),
         "processes": processes,
         "workers": workers,
-        "aggregated": aggregate,
+        "aggregated": aggregate and not elastic,
+        "elastic": elastic,
         "epochs": epochs,
         "rows": rows,
         "progress_frames_per_epoch": round(p_frames / epochs, 2),
@@ -139,7 +144,11 @@ def rows_for(quick: bool) -> list[Row]:
     grouped = [(2, 2)] if quick else [(4, 2), (2, 4)]
     out = [measure(n, w, epochs, rows) for n, w in shapes]
     for n, w in grouped:
-        out += [measure(n, w, epochs, rows, aggregate=False), measure(n, w, epochs, rows)]
+        out += [
+            measure(n, w, epochs, rows, aggregate=False),
+            measure(n, w, epochs, rows),
+            measure(n, w, epochs, rows, elastic=True),
+        ]
     base = out[0]
     for row in out:
         row["baseline"] = "-n 2 -w 1 (same run)"
@@ -160,13 +169,20 @@ def print_table(rows: list[Row]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['processes']} x {r['workers']} | {'per process' if r['aggregated'] else 'per worker'} | "
+            f"| {r['processes']} x {r['workers']} | {_sent(r)} | "
             f"{r['progress_frames_per_epoch']:.0f} | "
             f"{r['progress_bytes_per_epoch']:.0f} | {r['progress_bytes_per_process_epoch']:.0f} | "
             f"{r['progress_frames_per_worker_pair_epoch']:.2f} | {r['progress_frames_per_process_pair_epoch']:.2f} | "
             f"{r['data_bytes_per_epoch']:.0f} | {r['progress_per_data_byte']:.3f} | {r['epoch_ms']:.1f} | "
             f"{r['vs_baseline']:.2f}x |"
         )
+
+
+def _sent(row: Row) -> str:
+    """How a row's progress batches crossed to other processes."""
+    if row["elastic"]:
+        return "once per process, each (elastic)"
+    return "per process" if row["aggregated"] else "per worker"
 
 
 def _series(rows: list[Row]) -> tuple[list[Row], list[Row]]:
@@ -194,7 +210,7 @@ def write_png(rows: list[Row], path: str) -> None:
     left.legend()
     left.grid(alpha=0.3)
     if eight:
-        names = [f"{r['processes']}x{r['workers']}" + ("" if r["aggregated"] else "\nper worker") for r in eight]
+        names = [f"{r['processes']}x{r['workers']}\n{_sent(r)}" for r in eight]
         right.bar(names, [r["progress_bytes_per_epoch"] for r in eight])
         right.set_xlabel("8 workers as processes x workers")
         right.set_ylabel("progress bytes per epoch")

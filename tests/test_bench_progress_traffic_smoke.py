@@ -26,7 +26,7 @@ def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> No
     """Every row is there with positive figures, and the SVG plot is written."""
     svg = tmp_path / "traffic.svg"
     rows = {row["id"]: row for row in run_quick("bench_progress_traffic.py", "--svg", str(svg), timeout=290)}
-    assert set(rows) == {"n=2 w=1", "n=4 w=1", "n=8 w=1", "n=2 w=2 per-worker", "n=2 w=2"}
+    assert set(rows) == {"n=2 w=1", "n=4 w=1", "n=8 w=1", "n=2 w=2 per-worker", "n=2 w=2", "n=2 w=2 elastic"}
     for ident, row in rows.items():
         assert row["baseline"], ident
         for name in FIGURES:
@@ -39,4 +39,7 @@ def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> No
     per_worker, aggregated, one = rows["n=2 w=2 per-worker"], rows["n=2 w=2"], rows["n=2 w=1"]
     assert per_worker["progress_frames_per_process_pair_epoch"] > 2 * one["progress_frames_per_process_pair_epoch"]
     assert aggregated["progress_frames_per_process_pair_epoch"] < per_worker["progress_frames_per_process_pair_epoch"]
+    # An elastic cluster does not combine batches but sends each to another process once, for all its workers.
+    elastic = rows["n=2 w=2 elastic"]
+    assert elastic["progress_frames_per_process_pair_epoch"] < per_worker["progress_frames_per_process_pair_epoch"]
     assert svg.read_text().startswith("<svg")

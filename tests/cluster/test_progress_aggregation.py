@@ -67,3 +67,19 @@ def test_processes_that_disagree_on_aggregating_are_refused_at_the_handshake(tmp
     assert all(code != 0 for code, _, _ in results), report(results)
     assert any("PYTIMELY_AGGREGATE_PROGRESS" in err for _, _, err in results), report(results)
     assert not list(tmp_path.glob("worker-*.json"))
+
+
+def test_an_elastic_cluster_sends_each_progress_batch_to_another_process_once(tmp_path: Path) -> None:
+    # Elastic clusters keep one sequence of batches per worker (a newcomer's bootstrap counts them), so they do not
+    # combine batches; each batch is still serialised once and crosses to each other process once, for all of its
+    # workers, instead of once per worker there.
+    records = run(tmp_path, PYTIMELY_ELASTIC="1")
+    counts: Counter[str] = Counter()
+    for record in records:
+        owned = record["counts"]
+        assert isinstance(owned, dict)
+        counts.update(owned)
+    assert counts == expected()
+    for worker, record in enumerate(records):
+        assert isinstance(record["batches"], int) and record["batches"] > EPOCHS, record
+        assert record["frames"] == record["batches"], (worker, record)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -24,12 +24,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Allocator",
+    "Broadcast",
     "ElasticAllocator",
     "Grouped",
     "GroupingAllocator",
     "Precedence",
     "Pull",
     "Push",
+    "broadcast",
     "elastic_view",
     "grouping_view",
 ]
@@ -53,6 +55,25 @@ class Push(Protocol[M_contra]):
     def push(self, message: M_contra, /) -> None:
         """Send ``message`` (FIFO with this end's earlier messages)."""
         ...
+
+
+@runtime_checkable
+class Broadcast(Protocol[M_contra]):
+    """The push ends of a channel that can send one message to every peer at once (a cluster serialises it once
+    and sends it to each other process once, for all of that process's workers)."""
+
+    def broadcast(self, message: M_contra, /) -> None:
+        """Send ``message`` to every peer (FIFO with each end's earlier messages)."""
+        ...
+
+
+def broadcast(pushes: Iterable[Push[M]] | Broadcast[M], message: M) -> None:
+    """``message`` to every push end of a channel: at once where the channel can, else one end after another."""
+    if isinstance(pushes, Broadcast):
+        pushes.broadcast(message)
+        return
+    for push in pushes:
+        push.push(message)
 
 
 class Pull(Protocol[M]):

@@ -25,7 +25,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytimely.communication.allocator import ElasticAllocator, Grouped, Precedence, elastic_view, grouping_view
+from pytimely.communication.allocator import (
+    ElasticAllocator,
+    Grouped,
+    Precedence,
+    broadcast,
+    elastic_view,
+    grouping_view,
+)
 from pytimely.communication.payload import dumps
 from pytimely.errors import BootstrapError
 from pytimely.progress.bootstrap import (
@@ -175,8 +182,7 @@ class Progcaster:
                 self._log_batch(self.log, batch)
             grouped = self._grouped
             if grouped is None:
-                for push in self._progress_push:
-                    push.push(batch)
+                broadcast(self._progress_push, batch)
             else:
                 self._send_grouped(grouped, batch)
         if self._server.serving:

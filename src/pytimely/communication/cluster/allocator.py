@@ -28,7 +28,7 @@ class ClusterAllocator:
         self._local = local
         self._index = cluster.first + local
         self._wake = cluster._wakes[local]
-        self._outbox: list[OutgoingFrame] = []
+        self._outbox: list[tuple[int, OutgoingFrame]] = []
         self.sent: dict[Precedence, list[int]] = {p: [0, 0] for p in Precedence}
         """Frames and payload bytes this worker sent to other processes, by precedence (progress traffic)."""
         self.elastic = cluster.elastic
@@ -80,7 +80,7 @@ class ClusterAllocator:
         cluster = self._cluster
         boxes = cluster.open(key)
         if self.elastic:
-            pushes = Pushes(cluster.initial_peers)
+            pushes = Pushes(cluster.initial_peers, cluster.workers)
             for target in sorted(self._members):
                 pushes.add(target, self._push_to(boxes, key, Precedence(precedence), target))
             self._handed.append((key, Precedence(precedence), pushes))
@@ -116,7 +116,7 @@ class ClusterAllocator:
         cluster = self._cluster
         if cluster.first <= target < cluster.first + cluster.workers:
             return boxes[target - cluster.first]
-        return RemotePush(self._outbox, precedence, key, self._index, target)
+        return RemotePush(self._outbox, precedence, key, self._index, target, target // cluster.workers)
 
     def built(self, dataflow: int) -> None:
         """Frames for channels of ``dataflow`` that no worker here opened are now known to be errors."""
@@ -177,11 +177,10 @@ class ClusterAllocator:
         if not outbox:
             return
         cluster = self._cluster
-        workers = cluster.workers
         by_process: dict[int, list[OutgoingFrame]] = {}
         sent = self.sent
-        for frame in outbox:
-            by_process.setdefault(frame.target // workers, []).append(frame)
+        for process, frame in outbox:
+            by_process.setdefault(process, []).append(frame)
             tally = sent[frame.precedence]
             tally[0] += 1
             tally[1] += frame.length

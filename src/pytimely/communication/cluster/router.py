@@ -25,14 +25,38 @@ __all__ = ["ClusterMailbox", "ProcessPush", "Pushes", "RemotePush", "Wire"]
 
 
 class Pushes:
-    """Push ends of one channel by worker id, for a cluster whose members change (entries come and go)."""
+    """Push ends of one channel by worker id, for a cluster whose members change (entries come and go).
 
-    __slots__ = ("_by_id", "_initial", "_live")
+    :meth:`broadcast` sends a message to every member serialised once, and once to each other process for all
+    of its ``workers`` workers (handed to each of them there), not once per worker there.
+    """
 
-    def __init__(self, initial: int) -> None:
+    __slots__ = ("_by_id", "_initial", "_live", "_workers")
+
+    def __init__(self, initial: int, workers: int = 1) -> None:
         self._by_id: dict[int, Any] = {}
         self._live: list[tuple[int, Any]] = []
         self._initial = initial
+        self._workers = workers
+
+    def broadcast(self, message: Any) -> None:
+        """Send ``message`` to every member: by reference to this process's workers, one frame to each other process."""
+        remote: dict[int, list[RemotePush]] = {}
+        for worker, push in self._live:
+            if type(push) is RemotePush:
+                remote.setdefault(worker // self._workers, []).append(push)
+            else:
+                push.push(message)
+        encoded: tuple[list[bytes | memoryview], int] | None = None
+        for process, pushes in remote.items():
+            if len(pushes) < self._workers:
+                # Not every worker there is a member: only the members get it.
+                for push in pushes:
+                    push.push(message)
+                continue
+            if encoded is None:
+                encoded = dumps(message)  # the parts are bytes, shared by every frame
+            pushes[0].push_to_process(process, *encoded)
 
     def add(self, worker: int, push: Any) -> None:
         if worker not in self._by_id:
@@ -124,25 +148,37 @@ class ClusterMailbox(Mailbox):
 
 
 class RemotePush:
-    """The push end towards a worker of another process: pickles into the worker's outbox."""
+    """The push end towards a worker of another process: pickles into the worker's outbox of ``(process, frame)``."""
 
-    __slots__ = ("_channel", "_dataflow", "_outbox", "_precedence", "_source", "_target")
+    __slots__ = ("_channel", "_dataflow", "_outbox", "_precedence", "_process", "_source", "_target")
 
     def __init__(
-        self, outbox: list[OutgoingFrame], precedence: Precedence, channel: tuple[int, int], source: int, target: int
+        self,
+        outbox: list[tuple[int, OutgoingFrame]],
+        precedence: Precedence,
+        channel: tuple[int, int],
+        source: int,
+        target: int,
+        process: int,
     ) -> None:
         self._outbox = outbox
         self._precedence = precedence
         self._dataflow, self._channel = channel
         self._source = source
         self._target = target
+        self._process = process
 
     def push(self, message: Any) -> None:
         """Serialise ``message`` now (the sender may reuse its objects) and queue it until release."""
         parts, length = dumps(message)
-        self._outbox.append(
-            OutgoingFrame(self._precedence, self._dataflow, self._channel, self._source, self._target, parts, length)
-        )
+        self._outbox.append((self._process, self._frame(self._target, parts, length)))
+
+    def push_to_process(self, process: int, parts: list[bytes | memoryview], length: int) -> None:
+        """Queue a serialised message for every worker of ``process``, on this end's channel, in this end's outbox."""
+        self._outbox.append((process, self._frame(EVERY_WORKER, parts, length)))
+
+    def _frame(self, target: int, parts: list[bytes | memoryview], length: int) -> OutgoingFrame:
+        return OutgoingFrame(self._precedence, self._dataflow, self._channel, self._source, target, parts, length)
 
 
 class ProcessPush:
