@@ -120,12 +120,15 @@ def test_a_ring_frame_without_a_mapped_ring_is_refused(keys: FrameKeys, ring: tu
 def test_the_reader_maps_read_only_and_checks_what_it_maps(tmp_path: Path) -> None:
     writer = RingWriter(MIN_CAPACITY, SHM)
     try:
+        with pytest.raises(RingError, match="not a file this process would map"):
+            RingReader(RingOffer(writer.name, 2 * MIN_CAPACITY), SHM)  # another size than the file's
+        assert os.path.exists(SHM / writer.name), "a ring the reader refused is its creator's to remove"
         reader = RingReader(writer.offer, SHM)
+        # Removed as soon as it is mapped: a creator killed before it hears so leaves nothing behind.
+        assert not os.path.exists(SHM / writer.name)
         with pytest.raises(TypeError):
             reader._view[0] = 1  # type: ignore[index]
         reader.close()
-        with pytest.raises(RingError, match="not a file this process would map"):
-            RingReader(RingOffer(writer.name, 2 * MIN_CAPACITY), SHM)  # another size than the file's
     finally:
         writer.close()
     assert not os.path.exists(SHM / writer.name)

@@ -301,6 +301,10 @@ class RingReader:
             self._map = mmap.mmap(fd, offer.capacity, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
+        # Mapped: the name has served its purpose. Removed here and not only by the creator once it hears of the
+        # mapping, so that a creator killed in between leaves no file behind for a later sweep to find.
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
         self.capacity = offer.capacity
         self.span = offer.capacity - CONTROL
         self._view = memoryview(self._map)
