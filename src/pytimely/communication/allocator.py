@@ -28,6 +28,7 @@ __all__ = [
     "ElasticAllocator",
     "Grouped",
     "GroupingAllocator",
+    "Members",
     "Precedence",
     "Pull",
     "Push",
@@ -64,6 +65,15 @@ class Broadcast(Protocol[M_contra]):
 
     def broadcast(self, message: M_contra, /) -> None:
         """Send ``message`` to every peer (FIFO with each end's earlier messages)."""
+        ...
+
+
+@runtime_checkable
+class Members(Protocol):
+    """The push ends of a channel whose peers come and go (an elastic cluster's), by worker id."""
+
+    def targets(self) -> list[tuple[int, Push[Any]]]:
+        """``(worker id, push end)`` of every member now, by id."""
         ...
 
 

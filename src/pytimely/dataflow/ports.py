@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
+from pytimely.communication.allocator import Members
 from pytimely.communication.payload import dumps, loads
 from pytimely.dataflow.capability import Capability, InputCapability
 from pytimely.errors import (
@@ -282,7 +283,8 @@ class _Broadcast:
 
     def push(self, time: Any, batch: Any) -> None:
         pushes = self._pushes
-        targets = pushes.targets() if hasattr(pushes, "targets") else enumerate(pushes)
+        # Only the members at the time get a copy, when workers join and leave.
+        targets = pushes.targets() if isinstance(pushes, Members) else enumerate(pushes)
         for j, push in targets:
             self._record(self._location, time, 1)
             if j == self._index:
