@@ -78,6 +78,7 @@ def test_an_elastic_cluster_sends_each_progress_batch_to_another_process_once(tm
     for record in records:
         owned = record["counts"]
         assert isinstance(owned, dict)
+        assert not set(owned) & set(counts), "a key counted by two workers"
         counts.update(owned)
     assert counts == expected()
     for worker, record in enumerate(records):

@@ -270,12 +270,14 @@ class _Exchange:
 class _Broadcast:
     """Copies every batch to every worker (every member at the time, when workers join and leave)."""
 
-    __slots__ = ("_index", "_local", "_location", "_pushes", "_record", "sender")
+    __slots__ = ("_index", "_local", "_location", "_members", "_pushes", "_record", "sender")
 
     def __init__(self, target: InputPort[Any, Any], pushes: Sequence[Push[Any]], index: int, record: Record) -> None:
         self._local = target
         self._location = target.location
         self._pushes = pushes
+        # Decided once: checking a runtime Protocol costs microseconds.
+        self._members: Members | None = pushes if isinstance(pushes, Members) else None
         self._index = index
         self._record = record
         self.sender: str | None = None
@@ -284,7 +286,8 @@ class _Broadcast:
     def push(self, time: Any, batch: Any) -> None:
         pushes = self._pushes
         # Only the members at the time get a copy, when workers join and leave.
-        targets = pushes.targets() if isinstance(pushes, Members) else enumerate(pushes)
+        members = self._members
+        targets = members.targets() if members is not None else enumerate(pushes)
         for j, push in targets:
             self._record(self._location, time, 1)
             if j == self._index:

@@ -14,9 +14,10 @@ process (seed 002 §3.3, footnote 4; model :mod:`pytimely.verify.aggregate`): a 
 to the workers of its own process directly and through the process's
 :class:`~pytimely.progress.broadcast.ProgressAggregator` to every other process once, fanned out
 there to each worker. A worker's send is atomic with respect to the other workers' sends of its
-process, as ``send_upd`` is in the model (one lock per process and dataflow). Elastic clusters send
-per worker: the bootstrap of seed 002 counts workers' sequence numbers, and the rescaling model has
-no aggregated senders.
+process, as ``send_upd`` is in the model (one lock per process and dataflow). Elastic clusters do
+not combine batches (the bootstrap of seed 002 counts workers' sequence numbers, and the rescaling
+model has no aggregated senders), but the channel still carries each batch to another process once,
+for all of its workers (:func:`~pytimely.communication.allocator.broadcast`).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Progcaster:
         self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
         self._boot_started = time.perf_counter()
         self._boot_report: dict[str, float] = {}
-        self._progress_push: list[Push[Any]]
+        self._progress_push: Sequence[Push[Any]]
         self._progress_pull: Pull[Any]
         grouping = grouping_view(allocator) if self.elastic_allocator is None else None
         self._grouped: Grouped[ProgressAggregator[Any]] | None = None

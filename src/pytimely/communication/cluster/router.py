@@ -33,7 +33,7 @@ class Pushes:
 
     __slots__ = ("_by_id", "_initial", "_live", "_workers")
 
-    def __init__(self, initial: int, workers: int = 1) -> None:
+    def __init__(self, initial: int, workers: int) -> None:
         self._by_id: dict[int, Any] = {}
         self._live: list[tuple[int, Any]] = []
         self._initial = initial
@@ -47,16 +47,19 @@ class Pushes:
                 remote.setdefault(worker // self._workers, []).append(push)
             else:
                 push.push(message)
-        encoded: tuple[list[bytes | memoryview], int] | None = None
-        for process, pushes in remote.items():
-            if len(pushes) < self._workers:
-                # Not every worker there is a member: only the members get it.
+        if not remote:
+            return
+        parts, length = dumps(message)
+        # Out-of-band buffers (numpy, Arrow) would be rebuilt by every worker there on the same received bytes,
+        # so one worker's writes would show in another's copy: such a message goes to each worker on its own.
+        shared = len(parts) == 2
+        for pushes in remote.values():
+            if shared and len(pushes) == self._workers:
+                pushes[0].push_to_process(parts, length)
+            else:
+                # Not every worker there is a member (or the message cannot be shared): each member gets its own.
                 for push in pushes:
                     push.push(message)
-                continue
-            if encoded is None:
-                encoded = dumps(message)  # the parts are bytes, shared by every frame
-            pushes[0].push_to_process(process, *encoded)
 
     def add(self, worker: int, push: Any) -> None:
         if worker not in self._by_id:
@@ -173,9 +176,9 @@ class RemotePush:
         parts, length = dumps(message)
         self._outbox.append((self._process, self._frame(self._target, parts, length)))
 
-    def push_to_process(self, process: int, parts: list[bytes | memoryview], length: int) -> None:
-        """Queue a serialised message for every worker of ``process``, on this end's channel, in this end's outbox."""
-        self._outbox.append((process, self._frame(EVERY_WORKER, parts, length)))
+    def push_to_process(self, parts: list[bytes | memoryview], length: int) -> None:
+        """Queue a serialised message for every worker of this end's process, on its channel, in its outbox."""
+        self._outbox.append((self._process, self._frame(EVERY_WORKER, parts, length)))
 
     def _frame(self, target: int, parts: list[bytes | memoryview], length: int) -> OutgoingFrame:
         return OutgoingFrame(self._precedence, self._dataflow, self._channel, self._source, target, parts, length)

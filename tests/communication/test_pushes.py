@@ -1,0 +1,70 @@
+"""The push ends of an elastic cluster's channel: a broadcast crosses to each other process once, for all of its
+workers, and to each worker on its own where that would not be the same message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pytimely.communication.allocator import Precedence, broadcast
+from pytimely.communication.cluster.queues import OutgoingFrame
+from pytimely.communication.cluster.router import Pushes, RemotePush
+from pytimely.communication.frame import EVERY_WORKER
+from pytimely.communication.payload import loads
+
+WORKERS = 2
+
+
+class Box:
+    """A local worker's mailbox: takes messages by reference."""
+
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+
+    def push(self, message: Any) -> None:
+        self.got.append(message)
+
+
+def pushes(members: list[int], outbox: list[tuple[int, OutgoingFrame]], local: dict[int, Box]) -> Pushes:
+    """Push ends from worker 0 of process 0 to ``members`` (workers 0 and 1 are local)."""
+    ends = Pushes(6, WORKERS)
+    for worker in members:
+        if worker < WORKERS:
+            ends.add(worker, local.setdefault(worker, Box()))
+        else:
+            ends.add(worker, RemotePush(outbox, Precedence.PROGRESS, (1, 0), 0, worker, worker // WORKERS))
+    return ends
+
+
+def frames(outbox: list[tuple[int, OutgoingFrame]]) -> list[tuple[int, int]]:
+    return [(process, frame.target) for process, frame in outbox]
+
+
+def test_a_broadcast_crosses_to_each_process_once_for_all_its_workers() -> None:
+    outbox: list[tuple[int, OutgoingFrame]] = []
+    local: dict[int, Box] = {}
+    message = ("batch", 0, ((1, 2, -1),))
+    broadcast(pushes([0, 1, 2, 3, 4, 5], outbox, local), message)
+    assert frames(outbox) == [(1, EVERY_WORKER), (2, EVERY_WORKER)]
+    assert [loads(b"".join(bytes(p) for p in frame.parts)) for _, frame in outbox] == [message, message]
+    assert local[0].got == [message] and local[1].got == [message]
+
+
+def test_a_process_not_all_of_whose_workers_are_members_gets_a_frame_per_member() -> None:
+    outbox: list[tuple[int, OutgoingFrame]] = []
+    broadcast(pushes([0, 1, 2, 3, 4], outbox, {}), "m")
+    assert frames(outbox) == [(1, EVERY_WORKER), (2, 4)]
+
+
+def test_a_message_with_out_of_band_buffers_goes_to_each_worker_on_its_own() -> None:
+    # Each worker there would rebuild the array on the same received bytes: one's writes would show in another's.
+    outbox: list[tuple[int, OutgoingFrame]] = []
+    broadcast(pushes([0, 1, 2, 3], outbox, {}), (0, np.arange(10)))
+    assert frames(outbox) == [(1, 2), (1, 3)]
+
+
+def test_a_list_of_push_ends_gets_the_message_one_end_after_another() -> None:
+    boxes = [Box(), Box()]
+    broadcast(boxes, "m")
+    assert [b.got for b in boxes] == [["m"], ["m"]]
