@@ -13,6 +13,7 @@ import pytest
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.frame import FrameKeys, LinkKeys
+from pytimely.communication.ring import RingReader, RingWriter, shared_memory_dir
 from pytimely.config import Config
 from pytimely.errors import SendTimeoutError
 
@@ -68,3 +69,34 @@ def test_a_slow_reader_is_waited_for_past_the_send_timeout() -> None:
         reader.join(10)
         b.close()
     assert got[0] == total
+
+
+@pytest.mark.skipif(shared_memory_dir() is None, reason="needs /dev/shm")
+def test_headers_of_ring_payloads_go_out_every_256_kib_not_at_the_end_of_the_batch() -> None:
+    # The reader cannot take a payload out of the ring before its header arrives: headers held back until the
+    # batch ends would leave it idle while the writer seals the rest.
+    directory = shared_memory_dir()
+    assert directory is not None
+    a, b = socket.socketpair()
+    writer = RingWriter(8 << 20, directory)
+    reader = RingReader(writer.offer, directory)
+    writer.accepted()
+    try:
+        link = link_over(a, send_timeout=5.0)
+        link.ring = writer
+        placed_when_sent: list[int] = []
+        send = link._send
+
+        def spy(buffers: list[bytes | bytearray | memoryview]) -> bool:
+            placed_when_sent.append(writer.placed)
+            return send(buffers)
+
+        link._send = spy  # type: ignore[method-assign]
+        link._write(batch(8, 128 << 10))
+        assert writer.placed == 8, "every payload goes through the ring"
+        assert placed_when_sent[:4] == [2, 4, 6, 8], placed_when_sent
+    finally:
+        reader.close()
+        writer.close()
+        a.close()
+        b.close()

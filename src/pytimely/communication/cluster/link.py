@@ -57,6 +57,8 @@ log = logging.getLogger("pytimely.cluster")
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _RECEIVER_FIRST = 1.0
 """Seconds a sending thread that lost its connection waits for the receiving thread to report why."""
+_ANNOUNCE = 256 << 10
+"""Bytes placed in the ring after which the headers of their frames are written out, before the batch ends."""
 
 
 class Link:
@@ -238,14 +240,13 @@ class Link:
                     if not self._send(buffers):
                         return
                     buffers = []
-                placed = ring.placed if ring is not None else 0
                 buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
                 self.frames_sent += 1
                 self.bytes_sent += HEADER.size + f.length + TAG
-                if ring is not None and ring.placed != placed:
-                    # A payload in the ring is announced at once: the reader cannot take out a payload whose header
-                    # has not arrived, and would otherwise sit idle while this thread seals the next ones (a
-                    # system call per payload of 64 KiB or more, against the tens of microseconds sealing it took).
+                if ring is not None and ring.head - ring.announced >= _ANNOUNCE:
+                    # Payloads in the ring are announced once they add up to a fair amount of work: the reader
+                    # cannot take out a payload whose header has not arrived, and would otherwise sit idle while
+                    # this thread seals the rest of the batch (at most one system call per 256 KiB placed).
                     if not self._send(buffers):
                         return
                     buffers = []
