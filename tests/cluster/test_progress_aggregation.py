@@ -38,9 +38,22 @@ def run(tmp_path: Path, **env: str) -> list[dict[str, object]]:
     return [json.loads((tmp_path / f"worker-{w}.json").read_text()) for w in range(6)]
 
 
-@pytest.mark.parametrize("aggregate", ["1", "0"])
-def test_progress_crosses_to_a_process_once_per_batch_when_aggregated(tmp_path: Path, aggregate: str) -> None:
-    records = run(tmp_path, PYTIMELY_AGGREGATE_PROGRESS=aggregate)
+@pytest.mark.parametrize(
+    ("env", "per_batch"),
+    [
+        ({"PYTIMELY_AGGREGATE_PROGRESS": "1"}, 1),
+        ({"PYTIMELY_AGGREGATE_PROGRESS": "0"}, 3),
+        # Elastic clusters keep one sequence of batches per worker (a newcomer's bootstrap counts them), so they do
+        # not combine batches; each is still serialised once and crosses to another process once, for all of its
+        # workers.
+        ({"PYTIMELY_ELASTIC": "1"}, 1),
+    ],
+    ids=["aggregated", "per-worker", "elastic"],
+)
+def test_progress_crosses_to_a_process_once_per_batch_unless_sent_per_worker(
+    tmp_path: Path, env: dict[str, str], per_batch: int
+) -> None:
+    records = run(tmp_path, **env)
     counts: Counter[str] = Counter()
     for record in records:
         owned = record["counts"]
@@ -48,7 +61,7 @@ def test_progress_crosses_to_a_process_once_per_batch_when_aggregated(tmp_path: 
         assert not set(owned) & set(counts), "a key counted by two workers"
         counts.update(owned)
     assert counts == expected()
-    per_batch = 1 if aggregate == "1" else 3  # frames each batch costs: one per remote process, or per worker there
+    # per_batch: the frames each batch costs, one per remote process or one per worker there.
     for worker, record in enumerate(records):
         assert isinstance(record["batches"], int) and record["batches"] > EPOCHS, record
         assert record["frames"] == per_batch * record["batches"], (worker, record)
@@ -67,20 +80,3 @@ def test_processes_that_disagree_on_aggregating_are_refused_at_the_handshake(tmp
     assert all(code != 0 for code, _, _ in results), report(results)
     assert any("PYTIMELY_AGGREGATE_PROGRESS" in err for _, _, err in results), report(results)
     assert not list(tmp_path.glob("worker-*.json"))
-
-
-def test_an_elastic_cluster_sends_each_progress_batch_to_another_process_once(tmp_path: Path) -> None:
-    # Elastic clusters keep one sequence of batches per worker (a newcomer's bootstrap counts them), so they do not
-    # combine batches; each batch is still serialised once and crosses to each other process once, for all of its
-    # workers, instead of once per worker there.
-    records = run(tmp_path, PYTIMELY_ELASTIC="1")
-    counts: Counter[str] = Counter()
-    for record in records:
-        owned = record["counts"]
-        assert isinstance(owned, dict)
-        assert not set(owned) & set(counts), "a key counted by two workers"
-        counts.update(owned)
-    assert counts == expected()
-    for worker, record in enumerate(records):
-        assert isinstance(record["batches"], int) and record["batches"] > EPOCHS, record
-        assert record["frames"] == record["batches"], (worker, record)
