@@ -12,7 +12,7 @@ import pytest
 
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.queues import OutgoingFrame
-from pytimely.communication.frame import FrameKeys, LinkKeys
+from pytimely.communication.frame import FrameDecoder, FrameKeys, LinkKeys
 from pytimely.communication.ring import RingReader, RingWriter, shared_memory_dir
 from pytimely.config import Config
 from pytimely.errors import SendTimeoutError
@@ -100,3 +100,49 @@ def test_headers_of_ring_payloads_go_out_every_256_kib_not_at_the_end_of_the_bat
         writer.close()
         a.close()
         b.close()
+
+
+@pytest.mark.skipif(shared_memory_dir() is None, reason="needs /dev/shm")
+def test_a_full_ring_is_waited_on_for_a_reader_that_frees_it_and_nothing_spills_to_the_socket() -> None:
+    # A ring of room for two 100 KiB payloads and a batch of twelve: the third must wait for the reader to take
+    # out the first. Its header was not written out yet when the ring filled, so the link writes it out and then
+    # waits, rather than sending the payload over the socket.
+    directory = shared_memory_dir()
+    assert directory is not None
+    a, b = socket.socketpair()
+    ab, ba = RingWriter(256 << 10, directory, patience=5.0), RingWriter(256 << 10, directory)
+    b_reads, a_reads = RingReader(ab.offer, directory), RingReader(ba.offer, directory)
+    ab.accepted()
+    ba.accepted()
+    ab.feedback = a_reads
+    frames = 12
+    got: list[bytes] = []
+
+    def reader() -> None:
+        decoder = FrameDecoder(0, KEYS.send)
+        decoder.ring = b_reads
+        while len(got) < frames:
+            n = b.recv_into(decoder.buffer())
+            if not n:
+                return
+            taken = decoder.advance(n)
+            while decoder.held:
+                taken += decoder.advance(0)
+            got.extend(bytes(f.payload) for f in taken)
+            ba.publish(b_reads.read)  # what the reader freed, in its own ring's control block
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        link = link_over(a, send_timeout=5.0)
+        link.ring = ab
+        link._write(batch(frames, 100 << 10))
+        thread.join(timeout=10)
+        assert len(got) == frames and all(len(p) == 100 << 10 for p in got)
+        assert ab.placed == frames, f"{frames - ab.placed} of {frames} payloads went over the socket"
+    finally:
+        for end in (ab, ba, b_reads, a_reads):
+            end.close()
+        a.close()
+        b.close()
+        thread.join(timeout=5)

@@ -236,10 +236,12 @@ class Link:
         try:
             for f in batch:
                 if ring is not None and buffers and f.length >= RING_MIN and not ring.fits(f.length + TAG):
-                    # The ring must be waited on: send what is encoded first, so that it is not held up by the wait.
+                    # The ring must be waited on: send what is encoded first, so that it is not held up by the wait
+                    # and the reader can free the room its payloads hold.
                     if not self._send(buffers):
                         return
                     buffers = []
+                    ring.announce()
                 buffers.extend(encode(f.precedence, f.dataflow, f.channel, f.source, f.target, f.parts, f.length, ring))
                 self.frames_sent += 1
                 self.bytes_sent += HEADER.size + f.length + TAG
