@@ -146,6 +146,29 @@ def progress_traffic(worker: Worker) -> None:
         json.dump(record, f)
 
 
+def broadcast_traffic(worker: Worker) -> None:
+    """Every worker broadcasts ``ROWS`` records per epoch over ``EPOCHS`` epochs; each writes ``OUT/worker-I.json``:
+    the records it received and the data frames it sent to other processes."""
+    out, epochs, rows, _ = _args()
+    got: list[list[int]] = []
+
+    def build(scope: Scope[int]) -> tuple[Any, Any]:
+        handle, records = scope.new_input(name="records")
+        kept = records.broadcast().inspect_batch(lambda _t, batch: got.extend(list(r) for r in batch), name="keep")
+        return handle, kept.probe()
+
+    handle, probe = worker.dataflow(build)
+    for epoch in range(epochs):
+        handle.send_batch([(worker.index, epoch, i) for i in range(rows)])
+        handle.advance_to(epoch + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+    sent = worker.communication_stats()["sent_by_worker"]["data"]["frames"]
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    with open(os.path.join(out, f"worker-{worker.index}.json"), "w") as f:
+        json.dump({"received": sorted(got), "frames": sent}, f)
+
+
 def ring_batches(worker: int, epochs: int, rows: int) -> list[Any]:
     """The int64 batches worker ``worker`` sends in :func:`ring_exchange`, one per epoch (seeded)."""
     rng = np.random.default_rng(1000 + worker)

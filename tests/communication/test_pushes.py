@@ -68,3 +68,11 @@ def test_a_list_of_push_ends_gets_the_message_one_end_after_another() -> None:
     boxes = [Box(), Box()]
     broadcast(boxes, "m")
     assert [b.got for b in boxes] == [["m"], ["m"]]
+
+
+def test_a_broadcast_can_leave_out_the_worker_that_delivers_to_itself() -> None:
+    outbox: list[tuple[int, OutgoingFrame]] = []
+    local: dict[int, Box] = {}
+    pushes([0, 1, 2, 3], outbox, local).broadcast("m", skip=0)
+    assert local[0].got == [] and local[1].got == ["m"]
+    assert frames(outbox) == [(1, EVERY_WORKER)]

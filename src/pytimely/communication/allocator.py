@@ -76,6 +76,10 @@ class Members(Protocol):
         """``(worker id, push end)`` of every member now, by id."""
         ...
 
+    def broadcast(self, message: Any, skip: int | None = None) -> None:
+        """Send ``message`` to every member but ``skip``, serialised once and once to each other process."""
+        ...
+
 
 def broadcast(pushes: Iterable[Push[M]] | Broadcast[M], message: M) -> None:
     """``message`` to every push end of a channel: at once where the channel can, else one end after another."""

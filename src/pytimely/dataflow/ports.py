@@ -284,11 +284,23 @@ class _Broadcast:
         """The operator whose output feeds this channel (set when connected), for errors."""
 
     def push(self, time: Any, batch: Any) -> None:
-        pushes = self._pushes
-        # Only the members at the time get a copy, when workers join and leave.
         members = self._members
-        targets = members.targets() if members is not None else enumerate(pushes)
-        for j, push in targets:
+        if members is not None:
+            # Only the members at the time get a copy, when workers join and leave; the batch is serialised once
+            # and crosses to each other process once, for all of its workers.
+            targets = members.targets()
+            for j, _ in targets:
+                self._record(self._location, time, 1)
+                if j == self._index:
+                    self._local._deliver((time, batch))
+            try:
+                members.broadcast((time, batch), skip=self._index)
+            except PytimelyError:
+                raise
+            except Exception as exc:  # the communication layer pickles: its error names no operator
+                _push_failed("broadcast", self.sender, self._local, time, batch, exc)
+            return
+        for j, push in enumerate(self._pushes):
             self._record(self._location, time, 1)
             if j == self._index:
                 self._local._deliver((time, batch))

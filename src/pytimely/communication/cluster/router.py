@@ -39,10 +39,13 @@ class Pushes:
         self._initial = initial
         self._workers = workers
 
-    def broadcast(self, message: Any) -> None:
-        """Send ``message`` to every member: by reference to this process's workers, one frame to each other process."""
+    def broadcast(self, message: Any, skip: int | None = None) -> None:
+        """Send ``message`` to every member but ``skip``: by reference to this process's workers, one frame to each
+        other process."""
         remote: dict[int, list[RemotePush]] = {}
         for worker, push in self._live:
+            if worker == skip:
+                continue
             if type(push) is RemotePush:
                 remote.setdefault(worker // self._workers, []).append(push)
             else:
