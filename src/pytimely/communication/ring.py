@@ -12,9 +12,10 @@ descriptor pointing elsewhere, fails authentication exactly as a corrupted frame
 A ring is offered only to a peer on this host (:func:`same_host` of the two ends' addresses). The sending process
 creates the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every page allocated up front so that a full
 ``/dev/shm`` means no ring rather than a crash later) and offers it over the link; the receiving process maps it
-read-only, so it can never write into its peer's memory, and says so; the creator then removes the file's name.
-A process killed in between leaves the file, named with its pid; the next ring created on the host removes the
-files of processes that are gone (:func:`sweep`). The
+read-only, so it can never write into its peer's memory, removes the file's name at once and says so (the
+creator removes the name too if it is still there). A process killed before its peer mapped its ring leaves the
+file, named with its pid; the next ring created on the host removes the files of processes that are gone
+(:func:`sweep`). The
 reader tells the writer how far it has read in two ways: in ``RING_FREE`` control frames on the link, and, where
 both processes have a ring towards the other, in the *control block* at the start of its own ring, which the
 writer reads through its read-only mapping of that ring whenever its own ring looks full
@@ -303,7 +304,7 @@ class RingReader:
             os.close(fd)
         # Mapped: the name has served its purpose. Removed here and not only by the creator once it hears of the
         # mapping, so that a creator killed in between leaves no file behind for a later sweep to find.
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # gone already, or not ours to remove: the mapping stands either way
             path.unlink()
         self.capacity = offer.capacity
         self.span = offer.capacity - CONTROL
