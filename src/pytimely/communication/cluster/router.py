@@ -50,19 +50,19 @@ class Pushes:
                 remote.setdefault(worker // self._workers, []).append(push)
             else:
                 push.push(message)
-        if not remote:
-            return
-        parts, length = dumps(message)
-        # Out-of-band buffers (numpy, Arrow) would be rebuilt by every worker there on the same received bytes,
-        # so one worker's writes would show in another's copy: such a message goes to each worker on its own.
-        shared = len(parts) == 2
+        encoded: tuple[list[bytes | memoryview], int] | None = None
         for pushes in remote.values():
-            if shared and len(pushes) == self._workers:
-                pushes[0].push_to_process(parts, length)
-            else:
-                # Not every worker there is a member (or the message cannot be shared): each member gets its own.
-                for push in pushes:
-                    push.push(message)
+            if len(pushes) == self._workers:
+                if encoded is None:
+                    encoded = dumps(message)
+                # Out-of-band buffers (numpy, Arrow) would be rebuilt by every worker there on the same received
+                # bytes, so one worker's writes would show in another's copy: such a message is not shared.
+                if len(encoded[0]) == 2:
+                    pushes[0].push_to_process(*encoded)
+                    continue
+            # Not every worker there is a member, or the message cannot be shared: each member gets its own.
+            for push in pushes:
+                push.push(message)
 
     def add(self, worker: int, push: Any) -> None:
         if worker not in self._by_id:
