@@ -13,6 +13,12 @@
     bytes each way that the cluster put on the wire (from ``communication_stats``), in buffers the size
     of one frame (``sendall`` on one thread, ``recv_into`` a preallocated buffer on another, in each
     process, as a cluster link does). The ratio is the share of that ceiling the cluster reaches.
+    Second baseline for a2, the Python floor: two plain Python processes (a sending and a receiving thread each)
+    that exchange the same batches without pytimely: each record routed by the same ``lambda r: r[0]`` and
+    modulo into a list per worker, the other worker's list pickled (protocol 5), sent length-prefixed over
+    TCP and unpickled (with the collector paused, as pytimely's decoding does). What CPython takes for the
+    records themselves; pytimely's share of it is what its own machinery (framing, checks, encryption,
+    progress) leaves.
 (b) word count scaling: the dataflow of ``examples/wordcount.py`` on 8,000,000 words drawn with seed 42
     from a Zipf-like (s = 1.1) vocabulary of 50,000 words, ``-n 2 -w 1`` against ``-n 1 -w 1``.
     Words go to workers by ``hash``; with ``PYTHONHASHSEED=0`` the two workers own 52% and 48% of them.
@@ -51,10 +57,12 @@ import gc
 import json
 import math
 import os
+import pickle
 import platform
 import secrets
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -257,11 +265,11 @@ def profile(kind: str, processes: int, words: int) -> None:
             print(f"  {n:6d}  {thread:10s} {stack}")
 
 
-# -- the raw-socket ceiling: ``bench_cluster.py --raw-peer ROLE SEND RECV CHUNK`` -----------------------
+# -- the ceilings: ``bench_cluster.py --raw-peer ROLE SEND RECV CHUNK``, ``--python-peer ROLE BATCHES`` --------
 
 
-def raw_peer(role: str, send_bytes: int, recv_bytes: int, chunk: int) -> None:
-    """One end of a plain TCP connection: send and receive at once, then print the seconds it took."""
+def _peer_socket(role: str) -> socket.socket:
+    """The connected socket of one end of a ceiling pair, once both ends are ready (``listen`` prints its port)."""
     if role == "listen":
         server = socket.create_server(("127.0.0.1", 0))
         print(server.getsockname()[1], flush=True)
@@ -273,7 +281,23 @@ def raw_peer(role: str, send_bytes: int, recv_bytes: int, chunk: int) -> None:
     # Both ends start only once both are connected and ready, as the cluster jobs do behind their barrier.
     sock.sendall(b"!")
     if sock.recv(1) != b"!":
-        raise ConnectionError("the other raw peer went away")
+        raise ConnectionError("the other peer went away")
+    return sock
+
+
+def _recv_exactly(sock: socket.socket, buffer: memoryview) -> None:
+    """Fill ``buffer`` from ``sock``."""
+    got = 0
+    while got < len(buffer):
+        n = sock.recv_into(buffer[got:])
+        if n == 0:
+            raise ConnectionError(f"the other peer closed after {got} of {len(buffer)} bytes")
+        got += n
+
+
+def raw_peer(role: str, send_bytes: int, recv_bytes: int, chunk: int) -> None:
+    """One end of a plain TCP connection: send and receive at once, then print the seconds it took."""
+    sock = _peer_socket(role)
     out = bytes(chunk)
     buffer = memoryview(bytearray(chunk))
 
@@ -299,24 +323,82 @@ def raw_peer(role: str, send_bytes: int, recv_bytes: int, chunk: int) -> None:
     print(json.dumps({"seconds": seconds}), flush=True)
 
 
-def raw_ceiling(sent: tuple[int, int], chunk: int) -> float:
-    """Seconds for two processes to carry ``sent[0]`` bytes one way and ``sent[1]`` the other over TCP."""
-    cmd = [sys.executable, str(BENCH), "--raw-peer"]
-    listener = subprocess.Popen(
-        [*cmd, "listen", str(sent[0]), str(sent[1]), str(chunk)], stdout=subprocess.PIPE, text=True
-    )
+def python_peer(role: str, batches: int) -> None:
+    """One end of a2's Python floor: the same tuple batches routed one record at a time by the same key, pickled,
+    sent over plain TCP and unpickled on the other side, with no pytimely; print the seconds it took."""
+    sock = _peer_socket(role)
+    index = 0 if role == "listen" else 1
+    other = 1 - index
+    pool = [tuple_batch(index * 4 + i, other) for i in range(4)]
+    route = lambda r: r[0]  # noqa: E731 - the route a2's dataflow uses
+    size = struct.Struct("<Q")
+
+    def send() -> None:
+        for i in range(batches):
+            buckets: list[list[Any]] = [[], []]
+            appends = [b.append for b in buckets]
+            for r in pool[i % len(pool)]:
+                appends[route(r) % 2](r)
+            body = pickle.dumps(buckets[other], protocol=5)
+            sock.sendall(size.pack(len(body)) + body)
+
+    started = time.perf_counter()
+    sender = threading.Thread(target=send)
+    sender.start()
+    head = memoryview(bytearray(size.size))
+    rows = 0
+    for _ in range(batches):
+        _recv_exactly(sock, head)
+        body = memoryview(bytearray(size.unpack(head)[0]))
+        _recv_exactly(sock, body)
+        # Paused while the batch's tuples are built, as pytimely's decoding does: otherwise they set off
+        # young collections every 700 tuples.
+        gc.disable()
+        try:
+            rows += len(pickle.loads(body))
+        finally:
+            gc.enable()
+    sender.join()
+    seconds = time.perf_counter() - started
+    sock.close()
+    print(json.dumps({"seconds": seconds, "rows": rows}), flush=True)
+
+
+def _peer_pair(mode: str, listener_args: list[str], connector_args: list[str]) -> list[Row]:
+    """Run a ceiling's two ends (``mode`` is ``--raw-peer`` or ``--python-peer``), the listener first; what each
+    printed."""
+    command = [sys.executable, str(BENCH), mode]
+    listener = subprocess.Popen([*command, "listen", *listener_args], stdout=subprocess.PIPE, text=True)
     assert listener.stdout is not None
     port = int(listener.stdout.readline())
-    connector = subprocess.Popen(
-        [*cmd, f"connect:{port}", str(sent[1]), str(sent[0]), str(chunk)], stdout=subprocess.PIPE, text=True
-    )
-    seconds: list[float] = []
-    for proc in (listener, connector):
-        out, _ = proc.communicate(timeout=JOB_TIMEOUT)
-        if proc.returncode != 0:
-            raise RuntimeError(f"a raw-socket peer failed with status {proc.returncode}")
-        seconds.append(float(json.loads(out.strip().splitlines()[-1])["seconds"]))
-    return max(seconds)
+    connector = subprocess.Popen([*command, f"connect:{port}", *connector_args], stdout=subprocess.PIPE, text=True)
+    results: list[Row] = []
+    try:
+        for proc in (listener, connector):
+            out, _ = proc.communicate(timeout=JOB_TIMEOUT)
+            if proc.returncode != 0:
+                raise RuntimeError(f"a ceiling peer ({mode}) failed with status {proc.returncode}")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in (listener, connector):
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return results
+
+
+def raw_ceiling(sent: tuple[int, int], chunk: int) -> float:
+    """Seconds for two processes to carry ``sent[0]`` bytes one way and ``sent[1]`` the other over TCP."""
+    ends = _peer_pair("--raw-peer", [str(sent[0]), str(sent[1]), str(chunk)], [str(sent[1]), str(sent[0]), str(chunk)])
+    return max(float(r["seconds"]) for r in ends)
+
+
+def python_floor(batches: int, per_batch: int) -> float:
+    """Seconds for two plain Python processes to exchange a2's records (route, pickle, TCP, unpickle)."""
+    ends = _peer_pair("--python-peer", [str(batches)], [str(batches)])
+    if [r["rows"] for r in ends] != [batches * per_batch] * 2:
+        raise AssertionError(f"python floor: rows received {[r['rows'] for r in ends]}")
+    return max(float(r["seconds"]) for r in ends)
 
 
 # -- starting clusters ----------------------------------------------------------------------------------
@@ -406,6 +488,9 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
         if ident == "a1":
             measures["authenticated_only"] = functools.partial(cluster, PYTIMELY_ENCRYPT="0")
             measures["socket_only"] = functools.partial(cluster, PYTIMELY_SHARED_MEMORY="0")
+        else:
+            # What Python itself takes for the same records: a second ceiling, for the share left to pytimely.
+            measures["python_floor"] = functools.partial(python_floor, batches, per_batch)
         timed = taking_turns(runs, measures, float)
         seconds, raw = timed["cluster"], timed["raw"]
         sent, frames = seen[-1]
@@ -434,6 +519,10 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
                 rows[-1][f"{name}_seconds"] = round(timed[name], 4)
                 rows[-1][f"{name}_ratio_of_ceiling"] = round(raw / timed[name], 3)
             rows[-1]["ring_speedup"] = round(rows[-1]["socket_only_seconds"] / seconds, 3)
+        else:
+            rows[-1]["python_floor_seconds"] = round(timed["python_floor"], 4)
+            rows[-1]["ratio_of_python_floor"] = round(timed["python_floor"] / seconds, 3)
+            rows[-1]["python_floor_ratio_of_ceiling"] = round(raw / timed["python_floor"], 4)
     return rows
 
 
@@ -664,6 +753,15 @@ def print_table(rows: list[Row], runs: int) -> None:
                     f"{row['bytes'] / row['authenticated_only_seconds'] / 1e6:.0f} MB/s | the same ceiling | | "
                     f"{row['authenticated_only_ratio_of_ceiling']:.0%} of ceiling | |"
                 )
+            if "python_floor_seconds" in row:
+                print(
+                    f"| {row['id']}-python | the same records in plain Python: routed one at a time by the same "
+                    f"key, pickled, sent over TCP, unpickled (no pytimely, no cryptography) | "
+                    f"{row['python_floor_seconds']:.3f} s | "
+                    f"{row['records'] / row['python_floor_seconds'] / 1e6:.2f} M rec/s | | | "
+                    f"pytimely at {row['ratio_of_python_floor']:.0%} of it; it is at "
+                    f"{row['python_floor_ratio_of_ceiling']:.1%} of the raw-socket ceiling | |"
+                )
             if "socket_only_seconds" in row:
                 print(
                     f"| {row['id']}-socket | the same, PYTIMELY_SHARED_MEMORY=0 (no ring: every byte over TCP) | "
@@ -687,6 +785,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=2, help="processes for --profile (default 2)")
     parser.add_argument("--raw-peer", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--count-peer", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--python-peer", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.profile:
         profile(args.profile, args.n, 300_000 if args.quick else 8_000_000)
@@ -694,6 +793,9 @@ def main() -> None:
     if args.count_peer:
         path, part, parts, freeze = args.count_peer
         count_peer(path, int(part), int(parts), freeze == "1")
+        return
+    if args.python_peer:
+        python_peer(args.python_peer[0], int(args.python_peer[1]))
         return
     if args.raw_peer:
         role, send_bytes, recv_bytes, chunk = args.raw_peer
