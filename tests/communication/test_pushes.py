@@ -1,5 +1,5 @@
-"""The push ends of an elastic cluster's channel: a broadcast crosses to each other process once, for all of its
-workers, and to each worker on its own where that would not be the same message."""
+"""The push ends of a cluster's channel (elastic and fixed): a broadcast crosses to each other process once, for
+all of its workers, and to each worker on its own where that would not be the same message."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from pytimely.communication.allocator import Precedence, broadcast
 from pytimely.communication.cluster.queues import OutgoingFrame
-from pytimely.communication.cluster.router import Pushes, RemotePush
+from pytimely.communication.cluster.router import ProcessPushes, Pushes, RemotePush
 from pytimely.communication.frame import EVERY_WORKER
 from pytimely.communication.payload import loads
 
@@ -76,3 +76,35 @@ def test_a_broadcast_can_leave_out_the_worker_that_delivers_to_itself() -> None:
     pushes([0, 1, 2, 3], outbox, local).broadcast("m", skip=0)
     assert local[0].got == [] and local[1].got == ["m"]
     assert frames(outbox) == [(1, EVERY_WORKER)]
+
+
+def fixed(outbox: list[tuple[int, OutgoingFrame]], local: dict[int, Box]) -> ProcessPushes:
+    """A fixed cluster's push ends from worker 0 of process 0 to all 6 workers (workers 0 and 1 are local)."""
+    ends = [
+        local.setdefault(w, Box()) if w < WORKERS else RemotePush(outbox, Precedence.DATA, (1, 1), 0, w, w // WORKERS)
+        for w in range(6)
+    ]
+    return ProcessPushes(ends, WORKERS)
+
+
+def test_a_fixed_clusters_push_ends_are_still_a_list_by_worker_index() -> None:
+    # Exchange and progress index and iterate them as before; only a broadcast goes once per process.
+    outbox: list[tuple[int, OutgoingFrame]] = []
+    local: dict[int, Box] = {}
+    ends = fixed(outbox, local)
+    assert isinstance(ends, list) and len(ends) == 6 and ends[1] is local[1]
+    assert [w for w, _ in ends.targets()] == list(range(6))
+    ends[4].push("m")
+    broadcast(ends, "p")  # a list: one end after another, as a fixed cluster's per-worker progress goes
+    assert frames(outbox) == [(2, 4), (1, 2), (1, 3), (2, 4), (2, 5)]
+
+
+def test_a_fixed_clusters_broadcast_crosses_to_each_process_once() -> None:
+    outbox: list[tuple[int, OutgoingFrame]] = []
+    local: dict[int, Box] = {}
+    fixed(outbox, local).broadcast(("batch", [1, 2]), skip=0)
+    assert frames(outbox) == [(1, EVERY_WORKER), (2, EVERY_WORKER)]
+    assert local[0].got == [] and local[1].got == [("batch", [1, 2])]
+    outbox.clear()
+    fixed(outbox, {}).broadcast((0, np.arange(3)), skip=0)
+    assert frames(outbox) == [(1, 2), (1, 3), (2, 4), (2, 5)]

@@ -70,7 +70,8 @@ class Broadcast(Protocol[M_contra]):
 
 @runtime_checkable
 class Members(Protocol):
-    """The push ends of a channel whose peers come and go (an elastic cluster's), by worker id."""
+    """The push ends of a cluster's channel, by worker id, that reach the workers of another process with one
+    message (an elastic cluster's, whose peers come and go, and a fixed one's)."""
 
     def targets(self) -> list[tuple[int, Push[Any]]]:
         """``(worker id, push end)`` of every member now, by id."""
@@ -84,6 +85,7 @@ class Members(Protocol):
 def broadcast(pushes: Iterable[Push[M]] | Broadcast[M], message: M) -> None:
     """``message`` to every push end of a channel: at once where the channel can, else one end after another."""
     # A list (in-process and fixed clusters) is told apart first: checking a runtime Protocol costs microseconds.
+    # A fixed cluster's progress goes per worker here only when it is not combined per process (a choice).
     if not isinstance(pushes, list) and isinstance(pushes, Broadcast):
         pushes.broadcast(message)
         return

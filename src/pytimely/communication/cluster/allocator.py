@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pytimely.communication.allocator import Grouped, Precedence
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.queues import OutgoingFrame
-from pytimely.communication.cluster.router import ClusterMailbox, ProcessPush, Pushes, RemotePush
+from pytimely.communication.cluster.router import ClusterMailbox, ProcessPush, ProcessPushes, Pushes, RemotePush
 from pytimely.communication.frame import CONTROL_CHANNEL
 from pytimely.errors import InvalidArgument
 
@@ -85,7 +85,8 @@ class ClusterAllocator:
                 pushes.add(target, self._push_to(boxes, key, Precedence(precedence), target))
             self._handed.append((key, Precedence(precedence), pushes))
             return pushes, boxes[self._local]
-        return [self._push_to(boxes, key, Precedence(precedence), t) for t in range(cluster.peers)], boxes[self._local]
+        pushes_to = [self._push_to(boxes, key, Precedence(precedence), t) for t in range(cluster.peers)]
+        return ProcessPushes(pushes_to, cluster.workers), boxes[self._local]
 
     @property
     def groups(self) -> bool:

@@ -21,7 +21,54 @@ from pytimely.errors import MembershipError, PayloadError
 if TYPE_CHECKING:
     from pytimely.communication.cluster.process import Cluster
 
-__all__ = ["ClusterMailbox", "ProcessPush", "Pushes", "RemotePush", "Wire"]
+__all__ = ["ClusterMailbox", "ProcessPush", "ProcessPushes", "Pushes", "RemotePush", "Wire"]
+
+
+def _broadcast(live: list[tuple[int, Any]], workers: int, message: Any, skip: int | None) -> None:
+    """Send ``message`` to every ``(worker id, push)`` of ``live`` but ``skip``: by reference to this process's
+    workers, one frame to each other process all of whose ``workers`` workers are in ``live``."""
+    remote: dict[int, list[RemotePush]] = {}
+    for worker, push in live:
+        if worker == skip:
+            continue
+        if type(push) is RemotePush:
+            remote.setdefault(worker // workers, []).append(push)
+        else:
+            push.push(message)
+    encoded: tuple[list[bytes | memoryview], int] | None = None
+    for pushes in remote.values():
+        if len(pushes) == workers:
+            if encoded is None:
+                encoded = dumps(message)
+            # Out-of-band buffers (numpy, Arrow) would be rebuilt by every worker there on the same received
+            # bytes, so one worker's writes would show in another's copy: such a message is not shared.
+            if len(encoded[0]) == 2:
+                pushes[0].push_to_process(*encoded)
+                continue
+        # Not every worker there is a member, or the message cannot be shared: each member gets its own.
+        for push in pushes:
+            push.push(message)
+
+
+class ProcessPushes(list[Any]):
+    """Push ends of one channel by worker index, for a cluster whose members do not change: a list whose
+    :meth:`broadcast` serialises a message once and sends it once to each other process, for all its workers."""
+
+    __slots__ = ("_targets", "_workers")
+
+    def __init__(self, pushes: list[Any], workers: int) -> None:
+        super().__init__(pushes)
+        self._targets = list(enumerate(pushes))
+        self._workers = workers
+
+    def targets(self) -> list[tuple[int, Any]]:
+        """``(worker index, push)`` of every worker, by index."""
+        return self._targets
+
+    def broadcast(self, message: Any, skip: int | None = None) -> None:
+        """Send ``message`` to every worker but ``skip``: by reference to this process's workers, one frame to each
+        other process."""
+        _broadcast(self._targets, self._workers, message, skip)
 
 
 class Pushes:
@@ -42,27 +89,7 @@ class Pushes:
     def broadcast(self, message: Any, skip: int | None = None) -> None:
         """Send ``message`` to every member but ``skip``: by reference to this process's workers, one frame to each
         other process."""
-        remote: dict[int, list[RemotePush]] = {}
-        for worker, push in self._live:
-            if worker == skip:
-                continue
-            if type(push) is RemotePush:
-                remote.setdefault(worker // self._workers, []).append(push)
-            else:
-                push.push(message)
-        encoded: tuple[list[bytes | memoryview], int] | None = None
-        for pushes in remote.values():
-            if len(pushes) == self._workers:
-                if encoded is None:
-                    encoded = dumps(message)
-                # Out-of-band buffers (numpy, Arrow) would be rebuilt by every worker there on the same received
-                # bytes, so one worker's writes would show in another's copy: such a message is not shared.
-                if len(encoded[0]) == 2:
-                    pushes[0].push_to_process(*encoded)
-                    continue
-            # Not every worker there is a member, or the message cannot be shared: each member gets its own.
-            for push in pushes:
-                push.push(message)
+        _broadcast(self._live, self._workers, message, skip)
 
     def add(self, worker: int, push: Any) -> None:
         if worker not in self._by_id:
