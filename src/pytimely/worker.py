@@ -50,6 +50,8 @@ class Worker:
         join_timeout: float | None = None,
     ) -> None:
         self._allocator = allocator
+        # Decided once: checking a runtime Protocol costs microseconds, and step_while is called per epoch.
+        self._elastic: ElasticAllocator | None = elastic_view(allocator)
         self.join_timeout = join_timeout
         """Seconds a worker that joined a running computation waits for the progress state of each dataflow it
         builds from its server (``None``: as long as the computation moves)."""
@@ -129,7 +131,7 @@ class Worker:
 
     def _process(self) -> int | None:
         """The index of this worker's process in an elastic cluster (``None`` elsewhere)."""
-        elastic = elastic_view(self._allocator)
+        elastic = self._elastic
         return None if elastic is None else self.index // max(1, elastic.workers_per_process)
 
     @property
@@ -161,25 +163,25 @@ class Worker:
     @property
     def members(self) -> list[int]:
         """The ids of the workers taking part now (``range(peers)`` unless processes join and leave)."""
-        elastic = elastic_view(self._allocator)
+        elastic = self._elastic
         return list(elastic.members) if elastic is not None else list(range(self.peers))
 
     @property
     def workers_per_process(self) -> int:
         """How many workers each process runs (all of them, in a single process)."""
-        elastic = elastic_view(self._allocator)
+        elastic = self._elastic
         return elastic.workers_per_process if elastic is not None else self.peers
 
     @property
     def joined(self) -> bool:
         """Whether this worker's process joined the computation after it started."""
-        elastic = elastic_view(self._allocator)
+        elastic = self._elastic
         return elastic is not None and elastic.joining is not None
 
     @property
     def leave_requested(self) -> bool:
         """Whether this worker's process was asked to leave (it decides when, see :meth:`leave`)."""
-        elastic = elastic_view(self._allocator)
+        elastic = self._elastic
         return elastic is not None and elastic.leave_requested
 
     def leave(self, at: Any = None, *, timeout: float | None = None) -> None:
@@ -194,7 +196,7 @@ class Worker:
         """
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout >= 0):
             raise InvalidArgument(f"leave: timeout must be a number of seconds >= 0 or None, got {timeout!r}")
-        allocator = elastic_view(self._allocator)
+        allocator = self._elastic
         if allocator is None or not allocator.elastic:
             raise MembershipError("only a worker of an elastic cluster (PYTIMELY_ELASTIC=1) can leave it")
         for subgraph in self._dataflows:
@@ -262,7 +264,7 @@ class Worker:
         deadline = None if timeout is None else time.monotonic() + timeout
         idle = 0
         waiting, self.waiting = self.waiting, True
-        cluster = elastic_view(self._allocator)
+        cluster = self._elastic
         try:
             while condition():
                 if deadline is not None and time.monotonic() >= deadline:
@@ -398,7 +400,7 @@ class Worker:
             return
         self.close_inputs()
         idle = 0
-        cluster = elastic_view(self._allocator)
+        cluster = self._elastic
         while self.step():
             idle = 0 if self.last_step_worked else idle + 1
             if self._stalled_for(idle, cluster):
