@@ -147,6 +147,7 @@ def job_exchange(worker: Worker) -> Row:
     _barrier(worker)
     bytes_before, frames_before = _bytes_sent(worker)
     started = time.perf_counter()
+    cpu_started = time.process_time()
     for i in range(batches):
         handle.send_batch(pool[i % len(pool)])
         # Frames reach the link only when a step releases them: stepping per batch keeps the link busy.
@@ -154,9 +155,11 @@ def job_exchange(worker: Worker) -> Row:
     handle.close()
     worker.step_while(lambda: not probe.done())
     seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     bytes_after, frames_after = _bytes_sent(worker)
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "rows_received": received[0],
         "bytes_sent": bytes_after - bytes_before,
         "frames_sent": frames_after - frames_before,

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pytimely.collector import paused
 from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
 from pytimely.dataflow.activate import Doorbell
 from pytimely.dataflow.explain import Explanation, explain
@@ -237,10 +238,13 @@ class Worker:
         allocator = self._allocator
         allocator.receive()
         worked = False
-        for subgraph in self._dataflows:
-            worked = subgraph.step() or worked
-        for pull in self._dropped:
-            pull.drain()
+        # The batches a step decodes and hands on are mostly freed by its end: collected after it, they cost
+        # nothing to walk (see pytimely.collector).
+        with paused():
+            for subgraph in self._dataflows:
+                worked = subgraph.step() or worked
+            for pull in self._dropped:
+                pull.drain()
         allocator.release()
         if any(s.complete for s in self._dataflows):
             self._dataflows = [s for s in self._dataflows if not s.complete]

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pytimely.collector import paused
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import InputCapability
 from pytimely.dataflow.operators.binned import Key, bin_routes
@@ -64,8 +63,8 @@ def _keyed(
                 notificator.notify_at(cap.retain())
             absorb(state, batch)
         for held in notificator.ready(port.frontier):
-            with paused():  # a result is one new tuple per key: see pytimely.collector
-                result = finish(states.pop(held.time))
+            # A result is one new tuple per key, built inside the worker's step with the collector paused.
+            result = finish(states.pop(held.time))
             if len(result):
                 out.give(held, result)
             held.drop()
