@@ -58,7 +58,6 @@ import json
 import math
 import os
 import pickle
-import platform
 import secrets
 import socket
 import statistics
@@ -74,7 +73,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import taking_turns
+from harness import machine, machine_line, print_json, taking_turns
 from pytimely import Worker
 from pytimely.communication.frame import HEADER, TAG
 from pytimely.communication.payload import dumps
@@ -723,7 +722,7 @@ def figures(row: Row) -> dict[str, float]:
 
 def print_table(rows: list[Row], runs: int) -> None:
     """The rows as a Markdown table."""
-    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; ", end="")
+    print(f"{machine_line()}; ", end="")
     print(f"best of {runs} runs (latency: one run)\n")
     print("| | workload | pytimely | rate | baseline | baseline figure | ratio | target |")
     print("|---|---|---|---|---|---|---|---|")
@@ -810,9 +809,7 @@ def main() -> None:
         if bad:
             raise AssertionError(f"row {row['id']}: figures {bad} are not positive and finite")
     if args.json:
-        print(json.dumps({"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}))
-        for row in rows:
-            print(json.dumps(row))
+        print_json(rows, machine())
         return
     print_table(rows, 1 if args.quick else args.runs)
 

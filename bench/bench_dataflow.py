@@ -24,8 +24,6 @@ Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import statistics
 import time
@@ -35,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import best_of
+from harness import best_of, machine, machine_line, print_json
 from pytimely import Worker, execute
 from pytimely.algorithms import connected_components
 
@@ -379,12 +377,10 @@ def main() -> None:
     sizes = [int(x) for x in args.wcc_edges.split(",") if x.strip()]
     rows = [r for n in sizes for r in wcc_rows(n // 3, n, 1)] if sizes else run(args.quick)
     if args.json:
-        print(json.dumps({"python": platform.python_version(), "machine": platform.machine()}))
-        for row in rows:
-            print(json.dumps(row))
+        print_json(rows, machine())
         return
     runs = 1 if args.quick or sizes else 3
-    print(f"Python {platform.python_version()} on {platform.machine()}; best of {runs} run(s)\n")
+    print(f"{machine_line()}; best of {runs} run(s)\n")
     print("| | workload | pytimely | rate | baseline | baseline time | pytimely speedup |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:

@@ -34,7 +34,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -43,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import machine_line, print_json
 
 Row = dict[str, Any]
 JOINED_AT = 2
@@ -259,7 +260,7 @@ def print_table(rows: list[Row]) -> None:
     """The rows as a Markdown table."""
     repeats = rows[0].get("repeats", 1)
     runs = "one run each" if repeats == 1 else f"latency: median over {repeats} interleaved runs of each run's p50/p99"
-    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; {runs}\n")
+    print(f"{machine_line()}; {runs}\n")
     print("| | workload | pytimely | baseline | baseline figure | ratio |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -313,8 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows += bootstrap_rows(args.quick)
     if args.json:
-        for row in rows:
-            print(json.dumps(row))
+        print_json(rows)
     else:
         print_table(rows)
     if args.png:

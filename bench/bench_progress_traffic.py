@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import machine_line, print_json
 
 Row = dict[str, Any]
 FRAME_OVERHEAD = 40 + 16
@@ -161,7 +162,7 @@ def rows_for(quick: bool) -> list[Row]:
 
 def print_table(rows: list[Row]) -> None:
     """The rows as a Markdown table."""
-    print(f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; one run each; "
+    print(f"{machine_line()}; one run each; "
           f"{rows[0]['epochs']} epochs of {rows[0]['rows']} words per worker\n")
     print("| processes x workers | progress sent | progress frames/epoch | progress bytes/epoch | per process | "
           "frames per worker pair | frames per process pair | data bytes/epoch | progress per data byte | epoch ms | "
@@ -270,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     assert HEADER.size + TAG == FRAME_OVERHEAD, "the frame layout changed: update FRAME_OVERHEAD"
     table = rows_for(args.quick)
     if args.json:
-        for row in table:
-            print(json.dumps(row))
+        print_json(table)
     else:
         print_table(table)
     if args.png:

@@ -28,7 +28,6 @@ Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from harness import print_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -184,9 +185,7 @@ def main() -> None:
         parser.error("--repeat must be at least 1")
     facts, rows = run(args)
     if args.json:
-        print(json.dumps(facts))
-        for row in rows:
-            print(json.dumps(row))
+        print_json(rows, facts)
         return
     print(
         f"Python {facts['python']}, Spark {facts['spark']} local[{facts['slots']}] (started in "

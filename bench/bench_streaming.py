@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import platform
 import shutil
@@ -42,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from harness import print_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -302,9 +303,7 @@ def main() -> None:
         parser.error("--parts names wordcount and/or components")
     facts, rows = run(args)
     if args.json:
-        print(json.dumps(facts))
-        for row in rows:
-            print(json.dumps(row))
+        print_json(rows, facts)
         return
     print(
         f"Python {facts['python']}, Spark {facts['spark']} local[{facts['slots']}] (started in "

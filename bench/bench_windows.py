@@ -16,15 +16,13 @@ Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 from collections import Counter
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from harness import best_of
+from harness import best_of, machine, machine_line, print_json
 from pytimely import Worker, execute
 
 Row = dict[str, Any]
@@ -162,11 +160,9 @@ def main() -> None:
     args = parser.parse_args()
     rows = run(args.quick)
     if args.json:
-        print(json.dumps({"python": platform.python_version(), "machine": platform.machine()}))
-        for row in rows:
-            print(json.dumps(row))
+        print_json(rows, machine())
         return
-    print(f"Python {platform.python_version()} on {platform.machine()}; best of {1 if args.quick else 3} runs\n")
+    print(f"{machine_line()}; best of {1 if args.quick else 3} runs\n")
     print("| workload | pytimely | events/s | baseline | baseline time | pytimely speedup |")
     print("|---|---|---|---|---|---|")
     for row in rows:

@@ -1,12 +1,16 @@
-"""What the benchmarks share: timing a measurement as the best of several runs, alone or taking turns with others."""
+"""What the benchmarks share: timing a measurement as the best of several runs, alone or taking turns with others,
+and printing what they measured."""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["best_of", "taking_turns"]
+__all__ = ["best_of", "machine", "machine_line", "print_json", "taking_turns"]
 
 
 def best_of(runs: int, f: Callable[[], Any]) -> tuple[float, Any]:
@@ -33,3 +37,22 @@ def taking_turns(runs: int, measures: Mapping[str, Callable[[], Any]], key: Call
             if name not in best or key(result) < key(best[name]):
                 best[name] = result
     return best
+
+
+def machine() -> dict[str, Any]:
+    """What a figure of this machine depends on: the Python version, the architecture and the CPU count."""
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+
+
+def machine_line() -> str:
+    """:func:`machine` in words, for the line above a table."""
+    facts = machine()
+    return f"Python {facts['python']} on {facts['machine']}, {facts['cpus']} CPUs"
+
+
+def print_json(rows: Iterable[Mapping[str, Any]], facts: Mapping[str, Any] | None = None) -> None:
+    """What ``--json`` prints: ``facts`` (when given) as one JSON object, then one per row, a line each."""
+    if facts is not None:
+        print(json.dumps(facts))
+    for row in rows:
+        print(json.dumps(row))
