@@ -8,33 +8,14 @@ import pytest
 
 from tests.bench_quick import run_quick
 
+EXCHANGE = ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"]
+WORDCOUNT = ["records", "seconds", "records_per_s", "baseline_seconds", "speedup", "cpu_speedup", "machine_ceiling"]
+
 FIGURES = {
-    "a1": [
-        "records",
-        "bytes",
-        "seconds",
-        "bytes_per_s",
-        "records_per_s",
-        "baseline_seconds",
-        "ratio_of_ceiling",
-        "authenticated_only_seconds",
-        "socket_only_seconds",
-        "ring_speedup",
-    ],
-    "a2": [
-        "records",
-        "bytes",
-        "seconds",
-        "bytes_per_s",
-        "records_per_s",
-        "baseline_seconds",
-        "ratio_of_ceiling",
-        "python_floor_seconds",
-        "ratio_of_python_floor",
-        "python_floor_ratio_of_ceiling",
-    ],
-    "b": ["records", "seconds", "records_per_s", "baseline_seconds", "speedup"],
-    "b2": ["records", "seconds", "records_per_s", "baseline_seconds", "speedup"],
+    "a1": [*EXCHANGE, "authenticated_only_seconds", "socket_only_seconds", "ring_speedup"],
+    "a2": [*EXCHANGE, "python_floor_seconds", "ratio_of_python_floor", "python_floor_ratio_of_ceiling"],
+    "b": WORDCOUNT,
+    "b2": WORDCOUNT,
     "c": ["epochs", "p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p50_vs_baseline"],
 }
 
