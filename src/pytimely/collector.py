@@ -1,56 +1,58 @@
-"""Pausing Python's cyclic garbage collector while a burst of new objects is built and used.
+"""Letting a burst of new objects be built and used before Python's cyclic garbage collector walks them.
 
-A batch of results or received records is thousands of new tuples at once. With the collector running they set
-off a young collection every 700 of them and are promoted generation by generation until full collections walk
-every long-lived object of the process (the input, operator state), looking for cycles that such batches never
-hold: reference counting frees them. A worker pauses the collector for each step (:meth:`pytimely.Worker.step`),
-so the batches a step decodes and hands from operator to operator are usually freed before the one young
-collection that follows; decoding and building keyed results pause it where they run outside a step too.
+A batch of results or received records is thousands of new tuples at once. With the collector's usual young
+threshold (700) they set off a young collection every 700 of them and are promoted generation by generation
+until full collections walk every long-lived object of the process (the input, operator state), looking for
+cycles that such batches never hold: reference counting frees them. A worker runs each step as a burst
+(:meth:`pytimely.Worker.step`), and decoding a payload is one too: the young threshold is raised to
+:data:`BURST` for the block, so the batches a step decodes and hands from operator to operator are usually freed
+before any collection walks them (CPython counts a young object freed against the threshold).
 
-Pauses of several threads nest, and the collector comes back when the last one ends. So that workers stepping
-in turn cannot keep it off for good, a pause under way for :data:`MAX_PAUSE` seconds takes no new threads: it
-ends once the threads already in it leave, and cyclic garbage is then collected as usual.
+The collector is never switched off: a block that makes cyclic garbage still has it collected every
+:data:`BURST` young objects, so memory stays bounded however long a step runs. Bursts of several threads nest,
+and the threshold the process had comes back when the last one ends, unless the program set its own meanwhile.
+A program that turned automatic collection off (``gc.disable()``, or a threshold of 0) or set a threshold of
+its own above :data:`BURST` is left as it is.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["MAX_PAUSE", "paused"]
+__all__ = ["BURST", "burst"]
 
-MAX_PAUSE = 0.1
-"""Seconds after which a pause under way takes no new threads."""
+BURST = 100_000
+"""The young threshold during a burst: new container objects left alive before a young collection."""
 
 _lock = threading.Lock()
 _depth = 0
-_since = 0.0
-_disabled_here = False
+_replaced: int | None = None
 
 
 @contextmanager
-def paused() -> Iterator[None]:
-    """Pause the collector for the block. Pauses of several threads nest: the collector is back on when the last
-    one ends, and only if a pause turned it off (a program that turned it off itself keeps it off). A pause that
-    began :data:`MAX_PAUSE` seconds ago is not joined: the block then runs under it while it lasts."""
-    global _depth, _disabled_here, _since
-    with _lock:
-        joined = _depth == 0 or time.monotonic() - _since < MAX_PAUSE
-        if joined:
-            if _depth == 0:
-                _disabled_here = gc.isenabled()
-                if _disabled_here:
-                    gc.disable()
-                _since = time.monotonic()
-            _depth += 1
+def burst() -> Iterator[None]:
+    """Run the block with the collector's young threshold raised to :data:`BURST` (see the module's doc)."""
+    global _depth, _replaced
+    entered = False
     try:
+        with _lock:
+            if _depth == 0:
+                young, older, oldest = gc.get_threshold()
+                _replaced = young if 0 < young < BURST else None
+                if _replaced is not None:
+                    gc.set_threshold(BURST, older, oldest)
+            _depth += 1
+            entered = True
         yield
     finally:
-        if joined:
+        if entered:
             with _lock:
                 _depth -= 1
-                if _depth == 0 and _disabled_here:
-                    gc.enable()
+                if _depth == 0 and _replaced is not None:
+                    young, older, oldest = gc.get_threshold()
+                    if young == BURST:  # else the program set a threshold of its own meanwhile: keep it
+                        gc.set_threshold(_replaced, older, oldest)
+                    _replaced = None

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytimely.collector import paused
+from pytimely.collector import burst
 from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
 from pytimely.dataflow.activate import Doorbell
 from pytimely.dataflow.explain import Explanation, explain
@@ -238,9 +238,9 @@ class Worker:
         allocator = self._allocator
         allocator.receive()
         worked = False
-        # The batches a step decodes and hands on are mostly freed by its end: collected after it, they cost
-        # nothing to walk (see pytimely.collector).
-        with paused():
+        # The batches a step decodes and hands on are mostly freed before a collection walks them (see
+        # pytimely.collector).
+        with burst():
             for subgraph in self._dataflows:
                 worked = subgraph.step() or worked
             for pull in self._dropped:

@@ -17,7 +17,7 @@ import pickle
 import struct
 from typing import Any
 
-from pytimely.collector import paused
+from pytimely.collector import burst
 
 __all__ = ["dumps", "loads"]
 
@@ -40,13 +40,12 @@ def dumps(message: Any) -> tuple[list[bytes | memoryview], int]:
 def loads(payload: memoryview | bytes) -> Any:
     """The message a payload holds (its buffers are read in place, not copied).
 
-    The cyclic garbage collector is paused while the message is rebuilt: a batch of records is
-    thousands of new tuples at once, which otherwise set off a young collection every 700 of them and
-    promote the batch generation by generation until full collections walk every long-lived object of
-    the process (the input, operator state) for garbage that reference counting frees anyway. If the
-    collector is off already (the program's choice, or another worker decoding), it is left as it is.
+    The message is rebuilt as a burst (:func:`pytimely.collector.burst`): a batch of records is thousands of
+    new tuples at once, which would otherwise set off a young collection every 700 of them and promote the
+    batch generation by generation until full collections walk every long-lived object of the process (the
+    input, operator state) for garbage that reference counting frees anyway.
     """
-    with paused():
+    with burst():
         return _loads(payload)
 
 

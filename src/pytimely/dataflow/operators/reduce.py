@@ -63,7 +63,7 @@ def _keyed(
                 notificator.notify_at(cap.retain())
             absorb(state, batch)
         for held in notificator.ready(port.frontier):
-            # A result is one new tuple per key, built inside the worker's step with the collector paused.
+            # A result is one new tuple per key, built inside the worker's step: a burst (see pytimely.collector).
             result = finish(states.pop(held.time))
             if len(result):
                 out.give(held, result)
