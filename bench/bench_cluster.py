@@ -16,7 +16,8 @@
     Second baseline for a2, the Python floor: two plain Python processes (a sending and a receiving thread each)
     that exchange the same batches without pytimely: each record routed by the same ``lambda r: r[0]`` and
     modulo into a list per worker, the other worker's list pickled (protocol 5), sent length-prefixed over
-    TCP and unpickled (with the collector paused, as pytimely's decoding does). What CPython takes for the
+    TCP and unpickled with the collector off (the batch is freed before it comes back on, as pytimely's steps
+    keep a collection from walking such batches). What CPython takes for the
     records themselves; pytimely's share of it is what its own machinery (framing, checks, encryption,
     progress) leaves.
 (b) word count scaling: the dataflow of ``examples/wordcount.py`` on 8,000,000 words drawn with seed 42
@@ -353,8 +354,8 @@ def python_peer(role: str, batches: int) -> None:
         _recv_exactly(sock, head)
         body = memoryview(bytearray(size.unpack(head)[0]))
         _recv_exactly(sock, body)
-        # Paused while the batch's tuples are built, as pytimely's decoding does: otherwise they set off
-        # young collections every 700 tuples.
+        # Off while the batch's tuples are built and counted, so no collection walks them (pytimely's steps
+        # keep one from walking such batches too): otherwise they set off young collections every 700 tuples.
         gc.disable()
         try:
             rows += len(pickle.loads(body))
@@ -371,18 +372,20 @@ def _peer_pair(mode: str, listener_args: list[str], connector_args: list[str]) -
     printed."""
     command = [sys.executable, str(BENCH), mode]
     listener = subprocess.Popen([*command, "listen", *listener_args], stdout=subprocess.PIPE, text=True)
-    assert listener.stdout is not None
-    port = int(listener.stdout.readline())
-    connector = subprocess.Popen([*command, f"connect:{port}", *connector_args], stdout=subprocess.PIPE, text=True)
+    procs = [listener]
     results: list[Row] = []
     try:
+        assert listener.stdout is not None
+        port = int(listener.stdout.readline())
+        connector = subprocess.Popen([*command, f"connect:{port}", *connector_args], stdout=subprocess.PIPE, text=True)
+        procs.append(connector)
         for proc in (listener, connector):
             out, _ = proc.communicate(timeout=JOB_TIMEOUT)
             if proc.returncode != 0:
                 raise RuntimeError(f"a ceiling peer ({mode}) failed with status {proc.returncode}")
             results.append(json.loads(out.strip().splitlines()[-1]))
     finally:
-        for proc in (listener, connector):
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
