@@ -547,3 +547,20 @@ class CheckpointMismatchError(StreamError, InvalidArgument):
 
 class CheckpointInUseError(StreamError):
     """Another run holds the streaming checkpoint (or its Spark JVM still runs); names the checkpoint and holder."""
+
+
+class BatchKindError(DataflowError, TypeError):
+    """A batch is of no known kind (or cannot become the kind asked for); names the kind."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ColumnError(DataflowError, ValueError):
+    """A batch has no column the operator names, or the column's values are of the wrong type; names both."""
+
+    def __init__(self, message: str, kind: str = "", column: object = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.column = column

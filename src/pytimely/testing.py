@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from pytimely import container
 from pytimely.communication.simulated import Delivery, SimulatedCluster
 from pytimely.errors import InvalidArgument, SimulatedAbortError
 
@@ -59,18 +60,14 @@ ABORT = _Marker("ABORT")
 
 
 def _share(batch: Any, index: int, peers: int) -> Any:
-    """Worker ``index``'s share of ``batch``: every ``peers``-th row (lists, numpy arrays, Arrow batches)."""
+    """Worker ``index``'s share of ``batch``: every ``peers``-th row, in the batch's own kind."""
     if peers == 1:
         return batch
-    if isinstance(batch, list):
+    if type(batch) is list:
         return batch[index::peers]
-    if hasattr(batch, "dtype"):
-        return batch[index::peers]
-    if hasattr(batch, "take"):
-        import pyarrow as pa
+    import numpy as np
 
-        return batch.take(pa.array(range(index, len(batch), peers), type=pa.int64()))
-    return list(batch)[index::peers]
+    return container.take(batch, np.arange(index, container.length(batch), peers, dtype=np.int64))
 
 
 def testing_source(
@@ -140,12 +137,8 @@ class Caught:
 
 
 def _plain(batch: Any) -> list[Any]:
-    """A batch's records as plain Python values (numpy rows as lists, Arrow rows as tuples)."""
-    if hasattr(batch, "tolist"):
-        return list(batch.tolist())
-    if hasattr(batch, "columns") and not isinstance(batch, list):
-        return list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
-    return list(batch)
+    """A batch's records as plain Python values (rows of numpy and Arrow batches as tuples)."""
+    return list(container.records(batch))
 
 
 class TestingSink(Generic[R]):

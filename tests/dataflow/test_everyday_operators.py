@@ -249,7 +249,7 @@ def test_bad_arguments_are_typed() -> None:
             with pytest.raises(InvalidArgument):
                 stream.collect(every=0)
             with pytest.raises(InvalidArgument):
-                stream.key_on("k")  # type: ignore[arg-type]
+                stream.key_on(1.5)  # type: ignore[arg-type]
             with pytest.raises(InvalidArgument):
                 stream.enrich_cached(str, lambda c, r: r, ttl=0)
 

@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from pytimely import container
 from pytimely.atomic import atomic_output
 from pytimely.connectors.formats import Format, format_of, read_batches
 from pytimely.connectors.source import Action, Advance, End, Send, polled_source
@@ -227,12 +228,8 @@ def ordered_sink(
 
 
 def rows_of(batch: Any) -> list[Any]:
-    """A batch's records as Python values: numpy rows as lists, Arrow rows as tuples."""
-    if hasattr(batch, "tolist"):
-        return list(batch.tolist())
-    if hasattr(batch, "columns") and not isinstance(batch, list):
-        return list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
-    return list(batch)
+    """A batch's records as Python values (rows of numpy and Arrow batches as tuples)."""
+    return list(container.records(batch))
 
 
 def write_rows(out: IO[str], kind: Format, batches: list[Any], format_line: Callable[[Any], str] = str) -> None:
@@ -280,7 +277,7 @@ def file_sink(
         import pyarrow.parquet as pq
 
         for b in batches:
-            table = b if hasattr(b, "schema") else _table(rows_of(b), columns_known, name)
+            table = b if container.kind_of(b).name == "arrow" else _table(rows_of(b), columns_known, name)
             writer = state.get("parquet")
             if writer is None:
                 writer = state["parquet"] = pq.ParquetWriter(out(), table.schema)

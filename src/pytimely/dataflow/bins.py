@@ -15,12 +15,12 @@ The operators that use these (``count_by``, ``sum_by``, ``fold_by``, ``reduce_by
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
+from pytimely.container.keys import key_hash
 from pytimely.errors import BinCountError, BinRangeError, UnknownWorkerError
 from pytimely.order import sort_key
 
@@ -32,43 +32,6 @@ DEFAULT_BINS = 256
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 """2**64 / golden ratio: multiplying by it spreads consecutive and strided ints over the high bits."""
-_TUPLE = 0x100000001B3
-_NONE = 0x5A17
-_DOUBLE = struct.Struct("<d")
-
-
-def key_hash(key: Any) -> int:
-    """A 64-bit hash of ``key`` that every process computes alike (for the types listed in the module doc).
-
-    Keys that compare equal hash alike (``1``, ``1.0`` and ``True``; equal tuples). Other types fall back
-    to Python's ``hash``, which is the same across processes only when they share ``PYTHONHASHSEED``.
-    """
-    kind = type(key)
-    if kind is int:
-        return int(key) & _MASK
-    if kind is str:
-        return crc32(key.encode("utf-8", "surrogatepass")) | 1 << 32
-    if kind is tuple:
-        h = len(key)
-        for item in key:
-            h = ((h ^ key_hash(item)) * _TUPLE) & _MASK
-        return h
-    if kind is bytes:
-        return crc32(key) | 2 << 32
-    if kind is float:
-        if key.is_integer():
-            return int(key) & _MASK
-        return crc32(_DOUBLE.pack(key)) | 3 << 32
-    if key is None:
-        return _NONE
-    if isinstance(key, int):  # bool and int subclasses compare equal to their int value
-        return int(key) & _MASK
-    if isinstance(key, frozenset):
-        return sum(map(key_hash, key)) & _MASK
-    item = getattr(key, "item", None)
-    if item is not None and hasattr(key, "dtype"):  # numpy scalars hash as the Python value they hold
-        return key_hash(item())
-    return hash(key) & _MASK
 
 
 def _check_bins(bins: int) -> None:

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
+from pytimely import container
 from pytimely.communication.allocator import Members
 from pytimely.communication.payload import dumps, loads
 from pytimely.dataflow.capability import Capability, InputCapability
@@ -35,22 +36,12 @@ if TYPE_CHECKING:
     from pytimely.dataflow.operator import OperatorCore
     from pytimely.eventlog import EventLogger
 
-__all__ = ["InputPort", "OutputPort", "Session", "take"]
+__all__ = ["InputPort", "OutputPort", "Session"]
 
 T = TypeVar("T")
 D = TypeVar("D")
 
 Record = Callable[[Any, Any, int], None]
-
-
-def take(batch: Any, indices: Any) -> Any:
-    """The rows of ``batch`` at ``indices``, in the batch's own kind (list, numpy array, Arrow batch)."""
-    if isinstance(batch, list):
-        return [batch[i] for i in indices]
-    if hasattr(batch, "ndim"):
-        # ndarray.take along axis 0 copies whole rows at once; fancy indexing goes element by element.
-        return batch.take(indices, axis=0)
-    return batch.take(indices)
 
 
 def _unpicklable(
@@ -61,7 +52,7 @@ def _unpicklable(
     dataflow = target._op.scope.subgraph.name
     channel = f"{kind} from {sender!r} to {receiver!r} in dataflow {dataflow!r}"
     culprit = ""
-    if isinstance(batch, list):
+    if type(batch) is list:
         for record in batch:
             try:
                 dumps(record)
@@ -218,8 +209,8 @@ class _Exchange:
                 owner = int(keys[0])
                 parts = [batch if j == owner else () for j in range(peers)]
             else:
-                parts = [take(batch, np.flatnonzero(keys == j)) for j in range(peers)]
-        else:
+                parts = container.split(batch, keys, peers)
+        elif type(batch) is list:
             buckets: list[list[Any]] = [[] for _ in range(peers)]
             appends = [b.append for b in buckets]
             route = self._route
@@ -230,6 +221,20 @@ class _Exchange:
             except Exception as exc:
                 raise self._failed(time, exc, r) from exc
             parts = buckets
+        else:
+            # A columnar batch routed record by record: its rows go out in its own kind.
+            import numpy as np
+
+            records = container.records(batch)
+            route = self._route
+            dests = np.empty(len(records), dtype=np.int64)
+            r = None
+            try:
+                for i, r in enumerate(records):
+                    dests[i] = route(r) % peers
+            except Exception as exc:
+                raise self._failed(time, exc, r) from exc
+            parts = container.split(batch, dests, peers)
         index = self._index
         for j, part in enumerate(parts):
             if len(part):

@@ -399,8 +399,8 @@ class Stream(Generic[D]):
 
     # -- everyday operators (keyed, collect, redistribute, enrich, final extremes) -----------
 
-    def key_on(self, key: Callable[[D], K] | int, *, name: str = "key_on") -> Stream[tuple[K, D]]:
-        """``(key(record), record)`` per record; ``key`` may be a column index of numpy/Arrow batches."""
+    def key_on(self, key: Callable[[D], K] | int | str, *, name: str = "key_on") -> Stream[tuple[K, D]]:
+        """``(key(record), record)`` per record; ``key`` may be a column (position or name) of numpy/Arrow batches."""
 
         return _keyed.key_on(self, key, name)
 

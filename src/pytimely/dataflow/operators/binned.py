@@ -56,8 +56,11 @@ The operator wakes its router whenever it runs while moves are pending, so the r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytimely import container
+from pytimely.container.kind import Field
 from pytimely.dataflow.bins import BinTable, Move, binner, bins_of
 from pytimely.dataflow.capability import Capability, InputCapability
 from pytimely.dataflow.channels import Broadcast, Direct, Exchange
@@ -68,7 +71,7 @@ if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
-__all__ = ["Router", "StateHolder", "bin_routes", "earlier", "first_column", "whole_batch"]
+__all__ = ["FIRST_COLUMN", "WHOLE_RECORD", "KeyColumn", "Router", "StateHolder", "bin_routes", "earlier"]
 
 _KNOWN_LIMIT = 1 << 20
 """How many keys' bins a router remembers before it starts over (bounds its memory)."""
@@ -76,8 +79,23 @@ _KNOWN_LIMIT = 1 << 20
 Key = Callable[[Any], Any] | None
 """A record's key: ``None`` when the record is its own key."""
 
-Column = Callable[[Any], Any] | None
-"""A numpy batch's keys as an array, or ``None`` to route it record by record."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyColumn:
+    """Where a columnar batch's keys are: column ``field`` (``None``: each record is its own key)."""
+
+    field: Field
+
+
+WHOLE_RECORD = KeyColumn(None)
+"""Each record is its key: a one-column batch is its own column of keys."""
+
+FIRST_COLUMN = KeyColumn(0)
+"""Records are ``(key, value)`` rows: the keys are the first column."""
+
+Column = KeyColumn | None
+"""Where a columnar batch's keys are, or ``None`` to route it record by record."""
 
 
 def earlier(a: Any, b: Any) -> bool:
@@ -111,25 +129,15 @@ def bin_routes(
 
     Without ``control`` each stream is exchanged by ``hash(key)`` as before bins existed: a table that
     never changes needs no bins, and the placement of keys stays what programs and tests rely on.
-    ``columns[i]`` gives the keys of a numpy batch of stream ``i`` as an array (or None: go record by
-    record); by default a one-dimensional batch of a stream whose records are their own keys is its keys.
+    ``columns[i]`` says where the keys of a columnar batch of stream ``i`` are (or None: go record by record);
+    by default a stream whose records are their own keys has them in its only column.
     """
     if control is None:
         return [(stream, Exchange(_hash_route(key))) for stream, key in zip(streams, keys, strict=True)], None
     if columns is None:
-        columns = [whole_batch if key is None else None for key in keys]
+        columns = [WHOLE_RECORD if key is None else None for key in keys]
     router = Router(streams, keys, name, control, bins, migrate, columns)
     return [(s, router.pact) for s in router.data_outputs], router
-
-
-def whole_batch(batch: Any) -> Any:
-    """A one-dimensional numpy batch is its own array of keys."""
-    return batch if batch.ndim == 1 else None
-
-
-def first_column(batch: Any) -> Any:
-    """The keys of a two-dimensional numpy batch of ``(key, value)`` rows."""
-    return batch[:, 0] if batch.ndim == 2 else None
 
 
 def _hash_route(key: Key) -> Callable[[Any], int]:
@@ -250,17 +258,14 @@ class Router:
             self.dest = single
             out.give(cap, batch)
             return
-        column = self._columns[i]
-        if column is not None and hasattr(batch, "dtype") and (keys := column(batch)) is not None:
+        if type(batch) is not list:
             import numpy as np
 
-            from pytimely.dataflow.ports import take
-
-            # One table lookup for the whole batch: bins of the key column, then their owners.
-            dests = self.table.array_at(s)[bins_of(keys, self.bins)]
+            # One table lookup for the whole batch: bins of the keys, then their owners.
+            dests = self.table.array_at(s)[self._bins(i, batch)]
             for j in np.unique(dests).tolist():
                 self.dest = j
-                out.give(cap, take(batch, np.flatnonzero(dests == j)))
+                out.give(cap, container.take(batch, np.flatnonzero(dests == j)))
             return
         owners = self.table.at(s)
         buckets: list[list[Any]] = [[] for _ in range(max(owners) + 1)]
@@ -281,6 +286,16 @@ class Router:
             if part:
                 self.dest = j
                 out.give(cap, part)
+
+    def _bins(self, i: int, batch: Any) -> Any:
+        """The bin of every record of a columnar ``batch`` of input ``i``, as an int64 array."""
+        column = self._columns[i]
+        if column is None:
+            return container.per_key(batch, None, self.find, self._keys[i])
+        keys = container.numeric(batch, column.field)
+        if keys is not None and keys.dtype.kind in "iub":
+            return bins_of(keys, self.bins)
+        return container.per_key(batch, column.field, self.find)
 
     def _migrate(self) -> None:
         """Ship the state of the bins this worker loses, move by move in time order (module doc, step 2)."""

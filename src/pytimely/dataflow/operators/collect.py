@@ -1,7 +1,7 @@
 """``collect``: the records of each time (or of each window of epochs) gathered into one, per key or in all.
 
-Keyed (records are ``(key, value)`` pairs or rows of a two-column numpy batch): ``(key, [values])`` per key
-that had records, sent from the key's worker (a numpy batch is grouped by key at once). Unkeyed: one record
+Keyed (records are ``(key, value)`` pairs, or rows of a two-column numpy or Arrow batch): ``(key, [values])`` per
+key that had records, sent from the key's worker (a columnar batch is grouped by key at once). Unkeyed: one record
 holding everything, sent from worker 0 — a numpy array when every batch was numpy (``np.concatenate``, no
 Python call per record), an Arrow table when every batch was Arrow, else a list. With ``every=n`` (integer
 epochs) the window ``[k*n, (k+1)*n)`` is gathered and sent at time ``(k+1)*n - 1`` once the frontier has
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pytimely import container
 from pytimely.dataflow.channels import Exchange
 from pytimely.dataflow.operators.fields import key_route
 from pytimely.dataflow.operators.generic import Notificator
@@ -28,47 +29,57 @@ __all__ = ["collect", "gather"]
 def _to_zero(batch: Any) -> Any:
     import numpy as np
 
-    return np.zeros(len(batch), dtype=np.int64)
+    return np.zeros(container.length(batch), dtype=np.int64)
 
 
 def gather(batches: list[Any]) -> Any:
     """One collection of ``batches``: a numpy array, an Arrow table, or a list, as the batches allow."""
-    if batches and all(hasattr(b, "dtype") for b in batches):
-        import numpy as np
-
-        return np.concatenate(batches)
-    if batches and all(hasattr(b, "schema") and hasattr(b, "num_rows") for b in batches):
-        import pyarrow as pa
-
-        return pa.Table.from_batches(batches)
-    records: list[Any] = []
-    for b in batches:
-        records.extend(b.tolist() if hasattr(b, "tolist") else b)
-    return records
+    return container.concat(batches)
 
 
 def _group(state: dict[Any, list[Any]], batch: Any) -> None:
-    """Add a batch of ``(key, value)`` pairs to ``state``: a numpy batch is split by key at once."""
-    if hasattr(batch, "dtype") and batch.ndim == 2:
-        import numpy as np
-
-        from pytimely.dataflow.operators.grouping import group_starts
-
-        order, starts = group_starts(batch[:, 0])
-        keys = batch[order[starts], 0].tolist()
-        for k, chunk in zip(keys, np.split(batch[order, 1], starts[1:]), strict=True):
-            group = state.get(k)
-            if group is None:
-                state[k] = chunk.tolist()
-            else:
-                group.extend(chunk.tolist())
-        return
-    for k, v in batch:
+    """Add a batch of ``(key, value)`` pairs to ``state``: a columnar batch is split by key at once."""
+    kind = container.kind_of(batch)
+    if kind.columnar:
+        keys = kind.numeric(batch, 0)
+        distinct: list[Any] | None = None
+        if keys is None:
+            encoded = kind.encoded(batch, 0)
+            if encoded is not None:
+                keys, distinct = encoded
+        if keys is not None:
+            _group_columns(state, keys, distinct, kind, batch)
+            return
+    for k, v in kind.records(batch):
         group = state.get(k)
         if group is None:
             state[k] = [v]
         else:
             group.append(v)
+
+
+def _group_columns(state: dict[Any, list[Any]], keys: Any, distinct: list[Any] | None, kind: Any, batch: Any) -> None:
+    """Group by a key column (numbers, or codes into ``distinct``): one sort, then one Python step per key."""
+    from pytimely.dataflow.operators.grouping import group_starts
+
+    order, starts = group_starts(keys)
+    numbers = kind.numeric(batch, 1)
+    if numbers is not None:
+        ordered = numbers[order].tolist()
+    else:
+        values = kind.values(batch, 1)
+        ordered = [values[j] for j in order.tolist()]
+    firsts = keys[order[starts]].tolist()
+    bounds = [*starts.tolist(), len(ordered)]
+    for i, k in enumerate(firsts):
+        if distinct is not None:
+            k = distinct[k]
+        chunk = ordered[bounds[i] : bounds[i + 1]]
+        group = state.get(k)
+        if group is None:
+            state[k] = chunk
+        else:
+            group.extend(chunk)
 
 
 def collect(stream: Stream[Any], keyed: bool, every: int | None, name: str) -> Stream[Any]:

@@ -2,7 +2,9 @@
 
 They share one skeleton (:func:`per_batch`): an operator with one input and some outputs
 whose logic handles each ``(time, batch)`` as it is taken and sends at the same time.
-Each operator below is only the function it applies to a batch.
+Each operator below is only the function it applies to a batch. Functions given to them see records
+(:func:`pytimely.container.records`: rows of numpy and Arrow batches as tuples); ``filter``, ``branch`` and
+``partition`` pass on the rows they keep in the batch's own kind, so a columnar batch stays columnar.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytimely import container
 from pytimely.dataflow.channels import Broadcast, Exchange, Pact
 from pytimely.errors import ArityError, RouteError
 
@@ -55,22 +58,35 @@ def per_batch(
     return [scope.stream(out) for out in outs]
 
 
+def _where(batch: Any, predicate: Callable[[Any], bool]) -> Any:
+    """The positions of the records of a columnar ``batch`` that ``predicate`` accepts."""
+    import numpy as np
+
+    records = container.records(batch)
+    return np.flatnonzero(np.fromiter(map(predicate, records), dtype=bool, count=len(records)))
+
+
 def _one(stream: Stream[Any], name: str, handle: BatchLogic, pact: Pact | None = None) -> Stream[Any]:
     return per_batch(stream, name, handle, pact=pact)[0]
 
 
 def map_(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream[Any]:
     """Apply ``f`` to every record."""
-    return _one(stream, name, lambda time, batch, outs: outs[0]._push(time, list(map(f, batch))))
+    return _one(stream, name, lambda time, batch, outs: outs[0]._push(time, list(map(f, container.records(batch)))))
 
 
 def filter_(stream: Stream[Any], predicate: Callable[[Any], bool], name: str) -> Stream[Any]:
     """Keep the records ``predicate`` accepts."""
 
     def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
-        kept = list(filter(predicate, batch))
-        if kept:
-            outs[0]._push(time, kept)
+        if type(batch) is list:
+            kept = list(filter(predicate, batch))
+            if kept:
+                outs[0]._push(time, kept)
+            return
+        kept_rows = _where(batch, predicate)
+        if len(kept_rows):
+            outs[0]._push(time, container.take(batch, kept_rows))
 
     return _one(stream, name, handle)
 
@@ -81,7 +97,7 @@ def flat_map(stream: Stream[Any], f: Callable[[Any], Iterable[Any]], name: str) 
     def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
         result: list[Any] = []
         extend = result.extend
-        for record in batch:
+        for record in container.records(batch):
             extend(f(record))
         if result:
             outs[0]._push(time, result)
@@ -104,7 +120,7 @@ def inspect(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream[A
     """Call ``f`` on every record and pass the records on unchanged."""
 
     def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
-        for record in batch:
+        for record in container.records(batch):
             f(record)
         outs[0]._push(time, batch)
 
@@ -167,17 +183,28 @@ def partition(stream: Stream[Any], parts: int, route: Callable[[Any], int], name
     if type(parts) is not int or parts < 1:
         raise ArityError(f"{name}: the number of parts must be a positive int, got {parts!r}")
 
+    def part_of(record: Any) -> int:
+        k = route(record)
+        if type(k) is not int or not 0 <= k < parts:
+            raise ArityError(f"{name}: route gave {k!r} for {record!r}; parts are numbered 0..{parts - 1}")
+        return k
+
     def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
-        buckets: list[list[Any]] = [[] for _ in range(parts)]
-        appends = [b.append for b in buckets]
-        for record in batch:
-            k = route(record)
-            if type(k) is not int or not 0 <= k < parts:
-                raise ArityError(f"{name}: route gave {k!r} for {record!r}; parts are numbered 0..{parts - 1}")
-            appends[k](record)
-        for out, bucket in zip(outs, buckets, strict=True):
-            if bucket:
-                out._push(time, bucket)
+        if type(batch) is list:
+            buckets: list[list[Any]] = [[] for _ in range(parts)]
+            appends = [b.append for b in buckets]
+            for record in batch:
+                appends[part_of(record)](record)
+            pieces: list[Any] = buckets
+        else:
+            import numpy as np
+
+            records = container.records(batch)
+            dests = np.fromiter(map(part_of, records), dtype=np.int64, count=len(records))
+            pieces = container.split(batch, dests, parts)
+        for out, piece in zip(outs, pieces, strict=True):
+            if len(piece):
+                out._push(time, piece)
 
     return per_batch(stream, name, handle, outputs=parts)
 
@@ -186,14 +213,21 @@ def branch(stream: Stream[Any], predicate: Callable[[Any], bool], name: str) -> 
     """Split into the records ``predicate`` accepts and the rest."""
 
     def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
-        accepted: list[Any] = []
-        rejected: list[Any] = []
-        for record in batch:
-            (accepted if predicate(record) else rejected).append(record)
-        if accepted:
-            outs[0]._push(time, accepted)
-        if rejected:
-            outs[1]._push(time, rejected)
+        if type(batch) is list:
+            accepted: list[Any] = []
+            rejected: list[Any] = []
+            for record in batch:
+                (accepted if predicate(record) else rejected).append(record)
+            pieces: list[Any] = [accepted, rejected]
+        else:
+            import numpy as np
+
+            records = container.records(batch)
+            verdicts = np.fromiter(map(predicate, records), dtype=bool, count=len(records))
+            pieces = [container.take(batch, np.flatnonzero(verdicts)), container.take(batch, np.flatnonzero(~verdicts))]
+        for out, piece in zip(outs, pieces, strict=True):
+            if len(piece):
+                out._push(time, piece)
 
     yes, no = per_batch(stream, name, handle, outputs=2)
     return yes, no

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from pytimely import container
 from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def enrich_cached(
                 if result is not None and len(result):
                     out._push(time, result)
             else:
-                out._push(time, [mapper(cache, r) for r in batch])
+                out._push(time, [mapper(cache, r) for r in container.records(batch)])
 
     op.logic = logic
     return stream.scope.stream(out)

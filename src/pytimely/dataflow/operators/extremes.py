@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytimely import container
 from pytimely.dataflow.channels import Exchange
-from pytimely.dataflow.operators.fields import Field, column, getter, key_route, rows
+from pytimely.dataflow.operators.fields import Field, check, column, key_route, reader, rows
 from pytimely.errors import InvalidArgument
 from pytimely.order import sort_key
 
@@ -44,9 +45,7 @@ class _Extremes:
 
     def __init__(self, kind: Extreme, key: Field, value: Field) -> None:
         self.kind = kind
-        self.key_field, self.value_field = key, value
-        self.key = getter(key, "key")
-        self.value = getter(value, "value")
+        self.key_field, self.value_field = check(key, "key"), check(value, "value")
         self.better = _better(kind)
         self.best: dict[Any, Any] = {}
         self.when: dict[Any, Any] = {}
@@ -58,7 +57,7 @@ class _Extremes:
         """Fold one batch at time ``t``."""
         pairs = self._reduced(batch)
         if pairs is None:
-            get_key, get_value = self.key, self.value
+            get_key, get_value = reader(batch, self.key_field), reader(batch, self.value_field)
             pairs = [
                 (r if get_key is None else get_key(r), r if get_value is None else get_value(r)) for r in rows(batch)
             ]
@@ -72,19 +71,27 @@ class _Extremes:
 
     def _reduced(self, batch: Any) -> list[tuple[Any, Any]] | None:
         """The batch's own best ``(key, value)`` per key, computed on columns; None when it needs records."""
-        if isinstance(batch, list):
+        if type(batch) is list:
             batch = self._as_array(batch)
             if batch is None:
                 return None
-        if not hasattr(batch, "dtype") or batch.ndim != 2 or self.value_field is None:
+        if self.value_field is None or callable(self.key_field):
             return None
-        keys, values = column(batch, self.key_field), column(batch, self.value_field)
-        if keys is None or values is None or values.dtype.kind not in "iuf":
+        values = column(batch, self.value_field)
+        if values is None or values.dtype.kind not in "iuf":
             return None
         from pytimely.dataflow.operators.grouping import reduce_by_key
 
-        ks, vs = reduce_by_key(keys, values, self.kind)
-        return list(zip(ks.tolist(), vs.tolist(), strict=True))
+        keys = column(batch, self.key_field)
+        if keys is not None:
+            ks, vs = reduce_by_key(keys, values, self.kind)
+            return list(zip(ks.tolist(), vs.tolist(), strict=True))
+        encoded = container.encoded(batch, self.key_field)
+        if encoded is None:
+            return None
+        codes, distinct = encoded
+        ks, vs = reduce_by_key(codes, values, self.kind)
+        return list(zip([distinct[k] for k in ks.tolist()], vs.tolist(), strict=True))
 
     def _as_array(self, batch: list[Any]) -> Any:
         """A list of equal-length tuples of ints as a 2-d array (one C loop), when the fields are columns; else None."""

@@ -1,76 +1,90 @@
 """Where a record's time, key or value is (a ``Field``), and reading it from any batch kind.
 
-Operators that take a field (windows, ``*_final``, ``collect``) read it the same way: a function of the
-record, a column index, or the record itself; over numpy and Arrow batches a column index is read as one
-array, with no Python call per record.
+Operators that take a field (windows, ``*_final``, ``collect``, ``key_on``) read it the same way: a function of
+the record, a column (a position, or a name of an Arrow or structured numpy column), or the record itself. Over
+columnar batches a column is read as one array (:mod:`pytimely.container`), with no Python call per record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
-from pytimely.errors import InvalidArgument
+from pytimely import container
+from pytimely.container.arrow import dict_records
+from pytimely.errors import ColumnError, InvalidArgument
 
-__all__ = ["Field", "column", "getter", "key_route", "rows"]
+__all__ = ["Field", "check", "column", "getter", "key_route", "reader", "rows"]
 
-Field = Callable[[Any], Any] | int | None
-"""Where a record's time, key or value is: a function of the record, a column index, or ``None`` (see ``window``)."""
+Field = Callable[[Any], Any] | int | str | None
+"""Where a record's time, key or value is: a function of the record, a column, or ``None`` (the record)."""
+
+
+def check(field: Field, what: str) -> Field:
+    """``field``, refused with :class:`InvalidArgument` unless it is a function, a column or None."""
+    if field is None or callable(field) or (isinstance(field, int | str) and not isinstance(field, bool)):
+        return field
+    raise InvalidArgument(
+        f"{what} must be a function of the record, a column (position or name) or None, got {field!r}"
+    )
 
 
 def getter(field: Field, what: str) -> Callable[[Any], Any] | None:
-    """The per-record function for ``field`` (None: the record itself)."""
-    if field is None:
-        return None
-    if isinstance(field, bool) or not (callable(field) or isinstance(field, int)):
-        raise InvalidArgument(f"{what} must be a function of the record or a column index, got {field!r}")
-    if isinstance(field, int):
-        i = field
-        return lambda r: r[i]
-    return field
+    """The per-record function for ``field`` over plain records (None: the record itself)."""
+    check(field, what)
+    if field is None or callable(field):
+        return field
+    return itemgetter(field)
+
+
+def reader(batch: Any, field: Field) -> Callable[[Any], Any] | None:
+    """The function reading ``field`` from the records of this ``batch`` (None: the record itself).
+
+    A column named over an Arrow batch whose records are tuples is read by its position in the schema; a
+    position over one whose records are dicts by its name.
+    """
+    if field is None or callable(field):
+        return field
+    kind = container.kind_of(batch)
+    if kind.name == "arrow":
+        names = batch.schema.names
+        if isinstance(field, str) and not dict_records(batch):
+            if field not in names:
+                raise ColumnError(f"an Arrow batch has no column {field!r}; its columns are {names}", kind="arrow",
+                                  column=field)
+            return itemgetter(names.index(field))
+        if isinstance(field, int) and dict_records(batch):
+            if not -len(names) <= field < len(names):
+                raise ColumnError(f"an Arrow batch has no column {field}; its columns are {names}", kind="arrow",
+                                  column=field)
+            return itemgetter(names[field])
+    if kind.name == "numpy" and isinstance(field, str):
+        names = batch.dtype.names or ()
+        if field not in names:
+            raise ColumnError(f"a numpy batch of dtype {batch.dtype} has no column {field!r}", kind="numpy",
+                              column=field)
+        return itemgetter(names.index(field))
+    return itemgetter(field)
 
 
 def column(batch: Any, field: Field) -> Any:
-    """The numpy array of ``field`` over a numpy or Arrow batch, or None when it needs a call per record."""
-    if hasattr(batch, "dtype"):
-        if field is None:
-            return batch if batch.ndim == 1 else None
-        if isinstance(field, int) and batch.ndim == 2:
-            return batch[:, field]
+    """The numpy array of ``field`` over a columnar batch, or None when it needs a call per record."""
+    if callable(field):
         return None
-    if hasattr(batch, "column") and isinstance(field, int):
-        return batch.column(field).to_numpy()
-    return None
+    return container.numeric(batch, field)
 
 
 def key_route(key: Field) -> Callable[[Any], Any]:
     """A vectorized exchange route sending every record of a key to the same worker, whatever its batch kind."""
-    import numpy as np
-
-    get = getter(key, "key")
-
-    from pytimely.dataflow.bins import key_hash
-
-    def one(k: Any) -> int:
-        # key_hash, not hash: strings must go to the same worker in processes with different hash seeds.
-        if type(k) is int and -(1 << 63) <= k < 1 << 63:
-            return k
-        return key_hash(k) >> 1  # fits an int64
-
-    def route(batch: Any) -> Any:
-        values_column = column(batch, key)
-        if values_column is not None and values_column.dtype.kind in "iu":
-            return values_column
-        values = (
-            values_column.tolist() if values_column is not None else (batch if get is None else map(get, rows(batch)))
-        )
-        return np.fromiter((one(k) for k in values), dtype=np.int64, count=len(batch))
-
-    return route
+    check(key, "key")
+    if callable(key):
+        get = key
+        return lambda batch: container.routes(batch, None, get)
+    field = key
+    return lambda batch: container.routes(batch, field)
 
 
 def rows(batch: Any) -> Any:
-    """The records of a batch: list items, numpy rows, or Arrow rows as tuples."""
-    if isinstance(batch, list) or hasattr(batch, "dtype"):
-        return batch
-    return list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
+    """The records of a batch as Python values (numpy and Arrow rows as tuples)."""
+    return container.records(batch)

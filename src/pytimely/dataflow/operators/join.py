@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pytimely import container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.operators.binned import bin_routes
 from pytimely.order import sort_key
@@ -50,7 +51,7 @@ def join(
             own = mine.setdefault(t, {})
             other = theirs.get(t, {})
             matches: list[Any] = []
-            for record in batch:
+            for record in container.records(batch):
                 k, v = record
                 own.setdefault(k, []).append(v)
                 partners = other.get(k)

@@ -2,7 +2,7 @@
 ``stateful_map`` keeps one state per key across timestamps.
 
 A keyed stream is a stream of ``(key, value)`` pairs (the form ``count_by``, ``join`` and ``state_machine`` take).
-``key_on`` with a column index over a numpy or Arrow batch reads the key column at once (no Python call per
+``key_on`` with a column over a numpy or Arrow batch reads the key column at once (no Python call per
 record); ``stateful_map`` is ``state_machine`` with Bytewax's ``mapper(state, value) -> (state, output)``.
 """
 
@@ -12,46 +12,37 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from pytimely import container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.stream import Stream
 
-__all__ = ["key_column", "key_on", "map_value", "stateful_map"]
+__all__ = ["key_on", "map_value", "stateful_map"]
 
-KeyField = Callable[[Any], Any] | int
-
-
-def key_column(batch: Any, key: int) -> Any:
-    """Column ``key`` of a numpy (two-dimensional) or Arrow batch as a Python list, or None for other batches."""
-    if hasattr(batch, "dtype"):
-        return batch[:, key].tolist() if batch.ndim == 2 else None
-    if hasattr(batch, "column") and not isinstance(batch, list):
-        return batch.column(key).to_pylist()
-    return None
-
-
-def _rows(batch: Any) -> Any:
-    """The records of a batch as the operators downstream see them (Arrow rows become tuples)."""
-    if isinstance(batch, list) or hasattr(batch, "dtype"):
-        return batch
-    return list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
+KeyField = Callable[[Any], Any] | int | str
 
 
 def key_on(stream: Stream[Any], key: KeyField, name: str) -> Stream[Any]:
-    """``(key(record), record)`` for every record; ``key`` may be a column index of numpy/Arrow batches."""
-    if isinstance(key, bool) or not (callable(key) or isinstance(key, int)):
-        raise InvalidArgument(f"{name}: key must be a function of the record or a column index, got {key!r}")
+    """``(key(record), record)`` for every record; ``key`` may be a column of numpy/Arrow batches."""
+    if isinstance(key, bool) or not (callable(key) or isinstance(key, int | str)):
+        raise InvalidArgument(
+            f"{name}: key must be a function of the record or a column (position or name), got {key!r}"
+        )
     op = stream.scope._operator(name, [(stream, None)], 1)
     port, out = op.inputs[0], op.outputs[0]
-    get: Callable[[Any], Any] = key if callable(key) else itemgetter(key)
 
     def logic() -> None:
         for time, batch in port.batches():
-            keys = key_column(batch, key) if type(key) is int else None
-            rows = _rows(batch)
-            pairs = list(zip(keys if keys is not None else map(get, rows), rows, strict=True))
+            records = container.records(batch)
+            if callable(key):
+                keys: Any = map(key, records)
+            elif type(batch) is list:
+                keys = map(itemgetter(key), records)
+            else:
+                keys = container.values(batch, key)  # one column read, no call per record
+            pairs = list(zip(keys, records, strict=True))
             if pairs:
                 out._push(time, pairs)
 
@@ -66,7 +57,7 @@ def map_value(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream
 
     def logic() -> None:
         for time, batch in port.batches():
-            out._push(time, [(k, f(v)) for k, v in (batch.tolist() if hasattr(batch, "tolist") else batch)])
+            out._push(time, [(k, f(v)) for k, v in container.records(batch)])
 
     op.logic = logic
     return _stream(stream, out)

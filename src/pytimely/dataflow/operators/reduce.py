@@ -13,6 +13,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from pytimely import container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import InputCapability
 from pytimely.dataflow.operators.binned import Key, bin_routes
@@ -82,24 +83,18 @@ def count_by(
 ) -> Stream[Any]:
     """``(key, count)`` for every key seen at each time (the record itself when ``key`` is None)."""
 
-    def tally(batch: Any) -> Counter[Any]:
-        if key is not None:
-            return Counter(map(key, batch))
-        if hasattr(batch, "dtype"):
-            import numpy as np
-
-            values, counts = np.unique(batch, return_counts=True)
-            return Counter(dict(zip(values.tolist(), counts.tolist(), strict=True)))
-        return Counter(batch)
-
     def finish(state: Counter[Any]) -> list[tuple[Any, int]]:
         return list(state.items())
 
     def absorb(state: Counter[Any], batch: Any) -> None:
-        if hasattr(batch, "dtype"):
-            state.update(tally(batch))
-        else:
+        if type(batch) is list:
             state.update(batch if key is None else map(key, batch))
+        elif key is None and (counted := _distinct_counts(batch)) is not None:
+            for k, n in counted:
+                state[k] += n
+        else:
+            records = container.records(batch)
+            state.update(records if key is None else map(key, records))
 
     if stream.scope.peers == 1:
         return _keyed(_binned(stream, name, key, control, bins), name, Counter, absorb, finish)
@@ -133,7 +128,7 @@ def sum_by(
 
     def absorb(state: dict[Any, Any], batch: Any) -> None:
         get = state.get
-        for record in batch:
+        for record in container.records(batch):
             k = key(record)
             state[k] = get(k, 0) + value(record)
 
@@ -152,7 +147,7 @@ def fold_by(
     """``(key, accumulator)`` per key and time, folding ``step(acc, record)`` from ``init()``."""
 
     def absorb(state: dict[Any, Any], batch: Any) -> None:
-        for record in batch:
+        for record in container.records(batch):
             k = key(record)
             acc = state[k] if k in state else init()
             state[k] = step(acc, record)
@@ -171,7 +166,7 @@ def reduce_by(
     """``(key, reducer(key, records))`` per key and time, with all of the time's records for the key."""
 
     def absorb(state: dict[Any, list[Any]], batch: Any) -> None:
-        for record in batch:
+        for record in container.records(batch):
             k = key(record)
             group = state.get(k)
             if group is None:
@@ -192,7 +187,7 @@ def count(stream: Stream[Any], name: str) -> Stream[int]:
     """The number of records at each time, summed over workers, sent by worker 0."""
 
     def absorb(state: list[int], batch: Any) -> None:
-        state[0] += len(batch)
+        state[0] += container.length(batch)
 
     def partial() -> list[int]:
         return [0]
@@ -203,6 +198,26 @@ def count(stream: Stream[Any], name: str) -> Stream[int]:
         state[0] += sum(batch)
 
     return _keyed((local, pact_for(lambda _: 0)), f"{name}.total", partial, add, lambda s: s)
+
+
+def _distinct_counts(batch: Any) -> list[tuple[Any, int]] | None:
+    """``(record, count)`` per distinct record of a one-column batch, counted on its column; None otherwise."""
+    import numpy as np
+
+    kind = container.kind_of(batch)
+    column = kind.numeric(batch, None)
+    if column is not None:
+        distinct, counts = np.unique(column, return_counts=True)
+        values: list[Any] = distinct.tolist()
+    else:
+        encoded = kind.encoded(batch, None)
+        if encoded is None:
+            return None
+        codes, values = encoded
+        counts = np.bincount(codes, minlength=len(values))
+    if kind.name == "arrow":  # an Arrow row is a tuple, even of one column
+        values = [(v,) for v in values]
+    return list(zip(values, counts.tolist(), strict=True))
 
 
 def _keyed_local(

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pytimely.dataflow.operators.binned import Router, bin_routes, earlier, first_column
+from pytimely import container
+from pytimely.dataflow.operators.binned import FIRST_COLUMN, Router, bin_routes, earlier
 from pytimely.dataflow.operators.generic import Notificator
 
 if TYPE_CHECKING:
@@ -70,8 +71,8 @@ def state_machine(
 ) -> Stream[Any]:
     """Fold each key's records into its state in timestamp order, emitting what ``fold`` returns.
 
-    Records are ``(key, value)`` pairs (or rows of a two-dimensional numpy batch, routed by a vectorised
-    lookup), or any record when ``key`` extracts its key (the value is then the record).
+    Records are ``(key, value)`` pairs (or rows of a numpy or Arrow batch, routed by a vectorised lookup),
+    or any record when ``key`` extracts its key (the value is then the record).
     ``inspect_state(worker, time, states)``, if given, sees this worker's states after each time.
     ``states``, if given, is the dict the per-key states live in (a declared state of
     :meth:`pytimely.recovery.Durable.keyed`, restored from a snapshot and snapshotted at epoch boundaries).
@@ -79,7 +80,7 @@ def state_machine(
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
     value_of: Callable[[Any], Any] = itemgetter(1) if key is None else _same
-    columns = [first_column if key is None else None]
+    columns = [FIRST_COLUMN if key is None else None]
     inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True, columns=columns)
     if router is not None:
         assert router.state_output is not None
@@ -123,7 +124,7 @@ def state_machine(
             if waiting is None:
                 waiting = pending[t] = []
                 notificator.notify_at(cap.retain())
-            waiting.extend(batch.tolist() if hasattr(batch, "tolist") else batch)
+            waiting.extend(container.records(batch))
         for done in notificator.ready(*(p.frontier for p in ports)):
             t = done.time
             op.time = t  # errors in ``fold`` name the time being applied

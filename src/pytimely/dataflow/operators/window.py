@@ -13,7 +13,9 @@ gap``: a later on-time record has ``x >= t > last + gap`` and cannot join it. La
 counted (:class:`DropLate`) or sent on a side stream at their own time (:class:`SideOutput`).
 
 Numpy batches (rows of columns named by index) and Arrow record batches are grouped with numpy sorts and
-``reduceat``: count, sum, min and max need no Python call per record, only per window touched.
+``reduceat``: count, sum, min and max need no Python call per record, only per window touched. Keys that are
+not numbers (an Arrow column of strings) are dictionary-encoded per batch and given codes that hold while their
+windows are open, so they are grouped the same way.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
-from pytimely.dataflow.operators.fields import Field, column, getter, key_route, rows
+from pytimely import container
+from pytimely.dataflow.operators.fields import Field, check, column, key_route, reader, rows
 
 __all__ = ["Aggregate", "DropLate", "Field", "Session", "SideOutput", "Sliding", "Tumbling", "window"]
 
@@ -133,10 +136,9 @@ class _Windows:
         late_out: OutputPort[Any, Any] | None,
     ) -> None:
         self.kind = kind
-        self.time_field, self.key_field, self.value_field = time, key, value
-        self.time = getter(time, "time")
-        self.key = getter(key, "key")
-        self.value = getter(value, "value")
+        self.time_field = check(time, "time")
+        self.key_field = check(key, "key")
+        self.value_field = check(value, "value")
         self.aggregate = aggregate
         self.combine = _COMBINE[aggregate]
         self.late = late
@@ -150,6 +152,10 @@ class _Windows:
         self.chunks: list[tuple[Any, Any, Any]] = []
         self.chunk_low: int | None = None
         self.chunk_rows = 0
+        # Keys that are not numbers, while kept in arrays: a code per distinct key, and the key of each code.
+        self.codes: dict[Any, int] = {}
+        self.decode: list[Any] = []
+        self.coded = False
         # Sessions: per key, disjoint sessions [first, last, acc] sorted by first; deadlines in a heap.
         self.sessions: dict[Any, list[list[Any]]] = {}
         self.deadlines: list[tuple[int, int, Any, list[Any]]] = []
@@ -159,22 +165,51 @@ class _Windows:
 
     def absorb(self, cap: InputCapability[Any], batch: Any) -> None:
         """Fold one batch into the open windows; send or count its late records."""
-        columns = batch if not isinstance(batch, list) else self._as_array(batch)
+        columns = batch if type(batch) is not list else self._as_array(batch)
         if columns is not None:
-            keys = column(columns, self.key_field)
             xs = None if self.time_field is None else column(columns, self.time_field)
             values = None if self.aggregate == "count" else column(columns, self.value_field)
-            if (
-                keys is not None
-                and keys.dtype.kind in "iuf"
-                and (xs is not None or self.time_field is None)
-                and (values is not None or self.aggregate == "count")
-            ):
-                if len(keys):
-                    # Late records are taken from ``batch`` itself: the side output keeps the batch's kind.
-                    self._absorb_columns(cap, batch, xs, keys, values)
-                return
+            if (xs is not None or self.time_field is None) and (values is not None or self.aggregate == "count"):
+                keys, coded = self._keys(columns)
+                if keys is not None:
+                    if len(keys):
+                        if coded != self.coded:
+                            self._switch_keys(coded)
+                        # Late records are taken from ``batch`` itself: the side output keeps the batch's kind.
+                        self._absorb_columns(cap, batch, xs, keys, values)
+                    return
         self._absorb_records(cap, batch)
+
+    def _keys(self, columns: Any) -> tuple[Any, bool]:
+        """``(keys, coded)``: the key column as numbers, or as codes of this operator's own (see module doc)."""
+        import numpy as np
+
+        if callable(self.key_field):
+            return None, False
+        keys = column(columns, self.key_field)
+        if keys is not None:
+            return (keys, False) if keys.dtype.kind in "iuf" else (None, False)
+        encoded = container.encoded(columns, self.key_field)
+        if encoded is None:
+            return None, False
+        local, distinct = encoded
+        if not self.chunks:  # no code is kept in arrays any more: start afresh (bounds the table's size)
+            self.codes, self.decode = {}, []
+        codes, decode = self.codes, self.decode
+        lookup = np.empty(len(distinct), dtype=np.int64)
+        for i, k in enumerate(distinct):
+            code = codes.get(k)
+            if code is None:
+                code = codes[k] = len(decode)
+                decode.append(k)
+            lookup[i] = code
+        return lookup[local], True
+
+    def _switch_keys(self, coded: bool) -> None:
+        """Keys change between numbers and codes: what is kept in arrays moves to the open windows first."""
+        if self.chunks:
+            self._close_chunks(None)
+        self.coded = coded
 
     def _as_array(self, batch: list[Any]) -> Any:
         """A list of tuples of ints whose fields are named by column as a 2-d int array, else None."""
@@ -192,7 +227,9 @@ class _Windows:
 
     def _absorb_records(self, cap: InputCapability[Any], batch: Any) -> None:
         t = cap.time
-        get_time, get_key, get_value = self.time, self.key, self.value
+        get_time = reader(batch, self.time_field)
+        get_key = reader(batch, self.key_field)
+        get_value = reader(batch, self.value_field)
         counting = self.aggregate == "count"
         late: list[Any] = []
         if isinstance(self.kind, Session):
@@ -223,8 +260,6 @@ class _Windows:
     def _absorb_columns(self, cap: InputCapability[Any], batch: Any, xs: Any, keys: Any, values: Any) -> None:
         import numpy as np
 
-        from pytimely.dataflow.ports import take
-
         t = cap.time
         n = len(keys)
         if xs is None:
@@ -232,7 +267,7 @@ class _Windows:
         else:
             late = np.flatnonzero(xs < t)
             if late.size:
-                self._late(cap, take(batch, late))
+                self._late(cap, container.take(batch, late))
                 keep = np.flatnonzero(xs >= t)
                 xs, keys = xs[keep], keys[keep]
                 values = None if values is None else values[keep]
@@ -317,7 +352,11 @@ class _Windows:
         combine = self.combine
         current = None
         window: dict[Any, Any] = {}
-        for end, k, a in zip(ends[hit].tolist(), ks[hit].tolist(), accs[hit].tolist(), strict=True):
+        keys = ks[hit].tolist()
+        if self.coded:
+            decode = self.decode
+            keys = [decode[k] for k in keys]
+        for end, k, a in zip(ends[hit].tolist(), keys, accs[hit].tolist(), strict=True):
             if end != current:
                 current = end
                 if end not in self.open:
@@ -337,9 +376,11 @@ class _Windows:
         starts = np.flatnonzero(cut)
         ends = np.append(starts[1:], len(xs)) - 1
         accs = ends - starts + 1 if values is None else _reduceat(self.aggregate, values[order], starts)
-        for k, first, last, a in zip(
-            keys[starts].tolist(), xs[starts].tolist(), xs[ends].tolist(), accs.tolist(), strict=True
-        ):
+        distinct = keys[starts].tolist()
+        if self.coded:
+            decode = self.decode
+            distinct = [decode[k] for k in distinct]
+        for k, first, last, a in zip(distinct, xs[starts].tolist(), xs[ends].tolist(), accs.tolist(), strict=True):
             self._merge(cap, k, first, last, a)
 
     def _late(self, cap: InputCapability[Any], records: Any) -> None:
