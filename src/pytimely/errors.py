@@ -549,18 +549,31 @@ class CheckpointInUseError(StreamError):
     """Another run holds the streaming checkpoint (or its Spark JVM still runs); names the checkpoint and holder."""
 
 
-class BatchKindError(DataflowError, TypeError):
-    """A batch is of no known kind (or cannot become the kind asked for); names the kind."""
-
-    def __init__(self, message: str, kind: str = "") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class ColumnError(DataflowError, ValueError):
-    """A batch has no column the operator names, or the column's values are of the wrong type; names both."""
+class BatchError(DataflowError):
+    """A batch does not fit what an operator does with it; names the operator (once known), the kind, the column."""
 
     def __init__(self, message: str, kind: str = "", column: object = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.column = column
+        self.operator: str | None = None
+
+    def name_operator(self, operator: str, worker: int | None, time: object) -> None:
+        """Put the operator that met the batch at the front of the message (done once, where it is caught)."""
+        if self.operator is None:
+            self.operator = operator
+            where = "" if worker is None else f" on worker {worker}"
+            self.args = (f"operator {operator!r}{where} at time {time!r}: {self.args[0]}", *self.args[1:])
+
+
+class BatchKindError(BatchError, TypeError):
+    """A batch is of no known kind (or cannot become the kind asked for); names the kind."""
+
+
+class ColumnError(BatchError, InputFormatError):
+    """A batch has no column the operator names, or the column's values are of the wrong type; names both."""
+
+    def __init__(self, message: str, kind: str = "", column: object = None) -> None:
+        BatchError.__init__(self, message, kind, column)
+        self.path: str | None = None
+        self.line: int | None = None

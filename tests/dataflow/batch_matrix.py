@@ -238,6 +238,47 @@ OPERATORS: list[Operator] = [
         ("list", "arrow"),
     ),
     Operator(
+        "count_by column",
+        lambda s: s.count_by(KEY),
+        per_time(lambda rows: list(Counter(r[KEY] for r in rows).items())),
+    ),
+    Operator(
+        "count_by word column",
+        lambda s: s.count_by(WORD),
+        per_time(lambda rows: list(Counter(r[WORD] for r in rows).items())),
+        ("list", "arrow"),
+    ),
+    Operator(
+        "count_by nullable column",
+        lambda s: s.count_by(MAYBE),
+        per_time(lambda rows: list(Counter(r[MAYBE] for r in rows).items())),
+        ("list", "arrow"),
+    ),
+    Operator(
+        "count_by named column",
+        lambda s: s.count_by("word"),
+        per_time(lambda rows: list(Counter(r[WORD] for r in rows).items())),
+        ("arrow",),
+    ),
+    Operator(
+        "tumbling sum by named columns",
+        lambda s: s.tumbling(4, time="time", key="word", value="value", aggregate="sum"),
+        _windows(Tumbling(4), WORD, VALUE, "sum"),
+        ("arrow",),
+    ),
+    Operator("key_on named column", lambda s: s.key_on("word"), per_record(lambda r: [(r[WORD], r)]), ("arrow",)),
+    Operator(
+        "sum_by columns",
+        lambda s: s.sum_by(KEY, VALUE),
+        per_time(lambda rows: [(k, sum(r[VALUE] for r in g)) for k, g in _group(rows, lambda r: r[KEY]).items()]),
+    ),
+    Operator(
+        "sum_by word column",
+        lambda s: s.sum_by(WORD, VALUE),
+        per_time(lambda rows: [(k, sum(r[VALUE] for r in g)) for k, g in _group(rows, lambda r: r[WORD]).items()]),
+        ("list", "arrow"),
+    ),
+    Operator(
         "sum_by",
         lambda s: s.sum_by(lambda r: r[KEY], lambda r: r[VALUE]),
         per_time(lambda rows: [(k, sum(r[VALUE] for r in g)) for k, g in _group(rows, lambda r: r[KEY]).items()]),

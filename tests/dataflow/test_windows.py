@@ -248,7 +248,7 @@ def test_arrow_batches_are_windowed_by_column() -> None:
         (lambda s: s.sliding(5, 0), "step must be a positive int"),
         (lambda s: s.session(-1), "gap must be a positive int"),
         (lambda s: s.tumbling(3, aggregate="mean"), "aggregate must be one of"),
-        (lambda s: s.tumbling(3, key="k"), "key must be a function"),
+        (lambda s: s.tumbling(3, key=2.5), "key must be a function"),
         (lambda s: s.tumbling(3, late="drop"), "late must be"),
     ],
 )

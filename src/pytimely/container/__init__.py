@@ -19,7 +19,7 @@ from pytimely.container.arrow import ArrowKind, dict_records, with_dict_records
 from pytimely.container.keys import key_hash, per_key, route_of, routes
 from pytimely.container.kind import BatchKind, Field, kind_named, kind_of, kinds, register
 from pytimely.container.lists import ListKind
-from pytimely.errors import BatchKindError
+from pytimely.errors import BatchError, BatchKindError
 
 __all__ = [
     "BatchKind",
@@ -108,7 +108,7 @@ def convert(batch: Any, to: str, like: Any = None) -> Any:
         return batch
     try:
         return target.from_records(list(source.records(batch)), like)
-    except BatchKindError:
+    except BatchError:
         raise
     except Exception as exc:
         raise BatchKindError(

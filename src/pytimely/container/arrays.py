@@ -52,12 +52,21 @@ class ArrayKind(BatchKind):
         return np.concatenate(batches)
 
     def from_records(self, records: list[Any], like: Any = None) -> Any:
-        """An array of ``records`` (of ``like``'s dtype when given)."""
+        """An array of ``records`` (of ``like``'s dtype when given: an array or a dtype)."""
         import numpy as np
 
-        if like is not None:
-            return np.array(records, dtype=like.dtype)
-        return np.array(records)
+        dtype = None if like is None else (like if isinstance(like, np.dtype) else like.dtype)
+        try:
+            array = np.array(records, dtype=dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ColumnError(
+                f"records do not make a numpy array{'' if dtype is None else f' of {dtype}'}: {exc}", kind=self.name
+            ) from exc
+        if array.ndim > 2:
+            raise ColumnError(
+                f"records of a numpy batch are numbers or rows of them, got {records[0]!r}", kind=self.name
+            )
+        return array
 
     def _column(self, batch: Any, field: Field) -> Any:
         if field is None:

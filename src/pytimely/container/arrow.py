@@ -79,22 +79,43 @@ class ArrowKind(BatchKind):
             return pa.RecordBatch.from_pylist(records, schema=schema)
         rows = [r if isinstance(r, tuple | list) else (r,) for r in records]
         width = len(schema) if schema is not None else (len(rows[0]) if rows else 0)
-        columns = list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
-        if schema is not None:
-            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
-            return pa.RecordBatch.from_arrays(arrays, schema=schema)
-        return pa.RecordBatch.from_arrays([pa.array(c) for c in columns], names=[f"f{i}" for i in range(width)])
+        try:
+            columns = list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
+        except ValueError:
+            odd = next(r for r in rows if len(r) != len(rows[0]))
+            raise ColumnError(
+                f"records of an arrow batch must all have {len(rows[0])} fields; {odd!r} has {len(odd)}",
+                kind=self.name,
+            ) from None
+        if schema is None:
+            names = [f"f{i}" for i in range(width)]
+            return pa.RecordBatch.from_arrays([pa.array(c) for c in columns], names=names)
+        if len(columns) != len(schema):
+            raise ColumnError(
+                f"records have {len(columns)} fields and the schema {len(schema)} ({schema.names})", kind=self.name
+            )
+        arrays = []
+        for values, field in zip(columns, schema, strict=True):
+            try:
+                arrays.append(pa.array(values, type=field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+                raise ColumnError(
+                    f"column {field.name!r} cannot hold these values as {field.type}: {exc}",
+                    kind=self.name,
+                    column=field.name,
+                ) from exc
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def column(self, batch: Any, field: int | str) -> Any:
         """The Arrow column ``field`` (a position or a name); :class:`ColumnError` when there is none."""
         names = batch.schema.names
         if isinstance(field, str):
             if field not in names:
-                raise ColumnError(f"an Arrow batch has no column {field!r}; its columns are {names}", kind=self.name,
+                raise ColumnError(f"an arrow batch has no column {field!r}; its columns are {names}", kind=self.name,
                                   column=field)
             return batch.column(field)
         if not -len(names) <= field < len(names):
-            raise ColumnError(f"an Arrow batch has no column {field}; its columns are {names}", kind=self.name,
+            raise ColumnError(f"an arrow batch has no column {field}; its columns are {names}", kind=self.name,
                               column=field)
         return batch.column(field)
 

@@ -142,20 +142,30 @@ class Scope(Generic[T]):
     # -- sources --------------------------------------------------------------------------
 
     @overload
-    def new_input(self, name: str = ..., *, type: None = None) -> tuple[InputHandle[T, Any], Stream[Any]]: ...
+    def new_input(
+        self, name: str = ..., *, type: None = None, schema: Any = None
+    ) -> tuple[InputHandle[T, Any], Stream[Any]]: ...
 
     @overload
-    def new_input(self, name: str = ..., *, type: type[D]) -> tuple[InputHandle[T, D], Stream[D]]: ...
+    def new_input(
+        self, name: str = ..., *, type: type[D], schema: Any = None
+    ) -> tuple[InputHandle[T, D], Stream[D]]: ...
 
-    def new_input(self, name: str = "input", *, type: type[D] | None = None) -> tuple[InputHandle[T, Any], Stream[Any]]:
+    def new_input(
+        self, name: str = "input", *, type: type[D] | None = None, schema: Any = None
+    ) -> tuple[InputHandle[T, Any], Stream[Any]]:
         """An input handle (``send``, ``advance_to``, ``close``) and the stream of what it sends.
 
         ``type`` (``str``, ``tuple[str, int]``, ...) types the handle and the stream for the type
         checker: ``new_input(type=str)`` gives ``InputHandle[T, str]`` and ``Stream[str]``. Records are not
-        checked at run time.
+        checked at run time. ``schema`` (a ``pyarrow.Schema`` or a numpy dtype) makes records sent one by one
+        travel as columns: each batch the handle sends is an Arrow record batch of that schema (records are
+        tuples in column order, or dicts) or a numpy array of that dtype (records are numbers or tuples of
+        them), so exchanges move buffers instead of pickled Python objects; a record that does not fit is a
+        :class:`~pytimely.errors.ColumnError` naming the input and the column.
         """
         _check_record_type(name, type)
-        return _input.new_input(self, name)
+        return _input.new_input(self, name, schema)
 
     @overload
     def new_unordered_input(

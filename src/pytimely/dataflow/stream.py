@@ -199,9 +199,19 @@ class Stream(Generic[D]):
         bins: int = ...,
     ) -> Stream[tuple[K, int]]: ...
 
+    @overload
     def count_by(
         self,
-        key: Callable[[D], Any] | None = None,
+        key: int | str,
+        *,
+        name: str = ...,
+        control: Stream[Any] | None = ...,
+        bins: int = ...,
+    ) -> Stream[tuple[Any, int]]: ...
+
+    def count_by(
+        self,
+        key: Callable[[D], Any] | int | str | None = None,
         *,
         name: str = "count_by",
         control: Stream[Any] | None = None,
@@ -209,6 +219,7 @@ class Stream(Generic[D]):
     ) -> Stream[tuple[Any, int]]:
         """``(key, count)`` per key at each time; without ``key`` the record is its own key.
 
+        ``key`` may be a column (position or name): numpy and Arrow batches are counted on it at once.
         Keys go to workers through ``bins`` bins; ``control``, a stream of ``Move`` records, changes
         which worker owns a bin from a given time on (see ``pytimely.dataflow.bins``).
         """
@@ -216,14 +227,17 @@ class Stream(Generic[D]):
 
     def sum_by(
         self,
-        key: Callable[[D], K],
-        value: Callable[[D], V],
+        key: Callable[[D], K] | int | str,
+        value: Callable[[D], V] | int | str,
         *,
         name: str = "sum_by",
         control: Stream[Any] | None = None,
         bins: int = 256,
     ) -> Stream[tuple[K, V]]:
-        """``(key, sum of value(record))`` per key at each time (``control``, ``bins``: as ``count_by``)."""
+        """``(key, sum of value(record))`` per key at each time (``control``, ``bins``: as ``count_by``).
+
+        ``key`` and ``value`` may be columns (position or name): numpy and Arrow batches are summed at once.
+        """
         return _reduce.sum_by(self, key, value, name, control, bins)
 
     def fold_by(
@@ -299,7 +313,7 @@ class Stream(Generic[D]):
     ) -> Stream[tuple[int, int, Any, Any]]:
         """``(start, end, key, aggregate)`` per key and window ``[k*size, (k+1)*size)`` of event time.
 
-        ``time``/``key``/``value`` are functions of the record or column indexes (``time=None``: the
+        ``time``/``key``/``value`` are functions of the record or columns (``time=None``: the
         record's timestamp, windows over epochs; ``key=None``: the record itself). A window is emitted at
         time ``end - 1`` once the frontier has passed it; a record whose event time is before its own
         timestamp is late and goes to ``late`` (default: dropped). See ``pytimely.dataflow.operators.window``.

@@ -35,7 +35,7 @@ from pytimely.dataflow.channels import Direct, Exchange, Pact, Pipeline, pact_of
 from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
 from pytimely.dataflow.progcaster import Progcaster
-from pytimely.errors import MembershipError, OperatorError, PytimelyError, ScopeError
+from pytimely.errors import BatchError, MembershipError, OperatorError, PytimelyError, ScopeError
 from pytimely.eventlog import EventLogger, Sink
 from pytimely.progress.broadcast import ProgressSender
 from pytimely.progress.location import Source, Target
@@ -337,6 +337,9 @@ class Subgraph:
                     start = clock()
                 try:
                     logic()
+                except BatchError as exc:
+                    exc.name_operator(op.name, self.worker, op.time)
+                    raise
                 except PytimelyError as exc:
                     exc.add_note(f"in operator {op.name!r} on worker {self.worker} at time {op.time!r}")
                     raise

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytimely import container
@@ -64,6 +65,7 @@ from pytimely.container.kind import Field
 from pytimely.dataflow.bins import BinTable, Move, binner, bins_of
 from pytimely.dataflow.capability import Capability, InputCapability
 from pytimely.dataflow.channels import Broadcast, Direct, Exchange
+from pytimely.dataflow.operators.fields import key_route
 from pytimely.errors import LateMoveError, NotAMoveError
 from pytimely.order import sort_key
 
@@ -76,8 +78,8 @@ __all__ = ["FIRST_COLUMN", "WHOLE_RECORD", "KeyColumn", "Router", "StateHolder",
 _KNOWN_LIMIT = 1 << 20
 """How many keys' bins a router remembers before it starts over (bounds its memory)."""
 
-Key = Callable[[Any], Any] | None
-"""A record's key: ``None`` when the record is its own key."""
+Key = Callable[[Any], Any] | int | str | None
+"""A record's key: a function of the record, a column (position or name), or ``None`` (the record itself)."""
 
 
 
@@ -133,14 +135,40 @@ def bin_routes(
     by default a stream whose records are their own keys has them in its only column.
     """
     if control is None:
-        return [(stream, Exchange(_hash_route(key))) for stream, key in zip(streams, keys, strict=True)], None
+        return [(stream, _exchange(key)) for stream, key in zip(streams, keys, strict=True)], None
     if columns is None:
-        columns = [WHOLE_RECORD if key is None else None for key in keys]
-    router = Router(streams, keys, name, control, bins, migrate, columns)
+        columns = [_column_of(key) for key in keys]
+    functions = [_function_of(key) for key in keys]
+    router = Router(streams, functions, name, control, bins, migrate, columns)
     return [(s, router.pact) for s in router.data_outputs], router
 
 
-def _hash_route(key: Key) -> Callable[[Any], int]:
+def _is_column(key: Key) -> bool:
+    return isinstance(key, int | str) and not isinstance(key, bool)
+
+
+def _column_of(key: Key) -> Column:
+    """Where a columnar batch's keys are when the operator's key is ``key``."""
+    if key is None:
+        return WHOLE_RECORD
+    return KeyColumn(key) if _is_column(key) else None  # type: ignore[arg-type]
+
+
+def _function_of(key: Key) -> Callable[[Any], Any] | None:
+    """``key`` as a function of a record (a column read by position or name)."""
+    if isinstance(key, int | str):
+        return itemgetter(key)
+    return key
+
+
+def _exchange(key: Key) -> Exchange:
+    """The exchange of a keyed input without bins: a column key reads its column (every batch kind alike)."""
+    if _is_column(key):
+        return Exchange(key_route(key), vectorized=True)
+    return Exchange(_hash_route(key))  # type: ignore[arg-type]
+
+
+def _hash_route(key: Callable[[Any], Any] | None) -> Callable[[Any], int]:
     if key is None:
         return hash
     return lambda r: hash(key(r))
@@ -152,7 +180,7 @@ class Router:
     def __init__(
         self,
         streams: Sequence[Stream[Any]],
-        keys: Sequence[Key],
+        keys: Sequence[Callable[[Any], Any] | None],
         name: str,
         control: Stream[Any],
         bins: int,

@@ -110,7 +110,7 @@ def map_batch(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream
 
     def handle(time: Any, batch: Any, outs: Sequence[OutputPort[Any, Any]]) -> None:
         result = f(batch)
-        if result is not None and len(result):
+        if result is not None and container.length(result):
             outs[0]._push(time, result)
 
     return _one(stream, name, handle)

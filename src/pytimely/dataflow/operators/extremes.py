@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely import container
 from pytimely.dataflow.channels import Exchange
-from pytimely.dataflow.operators.fields import Field, check, column, key_route, reader, rows
+from pytimely.dataflow.operators.fields import Field, check, column, column_errors, key_route, reader, rows
 from pytimely.errors import InvalidArgument
 from pytimely.order import sort_key
 
@@ -58,9 +58,8 @@ class _Extremes:
         pairs = self._reduced(batch)
         if pairs is None:
             get_key, get_value = reader(batch, self.key_field), reader(batch, self.value_field)
-            pairs = [
-                (r if get_key is None else get_key(r), r if get_value is None else get_value(r)) for r in rows(batch)
-            ]
+            with column_errors(batch, self.key_field, self.value_field):
+                pairs = self._pairs(batch, get_key, get_value)
         best, when, last, better = self.best, self.when, self.last, self.better
         for k, v in pairs:
             if k not in best or better(v, t, best[k], when[k]):
@@ -68,6 +67,12 @@ class _Extremes:
             held = last.get(k)
             if held is None or (held <= t and held != t):
                 last[k] = t
+
+    @staticmethod
+    def _pairs(batch: Any, get_key: Any, get_value: Any) -> list[tuple[Any, Any]]:
+        return [
+            (r if get_key is None else get_key(r), r if get_value is None else get_value(r)) for r in rows(batch)
+        ]
 
     def _reduced(self, batch: Any) -> list[tuple[Any, Any]] | None:
         """The batch's own best ``(key, value)`` per key, computed on columns; None when it needs records."""

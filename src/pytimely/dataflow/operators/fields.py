@@ -7,7 +7,8 @@ columnar batches a column is read as one array (:mod:`pytimely.container`), with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from operator import itemgetter
 from typing import Any
 
@@ -15,7 +16,7 @@ from pytimely import container
 from pytimely.container.arrow import dict_records
 from pytimely.errors import ColumnError, InvalidArgument
 
-__all__ = ["Field", "check", "column", "getter", "key_route", "reader", "rows"]
+__all__ = ["Field", "check", "column", "column_errors", "getter", "key_route", "reader", "rows"]
 
 Field = Callable[[Any], Any] | int | str | None
 """Where a record's time, key or value is: a function of the record, a column, or ``None`` (the record)."""
@@ -51,12 +52,12 @@ def reader(batch: Any, field: Field) -> Callable[[Any], Any] | None:
         names = batch.schema.names
         if isinstance(field, str) and not dict_records(batch):
             if field not in names:
-                raise ColumnError(f"an Arrow batch has no column {field!r}; its columns are {names}", kind="arrow",
+                raise ColumnError(f"an arrow batch has no column {field!r}; its columns are {names}", kind="arrow",
                                   column=field)
             return itemgetter(names.index(field))
         if isinstance(field, int) and dict_records(batch):
             if not -len(names) <= field < len(names):
-                raise ColumnError(f"an Arrow batch has no column {field}; its columns are {names}", kind="arrow",
+                raise ColumnError(f"an arrow batch has no column {field}; its columns are {names}", kind="arrow",
                                   column=field)
             return itemgetter(names[field])
     if kind.name == "numpy" and isinstance(field, str):
@@ -88,3 +89,32 @@ def key_route(key: Field) -> Callable[[Any], Any]:
 def rows(batch: Any) -> Any:
     """The records of a batch as Python values (numpy and Arrow rows as tuples)."""
     return container.records(batch)
+
+
+@contextmanager
+def column_errors(batch: Any, *fields: Field) -> Iterator[None]:
+    """Turn a column read that fails on a record of ``batch`` into a :class:`ColumnError` naming the column.
+
+    Fast paths read columns of plain records with ``itemgetter``; a record without the column raises
+    ``IndexError``, ``KeyError`` or ``TypeError`` there, which says nothing of the column.
+    """
+    try:
+        yield
+    except (IndexError, KeyError, TypeError) as exc:
+        kind = container.kind_of(batch)
+        for field in fields:
+            if field is None or callable(field):
+                continue
+            get = reader(batch, field)
+            for record in kind.records(batch):
+                try:
+                    get(record)  # type: ignore[misc]
+                except (IndexError, KeyError, TypeError):
+                    text = repr(record)
+                    raise ColumnError(
+                        f"a {kind.name} batch has no column {field!r} (a record is "
+                        f"{text if len(text) <= 60 else text[:57] + '...'})",
+                        kind=kind.name,
+                        column=field,
+                    ) from exc
+        raise

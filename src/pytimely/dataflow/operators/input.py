@@ -8,8 +8,10 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from pytimely import container
+from pytimely.container.kind import BatchKind
 from pytimely.dataflow.capability import Capability
-from pytimely.errors import DroppedDataflowError, InputError, InvalidArgument
+from pytimely.errors import BatchError, BatchKindError, DroppedDataflowError, InputError, InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.activate import SyncActivator
@@ -40,7 +42,14 @@ class InputHandle(Generic[T, D]):
     are closed for it.
     """
 
-    def __init__(self, output: OutputPort[T, D], capability: Capability[T], name: str, batch_size: int = 4096) -> None:
+    def __init__(
+        self,
+        output: OutputPort[T, D],
+        capability: Capability[T],
+        name: str,
+        batch_size: int = 4096,
+        schema: Any = None,
+    ) -> None:
         self._output = output
         self._cap: Capability[T] | None = capability
         self._time = capability.time
@@ -48,6 +57,8 @@ class InputHandle(Generic[T, D]):
         self._buffer: list[Any] = []
         self._batch_size = batch_size
         self._dropped_from: str | None = None
+        self._columns = _columns_for(schema, name)
+        """The kind records become and its schema or dtype, when sent as columns (``new_input(schema=)``)."""
 
     @property
     def time(self) -> T:
@@ -76,8 +87,13 @@ class InputHandle(Generic[T, D]):
     def send_batch(self, batch: Any) -> None:
         """Send a whole batch (list, numpy array, Arrow batch) at the current time."""
         self._open()
+        try:
+            kind = container.kind_of(batch)
+        except BatchKindError as exc:
+            exc.name_operator(self._name, None, self._time)
+            raise
         self.flush()
-        if len(batch):
+        if kind.length(batch):
             self._output._push(self._time, batch)
 
     def flush(self) -> bool:
@@ -85,6 +101,13 @@ class InputHandle(Generic[T, D]):
         if not self._buffer:
             return False
         batch, self._buffer = self._buffer, []
+        if self._columns is not None:
+            kind, like = self._columns
+            try:
+                batch = kind.from_records(batch, like)
+            except BatchError as exc:
+                exc.name_operator(self._name, None, self._time)
+                raise
         self._output._push(self._time, batch)  # type: ignore[arg-type]
         return True
 
@@ -134,10 +157,29 @@ def _source(scope: Scope[T], name: str) -> tuple[Any, Any, Capability[T]]:
     return op, output, Capability(scope.minimum, output, counted=True)
 
 
-def new_input(scope: Scope[T], name: str) -> tuple[InputHandle[T, Any], Stream[Any]]:
+def _columns_for(schema: Any, name: str) -> tuple[BatchKind, Any] | None:
+    """The batch kind and schema records sent one by one are gathered into (None: lists)."""
+    if schema is None:
+        return None
+    import numpy as np
+
+    if type(schema).__module__.startswith("pyarrow"):
+        import pyarrow as pa
+
+        if isinstance(schema, pa.Schema):
+            return container.kind_named("arrow"), schema
+    else:
+        try:
+            return container.kind_named("numpy"), np.dtype(schema)
+        except TypeError:
+            pass
+    raise InvalidArgument(f"input {name!r}: schema must be a pyarrow.Schema or a numpy dtype, got {schema!r}")
+
+
+def new_input(scope: Scope[T], name: str, schema: Any = None) -> tuple[InputHandle[T, Any], Stream[Any]]:
     """Create an input operator in ``scope``; see :meth:`Scope.new_input`."""
     _, output, cap = _source(scope, name)
-    handle: InputHandle[T, Any] = InputHandle(output, cap, name)
+    handle: InputHandle[T, Any] = InputHandle(output, cap, name, schema=schema)
     scope.subgraph.on_step(handle.flush)
     scope.subgraph.inputs.append(handle)
     return handle, scope.stream(output)

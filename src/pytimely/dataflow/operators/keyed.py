@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytimely import container
 from pytimely.dataflow.bins import DEFAULT_BINS
+from pytimely.dataflow.operators.fields import column_errors
 from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ def key_on(stream: Stream[Any], key: KeyField, name: str) -> Stream[Any]:
                 keys = map(itemgetter(key), records)
             else:
                 keys = container.values(batch, key)  # one column read, no call per record
-            pairs = list(zip(keys, records, strict=True))
+            with column_errors(batch, None if callable(key) else key):
+                pairs = list(zip(keys, records, strict=True))
             if pairs:
                 out._push(time, pairs)
 

@@ -14,9 +14,11 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from pytimely import container
+from pytimely.container.kind import Field
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import InputCapability
 from pytimely.dataflow.operators.binned import Key, bin_routes
+from pytimely.dataflow.operators.fields import check, column_errors, reader
 from pytimely.dataflow.operators.generic import Notificator, pact_for
 
 if TYPE_CHECKING:
@@ -76,63 +78,103 @@ def _keyed(
 
 def count_by(
     stream: Stream[Any],
-    key: Callable[[Any], Any] | None,
+    key: Key,
     name: str,
     control: Stream[Any] | None = None,
     bins: int = DEFAULT_BINS,
 ) -> Stream[Any]:
-    """``(key, count)`` for every key seen at each time (the record itself when ``key`` is None)."""
+    """``(key, count)`` for every key seen at each time (the record itself when ``key`` is None).
 
-    def finish(state: Counter[Any]) -> list[tuple[Any, int]]:
-        return list(state.items())
+    ``key`` may be a column (position or name): numpy and Arrow batches are then counted on the column, with
+    Python running once per distinct key, not once per record.
+    """
+    check(key, "key")
 
     def absorb(state: Counter[Any], batch: Any) -> None:
         if type(batch) is list:
-            state.update(batch if key is None else map(key, batch))
-        elif key is None and (counted := _distinct_counts(batch)) is not None:
+            with column_errors(batch, key):
+                state.update(batch if key is None else map(_function(key), batch))
+        elif not callable(key) and (counted := _column_counts(batch, key)) is not None:
             for k, n in counted:
                 state[k] += n
         else:
             records = container.records(batch)
-            state.update(records if key is None else map(key, records))
+            get = reader(batch, key)
+            with column_errors(batch, key):
+                state.update(records if get is None else map(get, records))
 
+    return _combined(stream, name, key, control, bins, Counter, absorb)
+
+
+def sum_by(
+    stream: Stream[Any],
+    key: Key,
+    value: Key,
+    name: str,
+    control: Stream[Any] | None = None,
+    bins: int = DEFAULT_BINS,
+) -> Stream[Any]:
+    """``(key, total of value(record))`` per key and time; columns of numpy and Arrow batches are summed at once."""
+    check(key, "key")
+    check(value, "value")
+
+    def absorb(state: dict[Any, Any], batch: Any) -> None:
+        get = state.get
+        if type(batch) is not list and not callable(key) and not callable(value):
+            summed = _column_sums(batch, key, value)
+            if summed is not None:
+                for k, v in summed:
+                    state[k] = get(k, 0) + v
+                return
+        get_key, get_value = reader(batch, key), reader(batch, value)
+        with column_errors(batch, key, value):
+            for record in container.records(batch):
+                k = record if get_key is None else get_key(record)
+                state[k] = get(k, 0) + (record if get_value is None else get_value(record))
+
+    return _combined(stream, name, key, control, bins, dict, absorb)
+
+
+def _combined(
+    stream: Stream[Any],
+    name: str,
+    key: Key,
+    control: Stream[Any] | None,
+    bins: int,
+    new_state: Callable[[], Any],
+    absorb: Absorb,
+) -> Stream[Any]:
+    """A keyed aggregation whose partial results add up: ``(key, total)`` per key and time.
+
+    With several workers each one aggregates its own records per time first, so every distinct key crosses to
+    its owner once per worker and time, not once per record (a combiner), and the owner adds the partials.
+    """
     if stream.scope.peers == 1:
-        return _keyed(_binned(stream, name, key, control, bins), name, Counter, absorb, finish)
+        return _keyed(_binned(stream, name, key, control, bins), name, new_state, absorb, _items)
 
-    # Several workers: each counts its own records per time first, so every distinct key crosses to its
-    # owner once per worker and time, not once per record (a combiner; counts add up exactly).
-    def absorb_pairs(state: Counter[Any], pairs: list[tuple[Any, int]]) -> None:
+    def absorb_pairs(state: dict[Any, Any], pairs: list[tuple[Any, Any]]) -> None:
         if not state:
             # The first batch of a time goes in at C speed when its keys are distinct, as one worker's are.
             first = dict(pairs)
             if len(first) == len(pairs):
                 dict.update(state, first)
                 return
+        get = state.get
         for k, n in pairs:
-            state[k] += n
+            state[k] = get(k, 0) + n
 
     # The local stage carries the user's name: an error in ``key`` belongs to their operator.
-    local = _keyed((stream, None), name, Counter, absorb, finish)
-    return _keyed(_binned(local, name, itemgetter(0), control, bins), name, Counter, absorb_pairs, finish)
+    local = _keyed((stream, None), name, new_state, absorb, _items)
+    return _keyed(_binned(local, name, itemgetter(0), control, bins), name, dict, absorb_pairs, _items)
 
 
-def sum_by(
-    stream: Stream[Any],
-    key: Callable[[Any], Any],
-    value: Callable[[Any], Any],
-    name: str,
-    control: Stream[Any] | None = None,
-    bins: int = DEFAULT_BINS,
-) -> Stream[Any]:
-    """``(key, total of value(record))`` per key and time."""
+def _items(state: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    return list(state.items())
 
-    def absorb(state: dict[Any, Any], batch: Any) -> None:
-        get = state.get
-        for record in container.records(batch):
-            k = key(record)
-            state[k] = get(k, 0) + value(record)
 
-    return _keyed(_binned(stream, name, key, control, bins), name, dict, absorb, lambda d: list(d.items()))
+def _function(key: Key) -> Callable[[Any], Any]:
+    """A key that is a column, as a function of a plain record."""
+    return key if callable(key) else itemgetter(key)
 
 
 def fold_by(
@@ -200,24 +242,49 @@ def count(stream: Stream[Any], name: str) -> Stream[int]:
     return _keyed((local, pact_for(lambda _: 0)), f"{name}.total", partial, add, lambda s: s)
 
 
-def _distinct_counts(batch: Any) -> list[tuple[Any, int]] | None:
-    """``(record, count)`` per distinct record of a one-column batch, counted on its column; None otherwise."""
+def _codes(kind: Any, batch: Any, field: Field) -> tuple[Any, list[Any]] | None:
+    """``(codes, distinct keys)`` of a key column (numbers by one sort, others by dictionary encoding)."""
+    import numpy as np
+
+    column = kind.numeric(batch, field)
+    if column is None:
+        encoded: tuple[Any, list[Any]] | None = kind.encoded(batch, field)
+        return encoded
+    distinct, codes = np.unique(column, return_inverse=True)
+    return codes.astype(np.int64, copy=False), distinct.tolist()
+
+
+def _column_counts(batch: Any, field: Field) -> list[tuple[Any, int]] | None:
+    """``(key, count)`` per distinct key of a column of a columnar batch; None when the column cannot be read."""
     import numpy as np
 
     kind = container.kind_of(batch)
-    column = kind.numeric(batch, None)
-    if column is not None:
-        distinct, counts = np.unique(column, return_counts=True)
-        values: list[Any] = distinct.tolist()
-    else:
-        encoded = kind.encoded(batch, None)
-        if encoded is None:
-            return None
-        codes, values = encoded
-        counts = np.bincount(codes, minlength=len(values))
-    if kind.name == "arrow":  # an Arrow row is a tuple, even of one column
-        values = [(v,) for v in values]
-    return list(zip(values, counts.tolist(), strict=True))
+    coded = _codes(kind, batch, field)
+    if coded is None:
+        return None
+    codes, keys = coded
+    if field is None and kind.name == "arrow":  # an Arrow record is a tuple, even of one column
+        keys = [(k,) for k in keys]
+    return list(zip(keys, np.bincount(codes, minlength=len(keys)).tolist(), strict=True))
+
+
+def _column_sums(batch: Any, key: Field, value: Field) -> list[tuple[Any, Any]] | None:
+    """``(key, sum)`` per distinct key of a columnar batch, summed in row order; None when not all numbers."""
+    import numpy as np
+
+    kind = container.kind_of(batch)
+    values = kind.numeric(batch, value)
+    if values is None or key is None:
+        return None
+    coded = _codes(kind, batch, key)
+    if coded is None:
+        return None
+    codes, keys = coded
+    if values.dtype.kind == "b":
+        values = values.astype(np.int64)
+    sums = np.zeros(len(keys), dtype=values.dtype)
+    np.add.at(sums, codes, values)  # unbuffered, in row order: the sums a loop over the records gives
+    return list(zip(keys, sums.tolist(), strict=True))
 
 
 def _keyed_local(

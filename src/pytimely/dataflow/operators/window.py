@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely.dataflow.capability import Capability, InputCapability
 from pytimely.dataflow.channels import Exchange
-from pytimely.errors import InvalidArgument
+from pytimely.errors import ColumnError, InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
 from pytimely import container
-from pytimely.dataflow.operators.fields import Field, check, column, key_route, reader, rows
+from pytimely.dataflow.operators.fields import Field, check, column, column_errors, key_route, reader, rows
 
 __all__ = ["Aggregate", "DropLate", "Field", "Session", "SideOutput", "Sliding", "Tumbling", "window"]
 
@@ -167,7 +167,7 @@ class _Windows:
         """Fold one batch into the open windows; send or count its late records."""
         columns = batch if type(batch) is not list else self._as_array(batch)
         if columns is not None:
-            xs = None if self.time_field is None else column(columns, self.time_field)
+            xs = None if self.time_field is None else self._times(columns)
             values = None if self.aggregate == "count" else column(columns, self.value_field)
             if (xs is not None or self.time_field is None) and (values is not None or self.aggregate == "count"):
                 keys, coded = self._keys(columns)
@@ -179,6 +179,28 @@ class _Windows:
                         self._absorb_columns(cap, batch, xs, keys, values)
                     return
         self._absorb_records(cap, batch)
+
+    def _times(self, columns: Any) -> Any:
+        """The event time column as integers (None: read record by record); other numbers are refused."""
+        xs = column(columns, self.time_field)
+        if xs is None:
+            if callable(self.time_field):
+                return None
+            kind = container.kind_of(columns)
+            raise ColumnError(
+                f"event times must be integers; column {self.time_field!r} of this {kind.name} batch holds "
+                f"{_column_type(columns, self.time_field)}",
+                kind=kind.name,
+                column=self.time_field,
+            )
+        if xs.dtype.kind not in "iu":
+            raise ColumnError(
+                f"event times must be integers (the scope's timestamps are); column {self.time_field!r} holds "
+                f"{xs.dtype} values",
+                kind=container.kind_of(columns).name,
+                column=self.time_field,
+            )
+        return xs
 
     def _keys(self, columns: Any) -> tuple[Any, bool]:
         """``(keys, coded)``: the key column as numbers, or as codes of this operator's own (see module doc)."""
@@ -226,15 +248,21 @@ class _Windows:
         return array if array.ndim == 2 and array.dtype.kind in "iu" else None
 
     def _absorb_records(self, cap: InputCapability[Any], batch: Any) -> None:
-        t = cap.time
         get_time = reader(batch, self.time_field)
         get_key = reader(batch, self.key_field)
         get_value = reader(batch, self.value_field)
+        with column_errors(batch, self.time_field, self.key_field, self.value_field):
+            self._absorb_rows(cap, batch, get_time, get_key, get_value)
+
+    def _absorb_rows(self, cap: InputCapability[Any], batch: Any, get_time: Any, get_key: Any, get_value: Any) -> None:
+        t = cap.time
         counting = self.aggregate == "count"
         late: list[Any] = []
         if isinstance(self.kind, Session):
             for r in rows(batch):
                 x = t if get_time is None else get_time(r)
+                if type(x) is not int:
+                    raise _not_an_int(x, r, self.time_field, batch)
                 if x < t:
                     late.append(r)
                     continue
@@ -246,6 +274,8 @@ class _Windows:
             combine = self.combine
             for r in rows(batch):
                 x = t if get_time is None else get_time(r)
+                if type(x) is not int:
+                    raise _not_an_int(x, r, self.time_field, batch)
                 if x < t:
                     late.append(r)
                     continue
@@ -478,6 +508,29 @@ class _Windows:
             self.held = None
         elif self.held.time < earliest:
             self.held.downgrade(earliest)
+
+
+def _column_type(batch: Any, field: Any) -> str:
+    """What a non-numeric column holds, for an error."""
+    if container.kind_of(batch).name == "arrow":
+        return str(container.kind_named("arrow").column(batch, field).type)  # type: ignore[attr-defined]
+    values = container.values(batch, field)
+    return type(values[0]).__name__ if values else "nothing"
+
+
+def _not_an_int(x: Any, record: Any, field: Any, batch: Any) -> ColumnError:
+    """The error for an event time that is not an int (a float, a string, a date...)."""
+    return ColumnError(
+        f"event times must be integers (the scope's timestamps are); the time {x!r} of {_preview(record)} "
+        f"is a {type(x).__name__}",
+        kind=container.kind_of(batch).name,
+        column=field,
+    )
+
+
+def _preview(record: Any) -> str:
+    text = repr(record)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _first(session: list[Any]) -> Any:
