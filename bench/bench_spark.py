@@ -22,6 +22,14 @@ every Spark contender is slower (see docs/spark.md). Label propagation runs once
 to give every vertex the same label.
 Ratios are the baseline's time over pytimely's (> 1: pytimely faster). Target: (a) >= 10x faster than (b).
 
+The keyed count (``--part keyed-count``, or ``all``): ``--keyed-rows`` words (default 2,000,000, a vocabulary of
+10,000, seed 42) in a cached DataFrame of ``S`` partitions, counted per word and written as Parquet:
+(e) pytimely on Spark, ``count_by("word")`` over the Arrow batches Spark hands over (exchange by the key column,
+    counts on dictionary codes, no Python object per row), ``S`` processes x 1 worker, saved by Spark's writer;
+(f) Spark's own ``groupBy("word").count()`` on the same DataFrame, written the same way.
+The two take turns ``--repeat`` times and the best of each is reported as rows per second per slot; each
+result is checked against the other.
+
 Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 """
 
@@ -38,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import print_json
+from harness import print_json, taking_turns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -165,6 +173,69 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     return facts, rows
 
 
+def keyed_count(args: argparse.Namespace) -> tuple[Row, list[Row]]:
+    """pytimely's ``count_by`` of a word column against Spark's ``groupBy().count()``, both to Parquet."""
+    import pyarrow.parquet as pq
+
+    from pytimely.spark import local_session, run_dataflow, save
+
+    rng = np.random.default_rng(42)
+    words = np.char.add("w", rng.integers(0, 10_000, size=args.keyed_rows).astype(str))
+    with tempfile.TemporaryDirectory() as tmp:
+        import pyarrow as pa
+
+        source = str(Path(tmp) / "words.parquet")
+        pq.write_table(pa.table({"word": words}), source)
+        start_seconds, spark = timed(lambda: local_session(args.slots))
+        frame = spark.read.parquet(source).repartition(args.slots).cache()
+        frame.count()
+        runs = iter(range(1_000_000))
+
+        def ours() -> tuple[float, dict[str, int]]:
+            out = str(Path(tmp) / f"ours-{next(runs)}")
+            seconds, _ = timed(lambda: save(
+                run_dataflow(_count_words, frame, "word string, count long", processes=args.slots), out,
+                single_file=False,
+            ))
+            return seconds, _counts(pq.read_table(out))
+
+        def theirs() -> tuple[float, dict[str, int]]:
+            out = str(Path(tmp) / f"spark-{next(runs)}")
+            seconds, _ = timed(lambda: frame.groupBy("word").count().write.parquet(out))
+            return seconds, _counts(pq.read_table(out))
+
+        ours()  # warm-up: Python workers started, JVM code compiled
+        theirs()
+        best = taking_turns(args.repeat, {"e": ours, "f": theirs}, key=lambda r: r[0])
+        spark.stop()
+    if best["e"][1] != best["f"][1]:
+        raise AssertionError("pytimely's counts differ from Spark's")
+    facts: Row = {"rows": args.keyed_rows, "slots": args.slots, "spark_start_s": round(start_seconds, 1)}
+    names = {"e": f"pytimely count_by('word') on Spark, {args.slots} processes", "f": "Spark groupBy('word').count()"}
+    rows = []
+    for ident in ("e", "f"):
+        seconds = best[ident][0]
+        row: Row = {
+            "id": ident,
+            "workload": names[ident],
+            "seconds": round(seconds, 3),
+            "rows_per_s_per_slot": int(args.keyed_rows / seconds / args.slots),
+        }
+        if ident == "f":
+            row["baseline"] = names["f"]
+            row["speedup_of_pytimely"] = round(seconds / best["e"][0], 2)
+        rows.append(row)
+    return facts, rows
+
+
+def _count_words(stream: Any) -> Any:
+    return stream.count_by("word")
+
+
+def _counts(table: Any) -> dict[str, int]:
+    return dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True))
+
+
 def main() -> None:
     """Parse, run, print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,12 +248,31 @@ def main() -> None:
     parser.add_argument("--skip-networkx", action="store_true", help="no NetworkX row; GraphX is the reference")
     parser.add_argument("--driver-memory", default="", help="Spark driver (= local executor) memory, e.g. 8g")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--part", choices=["components", "keyed-count", "all"], default="all")
+    parser.add_argument("--keyed-rows", type=int, default=2_000_000, help="words of the keyed count")
     args = parser.parse_args()
     if args.quick:
         args.edges = 20_000
+        args.keyed_rows = 20_000
         args.repeat = 1
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.part in ("keyed-count", "all"):
+        count_facts, count_rows = keyed_count(args)
+        if args.json:
+            print_json(count_rows, count_facts)
+        else:
+            print(f"Keyed count of {args.keyed_rows:,} words to Parquet, local[{args.slots}], best of {args.repeat} "
+                  "turns each\n")
+            print("| | contender | seconds (best) | rows/s per slot | pytimely's speed-up over it |")
+            print("|---|---|---|---|---|")
+            for row in count_rows:
+                speedup = f"{row['speedup_of_pytimely']:.2f}x" if "speedup_of_pytimely" in row else ""
+                print(f"| {row['id']} | {row['workload']} | {row['seconds']:.2f} | {row['rows_per_s_per_slot']:,} | "
+                      f"{speedup} |")
+            print()
+    if args.part == "keyed-count":
+        return
     facts, rows = run(args)
     if args.json:
         print_json(rows, facts)

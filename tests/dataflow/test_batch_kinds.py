@@ -209,3 +209,20 @@ def test_a_record_that_does_not_fit_the_schema_names_the_input_and_the_column() 
     assert info.value.column == "k"
     with pytest.raises(InvalidArgument, match=r"schema must be a pyarrow\.Schema or a numpy dtype"):
         execute(lambda w: w.dataflow(lambda scope: scope.new_input(schema="nonsense")))
+
+
+def test_file_source_can_give_csv_records_as_dicts(tmp_path: Path) -> None:
+    from pytimely.connectors import file_source
+
+    (tmp_path / "a.csv").write_text("n,word\n1,x\n2,y\n")
+    seen: list[Any] = []
+
+    def job(worker: Worker) -> None:
+        def build(scope: Any) -> None:
+            rows = file_source(scope, [tmp_path / "a.csv"], records="dict")
+            rows.map(lambda r: (r["word"], r["n"])).inspect(seen.append).exchange(lambda r: 0).count_by(0)
+
+        worker.dataflow(build)
+
+    execute(job, 2)
+    assert sorted(seen) == [("x", 1), ("y", 2)]

@@ -47,13 +47,18 @@ def file_source(
     *,
     format: Format | None = None,
     epoch_per_file: bool = False,
+    records: str = "tuple",
     name: str = "file_source",
     **options: Any,
 ) -> Stream[Any]:
-    """The batches of ``paths`` (each worker its share); see the module doc. ``options`` go to the reader."""
+    """The batches of ``paths`` (each worker its share); see the module doc. ``options`` go to the reader.
+
+    ``records="dict"`` makes the records of CSV and Parquet batches dicts by column name instead of tuples.
+    """
     files = [Path(p) for p in paths]
     if epoch_per_file and type(scope.minimum) is not int:
         raise InvalidArgument(f"{name}: epoch_per_file numbers files as int epochs; this scope's times are not ints")
+    as_dicts = _dict_records(records, name)
     index, peers = scope.index, scope.peers
 
     def make_poll(minimum: Any) -> Callable[[], list[Action]]:
@@ -77,12 +82,21 @@ def file_source(
                 if batch is None:
                     current.clear()
                 else:
+                    if as_dicts and container.kind_of(batch).name == "arrow":
+                        batch = container.with_dict_records(batch)
                     actions.append(Send(epoch, batch))
             return actions
 
         return poll
 
     return polled_source(scope, make_poll, name=name, idle=0)
+
+
+def _dict_records(records: str, name: str) -> bool:
+    """Whether a source's Arrow batches are to give dict records (``records="dict"``)."""
+    if records not in ("tuple", "dict"):
+        raise InvalidArgument(f"{name}: records must be 'tuple' or 'dict', got {records!r}")
+    return records == "dict"
 
 
 def _listable(entry: str, pattern: str, end_marker: str | None) -> bool:
@@ -104,14 +118,16 @@ def directory_source(
     max_files: int | None = None,
     poll_interval: float = 0.05,
     timeout: float | None = None,
+    records: str = "tuple",
     name: str = "directory_source",
     **options: Any,
 ) -> Stream[Any]:
     """File ``k`` of ``directory`` (in name order) at epoch ``k``, as files arrive; see the module doc.
 
     ``timeout`` (seconds): with no new file and no end marker for that long, raise
-    :class:`~pytimely.errors.SourceTimeoutError`.
+    :class:`~pytimely.errors.SourceTimeoutError`. ``records``: as for :func:`file_source`.
     """
+    as_dicts = _dict_records(records, name)
     from pytimely.errors import SourceTimeoutError
 
     folder = Path(directory)
@@ -175,6 +191,8 @@ def directory_source(
                 if batch is None:
                     current.clear()
                 else:
+                    if as_dicts and container.kind_of(batch).name == "arrow":
+                        batch = container.with_dict_records(batch)
                     actions.append(Send(epoch, batch))
             if not current and not mine:
                 if state["ended"]:

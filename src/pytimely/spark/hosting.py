@@ -46,8 +46,10 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from pytimely import container
 from pytimely.config import Config
 from pytimely.errors import (
+    BatchKindError,
     InputFormatError,
     InvalidArgument,
     SparkConnectError,
@@ -571,15 +573,20 @@ def to_record_batch(batch: Any, schema: pa.Schema, *, time: Any = None, epoch: s
     Columns are matched by name for Arrow batches and dicts, by position otherwise; a column named
     ``epoch`` that the batch lacks is filled with ``time``.
     """
-    import numpy as np
     import pyarrow as pa
 
     names = schema.names
     fill = epoch if epoch is not None and epoch in names else None
     columns: dict[str, Any]
-    if isinstance(batch, pa.RecordBatch | pa.Table):
+    try:
+        kind = container.kind_of(batch).name
+    except BatchKindError as exc:
+        raise SparkError(f"cannot turn an output batch of type {type(batch).__name__} into rows of {names}") from exc
+    if kind not in ("arrow", "numpy", "list"):  # a kind added by the user: its records as a list
+        batch, kind = list(container.records(batch)), "list"
+    if kind == "arrow":
         columns = {n: batch.column(n) for n in batch.schema.names}
-    elif isinstance(batch, np.ndarray):
+    elif kind == "numpy":
         array = batch.reshape(-1, 1) if batch.ndim == 1 else batch
         positional = [n for n in names if n != fill or array.shape[1] == len(names)]
         if array.shape[1] != len(positional):
@@ -588,7 +595,7 @@ def to_record_batch(batch: Any, schema: pa.Schema, *, time: Any = None, epoch: s
                 f"({len(positional)} columns expected)"
             )
         columns = {n: array[:, i] for i, n in enumerate(positional)}
-    elif isinstance(batch, list):
+    else:
         if batch and isinstance(batch[0], dict):
             columns = {n: [row.get(n) for row in batch] for n in names if n != fill or fill in batch[0]}
         else:
@@ -597,8 +604,6 @@ def to_record_batch(batch: Any, schema: pa.Schema, *, time: Any = None, epoch: s
             if any(len(row) != len(positional) for row in batch):
                 raise SparkError(f"an output row does not have the {len(positional)} fields of the schema {names}")
             columns = {n: [row[i] for row in batch] for i, n in enumerate(positional)}
-    else:
-        raise SparkError(f"cannot turn an output batch of type {type(batch).__name__} into rows of {names}")
     length = len(next(iter(columns.values()))) if columns else 0
     arrays = []
     for field in schema:
