@@ -192,7 +192,7 @@ def keyed_count(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         runs = iter(range(1_000_000))
 
         def ours() -> tuple[float, dict[str, int]]:
-            out = str(Path(tmp) / f"ours-{next(runs)}")
+            out = str(Path(tmp) / f"ours-{next(runs)}.parquet")
             seconds, _ = timed(lambda: save(
                 run_dataflow(_count_words, frame, "word string, count long", processes=args.slots), out,
                 single_file=False,
@@ -200,7 +200,7 @@ def keyed_count(args: argparse.Namespace) -> tuple[Row, list[Row]]:
             return seconds, _counts(pq.read_table(out))
 
         def theirs() -> tuple[float, dict[str, int]]:
-            out = str(Path(tmp) / f"spark-{next(runs)}")
+            out = str(Path(tmp) / f"spark-{next(runs)}.parquet")
             seconds, _ = timed(lambda: frame.groupBy("word").count().write.parquet(out))
             return seconds, _counts(pq.read_table(out))
 

@@ -28,7 +28,7 @@ def _count_words(stream: Any) -> Any:
 
 
 def _kinds_after_exchange(stream: Any) -> Any:
-    seen = stream.exchange(lambda r: r[0]).map_batch(lambda b: [(container.kind_of(b).name,)])
+    seen = stream.exchange(lambda r: r[1]).map_batch(lambda b: [(container.kind_of(b).name,)])
     return seen.exchange(lambda r: 0).map_batch(lambda b: sorted(set(container.records(b))))
 
 
@@ -38,7 +38,7 @@ def _windows(stream: Any) -> Any:
 
 def test_a_keyed_count_from_a_dataframe_to_parquet_equals_spark_group_by(spark: Any, tmp_path: Path) -> None:
     frame, data = _words(spark)
-    out = tmp_path / "counts"
+    out = tmp_path / "counts.parquet"
     save(run_dataflow(_count_words, frame, "word string, n long", processes=2, workers=2), str(out),
          single_file=False)
     got = dict(zip(*(pq.read_table(out).column(c).to_pylist() for c in ("word", "n")), strict=True))
