@@ -27,6 +27,7 @@ from pytimely.errors import (
     CorruptEventStreamError,
     EventStreamAuthError,
     EventStreamError,
+    EventStreamTimeoutError,
     TruncatedEventStreamError,
 )
 from tests.dataflow.capture_jobs import EPOCHS, epoch_batches
@@ -181,6 +182,97 @@ def test_signed_files_need_their_secret(tmp_path: Path) -> None:
     assert events == [(0, [7])]
 
 
+class _Planted:
+    """A record whose unpickling creates a file: what a planted event file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (Path.touch, (self.marker,))
+
+
+def test_an_unsealed_file_is_refused_unread_when_a_secret_is_given(tmp_path: Path) -> None:
+    """Why: a file whose header said "CRC, unsigned" was unpickled by ``replay_files(dir, secret=S)``."""
+    folder, marker = tmp_path / "capture", tmp_path / "ran"
+    folder.mkdir()
+    writer = FileEventWriter(folder / "worker-0000.events")  # no secret: CRC frames, forgeable by anyone
+    writer.write("messages", (0, [_Planted(marker)]))
+    writer.write("progress", [(0, -1)])
+    writer.write("end", None)
+    writer.close()
+    with pytest.raises(EventStreamAuthError, match="not sealed"):
+        _replay(folder, 1, secret=secrets.token_bytes(16))
+    assert not marker.exists(), "the planted record was unpickled"
+
+
+def _capture_signed(directory: Path, workers: int, secret: bytes, rows: int = 1000) -> None:
+    """Each of ``workers`` workers captures ``rows`` records of its own at time 0, signed."""
+
+    def job(worker: Worker) -> None:
+        def build(scope: Scope[int]) -> Any:
+            handle, stream = scope.new_input()
+            stream.capture_to_files(str(directory), secret=secret)
+            return handle
+
+        worker.dataflow(build).send_batch([(worker.index, i) for i in range(rows)])
+
+    execute(job, workers)
+
+
+def test_a_signed_file_copied_under_another_workers_name_is_refused(tmp_path: Path) -> None:
+    """Why: a copy of worker 0's signed file named worker-0001 was replayed too (2,000 records, not 1,000)."""
+    secret = secrets.token_bytes(16)
+    _capture_signed(tmp_path, 1, secret)
+    assert sum(len(b) for _, b in _replay(tmp_path, 1, secret=secret)[0]) == 1000
+    (tmp_path / "worker-0001.events").write_bytes((tmp_path / "worker-0000.events").read_bytes())
+    with pytest.raises(CorruptEventStreamError, match="named for worker 1"):
+        _replay(tmp_path, 1, secret=secret)
+
+
+def test_files_renamed_or_left_from_another_capture_are_refused(tmp_path: Path) -> None:
+    secret = secrets.token_bytes(16)
+    first, second = tmp_path / "first", tmp_path / "second"
+    _capture_signed(first, 2, secret, rows=10)
+    _capture_signed(second, 2, secret, rows=10)
+    # Worker 1's file of another capture of the same width, in place of this one's.
+    (second / "worker-0001.events").write_bytes((first / "worker-0001.events").read_bytes())
+    with pytest.raises(CorruptEventStreamError, match="a folder holds one capture"):
+        _replay(second, 1, secret=secret)
+    # One worker's file gone, and the other renamed into its place.
+    (first / "worker-0000.events").unlink()
+    (first / "worker-0001.events").rename(first / "worker-0000.events")
+    with pytest.raises(CorruptEventStreamError, match="named for worker 0"):
+        _replay(first, 1, secret=secret)
+    (first / "worker-0000.events").rename(first / "worker-0001.events")
+    with pytest.raises(CorruptEventStreamError, match="worker 0's is missing"):
+        _replay(first, 1, secret=secret)
+
+
+def test_a_file_cut_between_events_is_truncated_not_ended(tmp_path: Path) -> None:
+    from tests.dataflow.event_fuzz import HEADER, frames
+
+    secret = secrets.token_bytes(16)
+    _capture_signed(tmp_path, 1, secret, rows=10)
+    path = tmp_path / "worker-0000.events"
+    data = path.read_bytes()
+    # Every event but the end: the bytes stop exactly where an event ends.
+    last, _ = frames(data, HEADER + 32, 32)[-1]
+    assert data[last] == 3  # the end event's kind
+    path.write_bytes(data[:last])
+    with pytest.raises(TruncatedEventStreamError, match="without its end event"):
+        _replay(tmp_path, 1, secret=secret)
+
+
+def test_a_capture_replaces_the_wider_capture_its_folder_held(tmp_path: Path) -> None:
+    """Why: a capture into a folder that held a wider one left its worker-0002/0003 files, and replay mixed them in."""
+    _capture_files(tmp_path, 4)
+    sent = _capture_files(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["worker-0000.events", "worker-0001.events"]
+    events, _ = _replay(tmp_path, 2)
+    assert _rows(events) == _rows(sent)
+
+
 def test_unfinished_or_missing_captures_are_refused(tmp_path: Path) -> None:
     with pytest.raises(EventStreamError, match=r"no \.events files"):
         _replay(tmp_path, 1)
@@ -227,28 +319,79 @@ def test_capture_over_a_socket_from_another_process_replayed_on_three() -> None:
     assert all(f[-1] == [] for _, f in results)
 
 
-def test_a_writer_with_the_wrong_secret_is_refused_before_anything_is_read() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        proc = _capturing_process(listener.getsockname()[1], secrets.token_bytes(16), 1)
+def test_a_writer_with_the_wrong_secret_is_dropped_and_told_so(caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    secret = secrets.token_bytes(16)
+    refused: list[Exception] = []
+
+    def writers(address: tuple[str, int]) -> None:
         try:
-            with pytest.raises(EventStreamAuthError, match="did not prove"):
-                accept_event_streams(listener, 1, secrets.token_bytes(16), timeout=60)
+            SocketEventWriter.connect(address, secrets.token_bytes(16), timeout=30)
+        except EventStreamAuthError as exc:
+            refused.append(exc)
+        _send_events(address, secret, [5])  # then the real capture
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        thread = threading.Thread(target=writers, args=(listener.getsockname(),))
+        thread.start()
+        try:
+            readers = accept_event_streams(listener, 1, secret, timeout=30)
         finally:
-            proc_err = proc.communicate(timeout=60)
-        assert proc.returncode != 0
-        assert b"EventStreamAuthError" in proc_err[1]  # the writer is told it was refused
+            thread.join(30)
+    assert [(t, list(b)) for t, b in _replay_readers(readers)] == [(0, [5])]
+    assert len(refused) == 1 and "refused this capture" in str(refused[0])  # the writer is told it was refused
+    assert "did not prove it knows the shared secret" in caplog.text
 
 
-def test_a_stranger_sending_a_pickle_is_refused_and_a_silent_one_times_out() -> None:
+def _send_events(address: tuple[str, int], secret: bytes, records: list[int]) -> None:
+    """A capturing worker written out by hand: its records at time 0, then the frontier passes, then the end."""
+    writer = SocketEventWriter.connect(address, secret, timeout=30)
+    writer.write("messages", (0, records))
+    writer.write("progress", [(0, -1)])
+    writer.write("end", None)
+    writer.close()
+
+
+def _replay_readers(readers: list[Any]) -> list[tuple[Any, Any]]:
+    def job(worker: Worker) -> list[tuple[Any, Any]]:
+        events: list[tuple[Any, Any]] = []
+        worker.dataflow(lambda scope: _observe(replay_events(scope, readers), [], events))
+        return events
+
+    return [e for events in execute(job) for e in events]
+
+
+def test_strangers_are_dropped_and_the_real_capture_is_still_accepted(caplog: pytest.LogCaptureFixture) -> None:
+    """Why: one stranger's connection raised EventStreamAuthError for the whole replay."""
+    import threading
+
     secret = secrets.token_bytes(16)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         address = listener.getsockname()
-        with socket.create_connection(address) as stranger:
-            stranger.sendall(b"\x80\x05" + b"x" * 100)
-            with pytest.raises(EventStreamAuthError):
-                accept_event_streams(listener, 1, secret, timeout=10)
-        with socket.create_connection(address), pytest.raises(EventStreamError):
-            accept_event_streams(listener, 1, secret, timeout=0.5)
+        pickler = socket.create_connection(address)
+        pickler.sendall(b"\x80\x05" + b"x" * 100)  # a pickle, where a hello belongs
+        socket.create_connection(address).close()  # connect and close
+        silent = socket.create_connection(address)
+        writer = threading.Thread(target=_send_events, args=(address, secret, [1, 2, 3]))
+        writer.start()
+        try:
+            readers = accept_event_streams(listener, 1, secret, timeout=30)
+        finally:
+            writer.join(30)
+            pickler.close()
+            silent.close()
+    assert [(t, list(b)) for t, b in _replay_readers(readers)] == [(0, [1, 2, 3])]
+    assert "not a pytimely capture" in caplog.text and "closed before it proved" in caplog.text
+
+
+def test_a_silent_stranger_alone_times_out() -> None:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        socket.create_connection(listener.getsockname()),
+        pytest.raises(EventStreamTimeoutError, match="0 of 1"),
+    ):
+        accept_event_streams(listener, 1, secrets.token_bytes(16), timeout=0.5)
 
 
 def test_a_connection_dropped_inside_an_event_is_truncated() -> None:

@@ -478,13 +478,15 @@ class Stream(Generic[D]):
 
         return _extremes.final(self, "last", key, value, name)
 
-    def capture_into(self, open_writer: Callable[[int], Any], *, name: str = "capture_into") -> None:
-        """Write this stream's messages and progress to ``open_writer(worker)``, an ``EventWriter``."""
+    def capture_into(self, open_writer: Callable[[Any], Any], *, name: str = "capture_into") -> None:
+        """Write this stream's messages and progress to ``open_writer(binding)``, an ``EventWriter`` (the
+        ``Binding`` names the capture, this worker and the count of workers)."""
 
         _capture.capture_into(self, open_writer, name)
 
     def capture_to_files(self, directory: str, *, secret: bytes | None = None, name: str = "capture_to_files") -> None:
-        """Each worker writes its messages and progress to ``directory``; replay with ``capture.replay_files``."""
+        """Each worker writes its messages and progress to ``directory``, replacing the capture it held; replay
+        with ``scope.replay_files``. Without ``secret`` the files are trusted like code when replayed."""
 
         _capture.capture_to_files(self, directory, secret, name)
 

@@ -13,21 +13,26 @@ back as what they were (numpy arrays stay numpy arrays).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.capability import Capability
+from pytimely.dataflow.channels import Broadcast
 from pytimely.dataflow.operators.event_stream import (
     MAX_FRAME,
+    Binding,
     Event,
     EventReader,
     EventWriter,
     FileEventReader,
     FileEventWriter,
     SocketEventWriter,
+    read_binding,
 )
 from pytimely.errors import CapabilityError, CorruptEventStreamError, EventStreamError
 
@@ -40,6 +45,7 @@ __all__ = [
     "capture_into",
     "capture_to_files",
     "capture_to_socket",
+    "check_capture",
     "replay",
     "replay_events",
     "replay_files",
@@ -90,18 +96,61 @@ def replay(scope: Scope[Any], events: Iterable[tuple[Any, Any]], name: str) -> S
 # -- event streams ------------------------------------------------------------------------------------------
 
 
-def capture_into(stream: Stream[Any], open_writer: Callable[[int], EventWriter], name: str) -> None:
-    """Write this worker's messages and frontier changes to ``open_writer(worker index)``; end when the stream does."""
+def _capture_id(scope: Scope[Any], name: str, before: Callable[[], None] | None) -> Stream[Any]:
+    """A stream on which worker 0 sends, once, 16 random bytes every worker's capture is bound to.
+
+    ``before`` runs on worker 0 first: nothing of this capture is written anywhere until the id arrives.
+    """
+    op = scope._operator(f"{name} id", [], 1)
+    op.initial_caps = True
+    output = op.outputs[0]
+    cap = Capability(scope.minimum, output, counted=True)
+
+    def logic() -> None:
+        if not cap.valid:
+            return
+        if scope.index == 0:
+            if before is not None:
+                before()
+            output._push(scope.minimum, [os.urandom(16)])
+        cap.drop()
+
+    op.logic = logic
+    return scope.stream(output)
+
+
+def capture_into(
+    stream: Stream[Any],
+    open_writer: Callable[[Binding], EventWriter],
+    name: str,
+    *,
+    before: Callable[[], None] | None = None,
+) -> None:
+    """Write this worker's messages and frontier changes to ``open_writer(binding)``; end when the stream does.
+
+    The :class:`Binding` names the capture (an id worker 0 draws and broadcasts), this worker's index and the
+    count of workers, so every stream of one capture says it belongs to it. ``before`` runs on worker 0 before
+    the id goes out, so before any worker opens its writer (``capture_to_files`` clears the folder there).
+    """
     scope = stream.scope
-    op = scope._operator(name, [(stream, None)], 0)
+    ident = _capture_id(scope, name, before)
+    op = scope._operator(name, [(stream, None), (ident, Broadcast())], 0)
     op.notify = True
-    port = op.inputs[0]
-    writer = open_writer(scope.index)
+    port, ids = op.inputs
     # What the reader assumes before the first progress event: the frontier is the scope's minimum.
     recorded: set[Any] = {scope.minimum}
+    writers: list[EventWriter] = []
     open_ = [True]
 
     def logic() -> None:
+        if not writers:
+            capture = next((batch[0] for _, batch in ids.batches() if len(batch)), None)
+            if capture is None:
+                return  # the records wait in the port until the capture has its id
+            writers.append(open_writer(Binding(bytes(capture), scope.index, scope.peers)))
+        for _ in ids.batches():
+            pass
+        writer = writers[0]
         if not open_[0]:
             for _ in port.batches():
                 pass
@@ -122,18 +171,36 @@ def capture_into(stream: Stream[Any], open_writer: Callable[[int], EventWriter],
     op.logic = logic
 
 
+def _captured_files(folder: Path) -> list[Path]:
+    """The files of a capture in ``folder``, finished or not."""
+    return sorted([*folder.glob(f"*{EVENT_SUFFIX}"), *folder.glob(f"*{EVENT_SUFFIX}.partial")])
+
+
 def capture_to_files(stream: Stream[Any], directory: str | os.PathLike[str], secret: bytes | None, name: str) -> None:
-    """Each worker writes ``directory/worker-NNNN.events`` (named so only once complete); see ``replay_files``."""
+    """Each worker writes ``directory/worker-NNNN.events`` (named so only once complete); see ``replay_files``.
+
+    The capture replaces whatever capture the folder held: worker 0 removes its ``.events`` files (finished or
+    not) before any worker of this capture writes, and every file is bound to this capture.
+    """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
+
+    def clear() -> None:
+        for old in _captured_files(folder):
+            with contextlib.suppress(FileNotFoundError):
+                old.unlink()
+
     capture_into(
-        stream, lambda index: FileEventWriter(folder / f"worker-{index:04d}{EVENT_SUFFIX}", secret=secret), name
+        stream,
+        lambda b: FileEventWriter(folder / f"worker-{b.index:04d}{EVENT_SUFFIX}", secret=secret, binding=b),
+        name,
+        before=clear,
     )
 
 
 def capture_to_socket(stream: Stream[Any], address: tuple[str, int], secret: bytes, timeout: float, name: str) -> None:
     """Each worker connects to the replaying process at ``address`` and sends its events, authenticated."""
-    capture_into(stream, lambda _: SocketEventWriter.connect(address, secret, timeout=timeout), name)
+    capture_into(stream, lambda b: SocketEventWriter.connect(address, secret, binding=b, timeout=timeout), name)
 
 
 class _Replayed:
@@ -219,6 +286,44 @@ def replay_events(scope: Scope[Any], readers: Sequence[EventReader], *, name: st
     return scope.stream(output)
 
 
+_WORKER_FILE = re.compile(r"worker-(\d+)" + re.escape(EVENT_SUFFIX))
+
+
+def check_capture(files: Sequence[Path], bindings: Sequence[Binding], name: str) -> None:
+    """:class:`CorruptEventStreamError` unless ``files`` (with their bindings) are every stream of one capture."""
+    for path, b in zip(files, bindings, strict=True):
+        named = _WORKER_FILE.fullmatch(path.name)
+        if named is not None and int(named.group(1)) != b.index:
+            raise CorruptEventStreamError(
+                f"{name}: {path} is named for worker {int(named.group(1))} but holds the stream of {b}: a copied "
+                "or renamed file",
+                source=str(path),
+            )
+    first, b0 = files[0], bindings[0]
+    for path, b in zip(files, bindings, strict=True):
+        if b.capture != b0.capture:
+            raise CorruptEventStreamError(
+                f"{name}: {path} belongs to capture {b.capture.hex()[:8]}, and {first} to capture "
+                f"{b0.capture.hex()[:8]}: a folder holds one capture (left over from another run?)",
+                source=str(path),
+            )
+    seen: dict[int, Path] = {}
+    for path, b in zip(files, bindings, strict=True):
+        if b.index in seen:
+            raise CorruptEventStreamError(
+                f"{name}: {seen[b.index]} and {path} are both the stream of worker {b.index}: one is a copy",
+                source=str(path),
+            )
+        seen[b.index] = path
+    if b0.count != len(files):
+        missing = sorted(set(range(b0.count)) - set(seen))
+        raise CorruptEventStreamError(
+            f"{name}: capture {b0.capture.hex()[:8]} was written by {b0.count} workers, and the folder holds "
+            f"{len(files)} of its streams" + (f" (worker {missing[0]}'s is missing)" if missing else ""),
+            source=str(first),
+        )
+
+
 def replay_files(
     scope: Scope[Any],
     directory: str | os.PathLike[str],
@@ -227,7 +332,12 @@ def replay_files(
     name: str = "replay_files",
     max_frame: int = MAX_FRAME,
 ) -> Stream[Any]:
-    """Replay every ``*.events`` file of ``directory``; worker ``j`` of ``n`` reads the files ``j, j+n, ...``."""
+    """Replay the capture in ``directory``; worker ``j`` of ``n`` reads the streams of captured workers ``j, j+n, ...``.
+
+    Every ``*.events`` file's header is checked first (see :func:`check_capture`): the files must be every
+    stream of one capture, each under its own worker's name. With ``secret``, a file not sealed with it is
+    refused before anything in it is unpickled; without, the files are trusted like code.
+    """
     folder = Path(directory)
     if not folder.is_dir():
         raise EventStreamError(f"{name}: {folder} is not a directory of captured events", source=str(folder))
@@ -240,5 +350,16 @@ def replay_files(
     files = sorted(folder.glob(f"*{EVENT_SUFFIX}"))
     if not files:
         raise EventStreamError(f"{name}: no {EVENT_SUFFIX} files in {folder}", source=str(folder))
-    mine = files[scope.index :: scope.peers]
-    return replay_events(scope, [FileEventReader(f, secret=secret, max_frame=max_frame) for f in mine], name=name)
+    bindings = [read_binding(f, secret=secret) for f in files]
+    check_capture(files, bindings, name)
+    order = sorted(range(len(files)), key=lambda i: bindings[i].index)
+    mine = order[scope.index :: scope.peers]
+    readers: list[EventReader] = []
+    try:
+        for i in mine:
+            readers.append(FileEventReader(files[i], secret=secret, max_frame=max_frame, expect=bindings[i]))
+    except BaseException:
+        for reader in readers:
+            reader.close()
+        raise
+    return replay_events(scope, readers, name=name)
