@@ -497,6 +497,15 @@ class SourceTimeoutError(InputError, TimeoutError):
     """A connector's source heard nothing (no file, no connection, no line) for longer than its timeout."""
 
 
+class SenderLostError(InputError, ConnectionError):
+    """A network source's sender closed its connection before its signed end; names the sender and its lines."""
+
+    def __init__(self, message: str, peer: str = "", lines: int = 0) -> None:
+        super().__init__(message)
+        self.peer = peer
+        self.lines = lines
+
+
 class RecoveryError(PytimelyError):
     """Snapshots of operator state could not be written or read; names the store and the file."""
 

@@ -16,7 +16,7 @@ import pytest
 
 from pytimely import Scope
 from pytimely.connectors import send_lines, socket_source
-from pytimely.errors import BadSignatureError, InputFormatError, MalformedLineError, SourceTimeoutError
+from pytimely.errors import BadSignatureError, InputFormatError, PytimelyError, SourceTimeoutError
 from pytimely.signed_lines import encode, read_line
 from pytimely.testing import TestingSink, run_dataflow
 
@@ -101,31 +101,140 @@ def test_signed_lines_are_accepted_with_the_secret() -> None:
     assert sorted(sink.records()) == ["", "hello", "wörld"]
 
 
-def test_wrong_secret_unsigned_and_replayed_lines_are_refused() -> None:
+def _stranger_with_another_secret(address: Any) -> None:
+    _quietly(send_lines, address, ["x"], secret=secrets.token_bytes(16), timeout=10)
+
+
+def _stranger_unsigned(address: Any) -> None:
+    with socket.create_connection(address, timeout=10) as sock:
+        _quietly(sock.sendall, b"not signed\n")
+        _quietly(sock.recv, 100)
+
+
+def _stranger_replaying(address: Any, secret: bytes) -> None:
+    # A line signed for an earlier connection's nonce is worthless on a new connection.
+    with socket.create_connection(address, timeout=10) as sock:
+        read_line(sock, timeout=10)
+        _quietly(sock.sendall, encode(secret, f"socket-source-{'0' * 32}", {"seq": 0, "line": "x"}))
+        _quietly(sock.recv, 100)
+
+
+def test_strangers_are_dropped_and_logged_without_taking_a_senders_place(caplog: pytest.LogCaptureFixture) -> None:
+    """Why: a stranger's connect-and-close took the only connection slot and ended the stream (0 of 100 lines)."""
+    secret = secrets.token_bytes(16)
+    lines = [f"line {i}" for i in range(100)]
+    sink: TestingSink[Any] = TestingSink()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = listener.getsockname()
+        socket.create_connection(address).close()  # first in the queue: connect and close
+        silent = socket.create_connection(address)
+        clients = [
+            lambda: _stranger_with_another_secret(address),
+            lambda: _stranger_unsigned(address),
+            lambda: _stranger_replaying(address, secret),
+            lambda: _quietly(send_lines, address, lines, secret=secret, timeout=10),
+        ]
+        threads = [threading.Thread(target=client) for client in clients]
+        for thread in threads:
+            thread.start()
+        try:
+            run_dataflow(
+                lambda scope: sink.attach(
+                    socket_source(scope, listener, connections=1, secret=secret, timeout=30)
+                )
+            )
+        finally:
+            for thread in threads:
+                thread.join(30)
+            silent.close()
+    assert sorted(sink.records()) == sorted(lines)
+    dropped = [r.getMessage() for r in caplog.records if "dropped the connection" in r.getMessage()]
+    assert len(dropped) >= 4, dropped  # connect-and-close, another secret, unsigned, replayed
+
+
+def _cutting_proxy(listener: socket.socket, target: tuple[str, int], lines: int) -> None:
+    """Forward one connection to ``target``, and cut it after ``lines`` whole lines from the client."""
+    client, _ = listener.accept()
+    with client, socket.create_connection(target, timeout=10) as server:
+        client.sendall(read_line(server, timeout=10) + b"\n")  # the source's nonce
+        data = b""
+        while data.count(b"\n") < lines:
+            chunk = client.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+        cut = 0
+        for _ in range(lines):
+            cut = data.index(b"\n", cut) + 1
+        server.sendall(data[:cut])  # then both ends close: the stream is cut at a line boundary
+
+
+def test_a_stream_cut_at_a_line_boundary_is_an_error_naming_the_sender() -> None:
+    """Why: a signed stream cut at a line boundary ended quietly with 40 of 100 lines."""
+    from pytimely.errors import InputError
+
+    secret = secrets.token_bytes(16)
+    with socket.create_server(("127.0.0.1", 0)) as listener, socket.create_server(("127.0.0.1", 0)) as front:
+        proxy = threading.Thread(target=_cutting_proxy, args=(front, listener.getsockname(), 40))
+        sender = threading.Thread(
+            target=_quietly, args=(send_lines, front.getsockname(), [f"l{i}" for i in range(100)]),
+            kwargs={"secret": secret, "timeout": 10},
+        )
+        proxy.start()
+        sender.start()
+        try:
+            with pytest.raises(InputError, match=r"the sender at 127\.0\.0\.1:\d+ went away .* after 40 lines") as info:
+                run_dataflow(lambda scope: socket_source(scope, listener, secret=secret, timeout=30).probe())
+        finally:
+            proxy.join(30)
+            sender.join(30)
+    assert type(info.value).__name__ == "SenderLostError"
+
+
+def test_a_senders_forged_or_reordered_line_is_refused_naming_it() -> None:
     secret = secrets.token_bytes(16)
 
     def source(scope: Scope[int], listener: socket.socket) -> Any:
-        return socket_source(scope, listener, secret=secret, timeout=60)
+        return socket_source(scope, listener, secret=secret, timeout=30)
 
-    with pytest.raises(BadSignatureError):
-        _serve(source, [lambda address: _quietly(send_lines, address, ["x"], secret=secrets.token_bytes(16))])
-    with pytest.raises(MalformedLineError):
-        _serve(source, [lambda address: _quietly(send_lines, address, ["not signed"])])
+    def sender(second: Any) -> Any:
+        def client(address: Any) -> None:
+            with socket.create_connection(address, timeout=10) as sock:
+                purpose = f"socket-source-{read_line(sock, timeout=10).decode()}"
+                _quietly(sock.sendall, encode(secret, purpose, {"seq": 0, "line": "fine"}) + second(purpose))
+                _quietly(sock.recv, 100)
 
-    def replaying(address: Any) -> None:
-        # A line signed for an earlier connection's nonce is worthless on a new connection.
-        with socket.create_connection(address, timeout=30) as sock:
-            read_line(sock, timeout=30)
-            old_nonce = "0" * 32
-            _quietly(sock.sendall, encode(secret, f"socket-source-{old_nonce}", {"seq": 0, "line": "x"}))
+        return client
 
-    with pytest.raises(BadSignatureError):
-        _serve(source, [replaying])
+    with pytest.raises(BadSignatureError, match=r"the sender at 127\.0\.0\.1:\d+: line 2: a signed line out of order"):
+        _serve(source, [sender(lambda p: encode(secret, p, {"seq": 5, "line": "early"}))])
+    with pytest.raises(BadSignatureError, match=r"the sender at .*: line 2: .*not signed with this run's secret"):
+        _serve(source, [sender(lambda p: encode(secrets.token_bytes(16), p, {"seq": 1, "line": "forged"}))])
+
+
+def test_a_sender_silent_before_its_end_times_out_naming_it() -> None:
+    secret = secrets.token_bytes(16)
+
+    def one_line_then_silence(sock: socket.socket) -> None:
+        purpose = f"socket-source-{read_line(sock, timeout=10).decode()}"
+        _quietly(sock.sendall, encode(secret, purpose, {"seq": 0, "line": "x"}))
+
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        socket.create_connection(listener.getsockname()) as sock,
+        pytest.raises(SourceTimeoutError, match=r"the sender at 127\.0\.0\.1:\d+ sent nothing for 0.5 s after 1 lines"),
+    ):
+        sender = threading.Thread(target=one_line_then_silence, args=(sock,))
+        sender.start()
+        try:
+            run_dataflow(lambda scope: socket_source(scope, listener, secret=secret, timeout=0.5).probe())
+        finally:
+            sender.join(30)
 
 
 def _quietly(f: Any, *args: Any, **kw: Any) -> None:
     """Call ``f``; the server may close the connection under the client, which is what these tests want."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, PytimelyError):
         f(*args, **kw)
 
 

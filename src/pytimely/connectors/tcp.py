@@ -1,20 +1,32 @@
 """A TCP socket source: lines from connections to a listening socket, optionally authenticated.
 
-Worker 0 accepts up to ``connections`` connections on ``listener`` without blocking the worker and sends every
-line it reads (line ``i`` over all connections at the scope's first time, or at epoch ``i // epoch_lines``);
-the stream ends once that many connections have come and closed. Every read is bounded: a line longer than
-``max_line`` or not UTF-8 raises :class:`~pytimely.errors.InputFormatError` naming the peer and line, and with
-``timeout`` a source that hears nothing for that long raises :class:`~pytimely.errors.SourceTimeoutError`.
+Worker 0 accepts connections on ``listener`` without blocking the worker and sends every line it reads (line
+``i`` over all connections at the scope's first time, or at epoch ``i // epoch_lines``); the stream ends once
+``connections`` senders have finished. Every read is bounded: a line longer than ``max_line`` or not UTF-8 raises
+:class:`~pytimely.errors.InputFormatError` naming the peer and line, and a source that hears nothing for
+``timeout`` seconds, or a sender silent that long before its end, raises
+:class:`~pytimely.errors.SourceTimeoutError` naming it.
 
-With ``secret``, the network is not trusted: the source greets each connection with a fresh nonce (one line,
-hex) and accepts only lines signed as :mod:`pytimely.signed_lines` does, ``{"seq": n, "line": text}`` with its
-HMAC bound to that nonce, ``n`` counting from 0. A forged, replayed or reordered line raises
-:class:`~pytimely.errors.BadSignatureError` (or ``MalformedLineError``) before its text goes anywhere.
-:func:`send_lines` is the matching client.
+With ``secret``, the network is not trusted. The source greets each connection with a fresh nonce (one line, hex)
+and accepts only lines signed as :mod:`pytimely.signed_lines` does, ``{"seq": n, "line": text}`` with its HMAC
+bound to that nonce, ``n`` counting from 0, and a signed end ``{"seq": n, "end": true}``, which it acknowledges
+with a signed ``{"seq": n, "ok": true}``. A connection is a *sender* only once its first message checks out;
+until then it is a stranger, which holds no place among the ``connections``: a stranger that closes, sends
+something unsigned or signed with another secret, or stays silent for ``handshake_timeout`` seconds is dropped and
+logged (on the ``pytimely.connectors`` logger), and at most ``max_pending`` strangers wait at once (the longest
+waiting is dropped for a newcomer). A sender's later line that does not check out (forged, replayed, reordered)
+raises :class:`~pytimely.errors.BadSignatureError` naming it before its text goes anywhere, and a sender that
+closes before its signed end raises :class:`~pytimely.errors.SenderLostError` naming it and how many of its lines
+came: a cut stream is an error, never a short one. :func:`send_lines` is the matching client.
+
+Without a secret every connection is a sender, and its closing is its end: bind to an address only trusted peers
+can reach.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import time as _time
@@ -24,7 +36,14 @@ from typing import TYPE_CHECKING, Any
 from pytimely.connectors.formats import MAX_LINE, LineSplitter
 from pytimely.connectors.source import Action, End, polled_source
 from pytimely.connectors.stdio import LineEpochs, _check_epoch_lines
-from pytimely.errors import BadSignatureError, MalformedLineError, SourceTimeoutError
+from pytimely.errors import (
+    BadSignatureError,
+    InputFormatError,
+    MalformedLineError,
+    SenderLostError,
+    SignedLineError,
+    SourceTimeoutError,
+)
 from pytimely.signed_lines import decode, encode, read_line
 
 if TYPE_CHECKING:
@@ -33,38 +52,74 @@ if TYPE_CHECKING:
 
 __all__ = ["send_lines", "socket_source"]
 
+log = logging.getLogger("pytimely.connectors")
+
 _PURPOSE = "socket-source"
+_ACCEPTS_PER_POLL = 64
+
+
+class _Stranger(Exception):
+    """A connection that never proved it knows the secret: dropped, not an error of the source."""
 
 
 class _Connection:
     """One accepted connection: its bytes split into lines, checked against the secret when there is one."""
 
-    def __init__(self, sock: socket.socket, peer: str, secret: bytes | None, max_line: int) -> None:
+    def __init__(self, sock: socket.socket, peer: str, secret: bytes | None, max_line: int, deadline: float) -> None:
         self.sock = sock
         self.peer = peer
         self.secret = secret
         # A signed line is longer than its text: JSON quoting and the MAC.
         self.splitter = LineSplitter(f"connection from {peer}", max_line * 2 + 256 if secret else max_line)
-        self.max_line = max_line
         self.nonce = os.urandom(16).hex()
         self.seq = 0
+        self.sender = secret is None
+        """Whether it proved it knows the secret (every connection, without one)."""
+        self.ended = False
+        self.deadline = deadline
+        """When a stranger is dropped, or a sender silent since is an error (``time.monotonic()``)."""
         sock.setblocking(False)
         if secret is not None:
-            sock.sendall(self.nonce.encode() + b"\n")
+            sock.send(self.nonce.encode() + b"\n")  # 33 bytes into an empty socket buffer
 
     def lines(self, raw: list[str]) -> list[str]:
+        """The texts of ``raw`` lines (unsigned: themselves); raises for one that does not check out."""
         if self.secret is None:
             return raw
         out = []
         for line in raw:
-            body = decode(self.secret, f"{_PURPOSE}-{self.nonce}", line.encode())
-            if body.get("seq") != self.seq or not isinstance(body.get("line"), str):
-                raise BadSignatureError(
-                    f"line {self.seq + 1} from {self.peer}: a signed line out of order (seq {body.get('seq')!r})"
+            if self.ended:
+                raise self._refused(f"a line after its signed end (line {self.seq + 1})")
+            try:
+                body = decode(self.secret, f"{_PURPOSE}-{self.nonce}", line.encode())
+            except SignedLineError as exc:
+                raise self._refused(f"line {self.seq + 1}: {exc}") from None
+            if body.get("seq") != self.seq or not (isinstance(body.get("line"), str) or body.get("end") is True):
+                raise self._refused(
+                    f"line {self.seq + 1}: a signed line out of order or of no kind (seq {body.get('seq')!r})"
                 )
+            self.sender = True
+            if body.get("end") is True:
+                self.ended = True
+                continue
             self.seq += 1
             out.append(body["line"])
         return out
+
+    def acknowledge(self) -> None:
+        """Say the signed end arrived (best effort: the lines are in whatever the sender hears)."""
+        assert self.secret is not None
+        with contextlib.suppress(OSError):
+            self.sock.send(encode(self.secret, f"{_PURPOSE}-{self.nonce}-reply", {"seq": self.seq, "ok": True}))
+
+    def _refused(self, what: str) -> Exception:
+        if not self.sender:
+            return _Stranger(what)
+        return BadSignatureError(f"the sender at {self.peer}: {what}")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.sock.close()
 
 
 def socket_source(
@@ -75,10 +130,12 @@ def socket_source(
     secret: bytes | None = None,
     epoch_lines: int | None = None,
     max_line: int = MAX_LINE,
-    timeout: float | None = None,
+    timeout: float = 60.0,
+    handshake_timeout: float = 5.0,
+    max_pending: int = 64,
     name: str = "socket_source",
 ) -> Stream[str]:
-    """Lines from connections to ``listener`` (read on worker 0); see the module doc."""
+    """Lines from ``connections`` senders to ``listener`` (read on worker 0); see the module doc."""
     _check_epoch_lines(epoch_lines, name)
     reader = scope.index == 0
     if reader:
@@ -87,42 +144,125 @@ def socket_source(
     def make_poll(minimum: Any) -> Callable[[], list[Action]]:
         epochs = LineEpochs(minimum, epoch_lines)
         live: list[_Connection] = []
-        state = {"accepted": 0, "closed": 0, "heard": _time.monotonic()}
+        state = {"senders": 0, "ended": 0, "heard": _time.monotonic()}
+
+        def drop(conn: _Connection, why: str) -> None:
+            log.warning("%s: dropped the connection from %s: %s", name, conn.peer, why)
+            conn.close()
+            live.remove(conn)
+
+        def fail(error: Exception) -> Exception:
+            for conn in live:
+                conn.close()
+            live.clear()
+            return error
+
+        def accept() -> None:
+            for _ in range(_ACCEPTS_PER_POLL):
+                try:
+                    sock, address = listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:
+                    raise fail(InputFormatError(f"{name}: the listening socket failed: {exc}")) from None
+                peer = f"{address[0]}:{address[1]}"
+                if state["senders"] >= connections:
+                    log.warning("%s: refused the connection from %s: all %d senders are in", name, peer, connections)
+                    sock.close()
+                    continue
+                strangers = [c for c in live if not c.sender]
+                if len(strangers) >= max_pending:
+                    drop(strangers[0], f"more than {max_pending} connections waited to prove themselves at once")
+                try:
+                    conn = _Connection(sock, peer, secret, max_line, _time.monotonic() + handshake_timeout)
+                except OSError as exc:
+                    log.warning("%s: dropped the connection from %s: %s", name, peer, exc)
+                    sock.close()
+                    continue
+                if conn.sender:
+                    state["senders"] += 1
+                    conn.deadline = _time.monotonic() + timeout
+                live.append(conn)
+
+        def read(conn: _Connection) -> list[str]:
+            try:
+                data = conn.sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                return []
+            except OSError as exc:
+                data, failure = b"", str(exc)
+            else:
+                failure = "it closed"
+            was_sender = conn.sender
+            try:
+                lines = conn.lines(conn.splitter.feed(data) if data else conn.splitter.finish())
+            except (_Stranger, InputFormatError) as exc:
+                if conn.sender:
+                    raise fail(exc) from None
+                drop(conn, str(exc))
+                return []
+            except BadSignatureError as exc:
+                raise fail(exc) from None
+            now = _time.monotonic()
+            if conn.sender and not was_sender:
+                state["senders"] += 1
+            if conn.sender:
+                conn.deadline = now + timeout
+                state["heard"] = now
+            if conn.ended:
+                conn.acknowledge()
+                conn.close()
+                live.remove(conn)
+                state["ended"] += 1
+            elif not data:
+                if not conn.sender:
+                    drop(conn, f"{failure} before it proved it knows the secret")
+                elif secret is None:
+                    conn.close()
+                    live.remove(conn)
+                    state["ended"] += 1
+                else:
+                    raise fail(
+                        SenderLostError(
+                            f"{name}: the sender at {conn.peer} went away ({failure}) after {conn.seq} lines, "
+                            "before its signed end: its stream is cut",
+                            peer=conn.peer,
+                            lines=conn.seq,
+                        )
+                    )
+            return lines
 
         def poll() -> list[Action]:
             if not reader:
                 return [End()]
             actions: list[Action] = []
-            if state["accepted"] < connections:
-                try:
-                    sock, address = listener.accept()
-                except BlockingIOError:
-                    pass
-                else:
-                    live.append(_Connection(sock, f"{address[0]}:{address[1]}", secret, max_line))
-                    state["accepted"] += 1
-                    state["heard"] = _time.monotonic()
+            accept()
             for conn in list(live):
-                try:
-                    data = conn.sock.recv(1 << 16)
-                except BlockingIOError:
+                actions.extend(epochs.actions(read(conn)))
+            now = _time.monotonic()
+            for conn in list(live):
+                if conn.deadline > now:
                     continue
-                except OSError:
-                    data = b""
-                state["heard"] = _time.monotonic()
-                if data:
-                    actions.extend(epochs.actions(conn.lines(conn.splitter.feed(data))))
+                if not conn.sender:
+                    drop(conn, f"nothing signed within {handshake_timeout:g} s")
                 else:
-                    actions.extend(epochs.actions(conn.lines(conn.splitter.finish())))
-                    conn.sock.close()
-                    live.remove(conn)
-                    state["closed"] += 1
-            if state["closed"] >= connections:
-                actions.append(End())
-            elif not actions and timeout is not None and _time.monotonic() - state["heard"] > timeout:
+                    raise fail(
+                        SourceTimeoutError(
+                            f"{name}: the sender at {conn.peer} sent nothing for {timeout:g} s after {conn.seq} "
+                            "lines, before its end"
+                        )
+                    )
+            if state["ended"] >= connections:
                 for conn in live:
-                    conn.sock.close()
-                raise SourceTimeoutError(f"{name}: nothing from the network for {timeout:g} s")
+                    conn.close()
+                actions.append(End())
+            elif not actions and now - state["heard"] > timeout and not any(c.sender for c in live):
+                raise fail(
+                    SourceTimeoutError(
+                        f"{name}: {state['ended']} of {connections} senders finished, and no other sent anything "
+                        f"for {timeout:g} s"
+                    )
+                )
             return actions
 
         return poll
@@ -133,7 +273,13 @@ def socket_source(
 def send_lines(
     address: tuple[str, int], lines: Iterable[str], *, secret: bytes | None = None, timeout: float = 30
 ) -> None:
-    """Connect to a :func:`socket_source` and send ``lines`` (signed when it has a ``secret``), then close."""
+    """Connect to a :func:`socket_source` and send ``lines``, then close; all within ``timeout`` seconds.
+
+    With a ``secret``, the lines are signed and followed by a signed end, and the source's acknowledgement is
+    awaited: :class:`~pytimely.errors.SignedLineError` (or :class:`OSError`) unless it came, so a sender knows
+    whether its lines arrived.
+    """
+    deadline = _time.monotonic() + timeout
     with socket.create_connection(address, timeout=timeout) as sock:
         if secret is None:
             sock.sendall(b"".join(line.encode() + b"\n" for line in lines))
@@ -141,6 +287,12 @@ def send_lines(
         nonce = read_line(sock, timeout=timeout, limit=64).decode("ascii", "replace")
         if len(nonce) != 32:
             raise MalformedLineError(f"the socket source at {address[0]}:{address[1]} sent no nonce")
-        sock.sendall(
-            b"".join(encode(secret, f"{_PURPOSE}-{nonce}", {"seq": i, "line": line}) for i, line in enumerate(lines))
-        )
+        purpose = f"{_PURPOSE}-{nonce}"
+        signed = [encode(secret, purpose, {"seq": i, "line": line}) for i, line in enumerate(lines)]
+        signed.append(encode(secret, purpose, {"seq": len(signed), "end": True}))
+        sock.settimeout(max(0.001, deadline - _time.monotonic()))
+        sock.sendall(b"".join(signed))
+        reply = read_line(sock, timeout=max(0.001, deadline - _time.monotonic()))
+        answer = decode(secret, f"{purpose}-reply", reply)
+        if answer != {"seq": len(signed) - 1, "ok": True}:
+            raise MalformedLineError(f"the socket source at {address[0]}:{address[1]} acknowledged {answer!r}")
