@@ -168,6 +168,51 @@ def test_silent_and_trickling_clients_do_not_delay_a_signed_add(endpoint: Contro
         thread.join(timeout=5)
 
 
+def test_two_hundred_silent_connections_do_not_keep_a_signed_request_out(endpoint: ControlEndpoint) -> None:
+    """Why: more than 64 silent connections made a member's signed ``add`` be refused."""
+    silent = [connect(endpoint) for _ in range(200)]
+    try:
+        # Each silent connection may be held for 30 s (the fixture's line deadline).
+        assert request("add", address=endpoint.address, secret=b"s" * 32, timeout=10) == {"process": 3}
+        assert request("status", 0, address=endpoint.address, secret=b"s" * 32, timeout=10) == {"process": 3}
+    finally:
+        for sock in silent:
+            sock.close()
+    assert endpoint.asked == [("add", None), ("status", 0)]  # type: ignore[attr-defined]
+
+
+def test_a_member_retries_a_refused_request_within_its_deadline() -> None:
+    """Why: a member whose request was refused did not try again, and the elastic run failed."""
+    with socket.create_server(("127.0.0.1", 0)) as placeholder:
+        port = placeholder.getsockname()[1]
+    answered: list[Any] = []
+    asking = threading.Thread(
+        target=lambda: answered.append(request("add", address=f"127.0.0.1:{port}", secret=b"s" * 32, timeout=20))
+    )
+    asking.start()  # refused: nothing listens on the port yet
+    time.sleep(0.5)
+    assert asking.is_alive(), "the request gave up at its first refusal"
+    server = ControlEndpoint(b"s" * 32, lambda op, process: {"process": 9}, port=port)
+    try:
+        asking.join(30)
+    finally:
+        server.close()
+    assert answered == [{"process": 9}]
+
+
+def test_an_attempt_made_again_is_answered_the_same_and_done_once(endpoint: ControlEndpoint) -> None:
+    from pytimely.signed_lines import decode
+
+    replies = []
+    for nonce in ("first", "again"):
+        body = {"op": "add", "process": None, "id": "one request", "nonce": nonce, "time": time.time()}
+        with connect(endpoint) as sock:
+            sock.sendall(encode(b"s" * 32, "control", body))
+            replies.append(decode(b"s" * 32, "control-reply", sock.makefile("rb").readline(MAX_LINE)))
+    assert replies == [{"process": 3}, {"process": 3}]
+    assert endpoint.asked == [("add", None)]  # type: ignore[attr-defined]
+
+
 def test_a_bad_signature_or_a_line_signed_for_another_exchange_is_refused(endpoint: ControlEndpoint) -> None:
     with pytest.raises(MembershipError, match="not signed"):
         request("add", address=endpoint.address, secret=b"t" * 32, timeout=10)
