@@ -240,3 +240,47 @@ def test_a_silent_or_endless_client_is_dropped_and_holds_nothing() -> None:
             assert results == [["h:0", "h:1"]] * 2
     finally:
         reg.close()
+
+
+def _recording_proxy(front: socket.socket, target: tuple[str, int], heard: list[bytes]) -> None:
+    """Forward one connection to ``target`` both ways, keeping what the client sent (an on-path observer)."""
+    import select
+
+    client, _ = front.accept()
+    with client, socket.create_connection(target, timeout=30) as server:
+        ends = {client: server, server: client}
+        while True:
+            ready, _, _ = select.select(list(ends), [], [], 30)
+            if not ready:
+                return
+            for sock in ready:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                if sock is client:
+                    heard.append(data)
+                ends[sock].sendall(data)
+
+
+def test_a_replayed_announcement_takes_no_live_tasks_place(registry: Registry) -> None:
+    """Why: an on-path replay of a task's announcement took its place, and the task failed ("another task
+    announced the same partition")."""
+    ticket = registry.ticket(b"s" * 32, timeout=10)
+    heard: list[bytes] = []
+    with socket.create_server(("127.0.0.1", 0)) as front:
+        proxy = threading.Thread(target=_recording_proxy, args=(front, (registry.host, registry.port), heard))
+        proxy.start()
+        through = Ticket(*front.getsockname(), ticket.run, ticket.secret, ticket.timeout)
+        first: list[Any] = []
+        task = threading.Thread(target=lambda: first.extend(in_threads([lambda: meet(through, "1.0", 0, 2, "h:0")])))
+        task.start()
+        deadline = time.monotonic() + 5
+        while registry.waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # The observer sends what it saw on a connection of its own.
+        with socket.create_connection((registry.host, registry.port), timeout=10) as replay:
+            replay.sendall(b"".join(heard))
+            assert meet(ticket, "1.0", 1, 2, "h:1") == ["h:0", "h:1"]
+        task.join(10)
+        proxy.join(10)
+    assert first == [["h:0", "h:1"]]

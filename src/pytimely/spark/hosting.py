@@ -391,7 +391,9 @@ class _Task:
                     addresses = context.allGather(address)
                 else:
                     stage = f"{context.stageId()}.{context.attemptNumber()}"
-                    addresses = meet(self.ticket, stage, process, self.processes, address)
+                    addresses = meet(
+                        self.ticket, stage, process, self.processes, address, attempt=context.taskAttemptId()
+                    )
                 hosts = tuple((a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses)
                 config = Config(
                     workers=self.workers,

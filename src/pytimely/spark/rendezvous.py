@@ -12,7 +12,10 @@ announced itself -- milliseconds after the tasks start.
 Messages are one signed JSON line each way (:mod:`pytimely.signed_lines`,
 HMAC-SHA256 under the run's secret, made on the driver and travelling in the task
 closure over Spark's RPC, never in these messages): the registry ignores announcements it cannot verify, and
-a task refuses a reply the registry could not have made. A connection that
+a task refuses a reply the registry could not have made. Each announcement is bound to its task attempt (Spark's
+task attempt id) and carries a fresh nonce; the registry remembers a run's nonces and ignores an announcement it
+has seen (an on-path replay, which would otherwise take a live task's place and fail it), and each reply names
+the nonce and attempt it answers, so a task accepts only the answer to its own announcement. A connection that
 sends no whole announcement of at most 64 KiB within ``line_timeout`` seconds
 is dropped, so silent or endless clients hold nothing for long. Announcements are grouped by run *and* by
 Spark's stage id and task attempt number, so a retried stage (or a whole re-run) can
@@ -54,13 +57,23 @@ class Ticket:
     timeout: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Member:
+    """One announced task: its connection, its address, and the nonce and attempt its reply must name."""
+
+    sock: socket.socket
+    address: str
+    nonce: str
+    attempt: int | None
+
+
 @dataclass(slots=True)
 class _Group:
     """The announcements of one stage attempt of one run, waiting for the last one."""
 
     processes: int
     created: float
-    members: dict[int, tuple[socket.socket, str]] = field(default_factory=dict)
+    members: dict[int, _Member] = field(default_factory=dict)
 
 
 class Registry:
@@ -74,6 +87,8 @@ class Registry:
         self._listener.setblocking(False)
         self.port: int = self._listener.getsockname()[1]
         self._secrets: dict[str, bytes] = {}
+        self._nonces: dict[str, set[str]] = {}
+        """The nonces of each run's announcements so far: one seen again is a replay."""
         self._groups: dict[tuple[str, str], _Group] = {}
         self._buffers: dict[socket.socket, LineBuffer] = {}
         # Re-entrant: ``forget`` runs as a finalizer, which garbage collection may call on a thread already
@@ -93,12 +108,14 @@ class Registry:
         run = secrets.token_hex(8)
         with self._lock:
             self._secrets[run] = secret
+            self._nonces[run] = set()
         return Ticket(self.host, self.port, run, secret, self.timeout if timeout is None else timeout)
 
     def forget(self, run: str) -> None:
         """Stop accepting announcements for ``run`` (its DataFrame is gone)."""
         with self._lock:
             self._secrets.pop(run, None)
+            self._nonces.pop(run, None)
 
     @property
     def waiting(self) -> int:
@@ -116,8 +133,8 @@ class Registry:
         for sock in list(self._buffers):
             sock.close()
         for group in self._groups.values():
-            for sock, _ in group.members.values():
-                sock.close()
+            for member in group.members.values():
+                member.sock.close()
         self._groups.clear()
         self._buffers.clear()
         self._selector.close()
@@ -189,10 +206,21 @@ class Registry:
             message = decode(secret, _PURPOSE, line)
             stage, partition = str(message["stage"]), int(message["partition"])
             processes, address = int(message["processes"]), str(message["address"])
-            if not 0 <= partition < processes:
+            nonce, attempt = str(message["nonce"]), message.get("attempt")
+            if not 0 <= partition < processes or (attempt is not None and type(attempt) is not int):
                 raise ValueError(partition)
         except (SignedLineError, ValueError, KeyError, TypeError):
             self._drop(sock)  # not ours, forged, or nonsense: say nothing to it
+            return
+        with self._lock:
+            seen = self._nonces.get(run)
+            if seen is None or nonce in seen:
+                replayed = True
+            else:
+                replayed = False
+                seen.add(nonce)
+        if replayed:
+            self._drop(sock)  # an announcement seen before, sent again by whoever recorded it: it takes no place
             return
         with self._lock:
             group = self._groups.setdefault((run, stage), _Group(processes, time.monotonic()))
@@ -200,29 +228,29 @@ class Registry:
                 self._drop(sock)
                 return
             old = group.members.pop(partition, None)
-            group.members[partition] = (sock, address)
+            group.members[partition] = _Member(sock, address, nonce, attempt)
             complete = len(group.members) == processes
             if complete:
                 del self._groups[(run, stage)]
-        if old is not None and old[0] is not sock:
-            self._reply(old[0], secret, run, stage, error="another task announced the same partition")
+        if old is not None and old.sock is not sock:
+            self._reply(old, secret, run, stage, error="another task announced the same partition")
         if complete:
-            addresses = [group.members[p][1] for p in range(processes)]
-            for member, _ in group.members.values():
+            addresses = [group.members[p].address for p in range(processes)]
+            for member in group.members.values():
                 self._reply(member, secret, run, stage, addresses=addresses)
 
     def _leave(self, sock: socket.socket) -> None:
         with self._lock:
             for key, group in list(self._groups.items()):
-                for partition, (member, _) in list(group.members.items()):
-                    if member is sock:
+                for partition, member in list(group.members.items()):
+                    if member.sock is sock:
                         del group.members[partition]
                 if not group.members:
                     del self._groups[key]
 
     def _reply(
         self,
-        sock: socket.socket,
+        member: _Member,
         secret: bytes,
         run: str,
         stage: str,
@@ -230,7 +258,11 @@ class Registry:
         addresses: list[str] | None = None,
         error: str | None = None,
     ) -> None:
-        body: dict[str, Any] = {"run": run, "stage": stage, "addresses": addresses, "error": error}
+        body: dict[str, Any] = {
+            "run": run, "stage": stage, "nonce": member.nonce, "attempt": member.attempt, "addresses": addresses,
+            "error": error,
+        }
+        sock = member.sock
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(sock)
         self._buffers.pop(sock, None)
@@ -255,13 +287,13 @@ class Registry:
             secrets_of = {key: self._secrets.get(key[0]) for key, _ in stale}
         for key, group in stale:
             secret = secrets_of[key]
-            for sock, _ in group.members.values():
+            for member in group.members.values():
                 if secret is None:
-                    self._drop(sock)
+                    self._drop(member.sock)
                 else:
                     arrived = len(group.members)
                     self._reply(
-                        sock,
+                        member,
                         secret,
                         key[0],
                         key[1],
@@ -284,13 +316,21 @@ def registry(host: str = "127.0.0.1") -> Registry:
         return _registry
 
 
-def meet(ticket: Ticket, stage: str, partition: int, processes: int, address: str) -> list[str]:
+def meet(
+    ticket: Ticket, stage: str, partition: int, processes: int, address: str, *, attempt: int | None = None
+) -> list[str]:
     """Announce ``address`` for ``partition`` of ``stage`` and wait for every task's address, by partition.
 
-    Raises :class:`SparkRendezvousError` naming what went wrong: no registry at the ticket's address, no
-    complete group within the ticket's timeout, a reply the registry could not have signed.
+    ``attempt`` is the announcing task attempt's id (Spark's ``taskAttemptId()``); the announcement carries it
+    and a fresh nonce, and only a reply naming both is accepted. Raises :class:`SparkRendezvousError` naming what
+    went wrong: no registry at the ticket's address, no complete group within the ticket's timeout, a reply the
+    registry could not have signed, or one to another announcement.
     """
-    body = {"run": ticket.run, "stage": stage, "partition": partition, "processes": processes, "address": address}
+    nonce = secrets.token_hex(16)
+    body = {
+        "run": ticket.run, "stage": stage, "partition": partition, "processes": processes, "address": address,
+        "nonce": nonce, "attempt": attempt,
+    }
     try:
         sock = socket.create_connection((ticket.host, ticket.port), timeout=min(ticket.timeout, 30.0))
     except OSError as exc:
@@ -324,6 +364,10 @@ def meet(ticket: Ticket, stage: str, partition: int, processes: int, address: st
         ) from None
     if reply.get("run") != ticket.run or reply.get("stage") != stage:
         raise SparkRendezvousError(f"task {partition} of {processes}: the rendezvous replied for another run or stage")
+    if reply.get("nonce") != nonce or reply.get("attempt") != attempt:
+        raise SparkRendezvousError(
+            f"task {partition} of {processes}: the rendezvous reply answers another announcement (a replay?)"
+        )
     if reply.get("error"):
         raise SparkRendezvousError(f"task {partition} of {processes}: {reply['error']}")
     addresses = reply.get("addresses")
