@@ -151,21 +151,43 @@ def test_rings_are_offered_only_to_peers_on_this_host() -> None:
     assert not same_host("node-3", "localhost")
 
 
+def _start_of(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(text[text.rindex(b")") + 2 :].split()[19])
+
+
 def test_rings_of_processes_that_are_gone_are_swept_and_no_others(tmp_path: Path) -> None:
     import subprocess
     import sys
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(gone.stdout)
+    me = os.getpid()
     names = {
-        "dead": f"pytimely-ring-{dead}-{'a' * 32}",
-        "alive": f"pytimely-ring-{os.getpid()}-{'b' * 32}",
+        "dead": f"pytimely-ring-{dead}-5-{'a' * 32}",
+        "dead, without its start": f"pytimely-ring-{dead}-{'c' * 32}",
+        "alive": f"pytimely-ring-{me}-{_start_of(me)}-{'b' * 32}",
+        "alive, without its start": f"pytimely-ring-{me}-{'d' * 32}",
         "other": "pytimely-ring-notours",
     }
     for name in names.values():
         (tmp_path / name).write_bytes(b"")
-    assert sweep(tmp_path) == [names["dead"]]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names["alive"], names["other"]])
+    assert sorted(sweep(tmp_path)) == sorted([names["dead"], names["dead, without its start"]])
+    left = sorted(names[k] for k in ("alive", "alive, without its start", "other"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == left
+
+
+def test_a_ring_whose_pid_another_process_now_has_is_swept(tmp_path: Path) -> None:
+    """Why: the sweep kept a stale ring file whose pid was now a live process's."""
+    me = os.getpid()
+    stale = f"pytimely-ring-{me}-{_start_of(me) - 1}-{'e' * 32}"  # this pid, another process's start time
+    (tmp_path / stale).write_bytes(b"")
+    writer = RingWriter(MIN_CAPACITY, tmp_path)  # its own name: this process, this start time
+    try:
+        assert sweep(tmp_path) == [stale]
+        assert (tmp_path / writer.name).exists()
+    finally:
+        writer.close()
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ creates the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every pa
 ``/dev/shm`` means no ring rather than a crash later) and offers it over the link; the receiving process maps it
 read-only, so it can never write into its peer's memory, removes the file's name at once and says so (the
 creator removes the name too if it is still there). A process killed before its peer mapped its ring leaves the
-file, named with its pid; the next ring created on the host removes the files of processes that are gone
+file, named with its pid and the process's start time; the next ring created on the host removes the files of
+processes that are gone, and of pids now used by another process, told apart by the start time
 (:func:`sweep`). The
 reader tells the writer how far it has read in two ways: in ``RING_FREE`` control frames on the link, and, where
 both processes have a ring towards the other, in the *control block* at the start of its own ring, which the
@@ -62,7 +63,7 @@ __all__ = [
 
 DESCRIPTOR = struct.Struct("<QQ")
 """A ring frame's payload on the wire: the payload's start (bytes ever written to the ring) and its length."""
-_NAME = re.compile(r"pytimely-ring-(\d+)-[0-9a-f]{32}")
+_NAME = re.compile(r"pytimely-ring-(\d+)-(?:(\d+)-)?[0-9a-f]{32}")
 _MAX_CAPACITY = 1 << 32
 MIN_CAPACITY = 1 << 17
 """The smallest ring worth having: room for a payload of the smallest size that goes through a ring."""
@@ -109,24 +110,43 @@ def same_host(host: str, other: str) -> bool:
     return host == other or (is_loopback(host) and is_loopback(other))
 
 
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc``); ``None`` where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            text = stat_file.read()
+        # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+        return int(text[text.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def sweep(directory: Path) -> list[str]:
-    """Remove ring files of this user whose creating process is gone (killed before its peer mapped the ring);
-    the names removed."""
+    """Remove ring files of this user whose creating process is gone (killed before its peer mapped the ring):
+    no process has its pid, or the process that has it started at another time than the creator; the names
+    removed."""
     removed = []
     for path in directory.glob("pytimely-ring-*"):
         match = _NAME.fullmatch(path.name)
         if match is None:
             continue
+        pid, started = int(match.group(1)), match.group(2)
         try:
             if path.lstat().st_uid != os.getuid():
                 continue
-            os.kill(int(match.group(1)), 0)
+            with contextlib.suppress(PermissionError):  # a live process of another user: its start time tells
+                os.kill(pid, 0)
         except ProcessLookupError:
+            gone = True
+        except FileNotFoundError:
+            continue  # already removed
+        else:
+            now = _started(pid)
+            gone = started is not None and int(started) != 0 and now is not None and now != int(started)
+        if gone:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path.name)
-        except (PermissionError, FileNotFoundError):
-            continue  # a live process of another user, or already gone
     return removed
 
 
@@ -140,9 +160,9 @@ class RingWriter:
         self.patience = patience
         """Seconds a full ring is waited on without its reader freeing any of it, before a payload goes on the
         socket instead (see :meth:`reserve`)."""
-        # The creator's pid in the name lets a later run remove the file of a process killed before its peer
-        # mapped the ring (sweep).
-        self.name = f"pytimely-ring-{os.getpid()}-{secrets.token_hex(16)}"
+        # The creator's pid and start time in the name let a later run remove the file of a process killed before
+        # its peer mapped the ring, even once another process has its pid (sweep).
+        self.name = f"pytimely-ring-{os.getpid()}-{_started(os.getpid()) or 0}-{secrets.token_hex(16)}"
         self._path: Path | None = directory / self.name
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
