@@ -47,11 +47,6 @@ from pytimely.io import check_output, read_edges, write_table
 from pytimely.status import ProgressLine
 
 
-def _to_first(batch: Any) -> Any:
-    """Route every row to worker 0, which gathers the result."""
-    return np.zeros(len(batch), dtype=np.int64)
-
-
 def run(
     path: str,
     workers: int = 1,
@@ -71,7 +66,7 @@ def run(
 
         def build(scope: Scope[int]) -> tuple[InputHandle[int, Any], Any]:
             handle, stream = scope.new_input(name="edges")
-            labels = connected_components(stream).exchange(_to_first, vectorized=True, name="gather")
+            labels = connected_components(stream).gather(0)
             return handle, labels.capture()
 
         handle, captured = worker.dataflow(build)

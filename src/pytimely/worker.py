@@ -161,6 +161,17 @@ class Worker:
         self._dataflows.remove(subgraph)
         self._dropped.extend(subgraph.drop())
 
+    def pinned(self) -> dict[str, tuple[int, ...]]:
+        """The operators of this worker's dataflows that records reach by worker index, and the workers each one
+        pins (a plain exchange: every worker the computation started with; a gather: the worker it gathers on).
+        Those workers cannot leave while the dataflow runs; see :meth:`RescalePlan.check_pinned
+        <pytimely.membership.RescalePlan.check_pinned>`."""
+        pinned: dict[str, tuple[int, ...]] = {}
+        for subgraph in self._dataflows:
+            for name, workers in subgraph.pinned.items():
+                pinned[name] = tuple(sorted({*pinned.get(name, ()), *workers}))
+        return pinned
+
     @property
     def members(self) -> list[int]:
         """The ids of the workers taking part now (``range(peers)`` unless processes join and leave)."""

@@ -18,6 +18,7 @@ from pytimely.dataflow.operators import core as _core
 from pytimely.dataflow.operators import enrich as _enrich
 from pytimely.dataflow.operators import enterleave as _enterleave
 from pytimely.dataflow.operators import extremes as _extremes
+from pytimely.dataflow.operators import gather as _gather
 from pytimely.dataflow.operators import generic as _generic
 from pytimely.dataflow.operators import join as _join
 from pytimely.dataflow.operators import keyed as _keyed
@@ -101,6 +102,11 @@ class Stream(Generic[D]):
         or Arrow batch) and must return one integer key per row.
         """
         return _core.exchange(self, route, vectorized, name)
+
+    def gather(self, to: int = 0, *, name: str = "gather") -> Stream[D]:
+        """Send every batch whole to worker ``to``, which alone receives them (only it is pinned: in an elastic
+        computation any other process may leave)."""
+        return _gather.gather(self, to, name)
 
     def broadcast(self, *, name: str = "broadcast") -> Stream[D]:
         """Send every record to every worker."""

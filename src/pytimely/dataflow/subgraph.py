@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Precedence
@@ -67,7 +67,7 @@ class Subgraph:
         """The progress exchange and bootstrap of this dataflow on this worker (:mod:`.progcaster`)."""
         self.record = self.progress.record
         self.elastic = self.progress.elastic_allocator is not None
-        self._pinned: list[str] = []
+        self._pinned: dict[str, tuple[int, ...]] = {}
         self._channels = 1
         self._edges: list[tuple[Source, Target]] = []
         self.channel_kinds: list[str] = []
@@ -119,7 +119,8 @@ class Subgraph:
             pushes, pull = self.allocator.allocate((self.ident, self._channels), Precedence.DATA)
             self._channels += 1
             if type(pact) is Exchange:
-                self._pinned.append(target._op.name)
+                # ``exchange`` spreads records over the workers the computation started with: only those receive.
+                self._pinned.setdefault(target._op.name, tuple(range(self.peers)))
                 output._connect(_Exchange(target, pushes, self.worker, pact.route, pact.vectorized, self.record))
             elif type(pact) is Direct:
                 output._connect(_Direct(target, pushes, self.worker, pact.dest, self.record))
@@ -298,14 +299,23 @@ class Subgraph:
                     return False
         return True
 
+    def pin(self, operator: str, workers: Iterable[int]) -> None:
+        """Say that records reach ``operator`` on ``workers`` only, by index: none of them may leave."""
+        self._pinned[operator] = tuple(sorted({*self._pinned.get(operator, ()), *workers}))
+
+    @property
+    def pinned(self) -> dict[str, tuple[int, ...]]:
+        """The operators that records reach by worker index, and the workers each one pins."""
+        return dict(self._pinned)
+
     def check_leave(self) -> None:
-        """:class:`MembershipError` if a channel of this dataflow pins records to the workers it started with."""
-        # ``exchange`` spreads records over the workers the computation started with: only those receive on it.
-        if self._pinned and self.worker < self.peers:
-            names = ", ".join(repr(n) for n in sorted(set(self._pinned)))
+        """:class:`MembershipError` if an operator of this dataflow pins records to this worker."""
+        names = sorted(name for name, workers in self._pinned.items() if self.worker in workers)
+        if names:
             raise MembershipError(
-                f"dataflow {self.name!r} exchanges records into {names} by worker index, which ties them to the "
-                "workers the computation started with; only keyed operators given a control stream (bins) let a "
+                f"dataflow {self.name!r}: worker {self.worker} cannot leave, since {', '.join(map(repr, names))} "
+                "receive records on it by worker index (a plain exchange pins the workers the computation started "
+                "with, a gather the worker it gathers on); keyed operators given a control stream (bins) let a "
                 "process leave"
             )
 
