@@ -14,8 +14,10 @@ words; counting exchanges each word to the worker that owns it.
 
 With ``--epochs K`` the words are streamed in K epochs; ``--rescale E:+1,E2:-1``
 (under ``pytimely launch --elastic``) adds a process after epoch E and has the
-newest one leave after E2, while the counts stay exact: keyed state moves with
-its bins (see ``docs/rescaling.md``).
+newest one leave after E2 (``E3:-pP``: process P leaves after E3, any process,
+one it started with included), while the counts stay exact: keyed state moves
+with its bins, and the counts are gathered on a process that stays, which writes
+OUT (see ``docs/rescaling.md``).
 
 With ``--epochs K --recovery DIR`` (or under ``pytimely launch --recovery DIR``) the counts are
 snapshotted into DIR after every epoch (``--snapshot-every E`` for every E-th); a run started again
@@ -52,7 +54,7 @@ def run(
 
         def build(scope: Scope[int]) -> tuple[InputHandle[int, Any], Any]:
             handle, stream = scope.new_input(name="words")
-            return handle, stream.count_by().exchange(lambda _: 0, name="gather").capture()
+            return handle, stream.count_by().gather(0).capture()
 
         handle, captured = worker.dataflow(build)
         for start in range(0, len(words), BATCH):
@@ -75,7 +77,8 @@ def run_rescaling(
     leave_timeout: float = 60.0,
     log: Sink | None = None,
 ) -> list[tuple[str, int]] | None:
-    """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (worker 0 gets the counts).
+    """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (the process of the plan's
+    gathering worker gets the counts, the others ``None``).
 
     Newcomers are asked of the launcher's control endpoint, and a leaving process tells it first; a newcomer
     not there within ``join_timeout`` s, or a leaver not gone within ``leave_timeout`` s, fails the run naming it.
@@ -101,8 +104,8 @@ def run_rescaling(
             leave_timeout=leave_timeout,
         )
 
-    results = execute(job, config=config, log=log)
-    if config.first_worker != 0 or results[0] is None:
+    results = [r for r in execute(job, config=config, log=log) if r is not None]
+    if not results:
         return None
     return sorted(results[0][0].items())
 
@@ -136,7 +139,7 @@ def run_epochs(
             handle, stream = scope.new_input(name="words") if durable is None else durable.new_input(scope, "words")
             final, totals = scope.new_input(name="final counts")
             counted = state_machine(stream, add, _same, fixed_bins(scope), bins, "count", states=counts)
-            return handle, counted.probe(), final, totals.exchange(lambda _: 0, name="gather").capture()
+            return handle, counted.probe(), final, totals.gather(0).capture()
 
         handle, probe, final, captured = worker.dataflow(build)
         for epoch in range(0 if durable is None else durable.begin(), epochs):

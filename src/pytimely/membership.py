@@ -58,59 +58,72 @@ def balanced_moves(time: int, members: list[int] | tuple[int, ...], bins: int = 
 class RescalePlan:
     """When processes join and leave: ``changes`` are ``(epoch, +1 or -1)``, after which epoch they happen.
 
-    A joining process takes the next unused index; a leaving one is the newest process still there (never
-    process 0). Changes take effect from the epoch after the one named. Several changes may name one epoch
-    (``4:-1,4:+1``: one leaves and one joins at once), leaves before joins.
+    A joining process takes the next unused index. A leave names its process (``leaving``, aligned with
+    ``changes``), or, unnamed (``None``), is the newest process still there. Any process may leave, one that
+    started the computation included, as long as one is left. Changes take effect from the epoch after the one
+    named. Several changes may name one epoch (``4:-1,4:+1``: one leaves and one joins at once), leaves before
+    joins.
     """
 
     initial: int
     workers: int
     changes: tuple[tuple[int, int], ...] = ()
+    leaving: tuple[int | None, ...] = ()
+    """For each change, the process that leaves (``None``: the newest there, and for a join)."""
 
     @classmethod
     def parse(cls, text: str, *, initial: int, workers: int = 1) -> RescalePlan:
-        """``"3:+1,6:-1"``: a process joins after epoch 3, one leaves after epoch 6 (empty text: no change).
+        """``"3:+1,6:-1,8:-p0"``: a process joins after epoch 3, the newest leaves after epoch 6, process 0 after 8
+        (empty text: no change).
 
         Epochs never decrease; at one epoch, leaves come before joins (a newcomer never leaves before it
         took part).
         """
-        changes = []
+        changes, leaving = [], []
         for n, item in enumerate(t for t in text.replace(" ", "").split(",") if t):
             epoch, sep, delta = item.partition(":")
-            if not sep or not epoch.isdigit() or delta not in ("+1", "-1", "1"):
+            named = delta[2:] if delta.startswith("-p") else ""
+            if not sep or not epoch.isdigit() or (delta not in ("+1", "-1", "1") and not named.isdigit()):
                 raise MembershipError(
-                    f"rescale entry {n + 1} ({item!r}) is not EPOCH:+1 or EPOCH:-1 (for example 3:+1,6:-1)"
+                    f"rescale entry {n + 1} ({item!r}) is not EPOCH:+1, EPOCH:-1 or EPOCH:-pPROCESS "
+                    "(for example 3:+1,6:-1,8:-p0)"
                 )
-            changes.append((int(epoch), -1 if delta == "-1" else 1))
+            changes.append((int(epoch), -1 if delta.startswith("-") else 1))
+            leaving.append(int(named) if named else None)
         if changes != sorted(changes):  # by epoch, and -1 before +1 within one
             raise MembershipError(
                 f"rescale epochs must not decrease, and at one epoch leaves come before joins: {text!r}"
             )
-        plan = cls(initial, workers, tuple(changes))
+        plan = cls(initial, workers, tuple(changes), tuple(leaving))
         plan._check()
         return plan
 
+    def _who(self) -> tuple[int | None, ...]:
+        return self.leaving or (None,) * len(self.changes)
+
     def _check(self) -> None:
-        processes = self.initial
-        for epoch, delta in self.changes:
-            processes += delta
-            if processes < 1:
-                raise MembershipError(f"after epoch {epoch} no process would be left")
+        if len(self._who()) != len(self.changes):
+            raise MembershipError(f"a plan of {len(self.changes)} changes names {len(self.leaving)} leavers")
+        for epoch, _ in self.changes:
+            self.processes_at(epoch + 1)
 
     def processes_at(self, epoch: int) -> list[int]:
         """The processes taking part in ``epoch``."""
         live = list(range(self.initial))
         fresh = self.initial
-        for at, delta in self.changes:
+        for (at, delta), who in zip(self.changes, self._who(), strict=True):
             if at >= epoch:
                 break
             if delta > 0:
                 live.append(fresh)
                 fresh += 1
-            else:
-                if live[-1] == 0:
-                    raise MembershipError("process 0 never leaves")
-                live.pop()
+                continue
+            if not live or (len(live) == 1 and (who is None or who in live)):
+                raise MembershipError(f"after epoch {at} no process would be left")
+            leaver = live[-1] if who is None else who
+            if leaver not in live:
+                raise MembershipError(f"process {leaver} is to leave after epoch {at}, but it does not run then")
+            live.remove(leaver)
         return live
 
     def members_at(self, epoch: int) -> list[int]:
@@ -142,6 +155,42 @@ class RescalePlan:
             return []
         now = set(self.processes_at(epoch))
         return [p for p in self.processes_at(epoch - 1) if p not in now]
+
+    def coordinator_at(self, epoch: int) -> int:
+        """The worker that asks for the processes joining at ``epoch`` and hands them their bins: the first worker
+        of the lowest process taking part both in ``epoch - 1`` and in ``epoch`` (there is always one)."""
+        staying = set(self.processes_at(epoch - 1)) & set(self.processes_at(epoch)) if epoch > 0 else {0}
+        return min(staying) * self.workers
+
+    def gatherer(self, epochs: int, *, operator: str = "gather") -> int:
+        """The worker where ``operator`` may gather what ``epochs`` epochs emit: the first worker of the lowest
+        process taking part in every one of them. :class:`MembershipError` naming ``operator`` if there is none."""
+        steady = set(self.processes_at(0)) & set(self.processes_at(max(0, epochs - 1)))
+        if not steady:
+            raise MembershipError(
+                f"operator {operator!r} gathers on one worker, and no process takes part in every one of the "
+                f"{epochs} epochs of this plan: keep one process from start to end"
+            )
+        return min(steady) * self.workers
+
+    def check_pinned(self, pinned: dict[str, tuple[int, ...]], epochs: int | None = None) -> None:
+        """:class:`MembershipError` naming the operator, before anything runs, if a process that leaves (within
+        ``epochs`` epochs) has a worker that ``pinned`` (see :meth:`Worker.pinned <pytimely.worker.Worker.pinned>`)
+        says an operator receives records on by index."""
+        for epoch, delta in self.changes:
+            if delta > 0 or (epochs is not None and epoch + 1 >= epochs):
+                continue
+            for process in self.leavers_at(epoch + 1):
+                workers = range(process * self.workers, (process + 1) * self.workers)
+                for name, held in sorted(pinned.items()):
+                    if any(w in held for w in workers):
+                        raise MembershipError(
+                            f"operator {name!r} receives records by worker index on worker(s) "
+                            f"{', '.join(str(w) for w in workers if w in held)} of process {process}, which this "
+                            f"plan has leave after epoch {epoch}: its records could not reach it any more. Route "
+                            "by key through bins (keyed operators given a control stream), gather on a process "
+                            "that stays, or keep this process"
+                        )
 
     @property
     def processes(self) -> int:

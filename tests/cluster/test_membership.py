@@ -63,6 +63,10 @@ def counted(out: Path) -> dict[str, int]:
         ("2:+1,4:-1,4:+1", 6, 2, 1),  # a leave and a join in the same epoch, both in flight together
         ("2:+1,4:-1,6:+1", 8, 2, 2),
         ("0:+1,1:+1,2:+1,3:-1,4:-1,5:-1", 7, 1, 2),  # 1 -> 4 -> 1 processes
+        # Why: a process the computation started with could not leave (the final gather pinned it).
+        ("2:-1", 6, 2, 1),
+        ("3:-1,3:+1", 6, 2, 1),
+        ("1:+1,3:-p0", 6, 2, 2),  # process 0 itself leaves; process 1 gathers and writes
     ],
 )
 def test_membership_plans_under_the_launcher_count_exactly(
@@ -71,6 +75,61 @@ def test_membership_plans_under_the_launcher_count_exactly(
     done, text, out = launch_wordcount(tmp_path, plan, epochs, processes=processes, workers=workers)
     assert done.returncode == 0, done.stderr
     assert counted(out) == dict(Counter(text.read_text(encoding="utf-8").split()))
+
+
+def test_an_elastic_run_with_200_silent_connections_on_its_control_endpoint_joins_and_leaves(tmp_path: Path) -> None:
+    """Why: more than 64 silent connections to the control endpoint made a member's ``add`` be refused, and the
+    elastic run failed in 5 s."""
+    import json
+
+    report = tmp_path / "strangers.json"
+    # Process 0 starts the strangers (200 connections, each opened again once the endpoint closes it) and waits for
+    # them to be in place before it starts counting.
+    wrap = (
+        f'if [ "$PYTIMELY_PROCESS" = 0 ]; then {sys.executable} -m tests.cluster.strangers {report} 200 '
+        f'</dev/null >/dev/null 2>&1 & i=0; while [ ! -e {report}.ready ] && [ $i -lt 600 ]; do sleep 0.05; '
+        "i=$((i+1)); done; fi;"
+    )
+    started = time.monotonic()
+    done, text, out = launch_wordcount(
+        tmp_path, "1:+1,3:-1,4:-p1", 6, wrap=wrap, extra=("--join-timeout", "30", "--leave-timeout", "30")
+    )
+    assert done.returncode == 0, done.stderr
+    assert counted(out) == dict(Counter(text.read_text(encoding="utf-8").split()))
+    assert time.monotonic() - started < 90
+    deadline = time.monotonic() + 30
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the strangers stop once the endpoint is gone
+    held = json.loads(report.read_text())
+    # Held from before the run started until the launcher closed its endpoint at the end.
+    assert held["peak"] == 200 and held["stopped"] == "endpoint gone", held
+
+
+def test_a_plan_that_would_lose_a_pinned_worker_is_refused_before_anything_runs() -> None:
+    """Why: a plan whose leaver held records routed by worker index was accepted and failed epochs later."""
+    from pytimely import execute
+    from pytimely.algorithms.rescaling import run_while_rescaling
+    from pytimely.membership import RescalePlan
+
+    shared: list[int] = []
+
+    def by_key(records: Any, control: Any) -> Any:
+        return records.exchange(hash, name="by key")
+
+    def share(worker: int, epoch: int, members: list[int]) -> list[str]:
+        shared.append(epoch)
+        return ["a"]
+
+    def job(worker: Any) -> None:
+        plan = RescalePlan.parse("2:-1", initial=2)
+        with pytest.raises(MembershipError, match=r"operator 'by key' receives records by worker index on worker"
+                           r"\(s\) 1 of process 1, which this plan has leave after epoch 2"):
+            run_while_rescaling(worker, by_key, share, 5, plan)
+        with pytest.raises(MembershipError, match="operator 'gather' gathers on one worker, and no process"):
+            run_while_rescaling(worker, lambda r, c: r, share, 5, RescalePlan.parse("1:+1,2:-p0,3:-p1", initial=2))
+
+    execute(job, 2)
+    assert shared == []  # nothing was fed in
 
 
 def test_a_newcomer_that_exits_without_joining_fails_every_member_naming_it(tmp_path: Path) -> None:

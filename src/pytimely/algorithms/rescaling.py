@@ -7,8 +7,11 @@ stream the moves that make the bins follow the members
 gone in, then :meth:`Worker.leave <pytimely.worker.Worker.leave>`. A newcomer
 takes its share in small groups over several epochs from the one it joins in
 (Megaphone's fluid migration, seed ``002_640294948a1fdfd3.txt`` §3.5), so no
-epoch ships every moving bin's state at once. Worker 0 gathers what the stage
-emits.
+epoch ships every moving bin's state at once. What the stage emits is gathered
+on the first worker of a process that takes part in every epoch
+(:meth:`RescalePlan.gatherer`), so any other process may leave, one that started
+the computation included; a plan that would have a process leave on which an
+operator receives records by worker index is refused before anything runs.
 
 The stages:
 
@@ -195,12 +198,18 @@ def run_while_rescaling(
 ) -> list[tuple[int, list[tuple[Any, int]]]] | None:
     """Feed ``share(worker, epoch, members)`` into ``stage`` for ``epochs`` epochs, following ``plan``.
 
+    Before anything runs, the plan is checked against the operators that receive records by worker index
+    (:meth:`RescalePlan.check_pinned`): a stage with a plain ``exchange`` cannot lose a process that started the
+    computation, and the gather of what the stage emits stays on a process that never leaves
+    (:meth:`RescalePlan.gatherer`); either way a :class:`MembershipError` names the operator at once.
+
     ``coordinator`` starts newcomers and hears of leaves (``pytimely launch --elastic``'s control endpoint;
     ``None`` when something else starts them). Its requests are handles polled between steps, so no worker
     stops stepping while one is in flight:
 
-    - in the epoch before a process joins, once its records are sent, worker 0 waits until the coordinator has
-      heard of every leave the plan had before it, then asks for the newcomer; every member then steps until
+    - in the epoch before a process joins, once its records are sent, the first worker of the lowest process that
+      stays (:meth:`RescalePlan.coordinator_at`) waits until the coordinator has heard of every leave the plan had
+      before it, then asks for the newcomer; every member then steps until
       the newcomer's workers are members (they hold that epoch's records meanwhile, so the server can mint the
       newcomer's capabilities strictly above them);
     - a newcomer's workers say when they have bootstrapped;
@@ -209,14 +218,17 @@ def run_while_rescaling(
       newcomer, started while the leaver still runs, dials it and hears its ``LEAVING``).
 
     Every wait has a deadline: a newcomer not there within ``join_timeout`` seconds raises :class:`JoinTimeoutError`
-    naming it on every member (at once on worker 0, if the launcher reports the newcomer exited); a leave not heard
+    naming it on every member (at once on the asking worker, if the launcher reports the newcomer exited); a leave
+    not heard
     of within ``leave_timeout`` raises :class:`LeaveTimeoutError`, and so does a leaving worker that has not left
     within it. A leaving worker waits ``linger`` seconds before it leaves. ``on_epoch(epoch)`` is called once this
-    worker's probe has passed ``epoch``. The bins follow :func:`migration_schedule` with ``bins_per_epoch``. Worker
-    0 returns, per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others return ``None``.
+    worker's probe has passed ``epoch``. The bins follow :func:`migration_schedule` with ``bins_per_epoch``. The
+    gathering worker returns, per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others
+    return ``None``.
     """
     me = worker.index
     per = worker.workers_per_process
+    gatherer = plan.gatherer(epochs)
     schedule = migration_schedule(plan, epochs, bins_per_epoch=bins_per_epoch)
     sent_at = sorted(schedule)
 
@@ -234,10 +246,11 @@ def run_while_rescaling(
     def build(scope: Any) -> Any:
         handle, records = scope.new_input(name="records")
         control_handle, control = scope.new_input(name="control")
-        gathered = stage(records, control).map(tag).exchange(lambda _: 0, name="gather")
+        gathered = stage(records, control).map(tag).gather(gatherer, name="gather")
         return handle, control_handle, gathered.capture(), gathered.probe()
 
     handle, control_handle, captured, probe = worker.dataflow(build)
+    plan.check_pinned(worker.pinned(), epochs)
     start = 0
     if worker.joined:
         # Its capabilities were minted strictly above ones its server held (seed 000 Fig. 4): records at
@@ -272,7 +285,7 @@ def run_while_rescaling(
             control_handle.advance_to(epoch + 1)
             _wait_for_members(worker, plan, epoch + 1, coordinator, join_timeout, leave_timeout)
             worker.step()  # the dataflow applies the joins (and its server mints) before this epoch is given up
-            if me == 0:
+            if me == plan.coordinator_at(epoch + 1):
                 control_handle.send_batch(schedule.get(epoch + 1, []))
         handle.advance_to(epoch + 1)
         control_handle.advance_to(max(control_handle.time, control_until(epoch)))
@@ -282,7 +295,7 @@ def run_while_rescaling(
     handle.close()
     control_handle.close()
     worker.step_while(lambda: not probe.done())
-    if me != 0:
+    if me != gatherer:
         return None
     return [(t, list(batch)) for t, batch in captured]
 
@@ -300,9 +313,10 @@ def _wait_for_members(
     join_timeout: float,
     leave_timeout: float,
 ) -> None:
-    """Before ``epoch``: worker 0 makes sure earlier leaves were heard and asks for the newcomers; all wait."""
+    """Before ``epoch``: its coordinating worker makes sure earlier leaves were heard and asks for the newcomers;
+    all wait."""
     joins: list[Join] = []
-    if worker.index == 0 and coordinator is not None:
+    if worker.index == plan.coordinator_at(epoch) and coordinator is not None:
         # Whoever starts a newcomer hands it the processes to dial: it must have heard of every earlier leave.
         staying = set(plan.processes_at(epoch)) | set(plan.leavers_at(epoch))
         gone = sorted(set(range(plan.processes)) - staying - set(plan.newcomers_at(epoch)))
@@ -312,7 +326,8 @@ def _wait_for_members(
             _step_until(
                 worker, heard.done, leave_timeout,
                 lambda p=process: LeaveTimeoutError(  # type: ignore[misc]
-                    f"worker 0: the launcher did not hear within {leave_timeout:g} s that process {p} leaves", p
+                    f"worker {worker.index}: the launcher did not hear within {leave_timeout:g} s that process {p} "
+                    "leaves", p
                 ),
             )
         joins = [coordinator.join() for _ in plan.newcomers_at(epoch)]
@@ -383,7 +398,8 @@ def count_while_rescaling(
 ) -> tuple[dict[Any, int], dict[int, int]] | None:
     """Count the keys ``share`` gives each member, following ``plan`` (see :func:`run_while_rescaling`).
 
-    Worker 0 returns each key's count and how many counts each worker emitted; the others return ``None``.
+    The gathering worker (:meth:`RescalePlan.gatherer`) returns each key's count and how many counts each worker
+    emitted; the others return ``None``.
     ``options`` go to :func:`run_while_rescaling` (the deadlines).
     """
     emitted = run_while_rescaling(
@@ -483,7 +499,8 @@ def components_while_rescaling(
 ) -> list[list[tuple[int, int]]] | None:
     """The components of the edges (``(n, 2)`` arrays) ``share`` gives each member, following ``plan``.
 
-    Worker 0 returns, per epoch, the ``(vertex, label)`` changes at that epoch; the others return ``None``.
+    The gathering worker returns, per epoch, the ``(vertex, label)`` changes at that epoch; the others return
+    ``None``.
     """
     emitted = run_while_rescaling(
         worker, union_components, share, epochs, plan, coordinator=coordinator, linger=linger, **options
