@@ -25,13 +25,24 @@ def replay(plan: RescalePlan, epochs: int, per: int | None) -> tuple[BinTable, d
 
 
 def random_plan(rng: random.Random, epochs: int) -> RescalePlan:
+    """Joins and leaves at random epochs; a leaver is the newest process or any one named (an initial one too)."""
     processes, changes = rng.randint(1, 3), []
-    live = processes
+    live, fresh = list(range(processes)), processes
     for epoch in sorted(rng.sample(range(epochs - 1), rng.randint(1, 4))):
-        delta = 1 if live == 1 or rng.random() < 0.6 else -1
-        live += delta
-        changes.append(f"{epoch}:{delta:+d}")
-    return RescalePlan.parse(",".join(changes), initial=processes, workers=rng.randint(1, 2))
+        if len(live) == 1 or rng.random() < 0.6:
+            live.append(fresh)
+            fresh += 1
+            changes.append(f"{epoch}:+1")
+        elif rng.random() < 0.5:
+            changes.append(f"{epoch}:-1")
+            live.pop()
+        else:
+            leaver = rng.choice(live)
+            live.remove(leaver)
+            changes.append(f"{epoch}:-p{leaver}")
+    plan = RescalePlan.parse(",".join(changes), initial=processes, workers=rng.randint(1, 2))
+    assert plan.processes_at(epochs) == live
+    return plan
 
 
 @pytest.mark.parametrize("seed", range(40))
