@@ -99,7 +99,8 @@ def run_rescaling(
             share,
             epochs,
             plan,
-            coordinator=Launcher() if plan.changes else None,
+            # A request refused or unanswered is tried again for as long as the wait it serves may take.
+            coordinator=Launcher(timeout=max(join_timeout, leave_timeout)) if plan.changes else None,
             join_timeout=join_timeout,
             leave_timeout=leave_timeout,
         )
