@@ -239,7 +239,10 @@ class Scope(Generic[T]):
     def replay_files(
         self, directory: str | os.PathLike[str], *, secret: bytes | None = None, name: str = "replay_files"
     ) -> Stream[Any]:
-        """Replay what ``Stream.capture_to_files`` wrote to ``directory``, with its progress, on any worker count."""
+        """Replay what ``Stream.capture_to_files`` wrote to ``directory``, with its progress, on any worker count.
+
+        Every file must be a stream of one capture, under its own worker's name. With ``secret`` a file not sealed
+        with it is refused before anything in it is unpickled; without, the files are trusted like code."""
         return _capture.replay_files(self, directory, secret=secret, name=name)
 
     def replay_events(self, readers: Sequence[EventReader], *, name: str = "replay_events") -> Stream[Any]:
