@@ -34,7 +34,7 @@ from pytimely.dataflow.operators.event_stream import (
     SocketEventWriter,
     read_binding,
 )
-from pytimely.errors import CapabilityError, CorruptEventStreamError, EventStreamError
+from pytimely.errors import CapabilityError, CorruptEventStreamError, EventStreamError, MembershipError
 
 if TYPE_CHECKING:
     from pytimely.dataflow.scope import Scope
@@ -133,6 +133,11 @@ def capture_into(
     the id goes out, so before any worker opens its writer (``capture_to_files`` clears the folder there).
     """
     scope = stream.scope
+    if scope.index >= scope.peers:
+        raise MembershipError(
+            f"{name}: worker {scope.index} joined the computation after it started, and a capture is bound to the "
+            f"{scope.peers} workers it started with: capture from a dataflow built before processes join"
+        )
     ident = _capture_id(scope, name, before)
     op = scope._operator(name, [(stream, None), (ident, Broadcast())], 0)
     op.notify = True
