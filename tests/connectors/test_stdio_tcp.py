@@ -152,8 +152,9 @@ def test_strangers_are_dropped_and_logged_without_taking_a_senders_place(caplog:
     assert len(dropped) >= 4, dropped  # connect-and-close, another secret, unsigned, replayed
 
 
-def _cutting_proxy(listener: socket.socket, target: tuple[str, int], lines: int) -> None:
-    """Forward one connection to ``target``, and cut it after ``lines`` whole lines from the client."""
+def _cutting_proxy(listener: socket.socket, target: tuple[str, int], lines: int, extra: int = 0) -> None:
+    """Forward one connection to ``target``, and cut it after ``lines`` whole lines from the client (and ``extra``
+    bytes of the next)."""
     client, _ = listener.accept()
     with client, socket.create_connection(target, timeout=10) as server:
         client.sendall(read_line(server, timeout=10) + b"\n")  # the source's nonce
@@ -166,16 +167,18 @@ def _cutting_proxy(listener: socket.socket, target: tuple[str, int], lines: int)
         cut = 0
         for _ in range(lines):
             cut = data.index(b"\n", cut) + 1
-        server.sendall(data[:cut])  # then both ends close: the stream is cut at a line boundary
+        server.sendall(data[: cut + extra])  # then both ends close: the stream is cut
 
 
-def test_a_stream_cut_at_a_line_boundary_is_an_error_naming_the_sender() -> None:
-    """Why: a signed stream cut at a line boundary ended quietly with 40 of 100 lines."""
+@pytest.mark.parametrize("extra", [0, 10])
+def test_a_stream_cut_at_a_line_boundary_is_an_error_naming_the_sender(extra: int) -> None:
+    """Why: a signed stream cut at a line boundary ended quietly with 40 of 100 lines (``extra``: cut 10 bytes into
+    the next line instead)."""
     from pytimely.errors import InputError
 
     secret = secrets.token_bytes(16)
     with socket.create_server(("127.0.0.1", 0)) as listener, socket.create_server(("127.0.0.1", 0)) as front:
-        proxy = threading.Thread(target=_cutting_proxy, args=(front, listener.getsockname(), 40))
+        proxy = threading.Thread(target=_cutting_proxy, args=(front, listener.getsockname(), 40, extra))
         sender = threading.Thread(
             target=_quietly, args=(send_lines, front.getsockname(), [f"l{i}" for i in range(100)]),
             kwargs={"secret": secret, "timeout": 10},

@@ -194,8 +194,10 @@ def socket_source(
             else:
                 failure = "it closed"
             was_sender = conn.sender
+            # A signed stream ends with its signed end, never with a line cut short: what is left is dropped.
+            raw = conn.splitter.feed(data) if data else conn.splitter.finish() if secret is None else []
             try:
-                lines = conn.lines(conn.splitter.feed(data) if data else conn.splitter.finish())
+                lines = conn.lines(raw)
             except (_Stranger, InputFormatError) as exc:
                 if conn.sender:
                     raise fail(exc) from None
