@@ -233,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark", metavar="MASTER", help="run on Spark, e.g. local[2] (Spark reads and writes)")
     parser.add_argument("--retries", type=int, default=0, help="with --spark: re-run a failed computation")
     parser.add_argument("--epochs", type=_count_of_epochs, default=0, help="stream the words in this many epochs")
-    parser.add_argument("--rescale", default="", help="E:+1,E2:-1: add a process after epoch E, remove one after E2")
+    parser.add_argument(
+        "--rescale", default="",
+        help="E:+1,E2:-1,E3:-pP: add a process after epoch E, remove the newest after E2, process P after E3",
+    )
     parser.add_argument(
         "--join-timeout", type=float, default=60.0, help="with --rescale: seconds a newcomer may take to join (60)"
     )
