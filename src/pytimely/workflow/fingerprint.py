@@ -5,13 +5,16 @@
   of the same Python version). It changes when the function's body changes, and not when other code in the
   same file does (a lambda's source is the whole lines it is written on). Values captured by a closure,
   defaults, ``functools.partial`` arguments and a callable object's attributes are included (a module by its
-  name, a value that cannot be pickled — a lock, a session — by its type); globals it reads, and functions it
-  calls, are **not** (give them as parameters, or change the function, to force recomputation).
+  name, a value that cannot be pickled — a lock, a session — by its type), and so are the user's own functions
+  and classes it names and the immutable globals it reads; library code and mutable globals are not (give
+  such values as parameters).
 * :func:`value_fingerprint` — a value's content: Arrow tables and batches through their Arrow IPC stream
   (chunking does not matter), pandas frames through Arrow (index included), numpy arrays by dtype, shape and
   bytes, Spark DataFrames by an order-independent hash of their rows computed by Spark (a job over the data),
-  ``None``/bool/int/float/str/bytes and lists, tuples, dicts, sets and frozensets of them canonically (a dict's
-  or set's order does not matter), anything else by its pickle. Limits: pickled values fingerprint by their
+  ``None``/bool/int/float/str/bytes and lists, tuples, dicts, sets and frozensets of them canonically: lists,
+  tuples and dicts in their order (a dict's insertion order is observable — iteration, ``next(iter(d))``, JSON —
+  so ``{"a": 1, "b": 2}`` and ``{"b": 2, "a": 1}`` differ), sets and frozensets sorted (their iteration order
+  follows hashing, not the program), anything else by its pickle. Limits: pickled values fingerprint by their
   pickle, which can differ for equal values (e.g. objects holding sets of strings between processes) — that
   only costs a recomputation; values that cannot be pickled raise
   :class:`~pytimely.errors.FingerprintError`.
@@ -41,7 +44,7 @@ from typing import Any
 
 from pytimely.errors import FingerprintError
 
-__all__ = ["code_fingerprint", "derive", "value_fingerprint"]
+__all__ = ["code_fingerprint", "derive", "is_user_file", "library_roots", "value_fingerprint"]
 
 def _digest(*parts: bytes | memoryview) -> str:
     h = hashlib.sha256()
@@ -125,7 +128,7 @@ def _without_comments(source: str) -> str:
 _LIBRARY_ROOTS: tuple[str, ...] | None = None
 
 
-def _library_roots() -> tuple[str, ...]:
+def library_roots() -> tuple[str, ...]:
     """Folders holding installed code (the standard library, site-packages, pytimely): not the user's own."""
     global _LIBRARY_ROOTS
     if _LIBRARY_ROOTS is None:
@@ -146,6 +149,14 @@ def _library_roots() -> tuple[str, ...]:
 _USER_FILES: dict[str, bool] = {}
 
 
+def is_user_file(file: str) -> bool:
+    """Whether the source file ``file`` is the user's own code (not the standard library, a package or pytimely)."""
+    known = _USER_FILES.get(file)
+    if known is None:
+        known = _USER_FILES[file] = not os.path.realpath(file).startswith(library_roots())
+    return known
+
+
 def _is_user_module(module: types.ModuleType | None) -> bool:
     if module is None:
         return False
@@ -154,10 +165,7 @@ def _is_user_module(module: types.ModuleType | None) -> bool:
     file = getattr(module, "__file__", None)
     if not file:
         return False  # built in, or a namespace package
-    known = _USER_FILES.get(file)
-    if known is None:
-        known = _USER_FILES[file] = not os.path.realpath(file).startswith(_library_roots())
-    return known
+    return is_user_file(file)
 
 
 def _is_user_code(obj: Any) -> bool:
@@ -322,8 +330,8 @@ def _value_bytes(value: Any) -> bytes:
     if cls is list or cls is tuple:
         return (b"l" if cls is list else b"t") + _sequence(value)
     if cls is dict:
-        items = sorted(_pair(_value_bytes(k), _value_bytes(v)) for k, v in value.items())
-        return b"d" + _sequence_of_bytes(items)
+        # In insertion order: iteration, ``next(iter(d))`` and ``json.dumps`` see it, so it is part of the value.
+        return b"D" + _sequence_of_bytes([_pair(_value_bytes(k), _value_bytes(v)) for k, v in value.items()])
     if cls is set or cls is frozenset:
         return (b"S" if cls is set else b"Z") + _sequence_of_bytes(sorted(_value_bytes(v) for v in value))
     module = cls.__module__
