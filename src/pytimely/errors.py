@@ -586,3 +586,58 @@ class ColumnError(BatchError, InputFormatError):
         BatchError.__init__(self, message, kind, column)
         self.path: str | None = None
         self.line: int | None = None
+
+
+class ModuleRaisedError(ModuleFailedError):
+    """A simple module's code raised: names the module and the file and line where, and keeps what it printed."""
+
+    def __init__(
+        self, message: str, module: str, *, file: str | None = None, line: int | None = None, stdout: str = "",
+        stderr: str = "",
+    ) -> None:  # fmt: skip
+        super().__init__(message, module)
+        self.file = file
+        self.line = line
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class ModulesFailedError(ModuleFailedError):
+    """Several modules failed in one run (``keep_going``, or modules running at once): ``failures`` lists them."""
+
+    def __init__(self, message: str, failures: list[ExecutorError]) -> None:
+        super().__init__(message, failures[0].module)
+        self.failures = failures
+
+
+class UndeclaredWriteError(ExecutorError):
+    """A module wrote a file it neither declared (``@simple(writes=...)``) nor returned as a path; names both."""
+
+    def __init__(self, message: str, module: str, file: str) -> None:
+        super().__init__(message, module)
+        self.file = file
+
+
+class UnpicklableOutputError(ExecutorError, TypeError):
+    """A module returned a value that cannot be pickled, where it must be (a worker process, a persistent staging
+    area); names the module, the out-port and the value's type."""
+
+    def __init__(self, message: str, module: str, port: str = "") -> None:
+        super().__init__(message, module)
+        self.port = port
+
+
+class RunStoppedError(WorkflowError):
+    """A run was asked to stop (Ctrl-C): nothing new started, what was running finished or was stopped."""
+
+    def __init__(self, message: str, running: list[str]) -> None:
+        super().__init__(message)
+        self.running = running
+
+
+class StagingLockLostError(StagingLockedError):
+    """A run lost its staging area's lease (taken over, or not renewed in time) and stopped before writing."""
+
+
+class UnknownModuleError(WorkflowUsageError):
+    """A module named to rerun or stop after (``--rerun``, ``--until``) is not in the workflow, or is ambiguous."""

@@ -22,6 +22,7 @@ from pytimely.errors import (
     ExecutorClosedError,
     ModuleFailedError,
     ModuleOutputError,
+    ModuleRaisedError,
     UnpicklableCallError,
     WorkerDiedError,
 )
@@ -48,6 +49,9 @@ def pid() -> int:
 
 def bad(x: int) -> int:
     raise ValueError(f"bad x={x}")
+
+
+BAD_LINE = bad.__code__.co_firstlineno + 1
 
 
 def split(n: int) -> dict[str, int]:
@@ -149,9 +153,11 @@ def test_outputs_that_do_not_fit(executor: Executor) -> None:
 
 
 def test_user_error_names_module_and_keeps_cause(executor: Executor) -> None:
-    with pytest.raises(ModuleFailedError, match=r"'report/clean' failed: ValueError: bad x=5") as info:
+    at = rf"at \S*test_executors\.py:{BAD_LINE} \(in bad\)"
+    with pytest.raises(ModuleRaisedError, match=rf"'report/clean' failed {at}: ValueError: bad x=5") as info:
         run(executor, Call("report/clean", bad, {"x": 5}))
     assert info.value.module == "report/clean"
+    assert str(info.value.file).endswith("test_executors.py") and info.value.line == BAD_LINE
     assert isinstance(info.value.__cause__, ValueError)
     assert str(info.value.__cause__) == "bad x=5"
 

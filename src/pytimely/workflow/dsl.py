@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import os
 import sys
 import types
 import typing
@@ -61,6 +62,7 @@ from pytimely.workflow.model import (
     _tn,
     is_assignable,
 )
+from pytimely.workflow.writes import placeholders
 
 __all__ = ["Outputs", "PortValue", "composite", "constant", "loop", "simple"]
 
@@ -185,8 +187,10 @@ def simple(
     deps: Mapping[str, Iterable[str]] | None = None,
     version: str | int | None = None,
     retries: int = 0,
+    backoff: float = 1.0,
     timeout: float | None = None,
     executor: str | None = None,
+    writes: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Callable[[Callable[..., Any]], Module]: ...
 
 
@@ -198,13 +202,18 @@ def simple(
     deps: Mapping[str, Iterable[str]] | None = None,
     version: str | int | None = None,
     retries: int = 0,
+    backoff: float = 1.0,
     timeout: float | None = None,
     executor: str | None = None,
+    writes: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Module | Callable[[Callable[..., Any]], Module]:
     """A simple module running ``fn``: positional parameters are in-ports, the return annotation the out-ports.
 
-    ``retries`` more attempts follow a failure, a worker's death or a run past ``timeout`` seconds. ``executor``
-    names the executor it runs on (``"spark"`` beside thread steps), else the run's default.
+    ``retries`` more attempts follow a failure, a worker's death or a run past ``timeout`` seconds, the first after
+    ``backoff`` seconds and each next one after twice as long. ``executor`` names the executor it runs on
+    (``"spark"`` beside thread steps), else the run's default. ``writes`` declares the files it writes (a path or
+    several, relative to the folder the run starts in; ``{name}`` is filled from its parameters): they are part of
+    its outputs (see :mod:`pytimely.workflow.writes`).
 
     ``version`` replaces the code fingerprint (source, globals read, the user's functions called): the module's
     values are reused until the version changes, whatever the code does.
@@ -232,8 +241,9 @@ def simple(
             raise ModuleDefinitionError(f"simple module {module_name!r}: retries must be an int >= 0, got {retries!r}")
         if timeout is not None and not timeout > 0:
             raise ModuleDefinitionError(f"simple module {module_name!r}: timeout must be > 0 seconds, got {timeout!r}")
+        files = _writes(module_name, f, writes)
         return Module(module_name, Kind.SIMPLE, tuple(inputs), tuple(outputs or [Port("out")]), declared, function=f,
-                      retries=retries, timeout=timeout, executor=executor)  # fmt: skip
+                      retries=retries, backoff=backoff, timeout=timeout, executor=executor, writes=files)  # fmt: skip
 
     return define if fn is None else define(fn)
 
@@ -488,6 +498,33 @@ def _constant_module(value: Any, name: str) -> Module:
     if isinstance(value, Module):
         raise ModuleDefinitionError(f"{value!r} is given as a value; call it to use its out-ports")
     return Module(name, Kind.INPUT, outputs=(Port("out", type(value)),), value=value)
+
+
+def _writes(name: str, fn: Callable[..., Any], writes: Any) -> tuple[str, ...]:
+    """The declared files as text, each ``{field}`` naming a keyword-only parameter of ``fn``."""
+    items = [writes] if isinstance(writes, str | os.PathLike) else list(writes)
+    files: list[str] = []
+    keyword_only = {
+        p.name for p in inspect.signature(fn).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    for item in items:
+        if not isinstance(item, str | os.PathLike):
+            raise ModuleDefinitionError(f"simple module {name!r}: writes= takes paths, got {item!r}")
+        text = os.fspath(item)
+        if not isinstance(text, str) or not text:
+            raise ModuleDefinitionError(f"simple module {name!r}: writes= takes non-empty paths, got {item!r}")
+        try:
+            fields = placeholders(text)
+        except ValueError as exc:
+            raise ModuleDefinitionError(f"simple module {name!r}: writes={text!r} is not a pattern ({exc})") from None
+        unknown = sorted(f for f in fields if f not in keyword_only)
+        if unknown:
+            raise ModuleDefinitionError(
+                f"simple module {name!r}: writes={text!r} names {unknown[0]!r}, which is not one of its parameters "
+                f"(keyword-only: {sorted(keyword_only)})"
+            )
+        files.append(text)
+    return tuple(files)
 
 
 def _make_importable(fn: Callable[..., Any]) -> None:

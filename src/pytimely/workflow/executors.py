@@ -8,9 +8,12 @@ executor.run(call)`` returns a dict from out-port name to value:
 * several: the function returns a mapping with exactly those names (or a tuple in their order);
 * none: the return value is ignored and the dict is empty.
 
-User code that raises becomes :class:`~pytimely.errors.ModuleFailedError` naming the module, with the original
+User code that raises becomes :class:`~pytimely.errors.ModuleRaisedError` (a
+:class:`~pytimely.errors.ModuleFailedError`) naming the module and the file and line where it raised (the
+innermost frame of the user's own code), with what it printed when output is captured and the original
 exception as ``__cause__``; a return value that does not fit the out-ports is a
-:class:`~pytimely.errors.ModuleOutputError`.
+:class:`~pytimely.errors.ModuleOutputError`, and one that cannot travel back from a worker process an
+:class:`~pytimely.errors.UnpicklableOutputError`.
 
 The :class:`Executor` protocol is ``async run(call)`` plus ``close()``; every executor here is also an async
 context manager (``async with ThreadExecutor() as executor: ...``) that closes on exit, leaving no threads or
@@ -47,12 +50,15 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from pytimely.errors import (
     ExecutorClosedError,
-    ModuleFailedError,
     ModuleOutputError,
+    ModuleRaisedError,
     UnpicklableCallError,
+    UnpicklableOutputError,
     WorkerDiedError,
 )
-from pytimely.workflow.logs import LOGS, Captured, captured, capturing
+from pytimely.workflow.fingerprint import is_user_file
+from pytimely.workflow.logs import LOGS, Captured, capturing, texts
+from pytimely.workflow.writes import WRITTEN, watching
 
 __all__ = [
     "Call",
@@ -76,6 +82,8 @@ class Call:
     outputs: tuple[str, ...] = ("out",)
     capture: bool = False
     """Collect what the function prints: the outputs then hold ``(stdout, stderr)`` under ``logs.LOGS``."""
+    watch: bool = False
+    """Watch the files the function opens for writing: the outputs then hold their paths under ``writes.WRITTEN``."""
 
     def __post_init__(self) -> None:
         both = set(self.inputs) & set(self.params)
@@ -92,7 +100,10 @@ class Call:
         """The out-port values from the function's return value; ``ModuleOutputError`` when they do not fit."""
         if isinstance(result, Captured):
             outputs = self.outputs_of(result.value)
-            outputs[LOGS] = (result.stdout, result.stderr)
+            if result.stdout is not None:
+                outputs[LOGS] = (result.stdout, result.stderr or "")
+            if result.written is not None:
+                outputs[WRITTEN] = result.written
             return outputs
         names = self.outputs
         if not names:
@@ -120,15 +131,58 @@ class Call:
 
 
 def invoke(call: Call, arguments: Mapping[str, Any] | None = None) -> Any:
-    """Run the call's function on this thread; user errors become ``ModuleFailedError`` naming the module."""
-    try:
-        if not call.capture:
-            return call.fn(**(call.arguments() if arguments is None else arguments))
-        with capturing() as buffers:
-            value = call.fn(**(call.arguments() if arguments is None else arguments))
-        return captured(value, buffers)
-    except Exception as exc:
-        raise ModuleFailedError(f"module {call.module!r} failed: {type(exc).__name__}: {exc}", call.module) from exc
+    """Run the call's function on this thread; user errors become ``ModuleRaisedError`` naming the module."""
+    arguments = call.arguments() if arguments is None else arguments
+    if not call.capture and not call.watch:
+        try:
+            return call.fn(**arguments)
+        except Exception as exc:
+            raise raised(call.module, exc) from exc
+    buffers = None
+    with contextlib.ExitStack() as stack:
+        buffers = stack.enter_context(capturing()) if call.capture else None
+        written = stack.enter_context(watching()) if call.watch else None
+        try:
+            value = call.fn(**arguments)
+        except Exception as exc:
+            stack.close()  # the streams stop being collected before the error is built
+            raise raised(call.module, exc, *texts(buffers)) from exc
+    stdout, stderr = texts(buffers)
+    return Captured(value, stdout, stderr, None if written is None else tuple(written))
+
+
+def where(exc: BaseException) -> tuple[str | None, int | None, str | None]:
+    """The file, line and function where ``exc`` was raised in the user's own code (else its innermost frame)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    chosen = None
+    for frame in frames:
+        if is_user_file(frame.filename):
+            chosen = frame
+    if chosen is None and frames:
+        chosen = frames[-1]
+    if chosen is None:
+        return None, None, None
+    name = chosen.filename
+    with contextlib.suppress(ValueError):
+        relative = os.path.relpath(name)
+        if not relative.startswith(".."):
+            name = relative
+    return name, chosen.lineno, chosen.name
+
+
+def raised(
+    module: str, exc: BaseException, stdout: str | None = None, stderr: str | None = None, *,
+    place: tuple[str | None, int | None, str | None] | None = None,
+) -> ModuleRaisedError:  # fmt: skip
+    """The ``ModuleRaisedError`` for ``exc`` raised by module ``module``'s code (``place``: where, if known)."""
+    file, line, function = where(exc) if place is None else place
+    at = (f" at {file}:{line}" + (f" (in {function})" if function else "")) if file is not None else ""
+    return ModuleRaisedError(
+        f"module {module!r} failed{at}: {type(exc).__name__}: {exc}", module, file=file, line=line,
+        stdout=stdout or "", stderr=stderr or "",
+    )  # fmt: skip
 
 
 @runtime_checkable
@@ -328,6 +382,15 @@ class ProcessExecutor(_ExecutorBase):
                     "was running or waiting in its pool",
                     call.module,
                 ) from exc
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                # The pool could not pickle the result to send it back (user errors come back as _Raised).
+                with self._lock:
+                    self._pool_of.pop(token, None)
+                raise UnpicklableOutputError(
+                    f"module {call.module!r} returned a value that cannot be sent back from its worker process "
+                    f"({type(exc).__name__}: {exc}); return plain data, or run it on the thread executor",
+                    call.module,
+                ) from exc
             with self._lock:
                 self._pool_of.pop(token, None)
             break
@@ -336,9 +399,10 @@ class ProcessExecutor(_ExecutorBase):
                 f"module {call.module!r} cannot be loaded in a worker process: {outcome.message}", call.module
             )
         if isinstance(outcome, _Raised):
-            raise ModuleFailedError(
-                f"module {call.module!r} failed: {type(outcome.error).__name__}: {outcome.error}", call.module
-            ) from outcome.error
+            raise ModuleRaisedError(
+                outcome.message, call.module, file=outcome.file, line=outcome.line, stdout=outcome.stdout,
+                stderr=outcome.stderr,
+            ) from outcome.error  # fmt: skip
         return call.outputs_of(outcome)
 
     def _replace(self, broken: concurrent.futures.ProcessPoolExecutor) -> None:
@@ -402,9 +466,15 @@ def _watch_parent(parent: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Raised:
-    """User code in a worker process raised ``error`` (sent back as a value to tell it from pool failures)."""
+    """User code in a worker process raised ``error`` (sent back as a value to tell it from pool failures), with
+    the message naming where, and what the call printed."""
 
     error: BaseException
+    message: str
+    file: str | None
+    line: int | None
+    stdout: str
+    stderr: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +495,7 @@ def _pickle_call(call: Call) -> bytes:
         ) from exc
     arguments = call.arguments()
     try:
-        return pickle.dumps((call.fn, arguments, call.capture), protocol=5)
+        return pickle.dumps((call.module, call.fn, arguments, call.capture, call.watch), protocol=5)
     except Exception as exc:
         for name, value in arguments.items():
             try:
@@ -454,22 +524,19 @@ def _run_pickled(token: int, payload: bytes) -> Any:
 def _run_call(payload: bytes) -> Any:
     """Unpickle the call and run it."""
     try:
-        fn, arguments, capture = pickle.loads(payload)
+        module, fn, arguments, capture, watch = pickle.loads(payload)
     except Exception as exc:
         return _Unloadable(f"{type(exc).__name__}: {exc}")
     try:
-        if not capture:
-            return fn(**arguments)
-        with capturing() as buffers:
-            value = fn(**arguments)
-        return captured(value, buffers)
-    except Exception as exc:
+        return invoke(Call(module, fn, arguments, capture=capture, watch=watch))
+    except ModuleRaisedError as failed:
+        error: BaseException = failed.__cause__ or failed
         try:
-            pickle.dumps(exc)
+            pickle.dumps(error)
         except Exception:
             # An exception that cannot travel back is described instead.
-            return _Raised(RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"))
-        return _Raised(exc)
+            error = RuntimeError(f"{type(error).__module__}.{type(error).__qualname__}: {error}")
+        return _Raised(error, str(failed), failed.file, failed.line, failed.stdout, failed.stderr)
 
 
 class SparkExecutor(_ExecutorBase):

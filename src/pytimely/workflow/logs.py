@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-__all__ = ["LOGS", "Captured", "capturing"]
+__all__ = ["LOGS", "Captured", "capturing", "texts"]
 
 LOGS = "\0logs"
 """The key, in an executor's outputs, of the module's captured ``(stdout, stderr)`` (never a port name)."""
@@ -27,11 +27,13 @@ MAX_CHARS = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Captured:
-    """A function's return value with what it printed."""
+    """A function's return value with what it printed (``None`` when not captured) and the files it was seen
+    writing (``None`` when not watched; see :mod:`pytimely.workflow.writes`)."""
 
     value: Any
-    stdout: str
-    stderr: str
+    stdout: str | None = None
+    stderr: str | None = None
+    written: tuple[str, ...] | None = None
 
 
 class _Router(io.TextIOBase):
@@ -84,6 +86,8 @@ def capturing() -> Iterator[dict[str, io.StringIO]]:
         _local.buffers = previous
 
 
-def captured(value: Any, buffers: dict[str, io.StringIO]) -> Captured:
-    """``value`` with the (last :data:`MAX_CHARS` of the) text collected in ``buffers``."""
-    return Captured(value, buffers["stdout"].getvalue()[-MAX_CHARS:], buffers["stderr"].getvalue()[-MAX_CHARS:])
+def texts(buffers: dict[str, io.StringIO] | None) -> tuple[str | None, str | None]:
+    """The (last :data:`MAX_CHARS` of the) text collected in ``buffers``: stdout and stderr."""
+    if buffers is None:
+        return None, None
+    return buffers["stdout"].getvalue()[-MAX_CHARS:], buffers["stderr"].getvalue()[-MAX_CHARS:]

@@ -144,6 +144,11 @@ class Module:
     """A simple module's limit in seconds per attempt (``ModuleTimeoutError`` past it)."""
     executor: str | None = None
     """The name of the executor a simple module runs on (``"spark"``, ``"process"``), else the run's default."""
+    backoff: float = 1.0
+    """Seconds before a simple module's first retry; each further retry waits twice as long as the one before."""
+    writes: tuple[str, ...] = ()
+    """The files a simple module writes (``{name}`` filled from its parameters), relative to the run's folder: part
+    of its outputs (see :mod:`pytimely.workflow.writes`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -159,8 +164,10 @@ class Module:
         parent = self.kind in (Kind.COMPOSITE, Kind.LOOP)
         if not parent and (self.submodules or self.connections):
             raise ModuleDefinitionError(f"{self.kind.value} module {path!r} cannot have submodules or connections")
-        if self.kind is not Kind.SIMPLE and (self.function is not None or self.params):
+        if self.kind is not Kind.SIMPLE and (self.function is not None or self.params or self.writes):
             raise ModuleDefinitionError(f"only simple modules run a function; {path!r} is {self.kind.value}")
+        if not isinstance(self.backoff, int | float) or self.backoff < 0:
+            raise ModuleDefinitionError(f"module {path!r}: backoff must be seconds >= 0, got {self.backoff!r}")
         self._check_loop()
         children: dict[str, Module] = {}
         placed: list[Module] = []
