@@ -44,7 +44,7 @@ from pytimely.workflow.staging.codec import format_of
 from pytimely.workflow.staging.commit import ABANDONED_SECONDS, MARKER
 from pytimely.workflow.staging.keys import check_key, check_prefix, under
 from pytimely.workflow.staging.local import LocalStaging
-from pytimely.workflow.staging.lock import staging_lock
+from pytimely.workflow.staging.lock import break_lock, staging_lock
 from pytimely.workflow.staging.lock import unavailable_reason as unavailable
 from pytimely.workflow.staging.memory import MemoryStaging
 from pytimely.workflow.staging.remote import FsspecStaging
@@ -56,6 +56,7 @@ __all__ = [
     "LocalStaging",
     "MemoryStaging",
     "StagingArea",
+    "break_lock",
     "check_key",
     "check_prefix",
     "format_of",
