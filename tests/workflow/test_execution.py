@@ -98,7 +98,7 @@ def test_ctrl_c_exits_130_naming_the_running_modules(tmp_path: Path) -> None:
 ATTEMPTS: dict[str, int] = {}
 
 
-@simple(retries=2)
+@simple(retries=2, backoff=0.01)
 def flaky(x: int) -> int:
     ATTEMPTS["flaky"] = ATTEMPTS.get("flaky", 0) + 1
     if ATTEMPTS["flaky"] < 3:

@@ -22,7 +22,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytimely.errors import StagingLockedError
+from pytimely.errors import StagingLockedError, StagingLockLostError
+from pytimely.workflow import composite, simple
+from pytimely.workflow.runner import run
 from pytimely.workflow.staging import FsspecStaging, LocalStaging, staging_lock
 
 from .conftest import S3Server
@@ -260,3 +262,42 @@ def test_a_local_lock_cannot_be_broken_while_its_holder_lives(tmp_path: Path) ->
         break_lock(LocalStaging(tmp_path / "area"))
     assert break_lock(area) is None  # released with its holder
 
+
+SLEPT = threading.Event()
+
+
+@simple
+def nap(x: int) -> int:
+    SLEPT.set()
+    time.sleep(1.5)  # past the run's lease: 0.9 s, renewed every 0.3 s
+    return x + 1
+
+
+@composite
+def napping(x: int) -> int:
+    return nap(x)
+
+
+def test_a_run_that_lost_its_lease_stops_before_writing(s3_server: S3Server) -> None:
+    """While a module runs, another run breaks the lease and takes it: the first run's renewal fails, and it
+    stops before staging the module's value instead of writing beside the new holder."""
+    from pytimely.workflow.staging import break_lock
+
+    _, direct, _ = areas(s3_server)
+    SLEPT.clear()
+    intruder = staging_lock(direct, "an intruder", renew=False)
+
+    def intrude() -> None:
+        assert SLEPT.wait(60)
+        break_lock(direct, force=True)
+        intruder.__enter__()
+
+    thread = threading.Thread(target=intrude)
+    thread.start()
+    lost = r"lost its lease \(taken over by an intruder.*stopped before writing"
+    with pytest.raises(StagingLockLostError, match=lost):
+        run(napping, {"x": 1}, staging=direct, lease_seconds=0.9)
+    thread.join(60)
+    assert direct.keys("napping") == []  # nothing written beside the intruder
+    assert lease_record(direct)["holder"] == "an intruder"
+    intruder.__exit__(None, None, None)

@@ -61,3 +61,33 @@ def test_resumed_runs_match_fresh_runs_when_the_shared_port_changes(tmp_path: Pa
         assert run(wf, {"p0": p0, "q0": 1}, staging=staging, trace=trace) == fresh
     assert run(wf, {"p0": 0, "q0": 1}) == {"x": 12, "y": 20}
     assert run(wf, {"p0": 1, "q0": 1}) == {"x": 13, "y": 22}
+
+
+def test_a_loop_asked_for_one_out_port_leaves_an_unneeded_pair_alone() -> None:
+    """Only ``n`` is asked for and nothing feeds ``v`` a value yet: before, every iteration still asked for ``v``
+    and the run failed with ResumePreconditionError (found by the early-cutoff brute force)."""
+
+    def counting(a: int) -> int:
+        return a + 1
+
+    def below_3(a: int) -> bool:
+        return a < 3
+
+    body = Module(
+        "count",
+        Kind.LOOP,
+        (Port("v", int), Port("n", int)),
+        (Port("v", int), Port("n", int), Port(CONTINUE, bool)),
+        submodules=(leaf("step", add_two), leaf("inc", counting), leaf("more", below_3, bool)),
+        connections=tuple(wire(a, b) for a, b in [("v", "step.a"), ("step.b", "v"), ("n", "inc.a"),
+                                                  ("inc.b", "n"), ("inc.b", "more.a"), ("more.b", CONTINUE)]),
+        io_ports=(("v", "v"), ("n", "n")),
+    )
+    start = Module("zero", Kind.INPUT, outputs=(Port("out", int),), value=0)
+    wf = Module("wf", Kind.COMPOSITE, (Port("x", int),), (Port("n", int),),
+                submodules=(leaf("slow", double), body, start),
+                connections=(wire("x", "slow.a"), wire("slow.b", "count.v"), wire("zero.out", "count.n"),
+                             wire("count.n", "n")))  # fmt: skip
+    trace = Trace()
+    assert run(wf, {"x": 1}, trace=trace) == {"n": 3}
+    assert not any(path.endswith("/step") for path in trace.ran)  # v was never needed

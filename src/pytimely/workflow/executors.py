@@ -342,7 +342,7 @@ class ProcessExecutor(_ExecutorBase):
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             with contextlib.suppress(OSError, ValueError):
                 process.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
+        self._shutdown(pool)
         self._close_listener()
 
     async def run(self, call: Call) -> dict[str, Any]:
@@ -409,18 +409,21 @@ class ProcessExecutor(_ExecutorBase):
         with self._lock:
             if self._pool is broken and not self._closed:
                 self._pool = self._new_pool()
-        # Every call the dead worker failed comes here: one shutdown at a time, since two at once close the
-        # pool's pipes twice (EBADF).
-        with self._shutdown_lock, contextlib.suppress(OSError):
-            broken.shutdown(wait=True, cancel_futures=True)  # joins what is left of it (again, if already done)
+        self._shutdown(broken)  # every call the dead worker failed comes here: joins what is left of it
 
     def close(self) -> None:
         """Wait for running calls and stop the worker processes."""
         with self._lock:
             self._closed = True
             pool = self._pool
-        pool.shutdown(wait=True, cancel_futures=True)
+        self._shutdown(pool)
         self._close_listener()
+
+    def _shutdown(self, pool: concurrent.futures.ProcessPoolExecutor) -> None:
+        # One shutdown of a pool at a time (a Ctrl-C's terminate, a run's close, a dead worker's replacement can
+        # meet): two at once close its pipes twice (EBADF).
+        with self._shutdown_lock, contextlib.suppress(OSError):
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _close_listener(self) -> None:
         if self._listener.is_alive():

@@ -9,13 +9,16 @@ A module's files are part of what it computes, so they count like its values:
   (a file edited or deleted by hand makes the module and what depends on it run again);
 * **returned**: a :class:`os.PathLike` value (a :class:`pathlib.Path`) in an out-port, at the top or inside
   lists, tuples, dicts and sets: the content of the file or directory it names is part of the value's content,
-  so a reader is never cut off while the file it reads changed.
+  so a reader is never cut off while the file it reads changed. When the out-port is typed as a path (``->
+  Path``, ``list[Path]``), the files are also checked before reuse, like declared ones (an untyped port's are
+  not: its values are not known before they are read).
 
 While the module's function runs, the files it opens for writing (``open``, ``os.open``, ``os.replace`` and
 ``os.rename`` targets, links) are watched through a Python audit hook on the thread running it (in this process
-or a worker process); a file opened only for appending (mode ``"a"``: a log) is not taken for an output. A file written and still there afterwards that is neither declared nor returned fails the
-module with :class:`~pytimely.errors.UndeclaredWriteError` naming the module and the file: an undeclared file
-would be left stale by every later run that reuses the module's values. Not counted: files made by
+or a worker process); a file opened only for appending (mode ``"a"``: a log) is not taken for an output. A file
+written and still there afterwards that is neither declared nor returned fails the module with
+:class:`~pytimely.errors.UndeclaredWriteError` naming the module and the file: an undeclared file would be left
+stale by every later run that reuses the module's values. Not counted: files made by
 :mod:`tempfile` (and anything under a folder it made), files under a folder whose name starts with ``.`` or is
 ``__pycache__`` (caches, bytecode), and files below the interpreter's prefix and site-packages. Writes from C
 code, from threads the function starts and from child processes are not seen.
