@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,7 +123,9 @@ def test_a_failing_module_exits_1_naming_it(tmp_path: Path, capsys: pytest.Captu
     code = main(["run", TARGET, "--staging", str(tmp_path / "s"), "--input", f"csv={missing}", "--input", "min_size=2"])
     assert code == 1
     last = capsys.readouterr().err.splitlines()[-1]
-    assert "ModuleFailedError" in last and "'workflow/load'" in last and "missing.csv" in last
+    assert "ModuleRaisedError" in last and "'workflow/load'" in last and "missing.csv" in last
+    # It names the file and line of the user's code that raised, not the library's.
+    assert re.search(r"failed at examples/workflows/components\.py:\d+ \(in load\): FileNotFoundError", last), last
 
 
 def test_a_file_whose_name_is_taken_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

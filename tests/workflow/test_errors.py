@@ -36,11 +36,13 @@ def unpicklable(x: int) -> object:
 """
 
 
-def command(tmp_path: Path, target: str, staging: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+def command(
+    tmp_path: Path, target: str, staging: str, env: dict[str, str] | None = None, *extra: str
+) -> tuple[int, str]:
     (tmp_path / "wf.py").write_text(textwrap.dedent(WORKFLOW), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "pytimely", "workflow", "run", f"{tmp_path}/wf.py:{target}", "--staging", staging,
-         "--input", "x=1", "-q"],
+         "--input", "x=1", "-q", *extra],
         env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}, capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
@@ -84,9 +86,13 @@ def test_a_missing_bucket(s3_server: S3Server, tmp_path: Path) -> None:
     assert "s3://no-such-bucket/stage" in line and "bucket does not exist" in line, line
 
 
-def test_a_value_that_cannot_be_pickled(tmp_path: Path) -> None:
-    status, err = command(tmp_path, "unpicklable", str(tmp_path / "stage"))
+@pytest.mark.parametrize(("executor", "where"), [("thread", "local"), ("process", "local"), ("process", "memory")])
+def test_a_value_that_cannot_be_pickled(tmp_path: Path, executor: str, where: str) -> None:
+    """One line naming the module and the out-port, whichever executor and staging area; before, the process
+    executor ended in a raw traceback (the pool could not pickle the result back)."""
+    staging = str(tmp_path / "stage") if where == "local" else "memory://"
+    status, err = command(tmp_path, "unpicklable", staging, None, "--executor", executor)
     assert status == 1
     line = one_line(err)
-    assert "cannot stage the value under 'unpicklable/lock_of/out'" in line
-    assert "_thread.lock" in line and "cannot be pickled" in line
+    assert "UnpicklableOutputError: module 'unpicklable/lock_of'" in line, line
+    assert "_thread.lock" in line or "cannot pickle '_thread.lock' object" in line, line

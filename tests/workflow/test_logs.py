@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -50,7 +51,10 @@ def test_module_output_is_kept_and_shown_by_logs(tmp_path: Path, executor: str) 
     assert "loading" not in done.stderr and "a warning" not in done.stderr
     logs = cli(tmp_path, "logs", "load", "--staging", stage)
     assert logs.returncode == 0, logs.stderr
-    assert logs.stdout.splitlines() == [
+    header, *streams = logs.stdout.splitlines()
+    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+    assert re.fullmatch(rf"== workflow/load: finished in run [0-9a-f]{{8}} of {when} ==", header), header
+    assert streams == [
         "== workflow/load (stdout) ==",
         "loading 1",
         "== workflow/load (stderr) ==",

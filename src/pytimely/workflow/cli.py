@@ -1,10 +1,13 @@
 """``pytimely workflow``: run, plan and show resumable workflows.
 
     pytimely workflow run  TARGET [--staging URL] [--input NAME=VALUE ...] [--output NAME ...]
+                                  [--rerun MODULE ...] [--until MODULE] [--keep-going]
                                   [--executor thread|process|spark] [--output-dir DIR] [--fresh] [-q]
-    pytimely workflow plan TARGET [--staging URL] [--input NAME=VALUE ...] [--output NAME ...] [--fresh]
+    pytimely workflow plan TARGET [--staging URL] [--input NAME=VALUE ...] [--output NAME ...]
+                                  [--rerun MODULE ...] [--until MODULE] [--why] [--fresh]
     pytimely workflow show TARGET
     pytimely workflow logs MODULE --staging URL
+    pytimely workflow unlock --staging URL [--force]
 
 TARGET is ``package.module:NAME`` or ``path/to/file.py:NAME``, naming a composite module (a workflow).
 ``run`` resumes from whatever the staging area (a directory, ``file://``, ``s3://...``, ``memory://``; default
@@ -12,12 +15,17 @@ TARGET is ``package.module:NAME`` or ``path/to/file.py:NAME``, naming a composit
 requested out-ports (all by default) as ``NAME = VALUE`` lines, or writes them to ``DIR/NAME.json`` (or
 ``.pkl`` when not JSON) with ``--output-dir``. Progress goes to stderr, one line per module start and finish,
 and a summary; ``-q`` silences it. ``--fresh`` ignores staged values. An input value is decoded as JSON when it
-parses, else taken as a string. ``plan`` prints, without running anything, the ready, recomputed and
-irrelevant ports of every module instance that would be interpreted and the modules that would run; ``show``
-prints the module graph as a Mermaid flowchart.
+parses, else taken as a string. ``--rerun MODULE`` runs that module (and, through its values, what depends on
+it) whatever is staged; ``--until MODULE`` runs only what that module needs and prints its out-ports;
+``--keep-going`` runs on past a failed module wherever nothing depends on it. The first Ctrl-C stops the run:
+nothing new starts, calls running on threads finish and their values are kept, worker processes are killed; a
+second Ctrl-C exits at once. ``plan`` prints, without running anything, the ready, recomputed and irrelevant
+ports of every module instance that would be interpreted and the modules that would run (``--why``: each with
+its reasons); ``show`` prints the module graph as a Mermaid flowchart; ``logs`` what a module printed the last
+time it ran (a failed run's too); ``unlock`` breaks the lock of a staging area whose run is gone, naming it.
 
-Exit status: 0 on success, 1 when the workflow fails (the message names the module), 2 for usage and
-definition errors (a one-line message).
+Exit status: 0 on success, 1 when the workflow fails (the message names the module, the file and the line),
+130 when interrupted, 2 for usage and definition errors (a one-line message).
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ import importlib.util
 import json
 import os
 import pickle
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,8 +47,10 @@ from typing import IO, Any
 
 from pytimely.errors import (
     ModuleDefinitionError,
+    ModulesFailedError,
     PytimelyError,
     ResumePreconditionError,
+    RunStoppedError,
     StagingKeyError,
     StagingLockedError,
     StagingUnavailableError,
@@ -49,7 +61,8 @@ from pytimely.workflow.executors import Executor, ProcessExecutor, SparkExecutor
 from pytimely.workflow.interpreter import Event, Trace
 from pytimely.workflow.model import Module
 from pytimely.workflow.runner import aplan, arun, module_logs, show
-from pytimely.workflow.staging import StagingArea, open_staging
+from pytimely.workflow.staging import StagingArea, break_lock, open_staging
+from pytimely.workflow.staging.lock import holder_text
 
 __all__ = ["LiveProgress", "Progress", "load_workflow", "main", "parse_inputs"]
 
@@ -121,7 +134,7 @@ class Progress:
         """Print one event."""
         if event.kind == "started":
             self.running[event.path] = None
-        elif event.kind in ("finished", "failed"):
+        elif event.kind in ("finished", "failed", "cancelled"):
             self.running.pop(event.path, None)
         if self.quiet:
             return
@@ -130,9 +143,11 @@ class Progress:
         elif event.kind == "finished":
             line = f"finished {event.path} ({event.seconds:.2f} s)"
         elif event.kind == "failed":
-            line = f"failed   {event.path} ({event.seconds:.2f} s)"
+            line = f"failed   {event.path} ({event.seconds:.2f} s)" + (f": {event.message}" if event.message else "")
         elif event.kind == "cancelled":
             line = f"stopped  {event.path} ({event.seconds:.2f} s)"
+        elif event.kind == "skipped":
+            line = f"not run  {event.path} ({event.message})"
         elif event.kind == "retry":
             line = f"retry    {event.path} (attempt {(event.iteration or 0) + 1}: {event.message})"
         elif event.kind == "cut-off":
@@ -149,9 +164,12 @@ class Progress:
         if self.quiet:
             return
         ran, reused, cut = len(trace.ran), len(trace.reused), len(trace.cut_off)
+        failed, skipped = len(trace.failed), len(trace.skipped)
         print(
             f"ran {ran} module{'s' if ran != 1 else ''}, "
             + (f"cut off {cut}, " if cut else "")
+            + (f"{failed} failed, " if failed else "")
+            + (f"{skipped} not run, " if skipped else "")
             + f"reused {reused} value{'s' if reused != 1 else ''} in {time.perf_counter() - self.began:.2f} s",
             file=self.stream,
             flush=True,
@@ -167,7 +185,7 @@ class LiveProgress(Progress):
         from rich.console import Console
         from rich.live import Live
 
-        self.counts = {"done": 0, "cut off": 0, "failed": 0, "retried": 0}
+        self.counts = {"done": 0, "cut off": 0, "failed": 0, "not run": 0, "retried": 0}
         self.trace: Trace | None = None
         self.console = Console(file=stream)
         self.live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
@@ -189,9 +207,10 @@ class LiveProgress(Progress):
         """Update the display with one event."""
         if event.kind == "started":
             self.running[event.path] = None
-        elif event.kind in ("finished", "failed"):
+        elif event.kind in ("finished", "failed", "cancelled"):
             self.running.pop(event.path, None)
-        key = {"finished": "done", "cut-off": "cut off", "failed": "failed", "retry": "retried"}.get(event.kind)
+        key = {"finished": "done", "cut-off": "cut off", "failed": "failed", "retry": "retried",
+               "skipped": "not run"}.get(event.kind)  # fmt: skip
         if key is not None:
             self.counts[key] += 1
         self.live.update(self._render())
@@ -265,12 +284,18 @@ def _parser() -> argparse.ArgumentParser:
         ("run", "run or resume the workflow"),
         ("plan", "print what a run would reuse, recompute and leave, without running"),
         ("show", "print the module graph as a Mermaid flowchart"),
-        ("logs", "print what a module printed the last time it ran"),
+        ("logs", "print what a module printed the last time it ran (a failed run's too)"),
+        ("unlock", "break the lock of a staging area whose run is gone, naming its holder"),
     ):
         sub = commands.add_parser(name, help=text, description=text)
         if name == "logs":
             sub.add_argument("module", help="a module's path (workflow/load) or its last part (load)")
             sub.add_argument("--staging", required=True, help="staging area URL or directory")
+            continue
+        if name == "unlock":
+            sub.add_argument("--staging", required=True, help="staging area URL or directory")
+            sub.add_argument("--force", action="store_true",
+                             help="break it even if its holder is a process running on this host")  # fmt: skip
             continue
         sub.add_argument("target", help="MODULE:NAME or FILE.py:NAME of a composite module")
         if name == "show":
@@ -279,7 +304,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--input", action="append", default=[], metavar="NAME=VALUE", help="a workflow input")
         sub.add_argument("--output", action="append", metavar="NAME", help="an out-port to compute (default all)")
         sub.add_argument("--fresh", action="store_true", help="ignore staged values and recompute everything")
+        sub.add_argument("--rerun", action="append", default=[], metavar="MODULE",
+                         help="run this module (path or last part) again whatever is staged, and what its values "
+                         "change")  # fmt: skip
+        sub.add_argument("--until", metavar="MODULE", help="run only what this module needs; print its out-ports")
+        if name == "plan":
+            sub.add_argument("--why", action="store_true", help="say why each module will run")
         if name == "run":
+            sub.add_argument("--keep-going", action="store_true",
+                             help="after a module fails, run on whatever does not depend on it")  # fmt: skip
             sub.add_argument("--executor", choices=("thread", "process", "spark"), default="thread")
             sub.add_argument("--output-dir", help="write each output to DIR/NAME.json (or .pkl)")
             sub.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -296,6 +329,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         if args.command == "logs":
             return _logs(args.module, _staging(args.staging))
+        if args.command == "unlock":
+            return _unlock(args.staging, _staging(args.staging), args.force)
         workflow = load_workflow(args.target)
         if args.command == "show":
             sys.stdout.write(show(workflow))
@@ -303,8 +338,9 @@ def main(argv: Sequence[str]) -> int:
         inputs = parse_inputs(args.input)
         staging = _staging(args.staging)
         if args.command == "plan":
-            plan = asyncio.run(aplan(workflow, inputs, staging=staging, outputs=args.output, reuse=not args.fresh))
-            print(plan.render())
+            plan = asyncio.run(aplan(workflow, inputs, staging=staging, outputs=args.output, reuse=not args.fresh,
+                                     rerun=args.rerun, until=args.until))  # fmt: skip
+            print(plan.render(why=args.why))
             return 0
         return _run(args, workflow, inputs, staging)
     except _USAGE_ERRORS as exc:
@@ -313,6 +349,50 @@ def main(argv: Sequence[str]) -> int:
     except StagingKeyError as exc:
         print(f"pytimely workflow: error: {exc}", file=sys.stderr)
         return 2
+
+
+class Interrupts:
+    """Ctrl-C during a run: the first stops it (nothing new starts; calls running on threads finish and their values
+    are kept; worker processes are killed at once), a second exits at once with status 130 and one line."""
+
+    def __init__(self, progress: Progress, executors: Sequence[Executor]) -> None:
+        self.progress = progress
+        self.executors = executors
+        self.count = 0
+        self.running: list[str] = []
+        """The modules running at the first Ctrl-C."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop: asyncio.Event | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        """The run's event loop and stop event (a Ctrl-C before the run started stops it at once)."""
+        self.loop, self.stop = loop, stop
+        if self.count:
+            stop.set()
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        """The SIGINT handler."""
+        self.count += 1
+        if self.count > 1:
+            # Threads running module code cannot be stopped: leave without waiting for them. Values staged so far
+            # are complete (a value counts only once its commit marker is written); the lease is taken over at once.
+            os.write(2, b"pytimely workflow: interrupted again: stopped at once; values staged so far stay and "
+                        b"the next run resumes from them\n")  # fmt: skip
+            os._exit(130)
+        self.running = list(self.progress.running)
+        if self.loop is not None and self.stop is not None:
+            self.loop.call_soon_threadsafe(self.stop.set)
+        waits = False
+        for executor in self.executors:
+            terminate = getattr(executor, "terminate", None)
+            if terminate is not None:
+                threading.Thread(target=terminate, name="pytimely-interrupt", daemon=True).start()
+            else:
+                waits = True
+        if waits and self.running:
+            names = ", ".join(self.running)
+            os.write(2, f"pytimely workflow: interrupted; waiting for {names} to finish (what finishes is kept); "
+                        "Ctrl-C again to stop at once\n".encode())  # fmt: skip
 
 
 def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], staging: StagingArea) -> int:
@@ -330,40 +410,48 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
     except PytimelyError as exc:
         print(f"pytimely workflow: cannot start the {args.executor} executor: {exc}", file=sys.stderr)
         return 1
+    used = list({id(e): e for e in (executor, *executors.values())}.values())
+    interrupts = Interrupts(progress, used)
+
+    async def main() -> dict[str, Any]:
+        stop = asyncio.Event()
+        interrupts.attach(asyncio.get_running_loop(), stop)
+        return await arun(
+            workflow,
+            inputs,
+            staging=staging,
+            executor=executor,
+            outputs=args.output,
+            reuse=not args.fresh,
+            progress=progress,
+            trace=trace,
+            holder=f"pytimely workflow run {args.target}",
+            capture_logs=not args.no_capture,
+            executors=executors,
+            rerun=args.rerun,
+            until=args.until,
+            keep_going=args.keep_going,
+            stop=stop,
+        )
+
+    handled = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, interrupts) if handled else None
     try:
-        outputs = asyncio.run(
-            arun(
-                workflow,
-                inputs,
-                staging=staging,
-                executor=executor,
-                outputs=args.output,
-                reuse=not args.fresh,
-                progress=progress,
-                trace=trace,
-                holder=f"pytimely workflow run {args.target}",
-                capture_logs=not args.no_capture,
-                executors=executors,
-            )
-        )
-    except KeyboardInterrupt:
+        outputs = asyncio.run(main())
+    except (KeyboardInterrupt, RunStoppedError):
         progress.stop()
-        for running_executor in {id(e): e for e in (executor, *executors.values())}.values():
-            terminate = getattr(running_executor, "terminate", None)
-            if terminate is not None:
-                terminate()
-        running = list(progress.running)
-        what = f"while {', '.join(running)} {'was' if len(running) == 1 else 'were'} running" if running else ""
-        print(
-            f"pytimely workflow: interrupted {what}; values staged so far stay and the next run resumes from them",
-            file=sys.stderr,
-        )
-        return 130
+        return _interrupted(interrupts.running or list(progress.running), trace, used)
     except _USAGE_ERRORS:
         raise
     except (StagingLockedError, StagingUnavailableError) as exc:
         progress.stop()
         print(f"pytimely workflow: {exc}", file=sys.stderr)
+        return 1
+    except ModulesFailedError as exc:
+        progress.summary(trace)
+        print(f"pytimely workflow: {len(exc.failures)} modules failed:", file=sys.stderr)
+        for failure in exc.failures:
+            print(f"  {type(failure).__name__}: {failure}", file=sys.stderr)
         return 1
     except OSError as exc:  # nothing above named it: still one line, never a traceback
         progress.summary(trace)
@@ -375,10 +463,45 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
         return 1
     finally:
         progress.stop()
-        for used in {id(e): e for e in (executor, *executors.values())}.values():
-            used.close()
+        for running_executor in used:
+            running_executor.close()
+        if handled:
+            signal.signal(signal.SIGINT, previous)
     progress.summary(trace)
     _write_outputs(outputs, args.output_dir, sys.stdout)
+    return 0
+
+
+def _interrupted(running: list[str], trace: Trace, used: Sequence[Executor]) -> int:
+    for running_executor in used:
+        terminate = getattr(running_executor, "terminate", None)
+        if terminate is not None:
+            terminate()
+    what = f"while {', '.join(running)} {'was' if len(running) == 1 else 'were'} running" if running else ""
+    kept = [path for path in running if path in trace.ran]
+    finished = (
+        f" ({', '.join(kept)} finished and {'its values are' if len(kept) == 1 else 'their values are'} kept)"
+        if kept
+        else ""
+    )
+    print(
+        f"pytimely workflow: interrupted {what}{finished}; values staged so far stay and the next run resumes "
+        "from them",
+        file=sys.stderr,
+    )
+    return 130
+
+
+def _unlock(url: str, staging: StagingArea, force: bool) -> int:
+    try:
+        held = break_lock(staging, force=force)
+    except (StagingLockedError, StagingUnavailableError) as exc:
+        print(f"pytimely workflow: {exc}", file=sys.stderr)
+        return 1
+    if held is None:
+        print(f"staging area {url} is not locked")
+    else:
+        print(f"unlocked staging area {url}: it was held by {holder_text(held)}")
     return 0
 
 
@@ -387,6 +510,10 @@ def _logs(name: str, staging: StagingArea) -> int:
     if not records:
         raise WorkflowUsageError(f"no output of a module {name!r} is kept in {staging!r} (run it with `run` first)")
     for record in records:
+        if record["status"]:
+            print(f"== {record['module']}: {record['status']} in run {record['run']} of {record['time']} ==")
+            if record["error"]:
+                print(record["error"])
         for stream in ("stdout", "stderr"):
             text = str(record[stream])
             print(f"== {record['module']} ({stream}{', empty' if not text else ''}) ==")
