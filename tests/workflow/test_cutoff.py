@@ -362,7 +362,7 @@ def in_folder(folder: str, action: Any) -> Any:
         os.chdir(before)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs(), st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 9)), min_size=3, max_size=5))
 def test_early_cutoff_never_hides_a_change(spec: dict[str, Any], edits: list[tuple[int, int]]) -> None:
     with tempfile.TemporaryDirectory() as home:

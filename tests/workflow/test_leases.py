@@ -230,27 +230,32 @@ def test_the_lease_of_a_killed_run_on_this_host_is_taken_at_once(s3_server: S3Se
         assert lock.took_over is not None and f"pid {pid}" in lock.took_over and "no longer running" in lock.took_over
 
 
-def test_unlock_breaks_a_lease_naming_its_holder(s3_server: S3Server) -> None:
-    """Before: nothing could break a lease. A live holder of this host is refused unless forced."""
-    url, direct, _ = areas(s3_server)
-    pid = killed_holder(url, s3_server)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "eu-west-1",
-           "AWS_ENDPOINT_URL": s3_server.endpoint, "AWS_ENDPOINT_URL_S3": s3_server.endpoint}  # fmt: skip
-    unlock = [sys.executable, "-m", "pytimely", "workflow", "unlock", "--staging", url]
-    done = subprocess.run(unlock, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"unlocked staging area {url}: it was held by a run to be killed (pid {pid} on ")
-    again = subprocess.run(unlock, env=env, capture_output=True, text=True, timeout=300)
-    assert again.stdout == f"staging area {url} is not locked\n"
-    with staging_lock(direct, "a live run"):
-        from pytimely.workflow.staging import break_lock
+def test_unlock_breaks_a_lease_naming_its_holder(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: nothing could break a lease (its holder gone on another host, say). A holder that is a live
+    process of this host is refused unless forced."""
+    from pytimely.workflow.cli import main
 
-        with pytest.raises(StagingLockedError, match=r"held by a live run \(pid \d+ .*which is running on this host"):
-            break_lock(direct)
-        assert break_lock(direct, force=True) is not None
-        with staging_lock(direct, "another run"):  # broken: taken at once
-            pass
+    url, direct, _ = areas(s3_server)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "eu-west-1"), ("AWS_ENDPOINT_URL", s3_server.endpoint),
+                        ("AWS_ENDPOINT_URL_S3", s3_server.endpoint)):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    held = staging_lock(direct, "a live run")
+    held.__enter__()
+    assert main(["unlock", "--staging", url]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is held by a live run (pid {os.getpid()} on " in err[0], err
+    assert "which is running on this host" in err[0]
+    assert main(["unlock", "--staging", url, "--force"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"unlocked staging area {url}: it was held by a live run (pid {os.getpid()} on "), out
+    assert main(["unlock", "--staging", url]) == 0
+    assert capsys.readouterr().out == f"staging area {url} is not locked\n"
+    with staging_lock(direct, "another run"):  # broken: taken at once
+        pass
+    held.__exit__(None, None, None)  # its release removes nothing of the other run's
 
 
 def test_a_local_lock_cannot_be_broken_while_its_holder_lives(tmp_path: Path) -> None:
