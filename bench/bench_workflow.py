@@ -8,6 +8,12 @@ checked against its fingerprint), planned, and resumed after the last layer's va
 calls the same functions in topological order in plain Python. Printed: seconds (best of R) and the
 per-module overhead.
 
+Then the costs of what keeps runs from going stale, each against a baseline of the same run (taking turns):
+watching the files a module writes (a call on the thread executor, watched against not), the audit hook left in
+the process (opening a file, with the hook against without, in two fresh interpreters), and checking the files
+modules declare before their values are reused (a resume with nothing to run where every module declares a file,
+against the same workflow declaring none).
+
 Then (unless ``--skip-large``): the content fingerprint of an ``--input-mb`` file (1 GB by default, made in a
 temporary folder and deleted) the first time and the second (from the size-and-mtime cache), against reading the
 file once; the cost of taking and releasing a local staging area's lock, against a resume with nothing to do;
@@ -17,6 +23,8 @@ and the peak memory of a 25-iteration loop of 40 MB arrays on local staging, aga
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,8 +34,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from harness import best_of
+from harness import best_of, taking_turns
 from pytimely.workflow.content import FingerprintCache, content_fingerprint
+from pytimely.workflow.executors import Call, ThreadExecutor
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
 from pytimely.workflow.runner import plan, run
 from pytimely.workflow.staging import LocalStaging, MemoryStaging, staging_lock
@@ -121,10 +130,98 @@ def main() -> None:
     for label, seconds in rows:
         per = (seconds - base) / n * 1e3
         print(f"  {label:<38} {seconds * 1e3:9.2f} ms   {per:7.3f} ms/module over plain calls")
+    bench_watch(args.repeat)
+    bench_hook()
+    bench_declared(args.modules, args.width, args.repeat)
     if not args.skip_large:
         bench_input(args.input_mb)
         bench_lock(wf, args.repeat)
         bench_loop_memory()
+
+
+def bench_watch(repeat: int) -> None:
+    """A module call on the thread executor with the files it writes watched, against the same call not watched."""
+    calls = 2000
+
+    async def many(watch: bool) -> float:
+        async with ThreadExecutor(1) as executor:
+            began = time.perf_counter()
+            for _ in range(calls):
+                await executor.run(Call("bench/m", add, {"a": 1, "b": 2}, watch=watch))
+            return (time.perf_counter() - began) / calls
+
+    best = taking_turns(repeat, {"plain": lambda: asyncio.run(many(False)),
+                                 "watched": lambda: asyncio.run(many(True))}, key=float)  # fmt: skip
+    plain, watched = best["plain"], best["watched"]
+    print(f"a call watched for the files it writes: {watched * 1e6:.0f} us, against {plain * 1e6:.0f} us not "
+          f"watched ({watched / plain:.2f}x; {(watched - plain) * 1e6:.1f} us more)")  # fmt: skip
+
+
+HOOK = """
+import os, sys, tempfile, time
+if sys.argv[1] == "hook":
+    from pytimely.workflow import writes
+    writes._install()
+path = os.path.join(tempfile.mkdtemp(), "f")
+open(path, "w").close()
+best = float("inf")
+for _ in range(5):
+    began = time.perf_counter()
+    for _ in range(20000):
+        open(path).close()
+    best = min(best, time.perf_counter() - began)
+print(best / 20000)
+"""
+
+
+def bench_hook() -> None:
+    """What the audit hook, once installed, costs code that no module runs: opening a file, with it and without."""
+    env = {**os.environ}
+    times = {}
+    for mode in ("plain", "hook", "plain", "hook"):
+        done = subprocess.run([sys.executable, "-c", HOOK, mode], capture_output=True, text=True, check=True,
+                              env=env, timeout=600)  # fmt: skip
+        times[mode] = min(times.get(mode, float("inf")), float(done.stdout))
+    print(f"opening a file outside any module, audit hook installed: {times['hook'] * 1e6:.2f} us, against "
+          f"{times['plain'] * 1e6:.2f} us without ({times['hook'] / times['plain']:.2f}x)")  # fmt: skip
+
+
+def declaring(n: int, width: int, folder: str) -> Module:
+    """The layered workflow, every module declaring a file of its own (which it writes)."""
+    wf, _ = layered(n, width)
+    declared = {"writes": ("{name}",)}
+    children = [
+        dataclasses.replace(child, function=write_and_add, params={"name": f"{folder}/{child.name}.txt"}, **declared)
+        for child in wf.submodules
+    ]
+    return dataclasses.replace(wf, submodules=tuple(children), path="")
+
+
+def write_and_add(a: int, b: int, *, name: str) -> int:
+    """``add``, writing its result to the file ``name`` too."""
+    Path(name).write_text(str(a + b))
+    return a + b
+
+
+def bench_declared(n: int, width: int, repeat: int) -> None:
+    """A resume with nothing to run where every module declares a file (each checked against what it wrote),
+    against the same workflow declaring none."""
+    with tempfile.TemporaryDirectory() as tmp:
+        plain_wf, _ = layered(n, width)
+        files_wf = declaring(n, width, f"{tmp}/files")
+        os.mkdir(f"{tmp}/files")
+        plain_stage = LocalStaging(f"{tmp}/plain", durable=False)
+        files_stage = LocalStaging(f"{tmp}/declared", durable=False)
+        run(plain_wf, {"x": 1}, staging=plain_stage)
+        run(files_wf, {"x": 1}, staging=files_stage)
+        best = taking_turns(repeat, {
+            "plain": lambda: best_of(1, lambda: run(plain_wf, {"x": 1}, staging=plain_stage))[0],
+            "declared": lambda: best_of(1, lambda: run(files_wf, {"x": 1}, staging=files_stage))[0],
+        }, key=float)  # fmt: skip
+    plain, declared = best["plain"], best["declared"]
+    print(f"resume with nothing to run, {n} modules each declaring a file: {declared * 1e3:.1f} ms, against "
+          f"{plain * 1e3:.1f} ms declaring none ({declared / plain:.2f}x; {(declared - plain) / n * 1e3:.2f} ms "
+          "a module)")  # fmt: skip
 
 
 def bench_input(megabytes: int) -> None:

@@ -587,44 +587,48 @@ async def check_files(rt: Runtime, root: Instance) -> bool:
     hold what they wrote — edited or deleted since — where their staged values would otherwise be reused; a loop
     counts as dirty when a file its stored iterations wrote last changed. Whether any was marked (the caller then
     derives again, so that what depends on them is tainted)."""
-    marked = False
-    for inst in root.walk():
-        module = inst.module
-        if inst.path in rt.dirty or not rt.reuse:
-            continue
-        if _checks_files(module):
-            written = await latest_record(rt, trace_key(inst.path))
+    if not rt.reuse:
+        return False
+
+    def changed_since(inst: Instance) -> str | None:
+        # One thread hop per module: its record, then its files. Whether its values are staged does not matter:
+        # a module whose values are not runs anyway, dirty or not.
+        if _checks_files(inst.module):
+            written = _record_now(rt, trace_key(inst.path))
             files = dict(written.get("files") or {}) if written is not None else {}
-        elif module.kind is Kind.LOOP and inst is not root and any(_checks_files(m) for m in module.walk()):
-            files = await _last_written(rt, inst.path)
         else:
-            continue
-        if not files or not all([await rt.has(origin) for origin in inst.outputs.values()]):
-            continue  # nothing to check, or it runs anyway (and a cutoff checks its files first)
-        changed = await _changed_files(rt, files)
-        if changed is not None:
-            rt.dirty[inst.path] = changed
-            marked = True
-    return marked
+            files = _last_written(rt, inst.path)
+        for name, recorded in sorted(files.items()):
+            now = rt.file_content(name)
+            if now != recorded:
+                return f"its file {name} {'was deleted' if now == 'absent' else 'changed'} since it wrote it"
+        return None
+
+    async def check(inst: Instance) -> bool:
+        changed = await asyncio.to_thread(changed_since, inst)
+        if changed is None:
+            return False
+        rt.dirty[inst.path] = changed
+        return True
+
+    checked = [
+        inst
+        for inst in root.walk()
+        if inst.path not in rt.dirty
+        and (_checks_files(inst.module) or (inst.module.kind is Kind.LOOP and inst is not root
+                                            and any(_checks_files(m) for m in inst.module.walk())))
+    ]  # fmt: skip
+    return any(await asyncio.gather(*(check(inst) for inst in checked)))
 
 
-async def _changed_files(rt: Runtime, files: Mapping[str, str]) -> str | None:
-    """What changed among ``files`` (path to the content recorded when written), in words, or ``None``."""
-    for name, recorded in sorted(files.items()):
-        now = await asyncio.to_thread(rt.file_content, name)
-        if now != recorded:
-            return f"its file {name} {'was deleted' if now == 'absent' else 'changed'} since it wrote it"
-    return None
-
-
-async def _last_written(rt: Runtime, prefix: str) -> dict[str, str]:
+def _last_written(rt: Runtime, prefix: str) -> dict[str, str]:
     """The files the trace records below ``prefix`` (a loop's iterations) list, each with the content recorded by
     the latest iteration that wrote it: earlier iterations' versions were overwritten on purpose."""
     latest: dict[str, tuple[tuple[int, ...], str]] = {}
-    for key in await asyncio.to_thread(rt.staging.keys, prefix):
+    for key in rt.staging.keys(prefix):
         if not key.endswith("/" + TRACE):
             continue
-        record = await latest_record(rt, key)
+        record = _record_now(rt, key)
         if record is None:
             continue
         order = tuple(int(k) for k in re.findall(r"/iter-(\d+)/", key))
@@ -634,16 +638,18 @@ async def _last_written(rt: Runtime, prefix: str) -> dict[str, str]:
     return {name: content for name, (_, content) in latest.items()}
 
 
-async def latest_record(rt: Runtime, key: str) -> dict[str, Any] | None:
+def _record_now(rt: Runtime, key: str) -> dict[str, Any] | None:
     """The trace record under ``key``, whatever it was recorded for, or ``None`` (absent, or unreadable)."""
     try:
-        fp = await asyncio.to_thread(rt.staging.fingerprint, key)
-        if fp is None:
-            return None
-        record = await asyncio.to_thread(rt.staging.get, key, fp)
+        record = rt.staging.get(key)
     except (StagingError, OSError):
         return None
     return record if isinstance(record, dict) and record.get("version") == RECORD_VERSION else None
+
+
+async def latest_record(rt: Runtime, key: str) -> dict[str, Any] | None:
+    """The trace record under ``key``, whatever it was recorded for, or ``None`` (absent, or unreadable)."""
+    return await asyncio.to_thread(_record_now, rt, key)
 
 
 def _constant_values(module: Module) -> dict[str, Any]:
