@@ -356,3 +356,23 @@ def test_plan_why_names_what_changed(user_module: Any, tmp_path: Path, capsys: p
         "  numbers/scale: its code changed",
         "  numbers/total: in-port values: numbers/scale reruns; its code changed",
     ]
+
+
+def test_the_command_stops_after_a_module_and_keeps_going(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stage = str(tmp_path / "stage")
+    assert main(["run", f"{__file__}:pipeline", "--staging", stage, "--input", "x=6", "--until", "inner/clean",
+                 "-q"]) == 0  # fmt: skip
+    assert capsys.readouterr().out == "out = [0, 2, 4]\n"
+    assert main(["run", f"{__file__}:calm_branches", "--staging", stage, "--input", "x=3", "--keep-going",
+                 "--progress", "lines"]) == 1  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "not run  calm_branches/after (its in-port v has no value (what computes it failed))" in err
+    assert any(line.startswith("finished calm_branches/after_2") for line in err), err
+    assert err[-1].startswith("pytimely workflow: ModuleRaisedError: module 'calm_branches/bad' failed at "), err
+
+
+@composite
+def calm_branches(x: int) -> Branches:
+    return Branches(after(bad(x)), after(a(x)))

@@ -315,9 +315,10 @@ class Runtime:
         """Why nothing new starts, in words."""
         return "the run was asked to stop" if self.stop_requested else "another module failed"
 
-    def outcome(self) -> None:
-        """Raise what ended the run, if anything did: a stop, one module's failure, or several."""
-        if self.stop_requested:
+    def outcome(self, complete: bool) -> None:
+        """Raise what ended the run, if anything did: a stop before every requested out-port had its value
+        (``complete``), one module's failure, or several."""
+        if self.stop_requested and not complete:
             raise RunStoppedError(
                 f"the run stopped as asked; {len(self.trace.stopped)} module(s) were stopped while running, "
                 f"{len(self.trace.skipped)} did not start",

@@ -295,7 +295,7 @@ async def _arun(
         got: dict[str, bool] = {}
         inbox: asyncio.Queue[Message] = asyncio.Queue()
         await interpret(rt, root, frozenset(), requested, inbox, got.__setitem__)
-        rt.outcome()
+        rt.outcome(complete=all(got.get(o, False) for o in requested))
         result = {}
         for o in sorted(requested):
             origin = root.outputs[o]
