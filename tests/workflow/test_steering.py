@@ -153,6 +153,11 @@ def test_until_runs_what_a_module_needs_and_gives_its_out_ports(tmp_path: Path) 
     assert planned.will_run() == ["pipeline/summarise"]  # the rest is staged, under the workflow's own keys
     assert run(pipeline, {"x": 6}, staging=staging) == {"out": "3 rows"}
     assert dict(CALLS) == {"load": 1, "clean": 1, "summarise": 1}
+    # Stopped after clean with another input: summarise's input is staged, and not the one it ran with.
+    assert run(pipeline, {"x": 9}, staging=staging, until="clean") == {"out": [0, 2, 4, 6, 8]}
+    why = plan(pipeline, {"x": 9}, staging=staging).why()
+    assert [str(r) for r in why["pipeline/summarise"]] == ["in-port rows: the value of pipeline/inner/clean changed "
+                                                            "since it ran"]  # fmt: skip
     with pytest.raises(UnknownModuleError, match=r"inside loop 'looped/growing'.*name the loop"):
         run(looped, {"v": 0}, until="grow")
 

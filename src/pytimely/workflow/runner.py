@@ -569,7 +569,8 @@ async def _reasons(
             else:
                 reasons.append(Reason("input", f"in-port {i} changed: {given.get(i, 'unset')} → {now_text}"))
         else:
-            reasons.append(Reason("input", f"in-port {i}: the value it reads was staged by another run since"))
+            source = origin.key.rsplit("/", 1)[0]
+            reasons.append(Reason("upstream", f"in-port {i}: the value of {source} changed since it ran"))
     if not reasons:
         for o in module.output_names:
             origin = inst.outputs[o]
