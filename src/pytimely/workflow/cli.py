@@ -466,7 +466,7 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
         for running_executor in used:
             running_executor.close()
         if handled:
-            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
     progress.summary(trace)
     _write_outputs(outputs, args.output_dir, sys.stdout)
     return 0

@@ -5,7 +5,9 @@ and its out-ports (all, or the ``outputs`` asked for) come back as a dict. Every
 staged under their expected fingerprints are reused and exactly the modules the optimal consistent checkpoint
 leaves are run (``reuse=False`` ignores what is staged). :func:`plan` computes, without running anything, the
 resume state of every module instance that would be interpreted — which ports are ready, which will be
-recomputed and which are irrelevant — and so which modules will run.
+recomputed and which are irrelevant — and so which modules will run, each with its reasons (:class:`Reason`).
+A run can be steered: ``rerun=`` modules to run again whatever is staged, ``until=`` a module to stop after,
+``keep_going`` past a failure, ``stop`` to end it (see :func:`arun`).
 """
 
 from __future__ import annotations
