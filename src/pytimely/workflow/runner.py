@@ -537,7 +537,7 @@ async def _reasons(
     forced = rt.forced(module, inst.path)
     if forced is not None:
         reasons.append(Reason("rerun" if module.path in rt.rerun else "files", forced))
-    else:
+    elif not recomputed:  # else the in-ports' reasons below say what reruns
         for origin in inst.inputs.values():
             if origin is not None and origin.key in rt.tainted:
                 reasons.append(Reason("rerun", f"it depends on {rt.tainted[origin.key]}, which is to rerun"))
