@@ -1,5 +1,7 @@
 """Shared-memory rings under the frame codec: payloads round-trip through real ``/dev/shm`` files, the ring wraps
-and fills without ever overwriting an unread payload, and a payload changed in the ring is refused."""
+and fills without ever overwriting an unread payload, and a payload in the ring is authenticated, not encrypted: one
+changed there, copied there from another frame, swapped with another or placed by a ring planted in the peer's
+stead is refused, as is a ring frame replayed or reordered on the socket."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pytimely.communication.ring import (
     shared_memory_dir,
     sweep,
 )
-from pytimely.errors import FrameAuthenticationError, FrameFormatError, RingError
+from pytimely.errors import FrameAuthenticationError, FrameFormatError, FrameSequenceError, RingError
 
 pytestmark = pytest.mark.skipif(shared_memory_dir() is None, reason="needs /dev/shm")
 SHM = shared_memory_dir() or Path("/dev/shm")
@@ -95,6 +97,89 @@ def test_a_payload_changed_in_the_ring_is_refused(keys: FrameKeys) -> None:
     finally:
         writer.close()
         reader.close()
+
+
+def test_a_ring_payload_is_authenticated_and_not_encrypted(
+    keys: FrameKeys, ring: tuple[RingWriter, RingReader]
+) -> None:
+    # The ring is readable only by this user, who could read either process anyway: a cipher would hide nothing
+    # there. The socket still encrypts whatever its keys say.
+    writer, reader = ring
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(0, keys)
+    decoder.ring = reader
+    secret = b"in the ring, in the clear " * 4000
+    wire = send(encoder, secret, writer)
+    assert len(wire) < 100 and secret[:64] in bytes(writer._view)
+    assert [bytes(f.payload) for f in decoder.feed(wire)] == [secret]
+    small = b"on the socket " * 100
+    assert (small[:40] in send(encoder, small, writer)) is not keys.encrypt
+
+
+def test_a_ring_payload_copied_from_an_earlier_frame_is_refused(
+    keys: FrameKeys, ring: tuple[RingWriter, RingReader]
+) -> None:
+    # A replay in the ring: the bytes of an earlier payload, complete and once valid, in the place of a later one.
+    writer, reader = ring
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(4, keys)
+    decoder.ring = reader
+    size = RING_MIN
+    first, second = send(encoder, b"a" * size, writer), send(encoder, b"b" * size, writer)
+    assert [bytes(f.payload) for f in decoder.feed(first)] == [b"a" * size]
+    at = 64 + size  # the second payload follows the first after the 64-byte control block
+    writer._view[at : at + size] = writer._view[64 : 64 + size]
+    with pytest.raises(FrameAuthenticationError, match=r"frame 1 from process 4 .* in the shared-memory ring"):
+        decoder.feed(second)
+
+
+def test_ring_payloads_swapped_in_the_ring_are_refused(keys: FrameKeys, ring: tuple[RingWriter, RingReader]) -> None:
+    # Reordered in the ring: each payload in the other's place, so each descriptor points at the other's bytes.
+    writer, reader = ring
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(4, keys)
+    decoder.ring = reader
+    size = RING_MIN
+    first = send(encoder, b"a" * size, writer)
+    send(encoder, b"b" * size, writer)
+    a, b = bytes(writer._view[64 : 64 + size]), bytes(writer._view[64 + size : 64 + 2 * size])
+    writer._view[64 : 64 + size], writer._view[64 + size : 64 + 2 * size] = b, a
+    with pytest.raises(FrameAuthenticationError, match=r"frame 0 from process 4"):
+        decoder.feed(first)
+
+
+def test_a_replayed_or_reordered_ring_frame_is_refused_by_its_number(
+    keys: FrameKeys, ring: tuple[RingWriter, RingReader]
+) -> None:
+    writer, reader = ring
+    encoder = FrameEncoder(keys)
+    first, second = send(encoder, b"a" * RING_MIN, writer), send(encoder, b"b" * RING_MIN, writer)
+    decoder = FrameDecoder(4, keys)
+    decoder.ring = reader
+    decoder.feed(first)
+    with pytest.raises(FrameSequenceError, match="duplicate or replayed"):
+        decoder.feed(first)
+    swapped = FrameDecoder(4, keys)
+    swapped.ring = reader
+    with pytest.raises(FrameSequenceError, match="lost or reordered"):
+        swapped.feed(second)
+
+
+def test_a_ring_planted_in_place_of_the_peers_is_refused(keys: FrameKeys) -> None:
+    # Someone of this user's, without the run's secret, puts a ring of their own where the peer's offer points
+    # (or fills one like it): whatever they place is sealed under other keys, or under none.
+    genuine, planted = RingWriter(1 << 20, SHM), RingWriter(1 << 20, SHM)
+    reader = RingReader(planted.offer, SHM)  # mapped in place of the one the peer offered
+    genuine.accepted()
+    planted.accepted()
+    try:
+        wire = send(FrameEncoder(keys), b"x" * RING_MIN, genuine)
+        forged = FrameKeys(os.urandom(32), os.urandom(32), keys.encrypt)
+        send(FrameEncoder(forged), b"y" * RING_MIN, planted)
+        decoder = FrameDecoder(4, keys)
+        decoder.ring = reader
+        with pytest.raises(FrameAuthenticationError, match="in the shared-memory ring"):
+            decoder.feed(wire)
+    finally:
+        for end in (genuine, planted, reader):
+            end.close()
 
 
 def test_a_descriptor_pointing_elsewhere_is_refused(keys: FrameKeys, ring: tuple[RingWriter, RingReader]) -> None:

@@ -235,7 +235,7 @@ class Link:
             ring.announce()  # every earlier batch was handed to the kernel whole
         try:
             for f in batch:
-                if ring is not None and buffers and f.length >= RING_MIN and not ring.fits(f.length + TAG):
+                if ring is not None and buffers and f.length >= RING_MIN and not ring.fits(f.length):
                     # The ring must be waited on: send what is encoded first, so that it is not held up by the wait
                     # and the reader can free the room its payloads hold.
                     if not self._send(buffers):
