@@ -1,13 +1,19 @@
 """Cluster mode on loopback with real processes, each figure against a baseline measured in the same run.
 
-    python bench/bench_cluster.py [--quick] [--json] [--runs N]
-    python bench/bench_cluster.py --profile {wordcount,columnar,tuples} [-n N]   # where each thread spends its time
+    python bench/bench_cluster.py [--quick] [--json] [--runs N] [--only a b c]
+    python bench/bench_cluster.py --profile {wordcount,columnar,arrow,tuples} [-n N]   # where each thread's time goes
+    python bench/bench_cluster.py --macs   # GB/s of the keyed MACs a ring payload could carry
 
-(a) exchange throughput, ``-n 2 -w 1``: each worker sends every row to the other worker, both at once, every
-    frame authenticated and encrypted (AES-256-GCM, as always), payloads of 64 KiB and more through the
-    shared-memory rings of processes on one host (a1-socket: the same over TCP alone),
-    (a1) as columnar batches (int64 arrays of 65,536 x 2, vectorized route on column 0) and
-    (a2) as lists of ``(int, int)`` tuples (16,384 per batch, record-at-a-time route on field 0);
+(a) exchange throughput, ``-n 2 -w 1``: each worker sends every row to the other worker, both at once, with the
+    cluster's default security (every header authenticated; payloads on the socket authenticated and encrypted with
+    AES-256-GCM; payloads of 64 KiB and more through the shared-memory rings of processes on one host,
+    authenticated with AES-GMAC and not encrypted; a1-socket: the same over TCP alone),
+    (a1) as columnar batches (int64 arrays of 65,536 x 2, vectorized route on column 0, target 70% of the
+    ceiling),
+    (a1-columnar) the ``(int, int)`` records of a2 as two int64 columns: Arrow record batches of 65,536 rows
+    (``key``, ``value``), routed by the key column as a NumPy view (target 50% of the ceiling), and
+    (a2) as lists of ``(int, int)`` tuples (16,384 per batch, record-at-a-time route on field 0, target 90% of
+    the Python floor below);
     the keys are chosen so that every row belongs to the other worker.
     Baseline: the raw-socket ceiling, a plain TCP connection between two processes carrying the same
     bytes each way that the cluster put on the wire (from ``communication_stats``), in buffers the size
@@ -20,6 +26,7 @@
     keep a collection from walking such batches). What CPython takes for the
     records themselves; pytimely's share of it is what its own machinery (framing, checks, encryption,
     progress) leaves.
+    Every a row gives the best of the rounds and the median, and the median of each round's own ratio.
 (b) word count scaling: the dataflow of ``examples/wordcount.py`` on 8,000,000 words drawn with seed 42
     from a Zipf-like (s = 1.1) vocabulary of 50,000 words, ``-n 2 -w 1`` against ``-n 1 -w 1``.
     Words go to workers by ``hash``; with ``PYTHONHASHSEED=0`` the two workers own 52% and 48% of them.
@@ -74,7 +81,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import machine, machine_line, print_json, taking_turns
+from harness import best_of, machine, machine_line, print_json, taking_turns
 from pytimely import Worker
 from pytimely.communication.frame import HEADER, TAG
 from pytimely.communication.payload import dumps
@@ -117,14 +124,25 @@ def columnar_batch(index: int, target: int, rows: int = COLUMNAR_ROWS) -> Any:
     return np.column_stack([2 * values + target, values])
 
 
+def arrow_batch(index: int, target: int, rows: int = TUPLE_ROWS) -> Any:
+    """``rows`` ``(key, value)`` records as an Arrow record batch of two int64 columns, whose keys all route to
+    worker ``target`` of two (what a typed input of ``(int, int)`` records hands the exchange)."""
+    import pyarrow as pa
+
+    values = np.arange(index * rows, (index + 1) * rows, dtype=np.int64)
+    return pa.record_batch([pa.array(2 * values + target), pa.array(values)], names=["key", "value"])
+
+
 def tuple_batch(index: int, target: int, rows: int = TUPLE_ROWS) -> list[tuple[int, int]]:
     """``rows`` ``(key, value)`` tuples whose keys all route to worker ``target`` of two."""
     return [(2 * i + target, i) for i in range(index * rows, (index + 1) * rows)]
 
 
 def job_exchange(worker: Worker) -> Row:
-    """Send ``BATCHES`` batches of ``KIND`` (columnar or tuples) to the other worker; time until all arrived."""
+    """Send ``BATCHES`` batches of ``KIND`` (columnar, arrow or tuples; ``ROWS`` a batch, optional) to the other
+    worker; time until all arrived."""
     kind, batches = sys.argv[1], int(sys.argv[2])
+    rows = int(sys.argv[3]) if len(sys.argv) > 3 else None
     other = (worker.index + 1) % worker.peers
     received = [0]
 
@@ -136,14 +154,17 @@ def job_exchange(worker: Worker) -> Row:
         # Both routes read the key, as a keyed exchange does; the data puts every key on the other worker.
         if kind == "columnar":
             routed = stream.exchange(lambda b: b[:, 0], vectorized=True, name="by-key")
+        elif kind == "arrow":
+            routed = stream.exchange(lambda b: b.column(0).to_numpy(), vectorized=True, name="by-key")
         else:
             routed = stream.exchange(lambda r: r[0], name="by-key")
         return handle, routed.inspect_batch(tally, name="tally").probe()
 
     handle, probe = worker.dataflow(build)
     # A few distinct batches, reused: the exchange copies each routed share, so reuse is safe.
-    make = columnar_batch if kind == "columnar" else tuple_batch
-    pool = [make(worker.index * 4 + i, other) for i in range(4)]
+    make = {"columnar": columnar_batch, "arrow": arrow_batch, "tuples": tuple_batch}[kind]
+    pool = [make(worker.index * 4 + i, other) if rows is None else make(worker.index * 4 + i, other, rows)
+            for i in range(4)]
     _barrier(worker)
     bytes_before, frames_before = _bytes_sent(worker)
     started = time.perf_counter()
@@ -469,34 +490,47 @@ def run_job(job: str, args: list[str], processes: int, workers: int, **extra: st
 # -- (a) exchange throughput ----------------------------------------------------------------------------
 
 
+SECURITY = (
+    "every frame's header authenticated (BLAKE2b tag); payloads on the socket authenticated and encrypted "
+    "(AES-256-GCM), payloads in a shared-memory ring authenticated (AES-GMAC), not encrypted (the defaults)"
+)
+
+
 def exchange_rows(quick: bool, runs: int) -> list[Row]:
     """Throughput of columnar and tuple exchanges between two processes, against the raw-socket ceiling."""
     rows = []
     cases = [
-        ("a1", "columnar", 48 if quick else 384, COLUMNAR_ROWS, "int64 arrays, 65,536 x 2 per batch"),
-        ("a2", "tuples", 16 if quick else 96, TUPLE_ROWS, "lists of (int, int), 16,384 per batch"),
+        ("a1", "columnar", 48 if quick else 384, COLUMNAR_ROWS, "int64 arrays, 65,536 x 2 per batch", 0.7),
+        (
+            "a1-columnar",
+            "arrow",
+            48 if quick else 384,
+            COLUMNAR_ROWS,
+            "(int, int) records as Arrow record batches of two int64 columns, 65,536 per batch",
+            0.5,
+        ),
+        ("a2", "tuples", 16 if quick else 96, TUPLE_ROWS, "lists of (int, int), 16,384 per batch", 0.9),
     ]
-    for ident, kind, batches, per_batch, what in cases:
-        share = 0.6 if kind == "columnar" else 0.2
-        args = [kind, str(batches)]
-        sample = columnar_batch(0, 1) if kind == "columnar" else tuple_batch(0, 1)
-        chunk = HEADER.size + dumps((0, sample))[1] + TAG
+    for ident, kind, batches, per_batch, what, share in cases:
+        args = [kind, str(batches), str(per_batch)]
+        make = {"columnar": columnar_batch, "arrow": arrow_batch, "tuples": tuple_batch}[kind]
+        chunk = HEADER.size + dumps((0, make(0, 1, per_batch)))[1] + TAG
         seen: list[tuple[tuple[int, int], int]] = []
         cluster = functools.partial(_exchange_seconds, args, batches * per_batch, seen)
         # The ceiling carries the bytes the cluster run just before it put on the wire; each round measures the
-        # cluster and its ceiling side by side. For a1 also: authenticated but not encrypted (what encryption
-        # costs), and every byte over the socket (what the shared-memory ring saves).
+        # cluster and its ceiling side by side. For a1 also every byte over the socket (what the shared-memory
+        # ring saves).
         measures: dict[str, Callable[[], float]] = {
             "cluster": cluster,
             "raw": functools.partial(_raw_after, seen, chunk),
         }
         if ident == "a1":
-            measures["authenticated_only"] = functools.partial(cluster, PYTIMELY_ENCRYPT="0")
             measures["socket_only"] = functools.partial(cluster, PYTIMELY_SHARED_MEMORY="0")
-        else:
+        if ident == "a2":
             # What Python itself takes for the same records: a second ceiling, for the share left to pytimely.
             measures["python_floor"] = functools.partial(python_floor, batches, per_batch)
-        timed = taking_turns(runs, measures, float)
+        rounds = _rounds(runs, measures)
+        timed = {name: min(times) for name, times in rounds.items()}
         seconds, raw = timed["cluster"], timed["raw"]
         sent, frames = seen[-1]
         total = sum(sent)
@@ -508,27 +542,51 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
                 "bytes": total,
                 "frames": frames,
                 "seconds": round(seconds, 4),
+                "median_seconds": round(statistics.median(rounds["cluster"]), 4),
                 "bytes_per_s": round(total / seconds),
                 "records_per_s": round(2 * batches * per_batch / seconds),
-                "security": "every frame authenticated (BLAKE2b header tag) and encrypted (AES-256-GCM)",
+                "security": SECURITY,
                 "baseline": f"raw TCP socket pair, same bytes, {chunk:,}-byte buffers, no cryptography",
                 "baseline_seconds": round(raw, 4),
+                "baseline_median_seconds": round(statistics.median(rounds["raw"]), 4),
                 "baseline_bytes_per_s": round(total / raw),
                 "ratio_of_ceiling": round(raw / seconds, 3),
-                "target": f">= {share:.0%} of ceiling",
-                "met": raw / seconds >= share,
+                # Each round's own ratio (its cluster run against the ceiling run beside it), the median of them.
+                "median_ratio_of_ceiling": round(_median_ratio(rounds["raw"], rounds["cluster"]), 3),
             }
         )
+        row = rows[-1]
         if ident == "a1":
-            for name in ("authenticated_only", "socket_only"):
-                rows[-1][f"{name}_seconds"] = round(timed[name], 4)
-                rows[-1][f"{name}_ratio_of_ceiling"] = round(raw / timed[name], 3)
-            rows[-1]["ring_speedup"] = round(rows[-1]["socket_only_seconds"] / seconds, 3)
+            row["socket_only_seconds"] = round(timed["socket_only"], 4)
+            row["socket_only_ratio_of_ceiling"] = round(raw / timed["socket_only"], 3)
+            row["ring_speedup"] = round(row["socket_only_seconds"] / seconds, 3)
+        if ident == "a2":
+            floor = timed["python_floor"]
+            row["python_floor_seconds"] = round(floor, 4)
+            row["ratio_of_python_floor"] = round(floor / seconds, 3)
+            row["median_ratio_of_python_floor"] = round(_median_ratio(rounds["python_floor"], rounds["cluster"]), 3)
+            row["python_floor_ratio_of_ceiling"] = round(raw / floor, 4)
+            row["target"] = f">= {share:.0%} of the Python floor"
+            row["met"] = floor / seconds >= share
         else:
-            rows[-1]["python_floor_seconds"] = round(timed["python_floor"], 4)
-            rows[-1]["ratio_of_python_floor"] = round(timed["python_floor"] / seconds, 3)
-            rows[-1]["python_floor_ratio_of_ceiling"] = round(raw / timed["python_floor"], 4)
+            row["target"] = f">= {share:.0%} of ceiling"
+            row["met"] = raw / seconds >= share
     return rows
+
+
+def _rounds(runs: int, measures: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+    """Every measure's result in each of ``runs`` rounds (at least one), the measures taking turns within a round
+    (as :func:`harness.taking_turns` does), so that the best and the median can both be told."""
+    results: dict[str, list[float]] = {name: [] for name in measures}
+    for _ in range(max(1, runs)):
+        for name, measure in measures.items():
+            results[name].append(float(measure()))
+    return results
+
+
+def _median_ratio(numerators: list[float], denominators: list[float]) -> float:
+    """The median over rounds of one round's ``numerator / denominator``."""
+    return statistics.median(n / d for n, d in zip(numerators, denominators, strict=True))
 
 
 def _exchange_seconds(args: list[str], expected: int, seen: list[tuple[tuple[int, int], int]], **env: str) -> float:
@@ -710,12 +768,105 @@ def latency_rows(quick: bool) -> list[Row]:
     ]
 
 
+# -- keyed MACs for the ring: ``bench_cluster.py --macs`` ------------------------------------------------
+
+
+def mac_candidates() -> dict[str, Callable[[memoryview, int], object]]:
+    """Keyed MACs a ring payload could carry, each taking the payload and the frame's number (its nonce), and two
+    references: AES-256-GCM encryption (what the socket does) and a plain copy."""
+    import hashlib
+    import hmac
+
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.poly1305 import Poly1305
+
+    key = secrets.token_bytes(32)
+    aead = AESGCM(key)
+    out = bytearray(MAC_SIZES[-1] + 16)
+
+    def gmac(payload: memoryview, seq: int) -> object:
+        sealer = Cipher(algorithms.AES(key), modes.GCM(seq.to_bytes(12, "little"))).encryptor()
+        sealer.authenticate_additional_data(payload)
+        sealer.finalize()
+        return sealer.tag
+
+    def poly1305(payload: memoryview, seq: int) -> object:
+        # A one-time key per frame from ChaCha20 under the frame's number, as ChaCha20-Poly1305 makes it.
+        one_time = Cipher(algorithms.ChaCha20(key, seq.to_bytes(16, "little")), None).encryptor().update(bytes(32))
+        return Poly1305.generate_tag(one_time, payload)
+
+    return {
+        "AES-GMAC (AES-GCM, no plaintext)": gmac,
+        "Poly1305 (ChaCha20 one-time key)": poly1305,
+        "HMAC-SHA256": lambda payload, _seq: hmac.digest(key, payload, "sha256"),
+        "keyed BLAKE2b-128": lambda payload, _seq: hashlib.blake2b(payload, key=key, digest_size=16).digest(),
+        "reference: AES-256-GCM encryption": lambda payload, seq: aead.encrypt_into(
+            seq.to_bytes(12, "little"), payload, b"", memoryview(out)[: len(payload) + 16]
+        ),
+        "reference: copy": lambda payload, _seq: out.__setitem__(slice(0, len(payload)), payload),
+    }
+
+
+MAC_SIZES = (1 << 16, 1 << 20, 8 << 20)
+"""Payload sizes timed by ``--macs``: the smallest that goes through a ring, a1's frames, the default ring's size."""
+
+
+def mac_rows(runs: int) -> list[Row]:
+    """GB/s of each candidate at each of :data:`MAC_SIZES` (one core, the best of ``runs``, 256 MiB a run)."""
+    rows = []
+    for name, mac in mac_candidates().items():
+        row: Row = {"id": "mac", "mac": name}
+        for size in MAC_SIZES:
+            payload = memoryview(secrets.token_bytes(size))
+            count = max(4, (256 << 20) // size)
+
+            def timed(
+                mac: Callable[[memoryview, int], object] = mac, payload: memoryview = payload, count: int = count
+            ) -> None:
+                for seq in range(count):
+                    mac(payload, seq)
+
+            seconds, _ = best_of(runs, timed)
+            row[f"gb_per_s_{size >> 10}k"] = round(size * count / seconds / 1e9, 2)
+        rows.append(row)
+    return rows
+
+
+def print_macs(rows: list[Row]) -> None:
+    """The MAC timings as a Markdown table."""
+    sizes = [f"gb_per_s_{size >> 10}k" for size in MAC_SIZES]
+    print(f"{machine_line()}; load average {os.getloadavg()[0]:.2f}; GB/s on one core, best of the runs\n")
+    print("| keyed MAC | " + " | ".join(f"{size >> 10} KiB" for size in MAC_SIZES) + " |")
+    print("|---|" + "---|" * len(MAC_SIZES))
+    for row in rows:
+        print(f"| {row['mac']} | " + " | ".join(f"{row[k]:.1f}" for k in sizes) + " |")
+
+
 # -- report ---------------------------------------------------------------------------------------------
 
 
-def run(quick: bool, runs: int) -> list[Row]:
-    """Every measurement, as table rows (the best of ``runs`` runs each)."""
-    return [*exchange_rows(quick, runs), *wordcount_rows(quick, runs), *latency_rows(quick)]
+ROWS = ("a", "b", "c")
+"""The row groups: exchange throughput, word count scaling, epoch latency."""
+
+
+def run(quick: bool, runs: int, only: tuple[str, ...] = ROWS) -> list[Row]:
+    """The measurements of the groups ``only``, as table rows (the best of ``runs`` runs each), each with the
+    machine's load average (1 minute) before and after it: other programs on the cores move every figure."""
+    groups = {
+        "a": lambda: exchange_rows(quick, runs),
+        "b": lambda: wordcount_rows(quick, runs),
+        "c": lambda: latency_rows(quick),
+    }
+    rows: list[Row] = []
+    for group in only:
+        before = round(os.getloadavg()[0], 2)
+        made = groups[group]()
+        after = round(os.getloadavg()[0], 2)
+        for row in made:
+            row["load_before"], row["load_after"] = before, after
+        rows += made
+    return rows
 
 
 def figures(row: Row) -> dict[str, float]:
@@ -726,7 +877,8 @@ def figures(row: Row) -> dict[str, float]:
 def print_table(rows: list[Row], runs: int) -> None:
     """The rows as a Markdown table."""
     print(f"{machine_line()}; ", end="")
-    print(f"best of {runs} runs (latency: one run)\n")
+    print(f"best of {runs} runs (latency: one run); load average before {rows[0]['load_before']}, "
+          f"after {rows[-1]['load_after']}\n")
     print("| | workload | pytimely | rate | baseline | baseline figure | ratio | target |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
@@ -746,25 +898,22 @@ def print_table(rows: list[Row], runs: int) -> None:
             )
         else:
             print(
-                f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s, {row['bytes'] / 1e6:.1f} MB | "
+                f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s (median {row['median_seconds']:.3f} s), "
+                f"{row['bytes'] / 1e6:.1f} MB | "
                 f"{row['bytes_per_s'] / 1e6:.0f} MB/s, {row['records_per_s'] / 1e6:.2f} M rec/s | "
-                f"{row['baseline']} | {row['baseline_seconds']:.3f} s, {row['baseline_bytes_per_s'] / 1e6:.0f} MB/s | "
-                f"{row['ratio_of_ceiling']:.0%} of ceiling | {target} |"
+                f"{row['baseline']} | {row['baseline_seconds']:.3f} s (median {row['baseline_median_seconds']:.3f} s), "
+                f"{row['baseline_bytes_per_s'] / 1e6:.0f} MB/s | "
+                f"{row['ratio_of_ceiling']:.0%} of ceiling (median of rounds {row['median_ratio_of_ceiling']:.0%}) | "
+                f"{target} |"
             )
-            if "authenticated_only_seconds" in row:
-                print(
-                    f"| {row['id']}-auth | the same, PYTIMELY_ENCRYPT=0 (authenticated, not encrypted) | "
-                    f"{row['authenticated_only_seconds']:.3f} s | "
-                    f"{row['bytes'] / row['authenticated_only_seconds'] / 1e6:.0f} MB/s | the same ceiling | | "
-                    f"{row['authenticated_only_ratio_of_ceiling']:.0%} of ceiling | |"
-                )
             if "python_floor_seconds" in row:
                 print(
                     f"| {row['id']}-python | the same records in plain Python: routed one at a time by the same "
                     f"key, pickled, sent over TCP, unpickled (no pytimely, no cryptography) | "
                     f"{row['python_floor_seconds']:.3f} s | "
                     f"{row['records'] / row['python_floor_seconds'] / 1e6:.2f} M rec/s | | | "
-                    f"pytimely at {row['ratio_of_python_floor']:.0%} of it; it is at "
+                    f"pytimely at {row['ratio_of_python_floor']:.0%} of it (median of rounds "
+                    f"{row['median_ratio_of_python_floor']:.0%}); it is at "
                     f"{row['python_floor_ratio_of_ceiling']:.1%} of the raw-socket ceiling | |"
                 )
             if "socket_only_seconds" in row:
@@ -784,16 +933,31 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per figure, the best one counts (default 3)")
     parser.add_argument(
         "--profile",
-        choices=["wordcount", "columnar", "tuples"],
+        choices=["wordcount", "columnar", "arrow", "tuples"],
         help="instead of the table, sample every thread's stack during one run of that job and print the top",
     )
     parser.add_argument("-n", type=int, default=2, help="processes for --profile (default 2)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=ROWS,
+        default=list(ROWS),
+        help="run only these groups of rows: a (exchange), b (word count), c (latency)",
+    )
+    parser.add_argument("--macs", action="store_true", help="instead of the table, time keyed MACs for the ring")
     parser.add_argument("--raw-peer", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--count-peer", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--python-peer", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.profile:
         profile(args.profile, args.n, 300_000 if args.quick else 8_000_000)
+        return
+    if args.macs:
+        macs = mac_rows(1 if args.quick else args.runs)
+        if args.json:
+            print_json(macs, machine())
+        else:
+            print_macs(macs)
         return
     if args.count_peer:
         path, part, parts, freeze = args.count_peer
@@ -806,7 +970,7 @@ def main() -> None:
         role, send_bytes, recv_bytes, chunk = args.raw_peer
         raw_peer(role, int(send_bytes), int(recv_bytes), int(chunk))
         return
-    rows = run(args.quick, 1 if args.quick else args.runs)
+    rows = run(args.quick, 1 if args.quick else args.runs, tuple(args.only))
     for row in rows:
         bad = [k for k, v in figures(row).items() if not (math.isfinite(v) and v > 0)]
         if bad:

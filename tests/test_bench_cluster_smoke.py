@@ -8,12 +8,29 @@ import pytest
 
 from tests.bench_quick import run_quick
 
-EXCHANGE = ["records", "bytes", "seconds", "bytes_per_s", "records_per_s", "baseline_seconds", "ratio_of_ceiling"]
+EXCHANGE = [
+    "records",
+    "bytes",
+    "seconds",
+    "median_seconds",
+    "bytes_per_s",
+    "records_per_s",
+    "baseline_seconds",
+    "ratio_of_ceiling",
+    "median_ratio_of_ceiling",
+]
 WORDCOUNT = ["records", "seconds", "records_per_s", "baseline_seconds", "speedup", "cpu_speedup", "machine_ceiling"]
 
 FIGURES = {
-    "a1": [*EXCHANGE, "authenticated_only_seconds", "socket_only_seconds", "ring_speedup"],
-    "a2": [*EXCHANGE, "python_floor_seconds", "ratio_of_python_floor", "python_floor_ratio_of_ceiling"],
+    "a1": [*EXCHANGE, "socket_only_seconds", "ring_speedup"],
+    "a1-columnar": EXCHANGE,
+    "a2": [
+        *EXCHANGE,
+        "python_floor_seconds",
+        "ratio_of_python_floor",
+        "median_ratio_of_python_floor",
+        "python_floor_ratio_of_ceiling",
+    ],
     "b": WORDCOUNT,
     "b2": WORDCOUNT,
     "c": ["epochs", "p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p50_vs_baseline"],
@@ -34,6 +51,7 @@ def test_bench_cluster_quick_reports_every_figure() -> None:
             value = row[name]
             assert isinstance(value, int | float) and not isinstance(value, bool), (ident, name, value)
             assert math.isfinite(value) and value > 0, (ident, name, value)
-    for ident in ("a1", "b", "c"):
+    for ident in ("a1", "a1-columnar", "a2", "b", "c"):
         assert isinstance(rows[ident]["met"], bool), ident
+    assert all(isinstance(row["load_before"], float) for row in rows.values())
     assert rows["c"]["p50_ms"] <= rows["c"]["p99_ms"]
