@@ -97,7 +97,10 @@ class ExchangeLockstep(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def operator_step(self, data: st.DataObject) -> None:
-        w = data.draw(st.integers(0, self.workers - 1))
+        self.operate(data.draw(st.integers(0, self.workers - 1)), data)
+
+    def operate(self, w: int, data: st.DataObject) -> None:
+        """One action of an operator of worker ``w`` (drawn from those its capabilities allow), if any."""
         options: list[tuple[str, Any]] = []
         for p in self.held(w, Source):
             options.append(("drop", p))

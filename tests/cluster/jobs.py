@@ -138,10 +138,15 @@ def progress_traffic(worker: Worker) -> None:
         worker.step_while(lambda: probe.less_than(handle.time))
     # Read together while the dataflow lives (a finished one is dropped): both move only in this worker's steps.
     sent = worker.communication_stats()["sent_by_worker"]["progress"]["frames"]
-    batches = worker.progress_stats()["batches_sent"]
+    stats = worker.progress_stats()
     handle.close()
     worker.step_while(lambda: not probe.done())
-    record = {"counts": dict(owned), "batches": batches, "frames": sent}
+    record = {
+        "counts": dict(owned),
+        "batches": stats["batches_sent"],
+        "frames": sent,
+        "combined": stats.get("outbox_combined", 0),
+    }
     with open(os.path.join(out, f"worker-{worker.index}.json"), "w") as f:
         json.dump(record, f)
 

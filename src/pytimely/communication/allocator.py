@@ -25,11 +25,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Allocator",
     "Broadcast",
+    "Deferred",
     "ElasticAllocator",
     "Grouped",
     "GroupingAllocator",
     "Members",
     "Precedence",
+    "ProcessGroup",
     "Pull",
     "Push",
     "broadcast",
@@ -197,7 +199,8 @@ class Grouped(Generic[S]):
     pushed there is serialised once and reaches every worker of every other process, in the order this
     process's workers pushed, whichever worker pushed it. ``processes`` counts them all, this one included.
     ``shared`` is one object for every worker of this process (made by the first to ask), and
-    ``lock`` the lock they share to keep their pushes in an order of their choosing.
+    ``lock`` the lock they share to keep their pushes in an order of their choosing. ``group`` tells which workers
+    of the process are about to step and looks at a :class:`Deferred` ``shared`` object by the time it is told.
     """
 
     process: int
@@ -207,6 +210,36 @@ class Grouped(Generic[S]):
     pull: Pull[Any]
     shared: S
     lock: threading.Lock
+    group: ProcessGroup
+
+
+@runtime_checkable
+class Deferred(Protocol):
+    """A grouped channel's shared object that holds messages back for a while, to send them combined (a process's
+    progress outbox). Its workers send what it holds at the end of their steps; what they leave behind the
+    communication layer sends by the deadline it was told (:meth:`ProcessGroup.wake_by`), calling
+    :meth:`flush_due` under the channel's lock from a thread of its own."""
+
+    def deadline(self) -> float | None:
+        """The monotonic time by which what it holds back must leave (``None``: it holds nothing)."""
+        ...
+
+    def flush_due(self, now: float) -> bool:
+        """Send what must leave by ``now``; whether anything did."""
+        ...
+
+
+class ProcessGroup(Protocol):
+    """What the workers of a process sharing a grouped channel learn of one another from the communication layer."""
+
+    def awake(self) -> list[int]:
+        """The workers of this process with messages waiting for their next step (they will step soon)."""
+        ...
+
+    def wake_by(self, deadline: float) -> None:
+        """Have every :class:`Deferred` shared object of this process looked at by ``deadline`` (monotonic time),
+        even if no worker steps by then."""
+        ...
 
 
 @runtime_checkable

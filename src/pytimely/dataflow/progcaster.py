@@ -11,10 +11,13 @@ tracker and its operators when a step needs them, and schedules what it reports.
 
 In a fixed cluster of several processes of several workers each, progress is aggregated per
 process (seed 002 §3.3, footnote 4; model :mod:`pytimely.verify.aggregate`): a worker's batch goes
-to the workers of its own process directly and through the process's
-:class:`~pytimely.progress.broadcast.ProgressAggregator` to every other process once, fanned out
-there to each worker. A worker's send is atomic with respect to the other workers' sends of its
-process, as ``send_upd`` is in the model (one lock per process and dataflow). Elastic clusters do
+to the workers of its own process directly and into the process's
+:class:`~pytimely.progress.broadcast.ProgressAggregator`, whose queued batches leave combined, as one, to
+every other process once, fanned out there to each worker. A worker's send is atomic with respect to the
+other workers' sends of its process, as ``send_upd`` is in the model (one lock per process and dataflow);
+offering and flushing are separate steps (``send_upd`` and ``agg_send``): a worker's step tells the
+aggregator when it begins and ends, and the queue leaves when no worker of the process is inside a step that
+may add to it, or once its oldest batch has waited ``AGGREGATE_DELAY``. Elastic clusters do
 not combine batches (the bootstrap of seed 002 counts workers' sequence numbers, and the rescaling
 model has no aggregated senders), but the channel still carries each batch to another process once,
 for all of its workers (:func:`~pytimely.communication.allocator.broadcast`).
@@ -61,7 +64,52 @@ if TYPE_CHECKING:
     from pytimely.eventlog import EventLogger
     from pytimely.progress.reachability import Tracker
 
-__all__ = ["Progcaster"]
+__all__ = ["ProcessOutbox", "Progcaster"]
+
+
+class ProcessOutbox:
+    """This process's progress outbox of one dataflow, shared by its workers (a grouped channel's shared object):
+    the :class:`~pytimely.progress.broadcast.ProgressAggregator` that decides when queued batches leave, and the
+    push end they leave by. Changed only under the channel's lock."""
+
+    def __init__(self, process: int) -> None:
+        self.aggregator: ProgressAggregator[Any] = ProgressAggregator(process)
+        self._grouped: Grouped[ProcessOutbox] | None = None
+
+    def attach(self, grouped: Grouped[ProcessOutbox]) -> None:
+        """Send through ``grouped``'s ends (the first worker's to ask: any serves, they reach the same links)."""
+        if self._grouped is None:
+            self._grouped = grouped
+
+    def end(self, worker: int, now: float) -> bool:
+        """``worker``'s step ended: send what may leave now, or have it looked at by its deadline; whether it sent."""
+        grouped = self._grouped
+        assert grouped is not None
+        aggregator = self.aggregator
+        if aggregator.end(worker, now, grouped.group.awake()):
+            return self._flush(grouped)
+        deadline = aggregator.deadline()
+        if deadline is not None:
+            grouped.group.wake_by(deadline)
+        return False
+
+    def deadline(self) -> float | None:
+        """When the oldest held batch must leave (``None``: none is held)."""
+        return self.aggregator.deadline()
+
+    def flush_due(self, now: float) -> bool:
+        """Send what must leave by ``now`` (every worker may be waiting, or busy outside its steps)."""
+        grouped = self._grouped
+        if grouped is None or not self.aggregator.due(now, grouped.group.awake()):
+            return False
+        return self._flush(grouped)
+
+    def _flush(self, grouped: Grouped[ProcessOutbox]) -> bool:
+        """``agg_send`` of every queued batch, as one, to every other process."""
+        combined = self.aggregator.flush()
+        if combined is not None:
+            grouped.others.push(combined)
+        return True
 
 
 class Progcaster:
@@ -91,13 +139,13 @@ class Progcaster:
         self._progress_push: Sequence[Push[Any]]
         self._progress_pull: Pull[Any]
         grouping = grouping_view(allocator) if self.elastic_allocator is None else None
-        self._grouped: Grouped[ProgressAggregator[Any]] | None = None
+        self._grouped: Grouped[ProcessOutbox] | None = None
         if grouping is None:
             self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
         else:
-            grouped: Grouped[ProgressAggregator[Any]] = grouping.allocate_grouped(
-                (ident, 0), Precedence.PROGRESS, ProgressAggregator
-            )
+            grouped: Grouped[ProcessOutbox] = grouping.allocate_grouped((ident, 0), Precedence.PROGRESS, ProcessOutbox)
+            with grouped.lock:
+                grouped.shared.attach(grouped)
             self._grouped = grouped
             self._progress_push, self._progress_pull = grouped.local, grouped.pull
             workers = len(grouped.local)
@@ -119,7 +167,10 @@ class Progcaster:
         """Stop exchanging progress (the dataflow was dropped); returns the channel's receiving end to drain."""
         self._progress_pull.drain()
         self._progress_push = []
-        self._grouped = None
+        grouped, self._grouped = self._grouped, None
+        if grouped is not None:
+            # This worker steps the dataflow no more: the others' batches must not wait for its step to end.
+            self._send_grouped(grouped, self.worker, None)
         return self._progress_pull
 
     # -- building -------------------------------------------------------------------------
@@ -152,6 +203,11 @@ class Progcaster:
 
     def receive(self, tracker: Tracker[Any]) -> dict[Target, Any] | None:
         """Apply the batches that arrived and propagate: the input frontiers that moved, or None if none came."""
+        grouped = self._grouped
+        if grouped is not None:
+            with grouped.lock:
+                # From now until this step's send, this worker may add a batch the others' could leave with.
+                grouped.shared.aggregator.begin(self.worker)
         batches = self._progress_pull.drain()
         if not batches:
             return None
@@ -173,6 +229,7 @@ class Progcaster:
         """Broadcast, as one batch, the changes recorded since the last send; serve newcomers' requests."""
         worked = False
         batch = self.sender.flush()
+        grouped = self._grouped
         if batch is not None:
             worked = True
             # Kept in every dataflow (explain() names the worker holding a capability), folded into _own when read.
@@ -181,29 +238,29 @@ class Progcaster:
                 self._fold_sent()
             if self.log is not None:
                 self._log_batch(self.log, batch)
-            grouped = self._grouped
             if grouped is None:
                 broadcast(self._progress_push, batch)
-            else:
-                self._send_grouped(grouped, batch)
+        if grouped is not None:
+            worked = self._send_grouped(grouped, self.worker, batch) or worked
         if self._server.serving:
             for newcomer, reply in self._server.replies(self._receiver):
                 self._progress_push[newcomer].push(reply)
         return worked
 
     @staticmethod
-    def _send_grouped(grouped: Grouped[ProgressAggregator[Any]], batch: ProgressBatch[Any]) -> None:
-        """``send_upd`` of the aggregate model: to this process's workers and, combined, once to every other."""
-        # Under the process's lock, so no other worker's batch enters the aggregator between this one's local
-        # pushes and its own (the model's send_upd is one step), and combined batches reach each link in order.
+    def _send_grouped(grouped: Grouped[ProcessOutbox], worker: int, batch: ProgressBatch[Any] | None) -> bool:
+        """The end of ``worker``'s step: ``send_upd`` of the aggregate model for ``batch`` (if any), to this process's
+        workers and into its outbox; then ``agg_send`` of what the outbox lets leave now (whether anything did)."""
+        # Under the process's lock: no other worker's batch enters the outbox between this one's local pushes and
+        # its own (the model's send_upd is one step), and combined batches reach each link in order.
         with grouped.lock:
-            for push in grouped.local:
-                push.push(batch)
-            aggregator = grouped.shared
-            aggregator.offer(batch)
-            combined = aggregator.flush()
-            if combined is not None:
-                grouped.others.push(combined)
+            outbox = grouped.shared
+            now = time.monotonic()
+            if batch is not None:
+                for push in grouped.local:
+                    push.push(batch)
+                outbox.aggregator.offer(batch, now)
+            return outbox.end(worker, now)
 
     def _log_batch(self, log: EventLogger, batch: ProgressBatch[Any]) -> None:
         """Log a progress batch this worker sends, and the capability changes in it."""
@@ -340,15 +397,27 @@ class Progcaster:
         return [(loc, t, c) for loc, counts in tracker.held().items() for t, c in counts.items()]
 
     def progress_stats(self, tracker: Tracker[Any]) -> dict[str, float]:
-        """The size of the progress state a bootstrap server would send now, the batches this worker has broadcast
-        and, if it joined, the size of the state it bootstrapped from and how long that took (from its dataflow's
-        build to a complete view)."""
+        """The size of the progress state a bootstrap server would send now, the batches this worker has broadcast,
+        with progress aggregated per process the outbox's counts (``outbox_*``) and, if it joined, the size of the
+        state it bootstrapped from and how long that took (from its dataflow's build to a complete view)."""
         updates = self.held_updates(tracker)
         state = ProgressState(self.worker, tuple(updates), self._receiver.numbers())
-        return {
+        stats: dict[str, float] = {
             "pointstamps": len(updates),
             "state_bytes": dumps(state)[1],
             "senders": len(state.included),
             "batches_sent": self.sender.next_seq(),
             **self._boot_report,
         }
+        grouped = self._grouped
+        if grouped is not None:
+            # The process's outbox, shared by its workers: combined batches it sent, the workers' batches they held,
+            # and how many held the batches of more than one worker.
+            with grouped.lock:
+                aggregator = grouped.shared.aggregator
+                stats.update(
+                    outbox_flushes=aggregator.flushes,
+                    outbox_batches=aggregator.flushed,
+                    outbox_combined=aggregator.combined,
+                )
+        return stats

@@ -36,6 +36,7 @@ from pytimely.errors import DemandModeError, InvalidArgument, SequenceError, Unj
 from pytimely.progress.change_batch import ChangeBatch
 
 __all__ = [
+    "AGGREGATE_DELAY",
     "ProgressAggregator",
     "ProgressBatch",
     "ProgressMode",
@@ -267,6 +268,11 @@ def aggregate_sender(process: int) -> int:
     return -1 - process
 
 
+AGGREGATE_DELAY = 0.001
+"""Seconds a process's outbox may hold a worker's progress batch back, at most, waiting for the batches of the
+process's other workers (:class:`ProgressAggregator`)."""
+
+
 class ProgressAggregator(Generic[T]):
     """A process's outgoing progress towards other processes: its workers' batches, combined.
 
@@ -275,17 +281,73 @@ class ProgressAggregator(Generic[T]):
     :func:`aggregate_sender` of the process. Sent once per remote process and handed to each of its
     workers, it replaces one frame per remote worker and per sending worker (``agg_send`` of
     :mod:`pytimely.verify.aggregate`, checked in lockstep in ``tests/test_aggregate_lockstep.py``).
+
+    *When* to flush is decided here too, with the time passed in (nothing here reads a clock). A worker says
+    when its step begins (:meth:`begin`) and when it ends (:meth:`end`, after its offer, if it made one), and
+    names the workers of the process that have messages waiting for their next step (``awake``). The queued
+    batches leave at the end of a step once every worker that may still add to them has ended a step since the
+    oldest was offered (a worker inside a step, or woken by a message: the worker threads of a process take
+    turns, so without waiting for the awake ones no two batches would ever meet), or once the oldest has waited
+    ``delay`` seconds, whichever comes first; whoever holds the outbox looks again by :meth:`deadline`.
+    ``combine`` False sends every batch on its own at once (as before batches were combined).
     """
 
-    def __init__(self, process: int) -> None:
+    def __init__(self, process: int, *, delay: float = AGGREGATE_DELAY, combine: bool = True) -> None:
         self.process = process
         self.sender = aggregate_sender(process)
+        self.delay = delay
+        self.combine = combine
         self._queued: list[ProgressBatch[T]] = []
+        self._offered: list[tuple[int, float]] = []
+        """Per queued batch: the event count and the time it was offered at."""
+        self._stepping: set[int] = set()
+        self._ended: dict[int, int] = {}
+        """Per worker: the event count at which its last step ended."""
+        self._events = 0
         self._seq = 0
+        self.flushes = 0
+        """How many times queued batches were taken as one (whether they cancelled out or not)."""
+        self.flushed = 0
+        """How many offered batches they held in all."""
+        self.combined = 0
+        """How many of them held the batches of more than one worker."""
 
-    def offer(self, batch: ProgressBatch[T]) -> None:
-        """Queue a batch one of this process's workers broadcast (behind every batch offered before it)."""
+    def begin(self, worker: int) -> None:
+        """``worker`` started a step: until its :meth:`end` it may still offer a batch."""
+        self._stepping.add(worker)
+
+    def end(self, worker: int, now: float, awake: Iterable[int] = ()) -> int:
+        """``worker``'s step ended (after its offer, if any): how many queued batches to :meth:`flush` now (0: keep
+        them for another worker's step, or for the delay). ``awake``: the workers with messages waiting."""
+        self._stepping.discard(worker)
+        self._events += 1
+        self._ended[worker] = self._events
+        return self.due(now, awake)
+
+    def due(self, now: float, awake: Iterable[int] = ()) -> int:
+        """How many queued batches must leave by ``now`` (all or none): all once no worker inside a step or in
+        ``awake`` is still to end a step since the oldest was offered, or once that one has waited ``delay``."""
+        if not self._queued:
+            return 0
+        oldest, since = self._offered[0]
+        if not self.combine or now - since >= self.delay:
+            return len(self._queued)
+        ended = self._ended
+        for worker in (*self._stepping, *awake):
+            if ended.get(worker, -1) < oldest:
+                return 0
+        return len(self._queued)
+
+    def deadline(self) -> float | None:
+        """When the oldest queued batch must leave at the latest (``None``: nothing is queued)."""
+        return self._offered[0][1] + self.delay if self._offered else None
+
+    def offer(self, batch: ProgressBatch[T], now: float = 0.0) -> None:
+        """Queue a batch one of this process's workers broadcast at time ``now`` (behind every batch offered before
+        it)."""
+        self._events += 1
         self._queued.append(batch)
+        self._offered.append((self._events, now))
 
     def queued(self) -> list[ProgressBatch[T]]:
         """The batches offered and not yet flushed, oldest first."""
@@ -306,6 +368,11 @@ class ProgressAggregator(Generic[T]):
                 f"process {self.process} has {len(self._queued)} progress batches queued, cannot flush {count}"
             )
         taken, self._queued = self._queued[:count], self._queued[count:]
+        del self._offered[:count]
+        self.flushes += 1
+        self.flushed += count
+        if len({batch.sender for batch in taken}) > 1:
+            self.combined += 1
         combined: ChangeBatch[Pointstamp] = ChangeBatch()
         for batch in taken:
             combined.extend(((loc, t), d) for loc, t, d in batch.updates)

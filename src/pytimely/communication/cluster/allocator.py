@@ -111,7 +111,9 @@ class ClusterAllocator:
         boxes = cluster.open(key)
         shared, lock = cluster.shared(key, lambda: make(cluster.me))
         others = ProcessPush(cluster, Precedence(precedence), key, self.sent[Precedence(precedence)])
-        return Grouped(cluster.me, cluster.config.processes, list(boxes), others, boxes[self._local], shared, lock)
+        return Grouped(
+            cluster.me, cluster.config.processes, list(boxes), others, boxes[self._local], shared, lock, cluster
+        )
 
     def _push_to(self, boxes: list[ClusterMailbox], key: tuple[int, int], precedence: Precedence, target: int) -> Any:
         cluster = self._cluster

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pytimely.communication.allocator import Deferred
 from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
@@ -78,6 +79,10 @@ class Cluster:
         self._acceptor: threading.Thread | None = None
         self._allocators: dict[int, ClusterAllocator] = {}
         self._shared: dict[tuple[int, int], tuple[Any, threading.Lock]] = {}
+        self._deferred = threading.Condition()
+        self._deferred_due = float("inf")
+        self._flusher: threading.Thread | None = None
+        self._closing = False
         self.quiescence = Quiescence(config.workers)
         """How long this process and its peers have been quiet (heartbeats carry its reports)."""
 
@@ -335,6 +340,48 @@ class Cluster:
                 entry = self._shared[channel] = (make(), threading.Lock())
             return entry
 
+    def awake(self) -> list[int]:
+        """This process's workers with messages waiting for their next step (global indices)."""
+        return [self.first + i for i, wake in enumerate(self._wakes) if wake.is_set()]
+
+    def wake_by(self, deadline: float) -> None:
+        """Have every grouped channel's :class:`~pytimely.communication.allocator.Deferred` shared object here
+        looked at by ``deadline`` (monotonic time): its workers may all be waiting, or busy outside their steps."""
+        with self._deferred:
+            if deadline < self._deferred_due:
+                self._deferred_due = deadline
+                self._deferred.notify()
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_deferred, name="pytimely-outbox", daemon=True)
+                self._flusher.start()
+
+    def _flush_deferred(self) -> None:
+        """The thread that sends what :class:`Deferred` shared objects still hold at their deadlines."""
+        deferred = self._deferred
+        try:
+            while True:
+                with deferred:
+                    while self._deferred_due > time.monotonic() and not self._closing:
+                        deferred.wait(min(1.0, self._deferred_due - time.monotonic()))
+                    if self._closing:
+                        return
+                    self._deferred_due = float("inf")
+                with self._lock:
+                    entries = list(self._shared.values())
+                now = time.monotonic()
+                for shared, lock in entries:
+                    if isinstance(shared, Deferred):
+                        with lock:  # the lock the workers change it under
+                            if (due := shared.deadline()) is None:
+                                continue
+                            if due <= now:
+                                shared.flush_due(now)
+                                due = shared.deadline()
+                        if due is not None:
+                            self.wake_by(due)
+        except Exception as exc:  # a flush that fails stops the computation, as a worker's would
+            self.fail(exc)
+
     def seal(self, dataflow: int) -> None:
         """A worker here has built ``dataflow``: it opens no more of its channels."""
         with self._lock:
@@ -467,6 +514,11 @@ class Cluster:
 
     def close(self, *, grace: float = 1.0) -> None:
         """Close every link; after a failure, first give the ABORT frames ``grace`` seconds to leave."""
+        with self._deferred:
+            self._closing = True
+            self._deferred.notify()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join(timeout=2)
         if self._listener is not None and self.elastic:
             self._listener.close()
         if self.failure is not None:
