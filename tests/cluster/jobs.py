@@ -174,6 +174,41 @@ def broadcast_traffic(worker: Worker) -> None:
         json.dump({"received": sorted(got), "frames": sent}, f)
 
 
+def broadcast_arrays(worker: Worker) -> None:
+    """Every worker broadcasts an int64 array of ``ROWS`` copies of ``1000 * worker + epoch`` per epoch over
+    ``EPOCHS`` epochs; a worker overwrites every array it receives from another process once it has read it. Each
+    writes ``OUT/worker-I.json``: the values it read, the arrays it found overwritten already, its data frames."""
+    out, epochs, rows, _ = _args()
+    workers = worker.peers // 2
+    mine = worker.index // workers
+    values: list[int] = []
+    spoiled: list[list[int]] = []
+
+    def keep(_time: Any, batch: Any) -> None:
+        seen = sorted(set(batch.tolist()))
+        if len(seen) != 1 or seen[0] < 0:
+            spoiled.append(seen[:3])
+            return
+        values.append(seen[0])
+        if seen[0] // 1000 // workers != mine:
+            batch[:] = -1  # received from another process: had a worker here the same memory, it would see this
+
+    def build(scope: Scope[int]) -> tuple[Any, Any]:
+        handle, arrays = scope.new_input(name="arrays")
+        return handle, arrays.broadcast().inspect_batch(keep, name="keep").probe()
+
+    handle, probe = worker.dataflow(build)
+    for epoch in range(epochs):
+        handle.send_batch(np.full(rows, 1000 * worker.index + epoch, dtype=np.int64))
+        handle.advance_to(epoch + 1)
+        worker.step_while(lambda: probe.less_than(handle.time))
+    sent = worker.communication_stats()["sent_by_worker"]["data"]["frames"]
+    handle.close()
+    worker.step_while(lambda: not probe.done())
+    with open(os.path.join(out, f"worker-{worker.index}.json"), "w") as f:
+        json.dump({"values": sorted(values), "spoiled": spoiled, "frames": sent}, f)
+
+
 def ring_batches(worker: int, epochs: int, rows: int) -> list[Any]:
     """The int64 batches worker ``worker`` sends in :func:`ring_exchange`, one per epoch (seeded)."""
     rng = np.random.default_rng(1000 + worker)

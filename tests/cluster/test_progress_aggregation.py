@@ -114,3 +114,23 @@ def test_a_broadcast_reaches_every_worker_once_and_crosses_to_a_process_once(tmp
         record = json.loads((tmp_path / f"worker-{worker}.json").read_text())
         assert record["received"] == everything, worker
         assert record["frames"] == 3, (worker, record["frames"])
+
+
+@pytest.mark.parametrize("elastic", ["1", "0"], ids=["elastic", "fixed"])
+def test_a_broadcast_of_arrays_crosses_to_a_process_once_and_each_worker_there_gets_its_own(
+    tmp_path: Path, elastic: str
+) -> None:
+    # 20,000 int64 (160 KB) a batch: through the shared-memory ring, rebuilt on the received bytes as numpy arrays.
+    cluster = Cluster(2, workers="3", PYTIMELY_ELASTIC=elastic)
+    try:
+        cluster.start(["tests.cluster.jobs:broadcast_arrays", str(tmp_path), "3", "20000"])
+        results = cluster.wait(timeout=120)
+    finally:
+        cluster.kill()
+    assert [r[0] for r in results] == [0, 0], report(results)
+    everything = sorted(1000 * w + e for w in range(6) for e in range(3))
+    for worker in range(6):
+        record = json.loads((tmp_path / f"worker-{worker}.json").read_text())
+        assert record["spoiled"] == [], (worker, record["spoiled"])
+        assert record["values"] == everything, worker
+        assert record["frames"] == 3, (worker, record["frames"])

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytimely.collector import burst
 
-__all__ = ["dumps", "loads"]
+__all__ = ["dumps", "has_buffers", "loads"]
 
 _COUNT = struct.Struct("<I")
 
@@ -35,6 +35,11 @@ def dumps(message: Any) -> tuple[list[bytes | memoryview], int]:
     head = _COUNT.pack(len(views)) + struct.pack(f"<{len(views)}Q", *(v.nbytes for v in views))
     parts: list[bytes | memoryview] = [head, body, *views]
     return parts, len(head) + len(body) + sum(v.nbytes for v in views)
+
+
+def has_buffers(payload: memoryview | bytes) -> bool:
+    """Whether a payload carries out-of-band buffers (a message decoded from it is built on top of its bytes)."""
+    return bytes(payload[:4]) != b"\x00\x00\x00\x00"
 
 
 def loads(payload: memoryview | bytes) -> Any:

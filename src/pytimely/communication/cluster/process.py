@@ -18,6 +18,7 @@ from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
 from pytimely.communication.frame import CONTROL_CHANNEL, EVERY_WORKER, Control, Frame, LinkKeys
 from pytimely.communication.handshake import check_secret
+from pytimely.communication.payload import has_buffers
 from pytimely.config import Config
 from pytimely.errors import (
     CommunicationError,
@@ -417,6 +418,9 @@ class Cluster:
             )
         payload = frame.payload
         assert isinstance(payload, memoryview)
+        # A message with out-of-band buffers (numpy, Arrow) is rebuilt on top of its payload: every worker but the
+        # first gets a copy of its own, made here rather than on the wire.
+        copies = len(targets) > 1 and has_buffers(payload)
         boxes: list[ClusterMailbox] = []
         with self._lock:
             # Each worker handed the payload decodes it, and counts it consumed, on its own.
@@ -424,7 +428,8 @@ class Cluster:
             if self._unconsumed > self.max_unconsumed:
                 self.max_unconsumed = self._unconsumed
             for worker in targets:
-                wire = Wire(payload, peer, channel)
+                own = memoryview(bytearray(payload)) if copies and worker != targets[0] else payload
+                wire = Wire(own, peer, channel)
                 box = self._mailboxes.get((worker, channel))
                 if box is None:
                     if channel < self._highest or channel[0] <= self._sealed:

@@ -40,12 +40,11 @@ def _broadcast(live: list[tuple[int, Any]], workers: int, message: Any, skip: in
         if len(pushes) == workers:
             if encoded is None:
                 encoded = dumps(message)
-            # Out-of-band buffers (numpy, Arrow) would be rebuilt by every worker there on the same received
-            # bytes, so one worker's writes would show in another's copy: such a message is not shared.
-            if len(encoded[0]) == 2:
-                pushes[0].push_to_process(*encoded)
-                continue
-        # Not every worker there is a member, or the message cannot be shared: each member gets its own.
+            # Numpy and Arrow buffers cross once too: the receiving process hands each of its workers its own copy
+            # to rebuild them on (Cluster._deliver), so one worker's writes never show in another's.
+            pushes[0].push_to_process(*encoded)
+            continue
+        # Not every worker there is a member: each member gets its own.
         for push in pushes:
             push.push(message)
 
