@@ -10,13 +10,15 @@ batches travel at precedence ``progress``, records at ``data``), from after the 
 last epoch has passed every probe, so start-up and shutdown are left out. Bytes on the wire add a frame
 header and an authentication tag per frame (``HEADER.size + TAG`` bytes); the table includes them.
 
-Rows: ``-w 1`` with N = 2, 4, 8, 16 processes (seed 002's footnote 4 asks about processes), then the same
-8 workers as 8 x 1, 4 x 2 and 2 x 4 (does the traffic follow worker pairs or process pairs?), the last two
-with progress sent per worker (``PYTIMELY_AGGREGATE_PROGRESS=0``), aggregated per process (the default), and on an
-elastic cluster (``launch --elastic``: each batch crosses to a process once, but batches are not combined). Per row:
-progress frames and bytes per epoch (whole cluster), per process, per worker pair, and progress bytes per
-data byte. The baseline is the first row (N = 2, W = 1), measured in the same run; the ratio column is the
-row's progress bytes per epoch over it.
+Rows: ``-w 1`` with N = 2, 4, 8, 16 processes (seed 002's footnote 4 asks about processes), then N = 2, 4, 8, 16
+processes of 2 workers each with progress sent per worker (``PYTIMELY_AGGREGATE_PROGRESS=0``) and aggregated per
+process (the default: a process's workers' batches wait in its outbox for one another, up to 1 ms, and leave
+combined, once per remote process), and 4 x 2 on an elastic cluster (``launch --elastic``). Per row: progress
+frames and bytes per epoch (whole cluster), per process, per worker pair and per process pair, progress bytes per
+data byte, and for aggregated rows the workers' batches per frame that left the outbox (``batches per flush``).
+The baseline is the first row (N = 2, W = 1), measured in the same run; the ratio column is the row's progress
+bytes per epoch over it; each aggregated row also gives its progress frames per epoch over those of the same
+shape sent per worker (``vs per worker``).
 
 Prints a Markdown table; ``--json`` prints one JSON object per row; ``--png PATH`` plots progress bytes per
 epoch against processes (needs matplotlib), ``--svg PATH`` writes the same plot as a plain SVG.
@@ -62,6 +64,7 @@ def job(out: str, epochs: int, rows: int) -> None:
         pool = [random.Random(worker.index * 31 + i).choices(vocabulary, k=rows) for i in range(4)]
         # Every process's counters are the sum over its workers: only its first worker reports them.
         before = worker.communication_stats().get("by_precedence", {})
+        outbox_before = _outbox(worker)
         started = time.perf_counter()
         for epoch in range(epochs):
             handle.send_batch(pool[epoch % len(pool)])
@@ -69,12 +72,18 @@ def job(out: str, epochs: int, rows: int) -> None:
             worker.step_while(lambda: probe.less_than(handle.time))
         seconds = time.perf_counter() - started
         after = worker.communication_stats().get("by_precedence", {})
+        outbox = {k: v - outbox_before.get(k, 0) for k, v in _outbox(worker).items()}
         handle.close()
         worker.step_while(lambda: not probe.done())
-        record = {"worker": worker.index, "before": before, "after": after, "seconds": seconds}
+        record = {"worker": worker.index, "before": before, "after": after, "seconds": seconds, "outbox": outbox}
         Path(out, f"worker-{worker.index}.json").write_text(json.dumps(record))
 
     execute(run, config=config)
+
+
+def _outbox(worker: Any) -> dict[str, float]:
+    """The process's progress outbox counters (shared by its workers; none when progress is not aggregated)."""
+    return {k: v for k, v in worker.progress_stats().items() if k.startswith("outbox_")}
 
 
 def launch(
@@ -114,6 +123,9 @@ def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: boo
     p_frames, p_payload = traffic(records, workers, "progress")
     d_frames, d_payload = traffic(records, workers, "data")
     p_bytes = p_payload + p_frames * FRAME_OVERHEAD
+    outboxes = [r["outbox"] for r in records if r["worker"] % workers == 0 and r["outbox"]]
+    flushes = sum(o.get("outbox_flushes", 0) for o in outboxes)
+    flushed = sum(o.get("outbox_batches", 0) for o in outboxes)
     d_bytes = d_payload + d_frames * FRAME_OVERHEAD
     peers = processes * workers
     pairs = peers * (peers - 1)
@@ -122,7 +134,7 @@ def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: boo
         "id": f"n={processes} w={workers}" + ("" if aggregate else " per-worker") + (" elastic" if elastic else ""),
         "processes": processes,
         "workers": workers,
-        "aggregated": aggregate and not elastic,
+        "aggregated": aggregate and not elastic and workers > 1,
         "elastic": elastic,
         "epochs": epochs,
         "rows": rows,
@@ -134,22 +146,24 @@ def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: boo
         "data_bytes_per_epoch": round(d_bytes / epochs, 1),
         "progress_per_data_byte": round(p_bytes / d_bytes, 4) if d_bytes else float("inf"),
         "epoch_ms": round(1e3 * max(r["seconds"] for r in records) / epochs, 2),
+        "batches_per_flush": round(flushed / flushes, 2) if flushes else 0.0,
     }
 
 
 def rows_for(quick: bool) -> list[Row]:
     """Every configuration, the baseline (-n 2 -w 1) first, with the ratio to it."""
     epochs, rows = (4, 500) if quick else (10, 2000)
-    shapes = [(2, 1), (4, 1), (8, 1)] if quick else [(2, 1), (4, 1), (8, 1), (16, 1)]
-    # Several workers per process, with progress sent per worker (PYTIMELY_AGGREGATE_PROGRESS=0) and per process.
-    grouped = [(2, 2)] if quick else [(4, 2), (2, 4)]
-    out = [measure(n, w, epochs, rows) for n, w in shapes]
-    for n, w in grouped:
-        out += [
-            measure(n, w, epochs, rows, aggregate=False),
-            measure(n, w, epochs, rows),
-            measure(n, w, epochs, rows, elastic=True),
-        ]
+    shapes = [2, 4, 8] if quick else [2, 4, 8, 16]
+    out = [measure(n, 1, epochs, rows) for n in shapes]
+    # Two workers per process, progress sent per worker (PYTIMELY_AGGREGATE_PROGRESS=0) and aggregated per process.
+    for n in [2] if quick else shapes:
+        per_worker = measure(n, 2, epochs, rows, aggregate=False)
+        aggregated = measure(n, 2, epochs, rows)
+        aggregated["vs_per_worker"] = round(
+            aggregated["progress_frames_per_epoch"] / per_worker["progress_frames_per_epoch"], 3
+        )
+        out += [per_worker, aggregated]
+    out.append(measure(2 if quick else 4, 2, epochs, rows, elastic=True))
     base = out[0]
     for row in out:
         row["baseline"] = "-n 2 -w 1 (same run)"
@@ -162,16 +176,18 @@ def rows_for(quick: bool) -> list[Row]:
 
 def print_table(rows: list[Row]) -> None:
     """The rows as a Markdown table."""
-    print(f"{machine_line()}; one run each; "
+    print(f"{machine_line()}; load average {os.getloadavg()[0]:.2f} at the end; one run each; "
           f"{rows[0]['epochs']} epochs of {rows[0]['rows']} words per worker\n")
-    print("| processes x workers | progress sent | progress frames/epoch | progress bytes/epoch | per process | "
-          "frames per worker pair | frames per process pair | data bytes/epoch | progress per data byte | epoch ms | "
-          "bytes vs -n 2 -w 1 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| processes x workers | progress sent | progress frames/epoch | vs per worker | batches per flush | "
+          "progress bytes/epoch | per process | frames per worker pair | frames per process pair | data bytes/epoch | "
+          "progress per data byte | epoch ms | bytes vs -n 2 -w 1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        versus = f"{r['vs_per_worker']:.2f}x" if "vs_per_worker" in r else ""
+        per_flush = f"{r['batches_per_flush']:.2f}" if r["batches_per_flush"] else ""
         print(
             f"| {r['processes']} x {r['workers']} | {_sent(r)} | "
-            f"{r['progress_frames_per_epoch']:.0f} | "
+            f"{r['progress_frames_per_epoch']:.0f} | {versus} | {per_flush} | "
             f"{r['progress_bytes_per_epoch']:.0f} | {r['progress_bytes_per_process_epoch']:.0f} | "
             f"{r['progress_frames_per_worker_pair_epoch']:.2f} | {r['progress_frames_per_process_pair_epoch']:.2f} | "
             f"{r['data_bytes_per_epoch']:.0f} | {r['progress_per_data_byte']:.3f} | {r['epoch_ms']:.1f} | "
@@ -182,24 +198,27 @@ def print_table(rows: list[Row]) -> None:
 def _sent(row: Row) -> str:
     """How a row's progress batches crossed to other processes."""
     if row["elastic"]:
-        return "once per process, each (elastic)"
-    return "per process" if row["aggregated"] else "per worker"
+        return "once per process (elastic)"
+    if row["workers"] == 1:
+        return "one worker a process"
+    return "combined per process" if row["aggregated"] else "per worker"
 
 
 def _series(rows: list[Row]) -> tuple[list[Row], list[Row]]:
     single = [r for r in rows if r["workers"] == 1]
-    eight = [r for r in rows if r["processes"] * r["workers"] == 8]
-    return single, eight
+    two = [r for r in rows if r["workers"] == 2 and not r["elastic"]]
+    return single, two
 
 
 def write_png(rows: list[Row], path: str) -> None:
-    """Progress bytes per epoch against processes (one worker each), and for 8 workers in 8, 4 or 2 processes."""
+    """Progress bytes per epoch against processes (one worker each), and progress frames per epoch against
+    processes of two workers, sent per worker and combined per process."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    single, eight = _series(rows)
+    single, two = _series(rows)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     xs = [r["processes"] for r in single]
     left.plot(xs, [r["progress_bytes_per_epoch"] for r in single], "o-", label="progress bytes/epoch (cluster)")
@@ -210,12 +229,22 @@ def write_png(rows: list[Row], path: str) -> None:
     left.set_ylabel("bytes per epoch")
     left.legend()
     left.grid(alpha=0.3)
-    if eight:
-        names = [f"{r['processes']}x{r['workers']}\n{_sent(r)}" for r in eight]
-        right.bar(names, [r["progress_bytes_per_epoch"] for r in eight])
-        right.set_xlabel("8 workers as processes x workers")
-        right.set_ylabel("progress bytes per epoch")
-        right.grid(alpha=0.3, axis="y")
+    for aggregated, style in ((False, "o-"), (True, "s-")):
+        series = [r for r in two if r["aggregated"] is aggregated]
+        if series:
+            right.plot(
+                [r["processes"] for r in series],
+                [r["progress_frames_per_epoch"] for r in series],
+                style,
+                label=_sent(series[0]),
+            )
+    if two:
+        right.set_xscale("log", base=2)
+        right.set_yscale("log")
+        right.set_xlabel("processes (two workers each)")
+        right.set_ylabel("progress frames per epoch")
+        right.legend()
+        right.grid(alpha=0.3)
     fig.suptitle("Progress traffic between processes (bench/bench_progress_traffic.py)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -34,11 +34,11 @@ def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> No
     # All-to-all broadcast: more processes, more progress frames per epoch than processes alone would explain.
     assert rows["n=8 w=1"]["progress_frames_per_epoch"] > 4 * rows["n=2 w=1"]["progress_frames_per_epoch"]
     # Sent per worker, each batch crosses a link once per remote worker: two workers per process pay more per
-    # process pair than one. Aggregated per process, a batch crosses once: about half of that (exactly half per
-    # batch, tests/cluster/test_progress_aggregation.py; here the two runs may flush different numbers of batches).
+    # process pair than one. Aggregated per process, the batches of both workers of a process cross once, combined.
     per_worker, aggregated, one = rows["n=2 w=2 per-worker"], rows["n=2 w=2"], rows["n=2 w=1"]
     assert per_worker["progress_frames_per_process_pair_epoch"] > 2 * one["progress_frames_per_process_pair_epoch"]
     assert aggregated["progress_frames_per_process_pair_epoch"] < per_worker["progress_frames_per_process_pair_epoch"]
+    assert aggregated["vs_per_worker"] < 1 and aggregated["batches_per_flush"] > 1
     # An elastic cluster does not combine batches but sends each to another process once, for all its workers.
     elastic = rows["n=2 w=2 elastic"]
     assert elastic["progress_frames_per_process_pair_epoch"] < per_worker["progress_frames_per_process_pair_epoch"]
