@@ -399,3 +399,50 @@ def test_announce_clone_mints_at_a_held_time() -> None:
     t = R.announce(clone, s, "p0")
     assert t.exch.caps[1] == ZMSet.of("p0") and t.exch.temp[1] == ZMSet.of("p0")
     assert not RescaleModel(clone).invariants()[5].holds(t)  # InvTempJustified
+
+
+# --- aggregated senders (a process's outbox and its aggregate sender) ---------------------------------------
+
+AGG = rescale_config("join-aggregated")
+"""Workers 0 and 1 in process 0, worker 2 in process 1; worker 3 joins in process 2 (aggregate senders 4, 5, 6)."""
+
+
+def test_aggregated_senders_keep_every_invariant() -> None:
+    for config, depth in (("join-aggregated", 7), ("leave-aggregated", 6)):
+        r = check(make_model("rescale", config), depth)
+        assert r.violation is None, (config, [str(st.action) for st in r.trace])
+        assert r.states > 10_000
+
+
+def test_a_batch_reaches_its_own_process_directly_and_the_others_combined() -> None:
+    assert (AGG.processes, AGG.senders, AGG.aggregate(1)) == ((0, 0, 1, 2), 7, 5)
+    assert [AGG.feeds(w, 0) for w in range(7)] == [True, True, False, False, False, True, True]
+    s = sent(AGG, op(AGG, start(AGG), 0, self_=("p1",)), 0)
+    assert s.links[0][0] and s.links[0][1] and not s.links[0][2]
+    assert s.out[0] == ((0, ZMSet.of("p1")),) and not s.hist[4]
+    s = sent(AGG, op(AGG, s, 0, neg=("p1",)), 0)
+    assert R.agg_send_enabled(AGG, s, 0, 2) and not R.agg_send_enabled(AGG, s, 1, 1)
+    cancelled = R.agg_send(AGG, s, 0, 2)  # +p1 and -p1: nothing leaves, no number is used
+    assert cancelled.out[0] == () and not cancelled.hist[4] and not cancelled.links[4][2]
+    one = R.agg_send(AGG, s, 0, 1)
+    assert one.links[4][2] == ((0, ZMSet.of("p1")),) and one.hist[4] == (ZMSet.of("p1"),)
+    assert R.BootstrapView(AGG, one) and R.NoGap(AGG, one)
+
+
+def test_the_server_takes_its_state_once_its_process_is_flushed_and_drained() -> None:
+    s = sent(AGG, op(AGG, start(AGG, holder=2), 2, self_=("p1",)), 2)  # process 1's only worker, in its outbox
+    s = R.join(AGG, recv(AGG, s, 2, 2), 3, 2)
+    assert s.boot is not None and s.boot.hello == (None, None, None, None, 0, 0, None)
+    assert not R.bootstrap_state_enabled(s, 3, AGG), "its outbox still holds what the server applied"
+    unflushed = replace(AGG, mutant=Mutant.STATE_UNFLUSHED)
+    assert R.bootstrap_state_enabled(s, 3, unflushed)
+    s = R.agg_send(AGG, s, 1, 1)
+    assert R.bootstrap_state_enabled(s, 3, AGG)
+    s = R.bootstrap_state(AGG, s, 3)
+    # The state includes process 1's first combined batch (it holds +p1): the newcomer will not apply it again.
+    assert s.boot is not None and s.boot.base is not None and s.boot.base[5] == 1
+    s = R.bootstrap_done(AGG, s, 3)
+    assert s.recvd[3][5] == 1 and s.links[5][3] == ((0, ZMSet.of("p1")),)
+    assert R.BootstrapView(AGG, s) and R.NoGap(AGG, s)
+    skips = replace(AGG, mutant=Mutant.AGGREGATE_SKIPS_NEWCOMER)
+    assert R._targets(skips, R.join(AGG, start(AGG), 3, 0), 5) == [0, 1]

@@ -339,8 +339,55 @@ def rescale_config(name: str = "join", members: int | None = None, mutant: Mutan
             depth=2,
             name=name,
         )
-    known = ["churn", "churn-large", "join", "joins", "leave"]
+    if name == "join-aggregated":
+        # Two processes, of workers 0, 1 and of worker 2; worker 3 joins in a process of its own.
+        m = 3 if members is None else members
+        return RescaleConfig(
+            chain2(),
+            members=m,
+            joiners=1,
+            max_caps=1,
+            processes=_processes(m, 1),
+            mutant=mutant,
+            depth=9,
+            name=name,
+        )
+    if name == "join-apart":
+        # Aggregated senders with one worker a process (0, 1), worker 2 joining: small enough to break Safe.
+        m = 2 if members is None else members
+        return RescaleConfig(
+            chain2(),
+            members=m,
+            joiners=1,
+            max_caps=1,
+            processes=tuple(range(m + 1)),
+            mutant=mutant,
+            depth=10,
+            name=name,
+        )
+    if name == "leave-aggregated":
+        m = 3 if members is None else members
+        return RescaleConfig(
+            chain2(),
+            members=m,
+            joiners=0,
+            max_leaves=1,
+            max_caps=1,
+            processes=_processes(m, 0),
+            mutant=mutant,
+            depth=8,
+            name=name,
+        )
+    known = ["churn", "churn-large", "join", "join-aggregated", "join-apart", "joins", "leave", "leave-aggregated"]
     raise ValueError(f"unknown rescale configuration {name!r}; known: {known}")
+
+
+def _processes(members: int, joiners: int) -> tuple[int, ...]:
+    """Initial members two to a process (the last alone if their number is odd), each joiner in a process of its
+    own."""
+    initial = tuple(w // 2 for w in range(members))
+    first = (members + 1) // 2
+    return initial + tuple(first + j for j in range(joiners))
 
 
 def aggregate_config(name: str = "pair", mutant: Mutant | None = None) -> AggregateConfig:
@@ -371,7 +418,16 @@ _CONFIG_NAMES = {
     "propagation": ["wcc", "nested", "chain"],
     "combined": ["chain", "wcc", "nested", "pair", "wcc-large"],
     "datagram": ["far", "mixed", "far-large", "mixed-large"],
-    "rescale": ["join", "leave", "churn", "joins", "churn-large"],
+    "rescale": [
+        "join",
+        "leave",
+        "churn",
+        "joins",
+        "churn-large",
+        "join-aggregated",
+        "join-apart",
+        "leave-aggregated",
+    ],
     "aggregate": ["pair", "shared"],
 }
 

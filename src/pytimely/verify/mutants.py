@@ -36,6 +36,11 @@ And of rescaling (seed ``002_640294948a1fdfd3.txt``, the bootstrap protocol and 
   own view (§6.2 as worded) instead of handing over one it holds.
 * ``announce-clone`` — the bootstrap server mints the newcomer's capability as a copy of one it holds, at the
   same pointstamp (``p' ≤ p`` instead of ``p' < p``): the rule the cluster runtime followed before issue 15.
+* ``state-unflushed`` — with aggregated senders, the bootstrap server takes its state while its process's outbox
+  still holds batches, or before it has applied every batch of its process's workers, and still says the state
+  includes every combined batch its process sent.
+* ``aggregate-skips-newcomer`` — with aggregated senders, a combined batch goes to members only, not to a newcomer
+  still bootstrapping (the outbox learns of the newcomer late).
 
 And of progress aggregated per process (seed 002 footnote 4, :mod:`pytimely.verify.aggregate`):
 
@@ -74,6 +79,8 @@ class Mutant(Enum):
     ANNOUNCE_AT_VIEW_FRONTIER = "announce-at-view-frontier"
     ANNOUNCE_CLONE = "announce-clone"
     AGGREGATE_REORDERS = "aggregate-reorders"
+    STATE_UNFLUSHED = "state-unflushed"
+    AGGREGATE_SKIPS_NEWCOMER = "aggregate-skips-newcomer"
 
     def __str__(self) -> str:
         return self.value
@@ -105,9 +112,11 @@ RESCALE_MUTANTS = frozenset(
         Mutant.LEAVE_DROPS_EARLY,
         Mutant.ANNOUNCE_AT_VIEW_FRONTIER,
         Mutant.ANNOUNCE_CLONE,
+        Mutant.STATE_UNFLUSHED,
+        Mutant.AGGREGATE_SKIPS_NEWCOMER,
     }
 )
-"""Mutants of rescaling (seed 002: bootstrap and leave); they apply to ``rescale``."""
+"""Mutants of rescaling (seed 002: bootstrap and leave, with aggregated senders); they apply to ``rescale``."""
 
 AGGREGATE_MUTANTS = frozenset({Mutant.AGGREGATE_REORDERS})
 """Mutants of progress aggregated per process; they apply to ``aggregate``."""
@@ -195,4 +204,9 @@ def mutant_cases() -> list[MutantCase]:
         MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 2, "InvTempJustified"),
         MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 8, "Safe", ("Safe",)),
         MutantCase(Mutant.AGGREGATE_REORDERS, "aggregate", "pair", 5, "Safe"),
+        MutantCase(Mutant.STATE_UNFLUSHED, "rescale", "join-aggregated", 6, "BootstrapView"),
+        MutantCase(Mutant.STATE_UNFLUSHED, "rescale", "join-apart", 10, "Safe", ("Safe",)),
+        MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-apart", 10, "Safe", ("Safe",)),
+        MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-aggregated", 6, "BootstrapView"),
+        MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-aggregated", 6, "NoGap", ("NoGap",)),
     ]

@@ -27,6 +27,26 @@ batch it sent applied by every member) ``hand_over`` moves its capabilities to
 a survivor (its keyed state and pending data travel with them) in one step, so
 they never leave ``rec``; ``disconnect`` follows.
 
+Aggregated senders (seed 002 §3.3, footnote 4; the runtime's per-process outbox,
+:mod:`pytimely.verify.aggregate` for a fixed cluster): with ``processes`` set,
+every worker belongs to a process, and a worker's ``send_upd`` puts its batch on
+its links to the workers of its own process and into its process's outbox;
+``agg_send p k`` takes the oldest ``k`` batches of the outbox, summed, as the next
+batch of the process's *aggregate sender* (a sender of its own, numbered after
+the workers, with its own sequence numbers and history), on its links to every
+worker of every other process, newcomers included. A newcomer then hears from
+the aggregate sender of every other process, and from the workers of its own.
+Bootstrapping needs one more rule, because the server receives the batches of
+its own process's workers one by one while the newcomer receives them combined:
+the server takes its state only when its process's outbox is empty and it has
+applied every batch of its process's workers (the runtime flushes the outbox and
+takes in what its workers sent, under the process's lock), and the state says it
+includes every combined batch its process has sent. The mutant
+``state-unflushed`` drops that rule (``BootstrapView`` breaks: a batch counted
+twice, or never), ``aggregate-skips-newcomer`` sends combined batches to members
+only (``NoGap`` breaks). A leaver is flushed once its outbox holds none of its
+batches and its process's combined batches have been applied too.
+
 Every enabling condition reads the configuration's
 :class:`~pytimely.verify.mutants.Mutant` switch, so the deliberately broken
 variants run through this same code.
@@ -62,6 +82,8 @@ __all__ = [
     "RescaleModel",
     "Safe",
     "State",
+    "agg_send",
+    "agg_send_enabled",
     "announce",
     "announce_enabled",
     "bootstrap_done",
@@ -131,7 +153,8 @@ class State(NamedTuple):
     """``caps``, ``data``, ``temp``, ``glob`` and the ghost ``vacated`` (its ``msg`` stays empty: see ``links``)."""
     status: str
     links: tuple[tuple[Link, ...], ...]
-    """``links[s][r]``: the batches on their way from ``s`` to ``r``, oldest first."""
+    """``links[s][r]``: the batches on their way from sender ``s`` (a worker, or an aggregate sender numbered after the
+    workers) to worker ``r``, oldest first."""
     recvd: tuple[tuple[int, ...], ...]
     """``recvd[r][s]``: the number of the next batch ``r`` will apply from ``s``."""
     hist: tuple[tuple[ZMSet[Any], ...], ...]
@@ -143,6 +166,8 @@ class State(NamedTuple):
     leave: Leave | None
     leaves: int
     """How many workers have started to leave (bounded by ``max_leaves``)."""
+    out: tuple[tuple[tuple[int, ZMSet[Any]], ...], ...] = ()
+    """With aggregated senders: per process, the ``(worker, batch)`` pairs in its outbox, oldest first."""
 
     @property
     def boot(self) -> Boot | None:
@@ -177,6 +202,8 @@ class RescaleConfig:
     """At most this many capabilities the bootstrap server hands to one newcomer."""
     max_boots: int = 1
     """At most this many bootstraps at once: above 1, newcomers join while others still bootstrap."""
+    processes: tuple[int, ...] | None = None
+    """With aggregated senders: the process of every worker id (``None``: every batch goes to every worker)."""
     mutant: Mutant | None = None
     depth: int = 10
     name: str = ""
@@ -187,6 +214,11 @@ class RescaleConfig:
             raise ValueError(f"mutant {self.mutant} does not apply to the rescaling model")
         if self.members < 1:
             raise ValueError("at least one initial member is needed")
+        if self.processes is not None:
+            if len(self.processes) != self.members + self.joiners:
+                raise ValueError("processes must name the process of every worker id")
+            if set(self.processes[: self.members]) & set(self.processes[self.members :]):
+                raise ValueError("a worker that joins comes in a process of its own, not one of an initial member")
         # queue_bound=0 switches the exchange part's own send_upd off: batches go out on the sequenced links
         exch = E.ExchangeConfig(
             self.poset,
@@ -209,6 +241,38 @@ class RescaleConfig:
         """Every worker id that may ever take part: initial members and joiners."""
         return self.members + self.joiners
 
+    @property
+    def aggregated(self) -> bool:
+        """Whether batches to other processes go through per-process outboxes and aggregate senders."""
+        return self.processes is not None
+
+    @property
+    def process_count(self) -> int:
+        """How many processes there are (0 without aggregated senders)."""
+        return 0 if self.processes is None else max(self.processes) + 1
+
+    @property
+    def senders(self) -> int:
+        """Every sender id: the workers, then (aggregated) one aggregate sender per process."""
+        return self.workers + self.process_count
+
+    def process(self, w: int) -> int:
+        """The process of worker ``w`` (every worker its own without aggregated senders)."""
+        return w if self.processes is None else self.processes[w]
+
+    def aggregate(self, p: int) -> int:
+        """The sender id of process ``p``'s combined batches."""
+        return self.workers + p
+
+    def feeds(self, sender: int, r: int) -> bool:
+        """Whether ``sender``'s batches reach worker ``r`` at all: every worker's without aggregated senders; else
+        those of the workers of ``r``'s own process and of the aggregate senders of the others."""
+        if self.processes is None:
+            return sender < self.workers
+        if sender < self.workers:
+            return self.processes[sender] == self.processes[r]
+        return sender - self.workers != self.processes[r]
+
     @cached_property
     def targets(self) -> tuple[tuple[int, Any], ...]:
         """Every ``(worker, pointstamp)`` a ``Δdata`` may name (members only are let through)."""
@@ -229,6 +293,15 @@ def _status(s: State, w: int, st: str) -> str:
 def _receivers(s: State) -> list[int]:
     """Who a batch goes to: members and the newcomer (a leaver's incoming links are closed)."""
     return [r for r, st in enumerate(s.status) if st in (MEMBER, JOINING)]
+
+
+def _targets(cfg: RescaleConfig, s: State, sender: int) -> list[int]:
+    """The receivers ``sender``'s next batch goes to (``aggregate-skips-newcomer``: an aggregate sender's, to
+    members only)."""
+    targets = [r for r in _receivers(s) if cfg.feeds(sender, r)]
+    if sender >= cfg.workers and cfg.mutant is Mutant.AGGREGATE_SKIPS_NEWCOMER:
+        return [r for r in targets if s.status[r] == MEMBER]
+    return targets
 
 
 def _vacated(cfg: RescaleConfig, e: E.State, w: int) -> E.State:
@@ -260,8 +333,9 @@ def initial_states(cfg: RescaleConfig) -> Iterator[State]:
     """Every initial configuration: members hold at most ``init_caps`` capabilities, every member's view is ``rec``."""
     n = cfg.workers
     empty_msg = tuple(tuple(() for _ in range(n)) for _ in range(n))
-    links: tuple[tuple[Link, ...], ...] = tuple(tuple(() for _ in range(n)) for _ in range(n))
-    recvd = tuple((0,) * n for _ in range(n))
+    links: tuple[tuple[Link, ...], ...] = tuple(tuple(() for _ in range(n)) for _ in range(cfg.senders))
+    recvd = tuple((0,) * cfg.senders for _ in range(n))
+    out: tuple[tuple[tuple[int, ZMSet[Any]], ...], ...] = ((),) * cfg.process_count
     for caps in product(multisets_upto(cfg.poset.elements, cfg.init_caps), repeat=cfg.members):
         if cfg.init_total is not None and sum(m.total() for m in caps) > cfg.init_total:
             continue
@@ -271,35 +345,70 @@ def initial_states(cfg: RescaleConfig) -> Iterator[State]:
         e = e._replace(glob=(r,) * cfg.members + (ZMSet(),) * cfg.joiners)
         e = _vacated(cfg, e, 0)
         status = MEMBER * cfg.members + OUT * cfg.joiners
-        yield State(e, status, links, recvd, ((),) * n, r, (), None, 0)
+        yield State(e, status, links, recvd, ((),) * cfg.senders, r, (), None, 0, out)
 
 
 # --- progress batches ---------------------------------------------------------------------------------------
 
 
 def send_upd_enabled(cfg: RescaleConfig, s: State, w: int, P: frozenset[Any]) -> bool:
-    """``send_upd w P``: Fig. 4's condition, from a member or a leaver, within the batch and link bounds."""
+    """``send_upd w P``: Fig. 4's condition, from a member or a leaver, within the batch, link (and outbox) bounds."""
     if s.status[w] not in (MEMBER, LEAVING) or len(s.hist[w]) >= cfg.max_batches:
         return False
-    if any(len(s.links[w][r]) >= cfg.queue_bound for r in _receivers(s)):
+    if any(len(s.links[w][r]) >= cfg.queue_bound for r in _targets(cfg, s, w)):
+        return False
+    if cfg.aggregated and len(s.out[cfg.process(w)]) >= cfg.queue_bound:
         return False
     return E.send_upd_enabled(cfg.exchange, s.exch, w, P)
 
 
 def send_upd(cfg: RescaleConfig, s: State, w: int, P: frozenset[Any]) -> State:
-    """Effect of ``send_upd``: ``γ`` becomes batch ``k = |hist w|``, appended to every link of ``w`` into a receiver."""
+    """Effect of ``send_upd``: ``γ`` becomes batch ``k = |hist w|``, appended to every link of ``w`` into a receiver
+    (aggregated: of its own process) and, aggregated, to its process's outbox."""
     e = s.exch
     gamma = e.temp[w].filter(P.__contains__)
     k = len(s.hist[w])
     row = list(s.links[w])
-    for r in _receivers(s):
+    for r in _targets(cfg, s, w):
         row[r] = (*row[r], (k, gamma))
+    out = s.out
+    if cfg.aggregated:
+        p = cfg.process(w)
+        out = _set(out, p, (*out[p], (w, gamma)))
     return s._replace(
         exch=e._replace(temp=_set(e.temp, w, e.temp[w] - gamma)),
         links=_set(s.links, w, tuple(row)),
         hist=_set(s.hist, w, (*s.hist[w], gamma)),
         total=s.total + gamma,
+        out=out,
     )
+
+
+def agg_send_enabled(cfg: RescaleConfig, s: State, p: int, k: int) -> bool:
+    """``agg_send p k``: at least ``k`` batches in process ``p``'s outbox, and room on the links they go to."""
+    if not cfg.aggregated or not 1 <= k <= len(s.out[p]):
+        return False
+    a = cfg.aggregate(p)
+    if len(s.hist[a]) >= cfg.max_batches:
+        return False
+    return all(len(s.links[a][r]) < cfg.queue_bound for r in _targets(cfg, s, a))
+
+
+def agg_send(cfg: RescaleConfig, s: State, p: int, k: int) -> State:
+    """Effect of ``agg_send p k``: the oldest ``k`` batches of ``p``'s outbox, summed, become the next batch of its
+    aggregate sender, on its links to every receiver of every other process (nothing is sent if they cancel out)."""
+    a = cfg.aggregate(p)
+    total: ZMSet[Any] = ZMSet()
+    for _, gamma in s.out[p][:k]:
+        total = total + gamma
+    out = _set(s.out, p, s.out[p][k:])
+    if not total:
+        return s._replace(out=out)
+    j = len(s.hist[a])
+    row = list(s.links[a])
+    for r in _targets(cfg, s, a):
+        row[r] = (*row[r], (j, total))
+    return s._replace(links=_set(s.links, a, tuple(row)), hist=_set(s.hist, a, (*s.hist[a], total)), out=out)
 
 
 def recv_upd_enabled(s: State, w: int, r: int) -> bool:
@@ -341,27 +450,65 @@ def join(cfg: RescaleConfig, s: State, n: int, server: int) -> State:
     Under ``no-bootstrap-message`` the links start without it.
     """
     if cfg.mutant is Mutant.NO_BOOTSTRAP_MESSAGE:
-        hello: tuple[int | None, ...] = (None,) * cfg.workers
+        hello: tuple[int | None, ...] = (None,) * cfg.senders
     else:
-        hello = tuple(len(s.hist[m]) if st in (MEMBER, JOINING) else None for m, st in enumerate(s.status))
-    boots = tuple(b._replace(hello=_set(b.hello, n, 0)) for b in s.boots)
+        hello = tuple(len(s.hist[m]) if m in _greeters(cfg, s, n) else None for m in range(cfg.senders))
+    # Aggregated, ``n``'s batches reach an earlier newcomer of another process through ``n``'s aggregate sender.
+    boots = tuple(b._replace(hello=_set(b.hello, _stream(cfg, n, b.newcomer), 0)) for b in s.boots)
     boot = Boot(n, server, hello, None, frozenset(), frozenset(), 0)
     return s._replace(status=_status(s, n, JOINING), boots=(*boots, boot))
 
 
-def bootstrap_state_enabled(s: State, n: int | None = None) -> bool:
-    """``bootstrap_state``: ``n``'s bootstrap (default: the oldest) is in progress, its state not sent yet."""
+def _greeters(cfg: RescaleConfig, s: State, n: int) -> set[int]:
+    """The senders whose links into newcomer ``n`` start with a bootstrap message: every member and newcomer (worker
+    senders), or aggregated the workers of ``n``'s process and the aggregate senders of the other processes with a
+    member or newcomer."""
+    joined = [m for m, st in enumerate(s.status) if st in (MEMBER, JOINING)]
+    if not cfg.aggregated:
+        return set(joined)
+    return {m for m in joined if cfg.feeds(m, n)} | {
+        cfg.aggregate(cfg.process(m)) for m in joined if cfg.feeds(cfg.aggregate(cfg.process(m)), n)
+    }
+
+
+def _member_senders(cfg: RescaleConfig, s: State, n: int) -> set[int]:
+    """The senders with a member behind them whose links reach ``n`` (a worker, or the aggregate sender of a
+    process with a member)."""
+    members = [m for m, st in enumerate(s.status) if st == MEMBER]
+    return {_stream(cfg, m, n) for m in members}
+
+
+def _stream(cfg: RescaleConfig, w: int, r: int) -> int:
+    """The sender id whose links carry worker ``w``'s batches to worker ``r``."""
+    return w if cfg.feeds(w, r) else cfg.aggregate(cfg.process(w))
+
+
+def bootstrap_state_enabled(s: State, n: int | None = None, cfg: RescaleConfig | None = None) -> bool:
+    """``bootstrap_state``: ``n``'s bootstrap (default: the oldest) is in progress, its state not sent yet; with
+    aggregated senders (``cfg``) also the server's process's outbox is empty and the server has applied every batch
+    of its process's workers (unless ``state-unflushed``)."""
     b = _boot_of(s, n)
-    return b is not None and b.base is None
+    if b is None or b.base is not None:
+        return False
+    if cfg is None or not cfg.aggregated or cfg.mutant is Mutant.STATE_UNFLUSHED:
+        return True
+    p = cfg.process(b.server)
+    mine = [w for w in range(cfg.workers) if cfg.process(w) == p]
+    return not s.out[p] and not any(s.links[w][b.server] for w in mine)
 
 
 def bootstrap_state(cfg: RescaleConfig, s: State, n: int | None = None) -> State:
-    """Effect: the newcomer's view becomes the server's, and ``base`` the server's ``recvd`` (step 3 of §3.4)."""
+    """Effect: the newcomer's view becomes the server's, and ``base`` the server's ``recvd`` (step 3 of §3.4); with
+    aggregated senders the server's state includes every combined batch its own process has sent."""
     b = _boot_of(s, n)
     assert b is not None
     e = s.exch
     e = e._replace(glob=_set(e.glob, b.newcomer, e.glob[b.server]))
-    return _with_boot(s._replace(exch=e), b._replace(base=s.recvd[b.server]))
+    base = s.recvd[b.server]
+    if cfg.aggregated:
+        a = cfg.aggregate(cfg.process(b.server))
+        base = _set(base, a, len(s.hist[a]))
+    return _with_boot(s._replace(exch=e), b._replace(base=base))
 
 
 def missing_range(cfg: RescaleConfig, b: Boot, m: int) -> tuple[int, int] | None:
@@ -400,7 +547,10 @@ def range_request(cfg: RescaleConfig, s: State, m: int, n: int | None = None) ->
 
 
 def range_reply_enabled(s: State, m: int, lo: int, hi: int, n: int | None = None) -> bool:
-    """``range_reply``: the request is pending and the server has received ``m``'s batches up to ``hi`` (step 8)."""
+    """``range_reply``: the request is pending and the server has received ``m``'s batches up to ``hi`` (step 8).
+
+    (Aggregated, no range of the server's own process's aggregate sender is ever missing: the state includes every
+    combined batch it sent, the link's bootstrap message was taken earlier.)"""
     b = _boot_of(s, n)
     return b is not None and (m, lo, hi) in b.pending and s.recvd[b.server][m] >= hi
 
@@ -425,9 +575,7 @@ def bootstrap_done_enabled(cfg: RescaleConfig, s: State, n: int | None = None) -
     b = _boot_of(s, n)
     if b is None or b.base is None or b.pending:
         return False
-    for m, st in enumerate(s.status):
-        if st != MEMBER:
-            continue
+    for m in sorted(_member_senders(cfg, s, b.newcomer)):
         if b.hello[m] is None and cfg.mutant is not Mutant.NO_BOOTSTRAP_MESSAGE:
             return False
         if _needs_range(cfg, b, m) and m not in b.filled:
@@ -520,7 +668,7 @@ def leave(cfg: RescaleConfig, s: State, w: int, heir: int) -> State:
         exch=e,
         status=_status(s, w, LEAVING),
         links=links,
-        recvd=_set(s.recvd, w, (0,) * cfg.workers),
+        recvd=_set(s.recvd, w, (0,) * cfg.senders),
         leave=Leave(w, heir, False, dropped),
         leaves=s.leaves + 1,
     )
@@ -539,8 +687,18 @@ def hand_over_enabled(cfg: RescaleConfig, s: State) -> bool:
         return False
     if cfg.mutant is Mutant.LEAVE_DROPS_EARLY:
         return True
-    w = lv.leaver
-    return not s.exch.temp[w] and not any(s.links[w])
+    return not s.exch.temp[lv.leaver] and _delivered(cfg, s, lv.leaver)
+
+
+def _delivered(cfg: RescaleConfig, s: State, w: int) -> bool:
+    """Whether every batch ``w`` sent has been applied by every receiver: none on its links and (aggregated) none
+    in its process's outbox, none on its process's aggregate sender's links."""
+    if any(s.links[w]):
+        return False
+    if not cfg.aggregated:
+        return True
+    p = cfg.process(w)
+    return not any(v == w for v, _ in s.out[p]) and not any(s.links[cfg.aggregate(p)])
 
 
 def hand_over(cfg: RescaleConfig, s: State) -> State:
@@ -557,13 +715,16 @@ def hand_over(cfg: RescaleConfig, s: State) -> State:
     return s._replace(exch=e, leave=lv._replace(handed=True, dropped=ZMSet()))
 
 
-def disconnect_enabled(s: State) -> bool:
-    """``disconnect``: handed over, nothing left to report, and every batch of the leaver delivered."""
+def disconnect_enabled(s: State, cfg: RescaleConfig | None = None) -> bool:
+    """``disconnect``: handed over, nothing left to report, and every batch of the leaver delivered (with aggregated
+    senders, ``cfg`` says so: through its process's outbox and aggregate sender too)."""
     lv = s.leave
     if lv is None or not lv.handed:
         return False
     w = lv.leaver
-    return not s.exch.caps[w] and not s.exch.temp[w] and not any(s.links[w])
+    if s.exch.caps[w] or s.exch.temp[w]:
+        return False
+    return not any(s.links[w]) if cfg is None else _delivered(cfg, s, w)
 
 
 def disconnect(cfg: RescaleConfig, s: State) -> State:
@@ -591,13 +752,22 @@ def Safe(cfg: RescaleConfig, s: State) -> bool:
     return E.Safe(cfg.exchange, s.exch)
 
 
+def _coming(cfg: RescaleConfig, s: State, r: int) -> list[ZMSet[Any]]:
+    """The batches on their way to member ``r``: due on its links and (aggregated) waiting in the outboxes of other
+    processes, whose combined batches will reach it."""
+    coming = [gamma for w in range(cfg.senders) if cfg.feeds(w, r) for _, gamma in _due(s, w, r)]
+    if cfg.aggregated:
+        mine = cfg.process(r)
+        coming += [gamma for q, box in enumerate(s.out) if q != mine for _, gamma in box]
+    return coming
+
+
 def BootstrapView(cfg: RescaleConfig, s: State) -> bool:
     """Every member's view plus the batches on their way to it equals the accumulation of every batch ever sent."""
     for r in _members(s):
         view = s.exch.glob[r]
-        for w in range(cfg.workers):
-            for _, gamma in _due(s, w, r):
-                view = view + gamma
+        for gamma in _coming(cfg, s, r):
+            view = view + gamma
         if view != s.total:
             return False
     return True
@@ -607,7 +777,9 @@ def NoGap(cfg: RescaleConfig, s: State) -> bool:
     """For every member ``r`` and sender ``w``: the batches ``recvd[r][w] ..`` of ``w`` are on the link, once each,
     in order, and nothing beyond what ``w`` sent (none missed, none applied twice)."""
     for r in _members(s):
-        for w in range(cfg.workers):
+        for w in range(cfg.senders):
+            if not cfg.feeds(w, r):
+                continue
             k0 = s.recvd[r][w]
             if [k for k, _ in _due(s, w, r)] != list(range(k0, len(s.hist[w]))):
                 return False
@@ -619,10 +791,9 @@ def glob_lemma(cfg: RescaleConfig, s: State) -> bool:
     le = cfg.poset.le
     for r in _members(s):
         pos = [q for q, k in s.exch.glob[r].items() if k > 0]
-        for w in range(cfg.workers):
-            for _, gamma in _due(s, w, r):
-                if not all(any(le(q, p) for q in pos) for p in gamma):
-                    return False
+        for gamma in _coming(cfg, s, r):
+            if not all(any(le(q, p) for q in pos) for p in gamma):
+                return False
     return True
 
 
@@ -646,7 +817,10 @@ def Membership(cfg: RescaleConfig, s: State) -> bool:
         return False
     for w, row in enumerate(s.links):
         for r, q in enumerate(row):
-            if q and (s.status[w] in (OUT, JOINING, LEFT) or s.status[r] not in (MEMBER, JOINING)):
+            if not q:
+                continue
+            # An aggregate sender stands for its process: only the receiving end is judged.
+            if (w < cfg.workers and s.status[w] in (OUT, JOINING, LEFT)) or s.status[r] not in (MEMBER, JOINING):
                 return False
     return True
 
@@ -681,9 +855,13 @@ class RescaleModel:
                 for P in nonempty_subsets(s.exch.temp[w]):
                     if send_upd_enabled(cfg, s, w, P):
                         yield Action("send_upd", (("w", w), ("P", P))), send_upd(cfg, s, w, P)
-        for w, r in product(range(n), range(n)):
+        for w, r in product(range(cfg.senders), range(n)):
             if recv_upd_enabled(s, w, r):
                 yield Action("recv_upd", (("w", w), ("w'", r))), recv_upd(cfg, s, w, r)
+        for p in range(cfg.process_count):
+            for k in range(1, len(s.out[p]) + 1):
+                if agg_send_enabled(cfg, s, p, k):
+                    yield Action("agg_send", (("p", p), ("k", k))), agg_send(cfg, s, p, k)
         yield from self._membership(s)
 
     def _membership(self, s: State) -> Iterator[tuple[Action, State]]:
@@ -691,10 +869,10 @@ class RescaleModel:
         n = cfg.workers
         for b in s.boots:
             c = b.newcomer
-            if bootstrap_state_enabled(s, c):
+            if bootstrap_state_enabled(s, c, cfg):
                 act = Action("bootstrap_state", (("n", c), ("server", b.server)))
                 yield act, bootstrap_state(cfg, s, c)
-            for m in range(n):
+            for m in range(cfg.senders):
                 if range_request_enabled(cfg, s, m, c):
                     lo, hi = missing_range(cfg, b, m) or (0, 0)
                     act = Action("range_request", (("n", c), ("w", m), ("lo", lo), ("hi", hi)))
@@ -713,7 +891,7 @@ class RescaleModel:
         if lv is not None:
             if hand_over_enabled(cfg, s):
                 yield Action("hand_over", (("w", lv.leaver), ("heir", lv.heir))), hand_over(cfg, s)
-            if disconnect_enabled(s):
+            if disconnect_enabled(s, cfg):
                 yield Action("disconnect", (("w", lv.leaver),)), disconnect(cfg, s)
         if s.leave is not None:
             return
@@ -725,7 +903,7 @@ class RescaleModel:
 
     def invariants(self) -> list[Invariant[State]]:
         """``Safe``, ``BootstrapView``, ``NoGap``, lemma ``glob``, ``Accounting``, ``InvTempJustified``,
-        ``InvCapsNonneg`` and ``Membership``."""
+        ``InvCapsNonneg`` and ``Membership`` (with aggregated senders, the outboxes count as on their way)."""
         cfg = self.cfg
         ec = cfg.exchange
         return [
@@ -752,7 +930,11 @@ def format_rescale(cfg: RescaleConfig, s: State) -> str:
     """A one-line rendering of a rescaling configuration."""
     e = s.exch
     n = cfg.workers
-    links = [f"{w}->{r}:{list(s.links[w][r])}" for w in range(n) for r in range(n) if s.links[w][r]]
+
+    def name(w: int) -> str:
+        return str(w) if w < n else f"a{w - n}"
+
+    links = [f"{name(w)}->{r}:{list(s.links[w][r])}" for w in range(cfg.senders) for r in range(n) if s.links[w][r]]
     views = [f"{w}:{e.glob[w]}" for w in range(n) if s.status[w] in (MEMBER, JOINING)]
     out = (
         f"status={s.status} caps={list(e.caps)} data={e.data} temp={list(e.temp)} "
@@ -763,4 +945,7 @@ def format_rescale(cfg: RescaleConfig, s: State) -> str:
         out += f", pending={fmt_value(b.pending)}, filled={fmt_value(b.filled)})"
     if s.leave is not None:
         out += f" leave({s.leave.leaver}->{s.leave.heir}, handed={s.leave.handed})"
+    boxes = [f"out{p}:{[(w, g) for w, g in box]}" for p, box in enumerate(s.out) if box]
+    if boxes:
+        out += " " + " ".join(boxes)
     return out + f" vacated={fmt_value(e.vacated)}"
