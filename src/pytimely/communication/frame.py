@@ -38,9 +38,10 @@ A frame may instead carry its payload in a shared-memory ring
 (:mod:`pytimely.communication.ring`, processes on one host): its precedence byte
 has :data:`RING_FLAG` set, its ``length`` is that of a 16-byte descriptor
 (position and length in the ring) that follows the header in the clear, and its
-16-byte tag on the wire is the AES-GMAC tag (AES-GCM with no plaintext) of the
-header, the descriptor and the payload in the ring, under the link's payload
-key and the frame's own nonce. A payload in the ring is *authenticated, not
+16-byte tag on the wire is an AES-GCM tag under the link's payload key and the
+frame's own nonce, over the payload in the ring (as associated data) and the
+header and descriptor (as the plaintext, whose ciphertext is dropped): a GMAC of
+all three. A payload in the ring is *authenticated, not
 encrypted*, whatever :attr:`FrameKeys.encrypt` says of the socket: the ring is a
 file of this user's, mode 0600, unlinked once mapped, so whoever could read it
 could read either process's memory as well, and a cipher pass would hide nothing
@@ -96,7 +97,7 @@ __all__ = [
 
 MAGIC = b"PT"
 VERSION = 5
-"""Version 5: payloads in a shared-memory ring are authenticated (AES-GMAC), not encrypted."""
+"""Version 5: payloads in a shared-memory ring are authenticated (an AES-GCM tag, no cipher pass), not encrypted."""
 HEADER = struct.Struct("<2sBBIIIIQI8s")
 _PREFIX = struct.Struct("<2sBBIIIIQI")
 _CHECKED = _PREFIX.size
@@ -192,14 +193,12 @@ def _nonce(seq: int) -> bytes:
     return _NONCE_PAD + seq.to_bytes(8, "little")
 
 
-def _gmac(key: bytes, seq: int, head: bytes, payload: memoryview | bytearray) -> bytes:
-    """The AES-GMAC tag of ``head`` then ``payload`` under ``key`` and frame ``seq``'s nonce (AES-GCM with no
-    plaintext: the nonce is used once per key, as every frame of a link has its own number)."""
-    sealer = Cipher(algorithms.AES(key), modes.GCM(_nonce(seq))).encryptor()
-    sealer.authenticate_additional_data(head)
-    sealer.authenticate_additional_data(payload)
-    sealer.finalize()
-    return sealer.tag
+def _ring_tag(aead: AESGCM, seq: int, head: bytes, payload: memoryview | bytearray) -> bytes:
+    """The AES-GMAC tag of a ring payload under frame ``seq``'s nonce: AES-GCM with ``payload`` as associated data and
+    ``head`` (header and descriptor, 56 bytes) as the plaintext, whose ciphertext is dropped. The tag covers both;
+    the nonce is used once per key, as every frame of a link has its own number. (One call, no cipher object per
+    frame: a cipher context costs more than the tag of a 64 KiB payload.)"""
+    return aead.encrypt(_nonce(seq), head, payload)[-TAG:]
 
 
 class FrameEncoder:
@@ -279,8 +278,8 @@ class FrameEncoder:
         """Copy ``parts`` into ``slot`` (at ring position ``start``); the header, descriptor and tag for the socket.
 
         ``where`` is the frame's precedence, dataflow, channel, source and target. The payload is authenticated,
-        not encrypted (module doc): its GMAC tag, under this frame's nonce, covers the header, the descriptor and
-        the bytes as they are in the ring."""
+        not encrypted (module doc): its tag, under this frame's nonce, covers the header, the descriptor and the
+        bytes as they are in the ring."""
         precedence, dataflow, channel, source, target = where
         seq = self.seq
         prefix = _PREFIX.pack(
@@ -295,7 +294,7 @@ class FrameEncoder:
             view = memoryview(part).cast("B")
             slot[offset : offset + len(view)] = view
             offset += len(view)
-        return [prefix + mac.digest(), descriptor, _gmac(self._key, seq, prefix + descriptor, slot[:length])]
+        return [prefix + mac.digest(), descriptor, _ring_tag(self._aead, seq, prefix + descriptor, slot[:length])]
 
     def _borrow(self, size: int) -> memoryview:
         """A ``size``-byte view of a spare sealing buffer (or of a new one), lent until :meth:`recycle`."""
@@ -540,7 +539,7 @@ class FrameDecoder:
         # free again as soon as the frame is decoded.
         plain = self.buffers.take(length)
         plain[:length] = stored[:length]
-        if not hmac.compare_digest(_gmac(self._key, seq, self._prefix + descriptor, plain), tag):
+        if not hmac.compare_digest(_ring_tag(self._aead, seq, self._prefix + descriptor, plain), tag):
             raise FrameAuthenticationError(
                 f"the payload of frame {seq} from process {self.peer} on channel {_name(dataflow, channel)} fails "
                 "authentication in the shared-memory ring: it was changed there or the descriptor was forged, "

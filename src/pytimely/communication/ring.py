@@ -5,10 +5,10 @@ link on one host move its big payloads through a ring in shared memory, saving t
 every byte (into the socket, out of it). Everything else stays on the link's TCP connection: headers, order,
 heartbeats and failure. A frame whose payload is in the ring carries on the wire only its authenticated header
 and a *descriptor* (where in the ring, how long); the payload in the ring is authenticated, not encrypted: its
-AES-GMAC tag, under the link's key and the frame's own nonce, covers the header, the descriptor and the payload, so
-a payload changed in the ring, copied there from another frame, or a descriptor pointing elsewhere fails
-authentication exactly as a corrupted frame on the wire does (:mod:`pytimely.communication.frame`, which says why a
-cipher would hide nothing here).
+AES-GCM tag (a GMAC), under the link's key and the frame's own nonce, covers the header, the descriptor and the
+payload, so a payload changed in the ring, copied there from another frame, or a descriptor pointing elsewhere
+fails authentication exactly as a corrupted frame on the wire does (:mod:`pytimely.communication.frame`, which says
+why a cipher would hide nothing here).
 
 A ring is offered only to a peer on this host (:func:`same_host` of the two ends' addresses). The sending process
 creates the ring (a file in ``/dev/shm``, mode 0600, opened ``O_EXCL``, every page allocated up front so that a full
