@@ -38,6 +38,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from pytimely.progress import ProgressBatch, ProgressReceiver, ProgressSender, Source
 from pytimely.progress.bootstrap import Bootstrap, BootstrapServer, Hello, ProgressState, mint
+from pytimely.progress.broadcast import ProgressAggregator, aggregate_sender
 from pytimely.verify import exchange as E
 from pytimely.verify import rescale as R
 from pytimely.verify.poset import Poset
@@ -417,3 +418,262 @@ TestRescaleLockstep = RescaleLockstep.TestCase
 TestRescaleLockstep.settings = _settings
 TestThreeMembers = ThreeMembers.TestCase
 TestThreeMembers.settings = _settings
+
+
+# --- progress aggregated per process: the runtime's outboxes against the model's aggregate senders -------------
+
+PROCESSES = (0, 0, 1, 2, 3)
+"""Workers 0 and 1 share process 0, worker 2 is process 1; workers 3 and 4 join, each in a process of its own."""
+
+
+class AggregatedLockstep(RescaleLockstep):
+    """The same cores with progress aggregated per process, against the model with aggregated senders.
+
+    A worker's flush goes to the workers of its own process and into its process's ``ProgressAggregator``; an
+    outbox flush takes everything queued as one batch of the process's aggregate sender, to every worker of every
+    other process (newcomers included). A process greets a newcomer once, from its outbox, with the number of its
+    next combined batch; a bootstrap server first flushes its process's outbox and takes in everything on its links
+    (what the runtime does under the process's lock), then takes its state, naming how many combined batches of its
+    own process it includes.
+    """
+
+    members = 3
+    joiners = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        base = config(self.members, self.joiners)
+        self.cfg = RescaleConfig(
+            base.poset,
+            members=base.members,
+            joiners=base.joiners,
+            max_leaves=base.max_leaves,
+            max_boots=base.max_boots,
+            init_caps=base.init_caps,
+            init_total=base.init_total,
+            max_caps=base.max_caps,
+            max_batches=base.max_batches,
+            queue_bound=base.queue_bound,
+            processes=PROCESSES,
+        )
+        self.model = initial_model(self.cfg)
+        cfg = self.cfg
+        initial = range(self.members)
+        self.aggregators: list[ProgressAggregator[Any]] = [ProgressAggregator(p) for p in range(cfg.process_count)]
+        self.receivers = [
+            ProgressReceiver([self.runtime_id(s) for s in range(cfg.senders) if self.feeds_initially(s, w)])
+            if w in initial
+            else ProgressReceiver([])
+            for w in range(cfg.workers)
+        ]
+        self.links = [[deque() for _ in range(cfg.workers)] for _ in range(cfg.senders)]
+        self.greeted: list[set[int]] = [set() for _ in range(cfg.process_count)]
+
+    # -- sender ids: the model numbers aggregate senders after the workers, the runtime below zero ------------
+
+    def runtime_id(self, sender: int) -> int:
+        return sender if sender < self.cfg.workers else aggregate_sender(sender - self.cfg.workers)
+
+    def model_id(self, sender: int) -> int:
+        return sender if sender >= 0 else self.cfg.aggregate(-1 - sender)
+
+    def feeds_initially(self, sender: int, w: int) -> bool:
+        """Whether ``sender`` is one worker ``w`` hears from when the computation starts."""
+        cfg = self.cfg
+        if sender < cfg.workers:
+            return sender < self.members and cfg.feeds(sender, w)
+        process = sender - cfg.workers
+        return cfg.feeds(sender, w) and any(cfg.process(m) == process for m in range(self.members))
+
+    # -- progress batches ---------------------------------------------------------------------------------------
+
+    @precondition(lambda self: any(self.senders[w].pending() for w in self.with_status(MEMBER, LEAVING)))
+    @rule(data=st.data())
+    def flush(self, data: st.DataObject) -> None:
+        w = data.draw(st.sampled_from([w for w in self.with_status(MEMBER, LEAVING) if self.senders[w].pending()]))
+        chosen = frozenset(t for (_, t) in self.senders[w].pending())
+        assert R.send_upd_enabled(self.cfg, self.model, w, chosen)
+        batch = self.senders[w].flush()
+        assert batch is not None
+        self.model = R.send_upd(self.cfg, self.model, w, chosen)
+        p = self.cfg.process(w)
+        for r in self.with_status(MEMBER, JOINING):
+            if self.cfg.process(r) == p:
+                self.links[w][r].append(batch)
+        self.aggregators[p].offer(batch)
+
+    @precondition(lambda self: any(a.queued() for a in self.aggregators))
+    @rule(data=st.data())
+    def outbox_flush(self, data: st.DataObject) -> None:
+        p = data.draw(st.sampled_from([a.process for a in self.aggregators if a.queued()]))
+        self.flush_outbox(p)
+
+    def flush_outbox(self, p: int) -> None:
+        """The runtime's flush of process ``p``'s outbox: everything queued, as one batch (``agg_send p k``)."""
+        aggregator = self.aggregators[p]
+        k = len(aggregator.queued())
+        assert R.agg_send_enabled(self.cfg, self.model, p, k)
+        combined = aggregator.flush()
+        self.model = R.agg_send(self.cfg, self.model, p, k)
+        if combined is None:
+            return
+        event("an outbox sends a combined batch" + (" of two workers" if k > 1 else ""))
+        a = self.cfg.aggregate(p)
+        for r in self.with_status(MEMBER, JOINING):
+            if self.cfg.feeds(a, r):
+                self.links[a][r].append(combined)
+
+    @precondition(
+        lambda self: any(self.links[s][r] for s in range(self.cfg.senders) for r in self.with_status(MEMBER))
+    )
+    @rule(data=st.data())
+    def deliver(self, data: st.DataObject) -> None:
+        pairs = [(s, r) for s in range(self.cfg.senders) for r in self.with_status(MEMBER) if self.links[s][r]]
+        s, r = data.draw(st.sampled_from(pairs))
+        self.take(s, r)
+
+    def take(self, s: int, r: int) -> None:
+        batch = self.links[s][r].popleft()
+        assert R.recv_upd_enabled(self.model, s, r)
+        self.apply(r, self.receivers[r].accept(batch))
+        if self.servers[r].serving:
+            self.servers[r].applied(batch)
+        self.model = R.recv_upd(self.cfg, self.model, s, r)
+
+    # -- join -------------------------------------------------------------------------------------------------
+
+    def server_behind(self) -> bool:
+        server = min(self.with_status(MEMBER))
+        return any(self.links[s][server] for s in range(self.cfg.senders))
+
+    def start_join(self, data: st.DataObject) -> None:
+        cfg = self.cfg
+        n = data.draw(st.sampled_from(self.with_status(R.OUT)))
+        server = min(self.with_status(MEMBER))
+        joined = self.with_status(MEMBER, JOINING)
+        assert R.join_enabled(cfg, self.model, n, server)
+        self.model = R.join(cfg, self.model, n, server)
+        processes = sorted({cfg.process(m) for m in joined})
+        boot = Bootstrap(n, server, [aggregate_sender(p) for p in processes], (n,))
+        for p in processes:
+            # The process's outbox greets the newcomer once, with the number of its next combined batch.
+            boot.hello(Hello(aggregate_sender(p), self.aggregators[p].next_seq()))
+            self.greeted[p].add(n)
+        for m in joined:
+            if m in self.boots:
+                self.boots[m].joined([aggregate_sender(cfg.process(n))])
+            self.receivers[m].add(aggregate_sender(cfg.process(n)), 0)
+        self.boots[n] = boot
+        if len(self.boots) > 1:
+            event("two newcomers bootstrap at once")
+
+    @precondition(lambda self: any(b.base is None for b in self.model.boots))
+    @rule(data=st.data())
+    def server_state(self, data: st.DataObject) -> None:
+        """The server flushes its process's outbox, takes in what its process's workers sent, takes its state, and
+        mints."""
+        cfg = self.cfg
+        n = data.draw(st.sampled_from([b.newcomer for b in self.model.boots if b.base is None]))
+        b = R._boot_of(self.model, n)
+        assert b is not None
+        server = b.server
+        p = cfg.process(server)
+        if self.aggregators[p].queued():
+            self.flush_outbox(p)
+        # What its process's workers sent is in its mailbox already (pushed there under the lock): it takes that in.
+        # Batches of other processes may still be on their way: those it may miss (a range to ask for).
+        for w in range(cfg.workers):
+            while cfg.process(w) == p and self.links[w][server]:
+                self.take(w, server)
+        assert R.bootstrap_state_enabled(self.model, n, cfg)
+        self.model = R.bootstrap_state(cfg, self.model, n)
+        minted = self.minted(server)
+        for loc, t in minted:
+            assert R.announce_enabled(cfg, self.model, t, n)
+            self.model = R.announce(cfg, self.model, t, n)
+            self.senders[server].record(loc, t, 1)
+        updates = [(loc, t, c) for (loc, t), c in self.views[server].items()]
+        own = {aggregate_sender(p): self.aggregators[p].next_seq()}
+        state = self.servers[server].state(n, updates, self.receivers[server], minted, own)
+        self.boots[n].state(state)
+
+    @precondition(lambda self: any(b.base is not None and not b.filled and not b.pending for b in self.model.boots))
+    @rule(data=st.data())
+    def request_ranges(self, data: st.DataObject) -> None:
+        ready = [b.newcomer for b in self.model.boots if b.base is not None and not b.filled and not b.pending]
+        n = data.draw(st.sampled_from(ready))
+        request = self.boots[n].request()
+        if request is None:
+            return
+        b = R._boot_of(self.model, n)
+        assert b is not None
+        wanted = {
+            (self.runtime_id(m), *rng)
+            for m in range(self.cfg.senders)
+            if (rng := R.missing_range(self.cfg, b, m)) and rng[0] < rng[1]
+        }
+        assert set(request.ranges) == wanted, (request.ranges, wanted)
+        if request.ranges:
+            event("a newcomer asks its server for missing combined batches")
+        for sender, _, _ in request.ranges:
+            m = self.model_id(sender)
+            assert R.range_request_enabled(self.cfg, self.model, m, n)
+            self.model = R.range_request(self.cfg, self.model, m, n)
+        self.servers[b.server].request(request)
+
+    # -- leave --------------------------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.model.leave is not None)
+    @rule()
+    def depart(self) -> None:
+        """The leaver goes once it has sent every change and they have arrived, through its process's outbox too."""
+        lv = self.model.leave
+        assert lv is not None
+        w = lv.leaver
+        p = self.cfg.process(w)
+        a = self.cfg.aggregate(p)
+        held = any(batch.sender == w for batch in self.aggregators[p].queued())
+        if self.senders[w].pending() or any(self.links[w]) or held or any(self.links[a]):
+            return
+        assert not self.caps[w]
+        assert R.hand_over_enabled(self.cfg, self.model)
+        self.model = R.hand_over(self.cfg, self.model)
+        assert R.disconnect_enabled(self.model, self.cfg)
+        self.model = R.disconnect(self.cfg, self.model)
+        event("a worker leaves")
+
+    @precondition(lambda self: self.model.leave is None and not self.model.boots)
+    @rule(data=st.data())
+    def leaving(self, data: st.DataObject) -> None:
+        """A worker holding nothing says LEAVING; nothing more reaches it, from workers or outboxes."""
+        super().leaving(data)
+        lv = self.model.leave
+        if lv is not None:
+            for s in range(self.cfg.senders):
+                self.links[s][lv.leaver].clear()
+
+    # -- what must hold at every step -------------------------------------------------------------------------
+
+    @invariant()
+    def states_agree(self) -> None:
+        cfg = self.cfg
+        e = self.model.exch
+        for w in range(cfg.workers):
+            assert dict(e.caps[w].items()) == dict(self.caps[w]), w
+            assert dict(e.temp[w].items()) == {t: d for (_, t), d in self.senders[w].pending().items()}, w
+            if self.status(w) == MEMBER:
+                assert dict(e.glob[w].items()) == {t: c for (_, t), c in self.views[w].items()}, w
+                numbers = self.receivers[w].numbers()
+                for s in range(cfg.senders):
+                    if cfg.feeds(s, w) and (s >= cfg.workers or self.status(s) in (MEMBER, JOINING, LEAVING)):
+                        assert numbers.get(self.runtime_id(s), 0) == self.model.recvd[w][s], (w, s)
+        for s in range(cfg.senders):
+            for r in range(cfg.workers):
+                assert [b.seq for b in self.links[s][r]] == [k for k, _ in self.model.links[s][r]], (s, r)
+        for p, aggregator in enumerate(self.aggregators):
+            runtime = [(b.sender, {t: d for _, t, d in b.updates}) for b in aggregator.queued()]
+            assert runtime == [(w, dict(g.items())) for w, g in self.model.out[p]], p
+
+
+TestAggregatedLockstep = AggregatedLockstep.TestCase
+TestAggregatedLockstep.settings = _settings

@@ -19,6 +19,12 @@ what its own links carry.
    links carry from ``max(included, hello)`` on: the accumulation of every batch
    ever sent, with none counted twice (:class:`Bootstrap`).
 
+With progress aggregated per process (seed 002 §3.3), the senders are the workers of the newcomer's own
+process and the *aggregate senders* of the others (:func:`~pytimely.progress.broadcast.aggregate_sender`):
+each member process greets the newcomer once, under its outbox's lock, with the number of its next combined
+batch, and the server's state names how many combined batches of its own process it includes (see
+:meth:`BootstrapServer.state`; the model: ``processes`` in :mod:`pytimely.verify.rescale`).
+
 Newcomers that join together start from zero on each other's links, so they
 send no :class:`Hello` to one another; nor does a worker that joins while this
 one bootstraps (:meth:`Bootstrap.joined`), whose batches the state includes up
@@ -164,9 +170,18 @@ class BootstrapServer:
         updates: Iterable[Update],
         receiver: ProgressReceiver,
         minted: Iterable[tuple[Any, Any]] = (),
+        own: Mapping[int, int] | None = None,
     ) -> ProgressState:
-        """Take the state for ``newcomer`` (the tracker's counts and ``receiver``'s numbers) and start its log."""
+        """Take the state for ``newcomer`` (the tracker's counts and ``receiver``'s numbers) and start its log.
+
+        ``own``: with progress aggregated per process, the number of combined batches the server's own process has
+        sent, under its aggregate sender (the state must then include every batch its process's workers put in the
+        outbox, and no other: the server flushes the outbox and takes in what they sent first). The server never
+        receives those combined batches, so no range of them is ever asked for: the newcomer's link from that
+        process started no later than the state ends."""
         included = receiver.numbers()
+        if own:
+            included.update(own)
         self._logs[newcomer] = _Log(dict(included))
         return ProgressState(self.me, tuple(updates), included, tuple(minted))
 

@@ -338,6 +338,10 @@ class ProgressAggregator(Generic[T]):
                 return 0
         return len(self._queued)
 
+    def next_seq(self) -> int:
+        """The sequence number the next combined batch will carry (what a newcomer's link starts at)."""
+        return self._seq
+
     def deadline(self) -> float | None:
         """When the oldest queued batch must leave at the latest (``None``: nothing is queued)."""
         return self._offered[0][1] + self.delay if self._offered else None
