@@ -372,3 +372,18 @@ def test_build_refuses_exactly_the_cycles_a_timestamp_travels_without_advancing(
         assert all((named[i], named[(i + 1) % len(named)]) in set(edges) for i in range(len(named)))
     else:
         builder.build()
+
+
+def test_counts_hold_what_was_recorded_and_not_yet_propagated() -> None:
+    # A bootstrap server may take in batches and take its state before propagating: the state must count them.
+    b, nodes = chain(1)
+    tracker = b.build()
+    out = Source(nodes[0], 0)
+    tracker.update(out, 0, 2)
+    tracker.propagate_all()
+    tracker.update(out, 0, -2)
+    tracker.update(out, 3, 1)
+    assert tracker.held() == {out: {0: 2}}
+    assert tracker.counts() == {out: {3: 1}}
+    tracker.propagate_all()
+    assert tracker.held() == tracker.counts() == {out: {3: 1}}

@@ -34,6 +34,7 @@ __all__ = [
     "ProcessGroup",
     "Pull",
     "Push",
+    "ToProcesses",
     "broadcast",
     "elastic_view",
     "grouping_view",
@@ -195,18 +196,19 @@ class ElasticAllocator(Allocator, Protocol):
 class Grouped(Generic[S]):
     """One worker's ends of a channel whose messages to another process are sent once and fanned out there.
 
-    ``local`` reaches each worker of this process (by local index), ``others`` every other process: a message
-    pushed there is serialised once and reaches every worker of every other process, in the order this
-    process's workers pushed, whichever worker pushed it. ``processes`` counts them all, this one included.
-    ``shared`` is one object for every worker of this process (made by the first to ask), and
-    ``lock`` the lock they share to keep their pushes in an order of their choosing. ``group`` tells which workers
-    of the process are about to step and looks at a :class:`Deferred` ``shared`` object by the time it is told.
+    ``local`` reaches each worker of this process (by local index), ``others`` other processes: a message
+    pushed there is serialised once and reaches every worker of every process it is pushed to (by default every
+    other process taking part), in the order this process's workers pushed, whichever worker pushed it.
+    ``processes`` counts them all, this one included. ``shared`` is one object for every worker of this process
+    (made by the first to ask), and ``lock`` the lock they share to keep their pushes in an order of their
+    choosing. ``group`` tells which workers of the process are about to step and looks at a :class:`Deferred`
+    ``shared`` object by the time it is told.
     """
 
     process: int
     processes: int
     local: list[Push[Any]]
-    others: Push[Any]
+    others: ToProcesses
     pull: Pull[Any]
     shared: S
     lock: threading.Lock
@@ -226,6 +228,15 @@ class Deferred(Protocol):
 
     def flush_due(self, now: float) -> bool:
         """Send what must leave by ``now``; whether anything did."""
+        ...
+
+
+class ToProcesses(Protocol):
+    """The push end of a grouped channel towards other processes: a message serialised once and sent once to each,
+    handed there to every worker."""
+
+    def push(self, message: Any, /, processes: Iterable[int] | None = None) -> None:
+        """Send ``message`` to ``processes`` (default: every other process taking part), in the order pushed."""
         ...
 
 

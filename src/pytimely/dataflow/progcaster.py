@@ -26,12 +26,13 @@ for all of its workers (:func:`~pytimely.communication.allocator.broadcast`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import (
     ElasticAllocator,
     Grouped,
+    GroupingAllocator,
     Precedence,
     broadcast,
     elastic_view,
@@ -75,11 +76,32 @@ class ProcessOutbox:
     def __init__(self, process: int) -> None:
         self.aggregator: ProgressAggregator[Any] = ProgressAggregator(process)
         self._grouped: Grouped[ProcessOutbox] | None = None
+        self.targets: set[int] | None = None
+        """The processes combined batches go to (``None``: every other process; an elastic cluster's outbox names
+        them, each greeted first with :meth:`greet`)."""
 
-    def attach(self, grouped: Grouped[ProcessOutbox]) -> None:
-        """Send through ``grouped``'s ends (the first worker's to ask: any serves, they reach the same links)."""
+    def attach(self, grouped: Grouped[ProcessOutbox], targets: Iterable[int] | None = None) -> None:
+        """Send through ``grouped``'s ends (the first worker's to ask: any serves, they reach the same links), to
+        ``targets`` (default every other process)."""
         if self._grouped is None:
             self._grouped = grouped
+            self.targets = None if targets is None else set(targets)
+
+    def greet(self, process: int) -> None:
+        """Start sending to ``process`` (which joined): its first message from here is a :class:`Hello` naming the
+        next combined batch (the model's bootstrap message of this process's aggregate sender)."""
+        grouped = self._grouped
+        assert grouped is not None and self.targets is not None
+        if process in self.targets:
+            return
+        aggregator = self.aggregator
+        grouped.others.push(Hello(aggregator.sender, aggregator.next_seq()), [process])
+        self.targets.add(process)
+
+    def forget(self, process: int) -> None:
+        """Send nothing more to ``process`` (it leaves)."""
+        if self.targets is not None:
+            self.targets.discard(process)
 
     def end(self, worker: int, now: float) -> bool:
         """``worker``'s step ended: send what may leave now, or have it looked at by its deadline; whether it sent."""
@@ -108,8 +130,14 @@ class ProcessOutbox:
         """``agg_send`` of every queued batch, as one, to every other process."""
         combined = self.aggregator.flush()
         if combined is not None:
-            grouped.others.push(combined)
+            grouped.others.push(combined, self.targets)
         return True
+
+    def flush_all(self) -> None:
+        """``agg_send`` of whatever is queued, now (a bootstrap server's state must include it)."""
+        grouped = self._grouped
+        if grouped is not None and self.aggregator.queued():
+            self._flush(grouped)
 
 
 class Progcaster:
@@ -136,27 +164,55 @@ class Progcaster:
         self._boot: Bootstrap | None = None if joining is None else Bootstrap(self.worker, *joining)
         self._boot_started = time.perf_counter()
         self._boot_report: dict[str, float] = {}
+        self._taken_in = False
+        """Whether batches were applied outside :meth:`receive` (by a bootstrap server) and not yet propagated."""
         self._progress_push: Sequence[Push[Any]]
         self._progress_pull: Pull[Any]
-        grouping = grouping_view(allocator) if self.elastic_allocator is None else None
+        grouping = grouping_view(allocator)
         self._grouped: Grouped[ProcessOutbox] | None = None
         if grouping is None:
             self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
-        else:
-            grouped: Grouped[ProcessOutbox] = grouping.allocate_grouped((ident, 0), Precedence.PROGRESS, ProcessOutbox)
-            with grouped.lock:
-                grouped.shared.attach(grouped)
-            self._grouped = grouped
+        elif self.elastic_allocator is None:
+            grouped = self._group(grouping, ident, None)
             self._progress_push, self._progress_pull = grouped.local, grouped.pull
             workers = len(grouped.local)
             first = grouped.process * workers
-            processes = grouped.processes
             self._receiver = ProgressReceiver(
                 [
                     *range(first, first + workers),
-                    *(aggregate_sender(p) for p in range(processes) if p != grouped.process),
+                    *(aggregate_sender(p) for p in range(grouped.processes) if p != grouped.process),
                 ]
             )
+        else:
+            # Batches go to this process's workers and through its outbox; bootstrap messages to single workers.
+            self._progress_push, self._progress_pull = allocator.allocate((ident, 0), Precedence.PROGRESS)
+            elastic = self.elastic_allocator
+            per = elastic.workers_per_process
+            mine = self.worker // per
+            # A process whose join this worker has yet to apply is greeted then (_membership), not sent to before.
+            pending = {e.process for e in elastic.events[self._events_seen :] if e.kind == "join"}
+            processes = {w // per for w in elastic.members} - {mine} - pending
+            self._group(grouping, ident, processes)
+            self._receiver = ProgressReceiver(
+                [
+                    *(w for w in elastic.members if w // per == mine),
+                    *(aggregate_sender(p) for p in sorted(processes)),
+                ]
+            )
+            if joining is not None:
+                server, members_then, fresh = joining
+                heard = sorted({aggregate_sender(w // per) for w in members_then if w // per != mine})
+                self._boot = Bootstrap(self.worker, server, heard, [w for w in fresh if w // per == mine])
+
+    def _group(
+        self, grouping: GroupingAllocator, ident: int, targets: Iterable[int] | None
+    ) -> Grouped[ProcessOutbox]:
+        """The grouped ends of the progress channel, its process's outbox attached (sending to ``targets``)."""
+        grouped: Grouped[ProcessOutbox] = grouping.allocate_grouped((ident, 0), Precedence.PROGRESS, ProcessOutbox)
+        with grouped.lock:
+            grouped.shared.attach(grouped, targets)
+        self._grouped = grouped
+        return grouped
 
     @property
     def bootstrapped(self) -> bool:
@@ -209,12 +265,18 @@ class Progcaster:
                 # From now until this step's send, this worker may add a batch the others' could leave with.
                 grouped.shared.aggregator.begin(self.worker)
         batches = self._progress_pull.drain()
-        if not batches:
+        if not batches and not self._taken_in:
             return None
+        self._taken_in = False
+        self._take_in(batches, tracker)
+        return tracker.propagate_all()
+
+    def _take_in(self, messages: list[Any], tracker: Tracker[Any]) -> None:
+        """Apply the batches among ``messages`` to ``tracker`` (their senders' order checked), handle the rest."""
         log = self.log
         receiver = self._receiver
         server = self._server
-        for batch in batches:
+        for batch in messages:
             if type(batch) is not ProgressBatch:
                 self._control(batch)
                 continue
@@ -223,7 +285,6 @@ class Progcaster:
                 log.progress("received", len(batch.updates))
             if server.serving:
                 server.applied(batch)
-        return tracker.propagate_all()
 
     def send(self) -> bool:
         """Broadcast, as one batch, the changes recorded since the last send; serve newcomers' requests."""
@@ -298,19 +359,35 @@ class Progcaster:
 
     def _membership(self, events: list[Any], tracker: Tracker[Any], operators: Sequence[OperatorCore]) -> None:
         """Processes joined or left: greet newcomers on the progress channel and, as their server, bootstrap them."""
+        grouped = self._grouped
         for event in events:
             if self.log is not None:
                 self.log.membership(event.kind, event.workers)
             if event.kind != "join":
+                if grouped is not None:
+                    with grouped.lock:
+                        grouped.shared.forget(event.process)
                 continue  # a leaver's batches still count until its link closes; nothing more goes to it
-            hello = Hello(self.worker, self.sender.next_seq())
-            if self._boot is not None:
-                self._boot.joined(event.workers)  # a later newcomer, greeted while this one still bootstraps
-            for n in event.workers:
-                self._receiver.add(n, 0)
-                self._progress_push[n].push(hello)
+            if grouped is None:
+                hello = Hello(self.worker, self.sender.next_seq())
+                if self._boot is not None:
+                    self._boot.joined(event.workers)  # a later newcomer, greeted while this one still bootstraps
+                for n in event.workers:
+                    self._receiver.add(n, 0)
+                    self._progress_push[n].push(hello)
+            else:
+                # The process's outbox greets the newcomers' process once; their combined batches count from 0.
+                sender = aggregate_sender(event.process)
+                with grouped.lock:
+                    grouped.shared.greet(event.process)
+                if self._boot is not None:
+                    self._boot.joined([sender])
+                self._receiver.add(sender, 0)
             if event.server != self.worker:
                 continue
+            own: dict[int, int] = {}
+            if grouped is not None:
+                own = self._flush_and_take_in(grouped, tracker)
             updates = self.held_updates(tracker)
             held: dict[Source, list[Any]] = {}
             for (src, t), c in self.own_capabilities().items():
@@ -324,8 +401,23 @@ class Progcaster:
                 for source, t in minted:
                     self.record(source, t, 1)
                     self._own.update((source, t), -1)
-                state = self._server.state(n, updates, self._receiver, minted)
+                state = self._server.state(n, updates, self._receiver, minted, own)
                 self._progress_push[n].push(state)
+
+    def _flush_and_take_in(self, grouped: Grouped[ProcessOutbox], tracker: Tracker[Any]) -> dict[int, int]:
+        """Before a bootstrap server takes its state: flush the process's outbox and take in every batch arrived so
+        far, so that the state includes exactly what the process's combined batches carried (the rescale model's
+        ``bootstrap_state`` with aggregated senders); how many those are, by the process's aggregate sender."""
+        with grouped.lock:
+            # Under the lock no worker here offers or pushes: every batch of theirs is in the outbox and in this
+            # worker's mailbox, and the flush empties the outbox.
+            outbox = grouped.shared
+            outbox.flush_all()
+            messages = self._progress_pull.drain()
+            own = {outbox.aggregator.sender: outbox.aggregator.next_seq()}
+        self._take_in(messages, tracker)
+        self._taken_in = True  # propagated by this step's receive
+        return own
 
     # -- a joining worker's step ----------------------------------------------------------
 
@@ -393,8 +485,9 @@ class Progcaster:
         return changed
 
     def held_updates(self, tracker: Tracker[Any]) -> list[tuple[Any, Any, int]]:
-        """The tracker's nonzero pointstamp counts, as updates (what a bootstrap state carries)."""
-        return [(loc, t, c) for loc, counts in tracker.held().items() for t, c in counts.items()]
+        """The tracker's nonzero pointstamp counts, as updates (what a bootstrap state carries): changes recorded and
+        not yet propagated included, as the batches they came in are counted in the receiver's numbers."""
+        return [(loc, t, c) for loc, counts in tracker.counts().items() for t, c in counts.items()]
 
     def progress_stats(self, tracker: Tracker[Any]) -> dict[str, float]:
         """The size of the progress state a bootstrap server would send now, the batches this worker has broadcast,

@@ -501,6 +501,17 @@ class Tracker(Generic[T]):
                 out[self._locations[lid]] = counts
         return out
 
+    def counts(self) -> dict[Location, dict[T, int]]:
+        """Every location with pointstamps present and their counts, recorded changes not yet propagated included
+        (what a bootstrap server's state must hold when it took in batches since its last propagation)."""
+        out = self.held()
+        for lid, t, d in self._pending:
+            counts = out.setdefault(self._locations[lid], {})
+            counts[t] = counts.get(t, 0) + d
+            if not counts[t]:
+                del counts[t]
+        return {loc: counts for loc, counts in out.items() if counts}
+
     def frontier(self, location: Location) -> Antichain[T]:
         """The frontier of what could still arrive at ``location`` (as of the last propagation)."""
         return self._implications[self._id(location)].frontier()

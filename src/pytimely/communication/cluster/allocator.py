@@ -90,10 +90,10 @@ class ClusterAllocator:
 
     @property
     def groups(self) -> bool:
-        """Whether channels are grouped by process: a fixed cluster of several processes of several workers each
-        that allows it (with one worker a process, a message crosses to another process once either way)."""
+        """Whether channels are grouped by process: a cluster of several workers a process that allows it, elastic
+        or of several processes (with one worker a process, a message crosses to another process once either way)."""
         config = self._cluster.config
-        return not self.elastic and config.processes > 1 and config.workers > 1 and config.aggregate_progress
+        return config.aggregate_progress and config.workers > 1 and (self.elastic or config.processes > 1)
 
     def allocate_grouped(
         self, channel: tuple[int, int], precedence: Precedence, make: Callable[[int], S]
@@ -102,7 +102,8 @@ class ClusterAllocator:
         there to each of its workers); ``make`` builds the object this process's workers share for it."""
         if not self.groups:
             raise InvalidArgument(
-                "only a fixed cluster of several processes of several workers each groups channels by process"
+                "only a cluster of several workers a process, elastic or of several processes, groups channels by "
+                "process"
             )
         if precedence == Precedence.DATA:
             raise InvalidArgument("a grouped channel bypasses the send window, so it cannot carry data")

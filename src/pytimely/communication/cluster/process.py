@@ -232,7 +232,7 @@ class Cluster:
         shape = (self.config.initial_processes | 1 << 31) if self.elastic else self.config.processes
         # Processes that disagree on encrypting frames or on aggregating progress are refused at the handshake.
         shape = shape if self.config.encrypt else shape | 1 << 30
-        return shape if self.config.aggregate_progress or self.elastic else shape | 1 << 29
+        return shape if self.config.aggregate_progress else shape | 1 << 29
 
     def _joined(self, peer: int, text: str) -> None:
         """A process connected to every member and said it joins (its ``JOIN`` frame)."""
@@ -355,6 +355,16 @@ class Cluster:
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_deferred, name="pytimely-outbox", daemon=True)
                 self._flusher.start()
+
+    def flush_deferred(self) -> None:
+        """Send everything every :class:`~pytimely.communication.allocator.Deferred` shared object here holds back
+        (before this process says it is done: nothing may follow that)."""
+        with self._lock:
+            entries = list(self._shared.values())
+        for shared, lock in entries:
+            if isinstance(shared, Deferred):
+                with lock:
+                    shared.flush_due(float("inf"))
 
     def _flush_deferred(self) -> None:
         """The thread that sends what :class:`Deferred` shared objects still hold at their deadlines."""
@@ -500,8 +510,10 @@ class Cluster:
         self._wake_all()
 
     def finish(self) -> None:
-        """After this process's workers are done: say so to every peer and wait until every peer has said so."""
+        """After this process's workers are done: send what grouped channels hold back, say so to every peer and
+        wait until every peer has said so."""
         self.check()
+        self.flush_deferred()
         with self._lock:
             for wires in self._pending.values():
                 if wires:

@@ -9,6 +9,7 @@ pickle into the worker's outbox as typed :class:`~pytimely.communication.cluster
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Precedence
@@ -228,12 +229,16 @@ class ProcessPush:
         self._dataflow, self._channel = channel
         self._tally = tally
 
-    def push(self, message: Any) -> None:
-        """Serialise ``message`` and queue it for the link to every other process (never waits for the send window)."""
+    def push(self, message: Any, processes: Iterable[int] | None = None) -> None:
+        """Serialise ``message`` and queue it for the link to each of ``processes`` (default: every other process
+        taking part) that still takes part; never waits for the send window."""
         cluster = self._cluster
         parts, length = dumps(message)  # the parts are bytes, shared by every frame
         frame = OutgoingFrame(self._precedence, self._dataflow, self._channel, cluster.me, EVERY_WORKER, parts, length)
-        others = [p for p in range(cluster.config.processes) if p != cluster.me]
+        live = cluster.live
+        wanted = live if processes is None else processes
+        # A process that said it leaves gets nothing more (it left ``live`` then), as from every worker's push ends.
+        others = sorted(p for p in wanted if p != cluster.me and p in live and p in cluster.links)
         self._tally[0] += len(others)
         self._tally[1] += length * len(others)
         cluster.quiescence.sent(len(others))
