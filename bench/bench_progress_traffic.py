@@ -13,9 +13,10 @@ header and an authentication tag per frame (``HEADER.size + TAG`` bytes); the ta
 Rows: ``-w 1`` with N = 2, 4, 8, 16 processes (seed 002's footnote 4 asks about processes), then N = 2, 4, 8, 16
 processes of 2 workers each with progress sent per worker (``PYTIMELY_AGGREGATE_PROGRESS=0``) and aggregated per
 process (the default: a process's workers' batches wait in its outbox for one another, up to 1 ms, and leave
-combined, once per remote process), and 4 x 2 on an elastic cluster (``launch --elastic``). Per row: progress
-frames and bytes per epoch (whole cluster), per process, per worker pair and per process pair, progress bytes per
-data byte, and for aggregated rows the workers' batches per frame that left the outbox (``batches per flush``).
+combined, once per remote process), and 4 x 2 on an elastic cluster (``launch --elastic``, combined the same
+way). Per row: progress frames and bytes per epoch (whole cluster), per process, per worker pair and per process
+pair, progress bytes per data byte, and for aggregated rows the workers' batches per frame that left the outbox
+(``batches per flush``).
 The baseline is the first row (N = 2, W = 1), measured in the same run; the ratio column is the row's progress
 bytes per epoch over it; each aggregated row also gives its progress frames per epoch over those of the same
 shape sent per worker (``vs per worker``).
@@ -134,7 +135,7 @@ def measure(processes: int, workers: int, epochs: int, rows: int, aggregate: boo
         "id": f"n={processes} w={workers}" + ("" if aggregate else " per-worker") + (" elastic" if elastic else ""),
         "processes": processes,
         "workers": workers,
-        "aggregated": aggregate and not elastic and workers > 1,
+        "aggregated": aggregate and workers > 1,
         "elastic": elastic,
         "epochs": epochs,
         "rows": rows,
@@ -198,7 +199,7 @@ def print_table(rows: list[Row]) -> None:
 def _sent(row: Row) -> str:
     """How a row's progress batches crossed to other processes."""
     if row["elastic"]:
-        return "once per process (elastic)"
+        return "combined per process (elastic)"
     if row["workers"] == 1:
         return "one worker a process"
     return "combined per process" if row["aggregated"] else "per worker"

@@ -39,7 +39,7 @@ def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> No
     assert per_worker["progress_frames_per_process_pair_epoch"] > 2 * one["progress_frames_per_process_pair_epoch"]
     assert aggregated["progress_frames_per_process_pair_epoch"] < per_worker["progress_frames_per_process_pair_epoch"]
     assert aggregated["vs_per_worker"] < 1 and aggregated["batches_per_flush"] > 1
-    # An elastic cluster does not combine batches but sends each to another process once, for all its workers.
+    # An elastic cluster combines them the same way.
     elastic = rows["n=2 w=2 elastic"]
     assert elastic["progress_frames_per_process_pair_epoch"] < per_worker["progress_frames_per_process_pair_epoch"]
     assert svg.read_text().startswith("<svg")
