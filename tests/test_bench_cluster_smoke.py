@@ -19,7 +19,17 @@ EXCHANGE = [
     "ratio_of_ceiling",
     "median_ratio_of_ceiling",
 ]
-WORDCOUNT = ["records", "seconds", "records_per_s", "baseline_seconds", "speedup", "cpu_speedup", "machine_ceiling"]
+WORDCOUNT = [
+    "records",
+    "seconds",
+    "records_per_s",
+    "baseline_seconds",
+    "speedup",
+    "cpu_speedup",
+    "machine_ceiling",
+    "share_of_ceiling",
+    "median_share_of_ceiling",
+]
 
 FIGURES = {
     "a1": [*EXCHANGE, "socket_only_seconds", "ring_speedup"],
