@@ -9,18 +9,18 @@ capabilities, and both ends of the bootstrap of seed 002 (a joining worker's
 :class:`~pytimely.progress.bootstrap.BootstrapServer`). The subgraph hands it the
 tracker and its operators when a step needs them, and schedules what it reports.
 
-In a fixed cluster of several processes of several workers each, progress is aggregated per
-process (seed 002 §3.3, footnote 4; model :mod:`pytimely.verify.aggregate`): a worker's batch goes
-to the workers of its own process directly and into the process's
-:class:`~pytimely.progress.broadcast.ProgressAggregator`, whose queued batches leave combined, as one, to
-every other process once, fanned out there to each worker. A worker's send is atomic with respect to the
-other workers' sends of its process, as ``send_upd`` is in the model (one lock per process and dataflow);
-offering and flushing are separate steps (``send_upd`` and ``agg_send``): a worker's step tells the
-aggregator when it begins and ends, and the queue leaves when no worker of the process is inside a step that
-may add to it, or once its oldest batch has waited ``AGGREGATE_DELAY``. Elastic clusters do
-not combine batches (the bootstrap of seed 002 counts workers' sequence numbers, and the rescaling
-model has no aggregated senders), but the channel still carries each batch to another process once,
-for all of its workers (:func:`~pytimely.communication.allocator.broadcast`).
+In a cluster of several workers a process, fixed or elastic, progress is aggregated per process
+(seed 002 §3.3, footnote 4; models :mod:`pytimely.verify.aggregate` and the aggregated senders of
+:mod:`pytimely.verify.rescale`): a worker's batch goes to the workers of its own process directly and
+into the process's :class:`ProcessOutbox`, whose queued batches leave combined, as one, to every other
+process once, fanned out there to each worker. A worker's send is atomic with respect to the other
+workers' sends of its process, as ``send_upd`` is in the model (one lock per process and dataflow);
+offering and flushing are separate steps (``send_upd`` and ``agg_send``): the queue leaves once every
+worker of the process that may still add to it (inside a step, or woken by a message) has ended a step,
+or once its oldest batch has waited ``AGGREGATE_DELAY`` (the cluster's outbox thread sees to that when
+no worker steps). In an elastic cluster each process's outbox greets a joining process with the number
+of its next combined batch, and a bootstrap server flushes its outbox and takes in what arrived before it
+takes its state (:meth:`Progcaster._flush_and_take_in`).
 """
 
 from __future__ import annotations
