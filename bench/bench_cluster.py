@@ -26,7 +26,9 @@
     keep a collection from walking such batches). What CPython takes for the
     records themselves; pytimely's share of it is what its own machinery (framing, checks, encryption,
     progress) leaves.
-    Every a row gives the best of the rounds and the median, and the median of each round's own ratio.
+    Every a row gives the best of the rounds and the median, and the median of each round's own ratio, in wall
+    time and in CPU time (both processes, all threads, against both raw peers): CPU time moves far less with
+    other programs on the cores.
 (b) word count scaling: the dataflow of ``examples/wordcount.py`` on 8,000,000 words drawn with seed 42
     from a Zipf-like (s = 1.1) vocabulary of 50,000 words, ``-n 2 -w 1`` against ``-n 1 -w 1``.
     Words go to workers by ``hash``; with ``PYTHONHASHSEED=0`` the two workers own 52% and 48% of them.
@@ -334,6 +336,7 @@ def raw_peer(role: str, send_bytes: int, recv_bytes: int, chunk: int) -> None:
             left -= n
 
     started = time.perf_counter()
+    cpu_started = time.process_time()
     sender = threading.Thread(target=send)
     sender.start()
     got = 0
@@ -344,8 +347,9 @@ def raw_peer(role: str, send_bytes: int, recv_bytes: int, chunk: int) -> None:
         got += n
     sender.join()
     seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started  # both threads, kernel time included
     sock.close()
-    print(json.dumps({"seconds": seconds}), flush=True)
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu}), flush=True)
 
 
 def python_peer(role: str, batches: int) -> None:
@@ -414,9 +418,12 @@ def _peer_pair(mode: str, listener_args: list[str], connector_args: list[str]) -
     return results
 
 
-def raw_ceiling(sent: tuple[int, int], chunk: int) -> float:
-    """Seconds for two processes to carry ``sent[0]`` bytes one way and ``sent[1]`` the other over TCP."""
+def raw_ceiling(sent: tuple[int, int], chunk: int, cpu: list[float] | None = None) -> float:
+    """Seconds for two processes to carry ``sent[0]`` bytes one way and ``sent[1]`` the other over TCP (the CPU
+    seconds of both are appended to ``cpu``)."""
     ends = _peer_pair("--raw-peer", [str(sent[0]), str(sent[1]), str(chunk)], [str(sent[1]), str(sent[0]), str(chunk)])
+    if cpu is not None:
+        cpu.append(sum(float(r["cpu_seconds"]) for r in ends))
     return max(float(r["seconds"]) for r in ends)
 
 
@@ -517,13 +524,15 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
         make = {"columnar": columnar_batch, "arrow": arrow_batch, "tuples": tuple_batch}[kind]
         chunk = HEADER.size + dumps((0, make(0, 1, per_batch)))[1] + TAG
         seen: list[tuple[tuple[int, int], int]] = []
-        cluster = functools.partial(_exchange_seconds, args, batches * per_batch, seen)
+        cpu: list[float] = []
+        raw_cpu: list[float] = []
+        cluster = functools.partial(_exchange_seconds, args, batches * per_batch, seen, cpu)
         # The ceiling carries the bytes the cluster run just before it put on the wire; each round measures the
         # cluster and its ceiling side by side. For a1 also every byte over the socket (what the shared-memory
         # ring saves).
         measures: dict[str, Callable[[], float]] = {
             "cluster": cluster,
-            "raw": functools.partial(_raw_after, seen, chunk),
+            "raw": functools.partial(_raw_after, seen, chunk, raw_cpu),
         }
         if ident == "a1":
             measures["socket_only"] = functools.partial(cluster, PYTIMELY_SHARED_MEMORY="0")
@@ -554,6 +563,10 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
                 "ratio_of_ceiling": round(raw / seconds, 3),
                 # Each round's own ratio (its cluster run against the ceiling run beside it), the median of them.
                 "median_ratio_of_ceiling": round(_median_ratio(rounds["raw"], rounds["cluster"]), 3),
+                # CPU seconds of both processes: moved far less than wall time by other programs on the cores.
+                "cpu_seconds": round(min(cpu), 4),
+                "baseline_cpu_seconds": round(min(raw_cpu), 4),
+                "median_cpu_ratio_of_ceiling": round(_median_ratio(raw_cpu, cpu), 3),
             }
         )
         row = rows[-1]
@@ -590,21 +603,30 @@ def _median_ratio(numerators: list[float], denominators: list[float]) -> float:
     return statistics.median(n / d for n, d in zip(numerators, denominators, strict=True))
 
 
-def _exchange_seconds(args: list[str], expected: int, seen: list[tuple[tuple[int, int], int]], **env: str) -> float:
+def _exchange_seconds(
+    args: list[str],
+    expected: int,
+    seen: list[tuple[tuple[int, int], int]],
+    cpu: list[float] | None = None,
+    **env: str,
+) -> float:
     """One run of ``job_exchange`` with ``args`` (and ``env`` set): its seconds, after checking every row arrived.
 
-    Without ``env`` the bytes each process sent and the frames of both are appended to ``seen``."""
+    Without ``env`` the bytes each process sent and the frames of both are appended to ``seen``, and the CPU
+    seconds of both processes (worker and link threads) to ``cpu``."""
     got = run_job("job_exchange", args, 2, 1, **env)
     if [r["rows_received"] for r in got] != [expected, expected]:
         raise AssertionError(f"{args}: rows received {[r['rows_received'] for r in got]}, expected {expected}")
     if not env:
         seen.append(((got[0]["bytes_sent"], got[1]["bytes_sent"]), got[0]["frames_sent"] + got[1]["frames_sent"]))
+        if cpu is not None:
+            cpu.append(sum(float(r["cpu_seconds"]) for r in got))
     return _cluster_seconds(got)
 
 
-def _raw_after(seen: list[tuple[tuple[int, int], int]], chunk: int) -> float:
+def _raw_after(seen: list[tuple[tuple[int, int], int]], chunk: int, cpu: list[float] | None = None) -> float:
     """The raw-socket ceiling for the bytes of the latest cluster run in ``seen``."""
-    return raw_ceiling(seen[-1][0], chunk)
+    return raw_ceiling(seen[-1][0], chunk, cpu)
 
 
 def _cluster_seconds(results: list[Row]) -> float:
@@ -915,8 +937,8 @@ def print_table(rows: list[Row], runs: int) -> None:
                 f"{row['bytes_per_s'] / 1e6:.0f} MB/s, {row['records_per_s'] / 1e6:.2f} M rec/s | "
                 f"{row['baseline']} | {row['baseline_seconds']:.3f} s (median {row['baseline_median_seconds']:.3f} s), "
                 f"{row['baseline_bytes_per_s'] / 1e6:.0f} MB/s | "
-                f"{row['ratio_of_ceiling']:.0%} of ceiling (median of rounds {row['median_ratio_of_ceiling']:.0%}) | "
-                f"{target} |"
+                f"{row['ratio_of_ceiling']:.0%} of ceiling (median of rounds {row['median_ratio_of_ceiling']:.0%}; "
+                f"in CPU time {row['median_cpu_ratio_of_ceiling']:.0%}) | {target} |"
             )
             if "python_floor_seconds" in row:
                 print(

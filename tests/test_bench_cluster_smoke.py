@@ -18,6 +18,9 @@ EXCHANGE = [
     "baseline_seconds",
     "ratio_of_ceiling",
     "median_ratio_of_ceiling",
+    "cpu_seconds",
+    "baseline_cpu_seconds",
+    "median_cpu_ratio_of_ceiling",
 ]
 WORDCOUNT = [
     "records",
