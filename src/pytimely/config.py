@@ -16,9 +16,10 @@ can configure processes without touching their command lines::
                          PYTIMELY_HANDSHAKE_TIMEOUT seconds one connecting peer may take to authenticate (10)
                          PYTIMELY_SEND_TIMEOUT     seconds a peer may take no byte while frames wait for it (60)
                          PYTIMELY_STALL_TIMEOUT    seconds every process must be quiet before a stall is reported (30)
-                         PYTIMELY_ENCRYPT          0: authenticate frames without encrypting them (default 1)
+                         PYTIMELY_ENCRYPT          0: authenticate socket frames without encrypting them (default 1;
+                                                   payloads in a same-host ring are authenticated, never encrypted)
                          PYTIMELY_AGGREGATE_PROGRESS 0: every worker sends its progress to every worker (default 1:
-                                                   once per process, for a fixed cluster of several workers a process)
+                                                   combined per process, with several workers a process)
                          PYTIMELY_SHARED_MEMORY    bytes of the ring each process offers a peer on its host for big
                                                    payloads (8 MiB; 0: every byte over the socket)
                          PYTIMELY_SEND_WINDOW      bytes of data queued towards a peer before workers wait (64 MiB)
@@ -71,10 +72,11 @@ class Config:
     stall_timeout: float = 30.0
     """Seconds every process must be quiet, with nothing sent, before an unfinished computation is stalled."""
     encrypt: bool = True
-    """Whether frames are encrypted as well as authenticated (False: authenticated only, readable on the wire)."""
+    """Whether frames on the socket are encrypted as well as authenticated (False: authenticated only, readable on
+    the wire); payloads in a same-host shared-memory ring are authenticated and never encrypted."""
     aggregate_progress: bool = True
-    """Whether a fixed cluster's workers send their progress batches to another process once, combined, fanned out
-    there (seed 002 §3.3), instead of once per worker there."""
+    """Whether the workers of a process (several a process, fixed or elastic cluster) send their progress batches to
+    another process combined, once, fanned out there (seed 002 §3.3), instead of each once per worker there."""
     shared_memory: int = 8 << 20
     """Bytes of the shared-memory ring a process offers each peer for payloads of 64 KiB and more (0: none); only
     a peer on the same host can map it, any other takes everything over the socket."""
