@@ -530,6 +530,16 @@ class SnapshotCorruptError(RecoveryError):
     """A committed snapshot's payload is missing or does not match the checksum its manifest records."""
 
 
+class SnapshotSealError(RecoveryError):
+    """A recovery store's file is not sealed by the store's key (or the store is sealed and no key was given);
+    nothing of it was unpickled."""
+
+
+class StoreWriteError(RecoveryError, OSError):
+    """Writing a snapshot failed mid-run (a full disk, a lost connection); names the file. The last committed
+    snapshot is untouched and nothing half-written counts."""
+
+
 class SparkExecutorSetupError(SparkSetupError):
     """The Spark executors' Python cannot import pytimely; the message names the interpreter and how to fix it."""
 

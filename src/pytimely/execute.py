@@ -31,7 +31,7 @@ from pytimely.communication.local import LocalAllocator
 from pytimely.config import Config
 from pytimely.errors import InvalidArgument
 from pytimely.eventlog import Sink
-from pytimely.recovery.durable import Recovery
+from pytimely.recovery.session import Recovery, Session
 from pytimely.worker import Worker
 
 __all__ = ["execute", "run_process", "run_workers"]
@@ -82,12 +82,12 @@ def execute(
 
     ``log``, a sink of :mod:`pytimely.eventlog`, receives every worker's events (off by default).
 
-    With ``recovery`` (:class:`pytimely.recovery.Recovery`) the store is checked writable before anything
-    runs (:class:`~pytimely.errors.StoreNotWritableError`), and each worker finds its
-    :class:`~pytimely.recovery.Durable` as ``worker.recovery`` (see :mod:`pytimely.recovery.durable`).
+    With ``recovery`` (:class:`pytimely.recovery.Recovery`) the store is opened before anything runs: a store
+    that cannot be written, or that belongs to another job, input or parameter, fails here with a typed error.
+    Every worker's declared state is then restored from the last snapshot before its dataflows' first step
+    and snapshotted at epoch boundaries (see :mod:`pytimely.recovery.runtime`); the job itself does nothing
+    for it.
     """
-    if recovery is not None:
-        func = _with_recovery(func, recovery)
     if config is not None:
         if workers != 1 and workers != config.workers:
             raise InvalidArgument(f"workers={workers} contradicts config.workers={config.workers}; give one of them")
@@ -97,31 +97,27 @@ def execute(
                     "seed= orders in-process workers; a cluster of processes cannot be replayed by it"
                 )
             return run_process(
-                func, config, check_serialization=check_serialization, on_leave=on_leave, log=log
+                func, config, check_serialization=check_serialization, on_leave=on_leave, log=log,
+                recovery=recovery,
             )
         workers = config.workers
     if type(workers) is not int or workers < 1:
         raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
-    allocators = LocalAllocator.group(workers)
-    if workers == 1:
-        worker = Worker(allocators[0], check_serialization=check_serialization, log=log)
-        result = func(worker)
-        worker.finish()
-        return [result]
-    return run_workers(func, [Worker(a, check_serialization=check_serialization, log=log) for a in allocators], seed)
-
-
-def _with_recovery(func: Callable[[Worker], R], recovery: Recovery) -> Callable[[Worker], R]:
-    """``func`` with ``worker.recovery`` set first; the store is opened (and checked) here, before any worker runs."""
-    from pytimely.recovery.durable import Durable
-
-    snapshots, latest = recovery.open()
-
-    def attached(worker: Worker) -> R:
-        worker.recovery = Durable(worker, recovery, snapshots, latest)
-        return func(worker)
-
-    return attached
+    session = None if recovery is None else recovery.open()
+    try:
+        allocators = LocalAllocator.group(workers)
+        made = [Worker(a, check_serialization=check_serialization, log=log) for a in allocators]
+        if session is not None:
+            for worker in made:
+                worker.recover_with(session.worker(worker))
+        if workers == 1:
+            result = func(made[0])
+            made[0].finish()
+            return [result]
+        return run_workers(func, made, seed)
+    finally:
+        if session is not None:
+            session.close()
 
 
 def run_workers(func: Callable[[Worker], R], workers: list[Worker], seed: int | None = None) -> list[R]:
@@ -210,24 +206,35 @@ def run_process(
 
     ``listener``, a socket already listening on this process's address, is for hosts that must announce
     the address before the cluster starts; it is closed once every peer has connected.
-    ``check_serialization``, ``log`` and ``recovery`` are as for :func:`execute`. In an elastic cluster,
-    ``on_leave(process)`` is called when this process leaves (however its workers came to call
+    ``check_serialization``, ``log`` and ``recovery`` are as for :func:`execute` (the store is opened before
+    this process connects to the others; a process joining a running computation restores nothing). In an
+    elastic cluster, ``on_leave(process)`` is called when this process leaves (however its workers came to call
     :meth:`Worker.leave`), before any peer hears of it: ``pytimely run`` uses it to tell
     ``pytimely launch --elastic``'s control endpoint.
     """
-    if recovery is not None:
-        func = _with_recovery(func, recovery)
-    cluster = Cluster(config, listener=listener, on_leave=on_leave)
+    session = None
+    try:
+        if recovery is not None:
+            session = recovery.open(process=config.process, joining=config.join)
+        cluster = Cluster(config, listener=listener, on_leave=on_leave)
+    except BaseException:
+        if session is not None:
+            session.close()
+        if listener is not None:
+            listener.close()
+        raise
     previous: Any = None
     if config.elastic and threading.current_thread() is threading.main_thread():
         # ``pytimely launch --elastic`` asks a process to leave with SIGUSR1; its job decides when. The
         # caller's handler is put back when the run ends.
         previous = signal.signal(signal.SIGUSR1, lambda *_: setattr(cluster, "leave_requested", True))
     try:
-        return _run_cluster(cluster, func, config, listener, check_serialization, log)
+        return _run_cluster(cluster, func, config, listener, check_serialization, log, session)
     finally:
         if previous is not None:
             signal.signal(signal.SIGUSR1, previous)
+        if session is not None:
+            session.close()
 
 
 def _run_cluster(
@@ -237,6 +244,7 @@ def _run_cluster(
     listener: socket.socket | None,
     check_serialization: bool,
     log: Sink | None,
+    session: Session | None = None,
 ) -> list[R]:
     """Start ``cluster``, run ``func`` on this process's workers and return their results in order."""
     try:
@@ -256,6 +264,9 @@ def _run_cluster(
             )
             for i in range(config.workers)
         ]
+        if session is not None:
+            for worker in workers:
+                worker.recover_with(session.worker(worker))
         results: list[Any] = [None] * config.workers
         errors: list[BaseException] = []
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from concurrent.futures import Future
+from typing import Any, Protocol, TypeVar
 
 from pytimely.collector import burst
 from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
@@ -25,7 +26,7 @@ from pytimely.errors import (
 )
 from pytimely.eventlog import EventLogger, Sink
 
-__all__ = ["Worker"]
+__all__ = ["RecoveryHook", "Worker"]
 
 _STATS_EVERY = 1.0
 """Seconds between ``stats`` events, when the event log is on."""
@@ -37,6 +38,30 @@ _PARK = 0.1
 
 _BELL = 0.005
 """While another thread holds an activator: the longest wait on its bell before looking at the network again."""
+
+
+class RecoveryHook(Protocol):
+    """What a worker asks of the recovery runtime (:class:`pytimely.recovery.runtime.WorkerRecovery`)."""
+
+    def attach(self, subgraph: Subgraph) -> None:
+        """A dataflow was built (and, on a joining worker, bootstrapped): restore it before its first step."""
+        ...
+
+    def after_step(self) -> None:
+        """Once per step: hand on snapshots whose files are written, commit those every worker has written."""
+        ...
+
+    def busy(self) -> bool:
+        """Whether writes or commits are still under way (the worker keeps stepping until they are done)."""
+        ...
+
+    def leaving(self, at: Any) -> None:
+        """The worker leaves the computation at ``at``: snapshots of later epochs are the others' to take."""
+        ...
+
+    def finishing(self) -> None:
+        """The job closed its inputs: the last snapshots are reported once taken, then nothing more."""
+        ...
 
 
 class Worker:
@@ -51,6 +76,7 @@ class Worker:
         join_timeout: float | None = None,
     ) -> None:
         self._allocator = allocator
+        self._recovery: RecoveryHook | None = None
         # Decided once: checking a runtime Protocol costs microseconds, and step_while is called per epoch.
         self._elastic: ElasticAllocator | None = elastic_view(allocator)
         self.join_timeout = join_timeout
@@ -74,8 +100,12 @@ class Worker:
         """Whether the last :meth:`step` did anything (received, ran or sent something)."""
         self.waiting = False
         """Whether the worker is inside :meth:`step_while`: only its dataflows can end the wait."""
-        self.recovery: Any = None
-        """With ``execute(..., recovery=...)``, this worker's :class:`pytimely.recovery.Durable`; else ``None``."""
+
+    def recover_with(self, hook: RecoveryHook) -> None:
+        """Snapshot and restore this worker's declared state through ``hook`` (``execute(..., recovery=)`` does)."""
+        if self._count:
+            raise ScopeError("recovery must be set up before the worker builds its first dataflow")
+        self._recovery = hook
 
     @property
     def index(self) -> int:
@@ -120,6 +150,8 @@ class Worker:
                     self._process(),
                 ),
             )
+        if self._recovery is not None:
+            self._recovery.attach(subgraph)
         return result
 
     def _step_until(self, busy: Callable[[], bool], deadline: float | None, late: Callable[[], Exception]) -> None:
@@ -214,6 +246,8 @@ class Worker:
         for subgraph in self._dataflows:
             subgraph.check_leave()
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._recovery is not None:
+            self._recovery.leaving(at)
 
         def late(waiting_for: str) -> Callable[[], Exception]:
             return lambda: LeaveTimeoutError(
@@ -262,9 +296,12 @@ class Worker:
         self.last_step_worked = worked
         if self._logger is not None:
             self._log_stats(self._logger)
+        recovery = self._recovery
+        if recovery is not None:
+            recovery.after_step()
         if self._after_step is not None:
             self._after_step()
-        return bool(self._dataflows)
+        return bool(self._dataflows) or (recovery is not None and recovery.busy())
 
     def step_while(self, condition: Callable[[], bool], *, timeout: float | None = None) -> None:
         """Step while ``condition()`` holds (between idle steps, wait for messages from other processes).
@@ -324,6 +361,18 @@ class Worker:
             return False
         return self.peers == 1 or (cluster is not None and cluster.stalled())
 
+    def await_other_thread(self, future: Future[Any]) -> None:
+        """Count ``future`` (work another thread does for this worker, such as writing a snapshot) as a reason to
+        wait, not a stall, until it is done; its end wakes the worker."""
+        bell = self._doorbell
+        bell._opened()
+
+        def done(_: Future[Any]) -> None:
+            bell._closed()
+            bell.ring()
+
+        future.add_done_callback(done)
+
     @property
     def awaits_other_threads(self) -> bool:
         """Whether another thread holds an open activator of this worker's operators (then idle is no stall)."""
@@ -339,6 +388,8 @@ class Worker:
         for subgraph in self._dataflows:
             for handle in subgraph.inputs:
                 handle.close()
+        if self._recovery is not None:
+            self._recovery.finishing()
 
     def communication_stats(self) -> dict[str, Any]:
         """Counters of the communication layer (queue peaks, flow-control waits, frames sent), if it keeps any."""

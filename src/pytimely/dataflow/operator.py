@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pytimely.dataflow.capability import InputCapability
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.scope import Scope
+    from pytimely.dataflow.state import Declared
 
 __all__ = ["OperatorCore", "OperatorInfo"]
 
@@ -23,6 +24,9 @@ class OperatorInfo:
 
     ``activate()`` schedules the operator again at the next step, for logic that
     has more to do without new input (a source sending a little at a time).
+    ``may_change(time)`` says whether declared state (:mod:`pytimely.dataflow.state`) may change at ``time``
+    now: an operator that changes it when a frontier moves (a window closing, a bin shipped) waits while it is
+    false; it is scheduled again when it may.
     """
 
     name: str
@@ -31,6 +35,7 @@ class OperatorInfo:
     peers: int
     activate: Callable[[], None]
     make_sync_activator: Callable[[], SyncActivator] | None = None
+    may_change: Callable[[Any], bool] = lambda _time: True
 
     def sync_activator(self) -> SyncActivator:
         """An activator another thread may call to schedule this operator (see :mod:`.activate`)."""
@@ -53,6 +58,7 @@ class OperatorCore:
         "notify",
         "outputs",
         "scope",
+        "states",
         "time",
         "undeclared_state",
     )
@@ -75,6 +81,8 @@ class OperatorCore:
         """Declared internal path summaries per ``(input, output)``; ``None``: the identity for every pair."""
         self.undeclared_state: str | None = None
         """What state the operator keeps across timestamps that a snapshot would not hold (``None``: none)."""
+        self.states: list[Declared] = []
+        """The state it declared (:mod:`pytimely.dataflow.state`): the runtime snapshots and restores it."""
 
     def check_summary(self, port: int, output: int, time: Any, later: Any) -> None:
         """:class:`SummaryViolationError` unless a message at ``time`` on input ``port`` may lead to ``later``

@@ -19,10 +19,17 @@ A step (:meth:`Subgraph.step`) does, in order:
 
 Steps 1 and 4, and the bootstrap of a worker joining a running computation, are
 the progcaster's (:mod:`pytimely.dataflow.progcaster`); the subgraph schedules.
+
+Recovery (:mod:`pytimely.recovery.runtime`) hooks in at three places: :attr:`Subgraph.snapshot_hook` runs
+right after step 1, before any operator, so a snapshot taken there holds exactly the records its frontier
+passed; while :attr:`Subgraph.fence` is set, operators that declared state
+(:mod:`pytimely.dataflow.state`) are not handed messages of later epochs; and in a resumed run, what source
+operators send at epochs before :attr:`Subgraph.resume_epoch` (already committed) is dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import time
 from collections import deque
@@ -90,6 +97,13 @@ class Subgraph:
         """Input handles, closed for the worker when its function returns."""
         self.tracker: Tracker[Any] | None = None
         self.built = False
+        self.snapshot_hook: Callable[[], None] | None = None
+        """Called in every step in which progress arrived, after it is applied and before any operator runs."""
+        self.fence: int | None = None
+        """While set, operators that declared state take no message of an epoch after it (a snapshot's fence)."""
+        self.resume_epoch: int | None = None
+        """In a resumed run, the first epoch to compute: source operators' records of earlier epochs are dropped."""
+        self._stateful: frozenset[int] = frozenset()
 
     # -- building -------------------------------------------------------------------------
 
@@ -113,20 +127,25 @@ class Subgraph:
         if self.built:
             raise ScopeError(f"dataflow {self.name!r} is already built; connect streams inside its build function")
         pact = pact_of(pact, target._op.name)
+        channel: Any
         if type(pact) is Pipeline or (self.peers == 1 and not self.elastic):
-            output._connect(_Pipeline(target, self.record))
+            channel = _Pipeline(target, self.record)
         else:
             pushes, pull = self.allocator.allocate((self.ident, self._channels), Precedence.DATA)
             self._channels += 1
             if type(pact) is Exchange:
                 # ``exchange`` spreads records over the workers the computation started with: only those receive.
                 self._pinned.setdefault(target._op.name, tuple(range(self.peers)))
-                output._connect(_Exchange(target, pushes, self.worker, pact.route, pact.vectorized, self.record))
+                channel = _Exchange(target, pushes, self.worker, pact.route, pact.vectorized, self.record)
             elif type(pact) is Direct:
-                output._connect(_Direct(target, pushes, self.worker, pact.dest, self.record))
+                channel = _Direct(target, pushes, self.worker, pact.dest, self.record)
             else:
-                output._connect(_Broadcast(target, pushes, self.worker, self.record))
+                channel = _Broadcast(target, pushes, self.worker, self.record)
             self._remote.append((pull, target))
+        if not self.operators[output.source.node].inputs:
+            # A source: in a resumed run, what it sends at a committed epoch is dropped here.
+            channel = _Replayed(channel, self)
+        output._connect(channel)
         self._edges.append((output.source, target.location))
         self.channel_kinds.append(pact.kind)
 
@@ -248,6 +267,8 @@ class Subgraph:
             if self.log is not None:
                 self._log_frontiers(self.log, changed)
             self._notify(changed)
+            if self.snapshot_hook is not None:
+                self.snapshot_hook()
         for pull, port in self._remote:
             messages = pull.drain()
             if messages:
@@ -257,6 +278,35 @@ class Subgraph:
             worked = True
             self._run()
         return progress.send() or worked
+
+    def declare_stateful(self) -> list[OperatorCore]:
+        """The operators that declared state (recovery fences them); called once the dataflow is built."""
+        stateful = [op for op in self.operators if op.states]
+        self._stateful = frozenset(op.index for op in stateful)
+        return stateful
+
+    def may_change(self, time: Any) -> bool:
+        """Whether declared state may change at ``time`` now: no snapshot of an earlier epoch is pending."""
+        fence = self.fence
+        return fence is None or epoch_of(time) <= fence
+
+    def release_fence(self) -> None:
+        """Schedule every operator that declared state: the fence moved, so held messages and waiting changes go."""
+        for index in self._stateful:
+            self.activate(index)
+
+    def _hold_back(self, op: OperatorCore, fence: int) -> list[tuple[Any, list[Any]]]:
+        """Take the messages of epochs after ``fence`` out of ``op``'s queues until the fence moves."""
+        held: list[tuple[Any, list[Any]]] = []
+        for port in op.inputs:
+            queue = port._queue
+            if queue and any(epoch_of(t) > fence for t, _ in queue):
+                later = [m for m in queue if epoch_of(m[0]) > fence]
+                kept = [m for m in queue if epoch_of(m[0]) <= fence]
+                queue.clear()
+                queue.extend(kept)
+                held.append((port, later))
+        return held
 
     def _notify(self, changed: dict[Target, Any]) -> None:
         """Schedule the operators that asked to hear of their input frontiers moving."""
@@ -333,6 +383,7 @@ class Subgraph:
         log = self.log
         clock = time.perf_counter
         start = 0.0
+        stateful = self._stateful
         try:
             while queue:
                 index = pop(queue)
@@ -345,6 +396,8 @@ class Subgraph:
                 op.time = None
                 if log is not None:
                     start = clock()
+                fence = self.fence
+                held = self._hold_back(op, fence) if fence is not None and index in stateful else None
                 try:
                     logic()
                 except BatchError as exc:
@@ -362,6 +415,9 @@ class Subgraph:
                         time=op.time,
                     ) from exc
                 finally:
+                    if held:
+                        for port, later in held:
+                            port._queue.extendleft(reversed(later))
                     if log is not None:
                         log.schedule(index, op.name, start, clock())
                     if op.input_caps:
@@ -386,3 +442,36 @@ class Subgraph:
             kind = "capability on output" if isinstance(location, Source) else "message(s) for input"
             out.append(f"{op.name!r} {kind} {location.port} at {sorted(counts, key=repr)!r}")
         return out
+
+
+def epoch_of(time: Any) -> int:
+    """The epoch of a timestamp: an int itself, a :class:`~pytimely.order.Product`'s outermost coordinate."""
+    while type(time) is not int:
+        time = time.outer
+    return time
+
+
+class _Replayed:
+    """A channel from a source operator that drops what it sends at epochs a resumed run has committed."""
+
+    __slots__ = ("_inner", "_subgraph")
+
+    def __init__(self, inner: Any, subgraph: Subgraph) -> None:
+        self._inner = inner
+        self._subgraph = subgraph
+
+    @property
+    def sender(self) -> str | None:
+        """The operator whose output feeds this channel (for the channel's errors)."""
+        return getattr(self._inner, "sender", None)
+
+    @sender.setter
+    def sender(self, name: str | None) -> None:
+        with contextlib.suppress(AttributeError):  # a pipeline has no sender to name
+            self._inner.sender = name
+
+    def push(self, time: Any, batch: Any) -> None:
+        resume = self._subgraph.resume_epoch
+        if resume is not None and epoch_of(time) < resume:
+            return
+        self._inner.push(time, batch)

@@ -18,7 +18,7 @@ causes, not the size of the graph.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from pytimely.errors import (
@@ -538,6 +538,15 @@ class Tracker(Generic[T]):
     def has_pending(self) -> bool:
         """Whether changes were recorded since the last :meth:`propagate_all`."""
         return bool(self._pending)
+
+    def lower_times(self) -> Iterator[T]:
+        """The minimal times of the pointstamps at every location (as of the last propagation; may repeat).
+
+        Nothing earlier than all of them is present anywhere, so no location can see one: a snapshot of every
+        state up to a time all of them have passed is complete (:mod:`pytimely.recovery.runtime`).
+        """
+        for chain in self._pointstamps:
+            yield from chain.frontier_elements()
 
     def is_idle(self) -> bool:
         """Whether no pointstamp is present anywhere (the computation has finished)."""

@@ -6,10 +6,11 @@ at all; the manifest is still written after its payloads, as for every store.
 
 from __future__ import annotations
 
+import builtins
 import secrets
 from typing import Any
 
-from pytimely.errors import RecoveryError, StoreNotWritableError
+from pytimely.errors import RecoveryError, StoreNotWritableError, StoreWriteError
 
 __all__ = ["FsspecStore"]
 
@@ -43,10 +44,14 @@ class FsspecStore:
 
     def put(self, name: str, data: bytes) -> None:
         """One object write."""
+        path = self._path(name)
         try:
-            self.fs.pipe_file(self._path(name), data)
-        except Exception as exc:
-            raise RecoveryError(f"recovery store {self.location}: cannot write {name}: {exc}", name) from None
+            self.fs.pipe_file(path, data)
+        except Exception as exc:  # fsspec back ends raise their own kinds (botocore, OSError, ...)
+            raise StoreWriteError(
+                f"recovery store {self.location}: cannot write {name}: {exc} (the last committed snapshot is "
+                "untouched)", f"{self.location}/{name}",
+            ) from None
 
     def get(self, name: str) -> bytes | None:
         """The object's bytes or ``None``."""
@@ -54,6 +59,8 @@ class FsspecStore:
             data: bytes = self.fs.cat_file(self._path(name))
         except (FileNotFoundError, IsADirectoryError):
             return None
+        except Exception as exc:
+            raise RecoveryError(f"recovery store {self.location}: cannot read {name}: {exc}", name) from None
         return data
 
     def list(self, prefix: str) -> list[str]:
@@ -76,3 +83,7 @@ class FsspecStore:
                 self.fs.rm_file(path)
         except FileNotFoundError:
             pass
+
+    def sweep(self) -> builtins.list[str]:
+        """Nothing to remove: an object is written in one call, so no writer leaves a part of one behind."""
+        return []

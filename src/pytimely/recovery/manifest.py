@@ -1,24 +1,52 @@
-"""What a committed snapshot is: a manifest naming every payload (with its checksum) and the job it belongs to.
+"""What a store holds besides payloads: its identity, each dataflow's state layout, and the manifests.
 
-A manifest is JSON ``{"body": {...}, "sha256": ...}``: the checksum covers the body, so a manifest that was
-damaged after its commit is refused like a missing one. The body names the job's :class:`Identity`, the
-epoch, and every payload and output part with its SHA-256 and size; a snapshot counts only when its manifest
-is there, reads back whole and every file it names matches its checksum.
+Every such file is JSON ``{"body": ..., "seal": ...}``. In a store with a key the seal is an HMAC-SHA256 of the
+body (:func:`pytimely.signed_lines.sign`, bound to the file's purpose), so a file nobody holding the key wrote
+is refused before anything it names is read, let alone unpickled. Without a key the seal is the body's SHA-256:
+it tells a damaged file from a whole one, not a forged one from a true one (a store without a key is trusted
+like the program's own files).
+
+* :class:`Identity` (``identity.json``): the format version, the job's name, its run parameters (such as the
+  epoch count), its inputs by name and content fingerprint, and whether (and with which key) it is sealed.
+  A run whose identity differs is refused naming the first difference.
+* :class:`Layout` (``dataflows/<k>.json``): every state a dataflow declares, by a stable key
+  (``dataflow/operator#n/state``), its kind, layout version and bins.
+* :class:`Manifest` (``manifests/<epoch>``): the commit of a snapshot. It names the payload files it reads with
+  their size and SHA-256, and for every state where each piece lives: a bin of a keyed state, a worker's value,
+  a worker's log (a list of pieces), or a source's positions (JSON, inline). A manifest is complete in itself:
+  a bin that did not change since an earlier snapshot is named where it was written then.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from pytimely.errors import RecoveryMismatchError
+from pytimely.errors import RecoveryMismatchError, SnapshotSealError
+from pytimely.signed_lines import sign
 
-__all__ = ["FORMAT_VERSION", "FileRef", "Identity", "Manifest", "digest"]
+__all__ = [
+    "FINAL",
+    "FORMAT_VERSION",
+    "Identity",
+    "Layout",
+    "Manifest",
+    "Piece",
+    "Seal",
+    "digest",
+    "fingerprint",
+]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """The layout of stores, manifests and payloads; a store of another version is refused, never rewritten."""
+
+FINAL = 1 << 62
+"""The epoch of the snapshot taken once every dataflow has finished: a run resuming from it has nothing to do."""
 
 
 def digest(data: bytes) -> str:
@@ -26,15 +54,95 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def fingerprint(path: str | os.PathLike[str]) -> str:
+    """``sha256:<hex>`` of a file's content (read in blocks), the identity of an input file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+    return f"sha256:{h.hexdigest()}"
+
+
+class Seal:
+    """Seals and opens the store's JSON files: an HMAC with ``key``, or a checksum without one."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self.key = key
+
+    @property
+    def key_id(self) -> str:
+        """A fingerprint of the key that does not reveal it ("" without a key)."""
+        if self.key is None:
+            return ""
+        return hmac.new(self.key, b"pytimely-recovery-key-id", hashlib.sha256).hexdigest()[:16]
+
+    def wrap(self, purpose: str, body: dict[str, Any]) -> bytes:
+        """``body`` with its seal, as bytes."""
+        if self.key is not None:
+            seal = "hmac:" + sign(self.key, f"recovery-{purpose}", body)
+        else:
+            seal = "sha256:" + digest(_canonical(body))
+        return json.dumps({"body": body, "seal": seal}, sort_keys=True, separators=(",", ":")).encode()
+
+    def open(self, purpose: str, data: bytes, where: str) -> dict[str, Any] | None:
+        """The body of a sealed file; ``None`` when it is damaged (not JSON, checksum wrong).
+
+        Raises :class:`SnapshotSealError` when the file is whole but not sealed by this store's key (or is
+        sealed and this run has no key): forged, or another key's.
+        """
+        try:
+            outer = json.loads(data)
+            body = outer["body"]
+            seal = outer["seal"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(body, dict) or not isinstance(seal, str):
+            return None
+        kind, _, value = seal.partition(":")
+        if kind == "sha256":
+            if not hmac.compare_digest(value, digest(_canonical(body))):
+                return None
+            if self.key is not None:
+                raise SnapshotSealError(
+                    f"{where} is not sealed (a store written without a key): this run has a key and refuses it; "
+                    "start over with --recovery-mode fresh or use a new folder", where,
+                )
+            return body
+        if kind == "hmac":
+            if self.key is None:
+                raise SnapshotSealError(
+                    f"{where} is sealed with a key and this run has none: give the store's key "
+                    "(--recovery-key-file, Recovery(key=...))", where,
+                )
+            if not hmac.compare_digest(value, sign(self.key, f"recovery-{purpose}", body)):
+                raise SnapshotSealError(
+                    f"{where} is not sealed by this store's key (forged, altered, or written with another key); "
+                    "nothing it names was read", where,
+                )
+            return body
+        return None
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _json(value: Any) -> Any:
+    """``value`` as JSON gives it back (tuples become lists), so values compare as they were stored."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Which job a store belongs to: the format version, the job's name, its dataflows' operators and its states."""
+    """What the output of a job depends on besides its code: name, run parameters, inputs; and the store's key."""
 
     job: str
-    dataflows: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]
-    """Per dataflow: its name and its operators as ``(id, name)``."""
-    states: tuple[str, ...]
-    bins: int
+    parameters: dict[str, Any] = field(default_factory=dict)
+    """Run parameters such as the number of epochs (JSON values)."""
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Input name -> content fingerprint (:func:`fingerprint`) or a source's own identity string."""
+    key_id: str = ""
+    """:attr:`Seal.key_id` of the key the store is sealed with ("" when it is not sealed)."""
     format: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -42,9 +150,9 @@ class Identity:
         return {
             "format": self.format,
             "job": self.job,
-            "bins": self.bins,
-            "states": list(self.states),
-            "dataflows": [[name, [list(op) for op in ops]] for name, ops in self.dataflows],
+            "parameters": _json(self.parameters),
+            "inputs": dict(self.inputs),
+            "key_id": self.key_id,
         }
 
     @staticmethod
@@ -52,107 +160,158 @@ class Identity:
         """The identity written by :meth:`to_json`."""
         return Identity(
             job=str(data.get("job", "")),
-            dataflows=tuple(
-                (str(name), tuple((int(i), str(n)) for i, n in ops)) for name, ops in data.get("dataflows", [])
-            ),
-            states=tuple(data.get("states", [])),
-            bins=int(data.get("bins", 0)),
+            parameters=dict(data.get("parameters", {})),
+            inputs={str(k): str(v) for k, v in dict(data.get("inputs", {})).items()},
+            key_id=str(data.get("key_id", "")),
             format=int(data.get("format", -1)),
         )
 
     def check_against(self, stored: Identity, where: str) -> None:
         """Raise :class:`RecoveryMismatchError` naming the first thing ``stored`` (the store's) differs in."""
+        unchanged = "(nothing was changed; --recovery-mode fresh starts over)"
         if stored.format != self.format:
             raise RecoveryMismatchError(
-                f"recovery store {where}: written by format version {stored.format}, this is version {self.format}; "
-                f"use a new folder (nothing was changed)", where, "format"
+                f"recovery store {where}: written by format version {stored.format}, this is version {self.format} "
+                f"{unchanged}", where, "format",
             )
         if stored.job != self.job:
             raise RecoveryMismatchError(
-                f"recovery store {where}: belongs to job {stored.job!r}, not {self.job!r} (nothing was changed)",
-                where, "job",
+                f"recovery store {where}: belongs to job {stored.job!r}, not {self.job!r} {unchanged}", where, "job"
             )
-        if len(stored.dataflows) != len(self.dataflows):
-            raise RecoveryMismatchError(
-                f"recovery store {where}: its job built {len(stored.dataflows)} dataflow(s), this one "
-                f"{len(self.dataflows)} (nothing was changed)", where, "dataflows",
-            )
-        for k, ((name_a, ops_a), (name_b, ops_b)) in enumerate(zip(stored.dataflows, self.dataflows, strict=True)):
-            if name_a != name_b or ops_a != ops_b:
-                extra = sorted(set(ops_b) - set(ops_a))[:3]
-                missing = sorted(set(ops_a) - set(ops_b))[:3]
+        mine = _json(self.parameters)
+        for name in sorted(set(stored.parameters) | set(mine)):
+            before, now = stored.parameters.get(name), mine.get(name)
+            if before != now:
                 raise RecoveryMismatchError(
-                    f"recovery store {where}: dataflow {k} differs: the store's {name_a!r} has operators "
-                    f"{_names(missing)} this job lacks, this job's {name_b!r} has {_names(extra)} the store's "
-                    f"lacks (nothing was changed)", where, f"dataflow {k}",
+                    f"recovery store {where}: written with {name} = {_show(before)}, this run has {name} = "
+                    f"{_show(now)}: its snapshots would give another output {unchanged}", where, f"parameter {name}",
                 )
-        if stored.states != self.states:
-            raise RecoveryMismatchError(
-                f"recovery store {where}: holds the states {list(stored.states)}, this job declares "
-                f"{list(self.states)} (nothing was changed)", where, "states",
-            )
-        if stored.bins != self.bins:
-            raise RecoveryMismatchError(
-                f"recovery store {where}: keyed state in {stored.bins} bins, this job uses {self.bins} "
-                f"(nothing was changed)", where, "bins",
-            )
+        for name in sorted(set(stored.inputs) | set(self.inputs)):
+            before, now = stored.inputs.get(name), self.inputs.get(name)
+            if before != now:
+                what = (
+                    f"this run has no input {name!r}" if now is None
+                    else f"the store has no input {name!r}" if before is None
+                    else f"input {name!r} differs in content ({before[:19]}... in the store, {now[:19]}... now)"
+                )
+                raise RecoveryMismatchError(
+                    f"recovery store {where}: {what}: resuming would give wrong output {unchanged}", where,
+                    f"input {name}",
+                )
 
 
-def _names(ops: list[tuple[int, str]]) -> str:
-    return ", ".join(f"{name!r} (id {i})" for i, name in ops) or "none"
-
-
-@dataclass(frozen=True, slots=True)
-class FileRef:
-    """A payload or output part a manifest names: its blob name, SHA-256, size, worker and bins."""
-
-    name: str
-    sha256: str
-    size: int
-    worker: int = -1
-    bins: tuple[int, ...] = ()
+def _show(value: Any) -> str:
+    return "nothing" if value is None else json.dumps(value)
 
 
 @dataclass(frozen=True, slots=True)
-class Manifest:
-    """A committed snapshot of epoch ``epoch``: every worker's payload and output part, the job's identity."""
+class Layout:
+    """The states a dataflow declares: ``key -> (kind, layout version, bins)``."""
 
-    epoch: int
-    identity: str
-    """SHA-256 of the job's :class:`Identity` JSON."""
-    peers: int
-    payloads: tuple[FileRef, ...] = ()
-    outputs: tuple[FileRef, ...] = ()
-    positions: dict[str, Any] = field(default_factory=dict)
-    """Per worker (as a string), where its inputs stood after ``epoch``: what it handed to ``commit``."""
+    states: dict[str, tuple[str, str, int]]
 
-    def dumps(self) -> bytes:
-        """The manifest as checksummed JSON."""
-        body = asdict(self)
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        return json.dumps({"body": body, "sha256": digest(text.encode())}, sort_keys=True).encode()
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"states": {k: list(v) for k, v in sorted(self.states.items())}}
 
     @staticmethod
-    def loads(data: bytes) -> Manifest | None:
-        """The manifest in ``data``, or ``None`` when it is not one whole (unreadable or its checksum fails)."""
-        try:
-            outer = json.loads(data)
-            body = outer["body"]
-            text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-            if digest(text.encode()) != outer["sha256"]:
-                return None
-            return Manifest(
-                epoch=int(body["epoch"]),
-                identity=str(body["identity"]),
-                peers=int(body["peers"]),
-                payloads=tuple(_ref(r) for r in body["payloads"]),
-                outputs=tuple(_ref(r) for r in body["outputs"]),
-                positions=dict(body.get("positions", {})),
+    def from_json(data: dict[str, Any]) -> Layout:
+        """The layout written by :meth:`to_json`."""
+        return Layout({str(k): (str(v[0]), str(v[1]), int(v[2])) for k, v in dict(data.get("states", {})).items()})
+
+    def check_against(self, stored: Layout, where: str, dataflow: str) -> None:
+        """Raise :class:`RecoveryMismatchError` naming the first state ``stored`` differs in."""
+        unchanged = "(nothing was changed; --recovery-mode fresh starts over)"
+        for key in sorted(set(stored.states) | set(self.states)):
+            before, now = stored.states.get(key), self.states.get(key)
+            if before == now:
+                continue
+            if before is None:
+                what = f"this job's state {key!r} is not in the store (an operator added or renamed)"
+            elif now is None:
+                what = f"the store holds state {key!r} that this job does not declare (an operator removed or renamed)"
+            else:
+                what = (
+                    f"state {key!r} was written as {before[0]} state, layout {before[1]!r}, {before[2]} bins; this job "
+                    f"declares {now[0]} state, layout {now[1]!r}, {now[2]} bins"
+                )
+            raise RecoveryMismatchError(
+                f"recovery store {where}: dataflow {dataflow!r}: {what} {unchanged}", where, f"state {key}"
             )
-        except (ValueError, KeyError, TypeError):
-            return None
 
 
-def _ref(data: dict[str, Any]) -> FileRef:
-    return FileRef(str(data["name"]), str(data["sha256"]), int(data["size"]), int(data["worker"]),
-                   tuple(int(b) for b in data["bins"]))
+Piece = tuple[int, int, int]
+"""Where a piece of state lives: ``(file index in the manifest, offset, length)``."""
+
+
+@dataclass(slots=True)
+class Manifest:
+    """A committed snapshot (see the module doc)."""
+
+    epoch: int
+    """The epoch the snapshot holds (every record at a time ``<= epoch``; :data:`FINAL` once all finished)."""
+    identity: str
+    """SHA-256 of the job's identity JSON."""
+    peers: int
+    files: list[tuple[str, int, str]] = field(default_factory=list)
+    """Payload files: ``(name, size, sha256)``."""
+    binned: dict[str, dict[int, Piece]] = field(default_factory=dict)
+    worker: dict[str, dict[int, Piece]] = field(default_factory=dict)
+    logs: dict[str, dict[int, list[Piece]]] = field(default_factory=dict)
+    positions: dict[str, dict[int, Any]] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every dataflow had finished: a run resuming from it has nothing left to compute."""
+        return self.epoch == FINAL
+
+    @property
+    def resume_epoch(self) -> int:
+        """The first epoch a run resuming from this snapshot computes."""
+        return FINAL if self.complete else self.epoch + 1
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (bins and workers as strings, as JSON wants)."""
+        return {
+            "epoch": self.epoch,
+            "identity": self.identity,
+            "peers": self.peers,
+            "files": [list(f) for f in self.files],
+            "binned": {k: {str(b): list(p) for b, p in v.items()} for k, v in self.binned.items()},
+            "worker": {k: {str(w): list(p) for w, p in v.items()} for k, v in self.worker.items()},
+            "logs": {k: {str(w): [list(p) for p in ps] for w, ps in v.items()} for k, v in self.logs.items()},
+            "positions": {k: {str(p): v2 for p, v2 in v.items()} for k, v in self.positions.items()},
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Manifest:
+        """The manifest written by :meth:`to_json` (raises ``ValueError``/``KeyError``/``TypeError`` if malformed)."""
+
+        def piece(p: Any) -> Piece:
+            return (int(p[0]), int(p[1]), int(p[2]))
+
+        return Manifest(
+            epoch=int(data["epoch"]),
+            identity=str(data["identity"]),
+            peers=int(data["peers"]),
+            files=[(str(n), int(s), str(h)) for n, s, h in data["files"]],
+            binned={str(k): {int(b): piece(p) for b, p in v.items()} for k, v in data["binned"].items()},
+            worker={str(k): {int(w): piece(p) for w, p in v.items()} for k, v in data["worker"].items()},
+            logs={str(k): {int(w): [piece(p) for p in ps] for w, ps in v.items()} for k, v in data["logs"].items()},
+            positions={str(k): {int(p): v2 for p, v2 in v.items()} for k, v in data["positions"].items()},
+        )
+
+    def file_names(self) -> set[str]:
+        """Every payload file the manifest reads."""
+        return {name for name, _, _ in self.files}
+
+
+def epoch_name(epoch: int) -> str:
+    """An epoch in file names: 20 digits, so names sort like epochs (:data:`FINAL` included)."""
+    return f"{epoch:020d}"
+
+
+def epoch_of(name: str) -> int | None:
+    """The epoch a file or folder name starts with, if any."""
+    head = Path(name).name.split("-", 1)[0]
+    return int(head) if head.isdigit() else None

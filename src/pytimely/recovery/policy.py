@@ -1,8 +1,7 @@
-"""When to take a snapshot and how many to keep: every K epochs and/or every T seconds; the last N complete."""
+"""When snapshots are taken, how many are kept, and how often unchanged state is written again."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from pytimely.errors import InvalidArgument
@@ -12,30 +11,30 @@ __all__ = ["SnapshotPolicy"]
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """Snapshot at an epoch every ``every_epochs`` epochs, or once ``every_seconds`` passed since the last one.
+    """Snapshot epochs ``e`` with ``e % every_epochs == every_epochs - 1``; keep the newest ``keep`` snapshots.
 
-    With both, whichever comes first; the last epoch of a run is always snapshotted (``commit(final=True)``).
-    ``keep`` complete snapshots are kept (at least 1); older ones are removed after each commit.
+    The schedule depends on the epoch alone, so every worker (and every process that joins later) takes the
+    same snapshots without asking the others; the end of a run (every dataflow finished) is always taken.
+    A snapshot writes only what changed since the one before, plus, in turn, a ``1/rewrite_every`` share of
+    what did not (and a worker's log written in more than ``rewrite_every`` pieces is written again as one),
+    so a file of unchanged state is needed by at most ``rewrite_every`` snapshots and the store stays bounded.
     """
 
-    every_epochs: int | None = 1
-    every_seconds: float | None = None
+    every_epochs: int = 1
     keep: int = 2
+    rewrite_every: int = 16
 
     def __post_init__(self) -> None:
-        if self.every_epochs is not None and (type(self.every_epochs) is not int or self.every_epochs < 1):
-            raise InvalidArgument(f"every_epochs must be a positive int or None, got {self.every_epochs!r}")
-        if self.every_seconds is not None and not self.every_seconds > 0:
-            raise InvalidArgument(f"every_seconds must be > 0 or None, got {self.every_seconds!r}")
-        if self.every_epochs is None and self.every_seconds is None:
-            raise InvalidArgument("a snapshot policy needs every_epochs or every_seconds")
-        if type(self.keep) is not int or self.keep < 1:
-            raise InvalidArgument(f"keep must be an int >= 1, got {self.keep!r}")
+        for name in ("every_epochs", "keep", "rewrite_every"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise InvalidArgument(f"SnapshotPolicy: {name} must be an int >= 1, got {value!r}")
 
-    def due(self, epoch: int, last_epoch: int, last_time: float, now: float | None = None) -> bool:
-        """Whether ``epoch`` is snapshotted, the last snapshot being of ``last_epoch`` at ``last_time`` (monotonic)."""
-        if self.every_epochs is not None and epoch - last_epoch >= self.every_epochs:
-            return True
-        if self.every_seconds is not None:
-            return (time.monotonic() if now is None else now) - last_time >= self.every_seconds
-        return False
+    def due(self, epoch: int) -> bool:
+        """Whether ``epoch`` is snapshotted."""
+        return epoch % self.every_epochs == self.every_epochs - 1
+
+    def first_at_or_after(self, epoch: int) -> int:
+        """The first snapshot epoch ``>= epoch``."""
+        k = self.every_epochs
+        return epoch + (k - 1 - epoch % k)

@@ -1,155 +1,278 @@
-"""Snapshots in a store: payloads first, a manifest naming each with its checksum last; retention; torn leftovers.
+"""Snapshots in a store: payload files first, a manifest naming each with its checksum last; retention; leftovers.
 
 Layout of a store (every name a blob of a :class:`~pytimely.recovery.store.SnapshotStore`)::
 
-    identity.json                      the job (Identity JSON), written once by worker 0
-    epochs/<epoch>/<worker>-<token>    a worker's payload: its bins' keyed states as of the epoch
-    outputs/<epoch>-<worker>-<token>   a worker's output part: its output since the previous snapshot
-    manifests/<epoch>                  the commit: names every payload and output part with its SHA-256
+    identity.json                             the job (:class:`Identity`), sealed; written once
+    run.json                                  the epoch the current run resumed at (for processes that join it)
+    dataflows/<k>.json                        the states dataflow k declares (:class:`Layout`), sealed
+    snapshots/<epoch>/<worker>-<k>-<token>    one worker's pieces of dataflow k's state at a snapshot
+    manifests/<epoch>                         the commit: every payload file with its SHA-256, every piece's place
 
-A snapshot of epoch ``e`` exists only once ``manifests/e`` does and every file it names matches its checksum
-(:meth:`Snapshots.latest` checks). An output part of an epoch ``<=`` the latest complete snapshot is
-committed; later ones belong to a run that died before its commit and are removed by :meth:`Snapshots.clean`
-before a resumed run writes anything. Names carry a random token, so a resumed run never writes over a file
-a committed manifest names.
+A snapshot of epoch ``e`` exists only once ``manifests/e`` does, opens under the store's seal, and every file it
+names is there with its size and checksum (:meth:`Snapshots.latest` checks all of it before anything is
+unpickled, and falls back to the snapshot before with a warning when the newest is not usable). Files of epochs
+after the newest usable snapshot belong to a run that died before its commit; :meth:`Snapshots.clean` removes
+them, and every temporary file a killed writer left, before a resumed run writes anything. Names carry a random
+token, so a rerun never writes over a file a manifest names.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
 
-from pytimely.errors import RecoveryMismatchError, SnapshotCorruptError
-from pytimely.recovery.manifest import FileRef, Identity, Manifest, digest
+from pytimely.errors import RecoveryMismatchError, SnapshotSealError
+from pytimely.recovery.manifest import Identity, Layout, Manifest, Seal, digest, epoch_name, epoch_of
 from pytimely.recovery.store import SnapshotStore
 
-__all__ = ["Snapshots"]
+__all__ = ["Opened", "RecoveryWarning", "Snapshots"]
 
-_WIDTH = 12
-"""Digits of an epoch in names, so names sort like epochs."""
-
-
-def _epoch_name(epoch: int) -> str:
-    return f"{epoch:0{_WIDTH}d}"
+_OURS = ("identity.json", "run.json", "dataflows", "snapshots", "manifests")
+"""The top-level names a recovery store holds; anything else means the folder is not one."""
 
 
-def _epoch_of(name: str) -> int | None:
-    head = name.rsplit("/", 1)[-1].split("-", 1)[0]
-    return int(head) if head.isdigit() else None
+class RecoveryWarning(UserWarning):
+    """A snapshot could not be used and an older one (or a fresh start) was taken instead; says why."""
+
+
+@dataclass(slots=True)
+class Opened:
+    """A snapshot found usable: its manifest and the bytes of every file it names (verified)."""
+
+    manifest: Manifest
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def piece(self, ref: tuple[int, int, int]) -> bytes:
+        """The bytes of a piece ``(file index, offset, length)``."""
+        name = self.manifest.files[ref[0]][0]
+        return self.files[name][ref[1] : ref[1] + ref[2]]
 
 
 @dataclass(slots=True)
 class Snapshots:
-    """The snapshots of one job in ``store``."""
+    """The snapshots of one job in ``store``, sealed by ``seal``."""
 
     store: SnapshotStore
+    seal: Seal
 
-    # -- identity -------------------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        """The store's location, for messages."""
+        return self.store.location
 
-    def check_identity(self, identity: Identity, *, write: bool) -> None:
-        """Refuse a store of another job or version (:class:`RecoveryMismatchError`); ``write`` it if it has none.
+    # -- identity and layouts ---------------------------------------------------------------
+
+    def strangers(self) -> list[str]:
+        """Top-level names that a recovery store does not hold."""
+        return [n for n in self.store.list("") if n not in _OURS]
+
+    def check_identity(self, identity: Identity, *, write: bool) -> str:
+        """Refuse a store of another job, input, parameter, version or key; ``write`` it if it has none.
 
         A store without an identity but with snapshots, or with files it does not know, is refused too.
+        Returns the SHA-256 of the identity, which every manifest records.
         """
-        where = self.store.location
+        where = self.where
+        text = json.dumps(identity.to_json(), sort_keys=True)
         data = self.store.get("identity.json")
         if data is None:
-            strangers = [n for n in self.store.list("") if n not in ("epochs", "outputs", "manifests")]
+            strangers = self.strangers()
             if strangers or self.store.list("manifests"):
                 raise RecoveryMismatchError(
-                    f"recovery store {where}: not a recovery store of this job (it holds {strangers[:3] or 'snapshots'}"
-                    f" but no identity.json); use an empty or new folder (nothing was changed)", where, "identity",
+                    f"recovery store {where}: not a recovery store of this job (it holds "
+                    f"{strangers[:3] or 'snapshots'} but no identity.json); use an empty or new folder (nothing "
+                    "was changed)", where, "identity",
                 )
             if write:
-                self.store.put("identity.json", json.dumps(identity.to_json(), sort_keys=True).encode())
-            return
-        try:
-            stored = Identity.from_json(json.loads(data))
-        except (ValueError, TypeError, AttributeError):
+                self.store.put("identity.json", self.seal.wrap("identity", identity.to_json()))
+            return digest(text.encode())
+        body = self.seal.open("identity", data, f"recovery store {where}: identity.json")
+        if body is None:
             raise RecoveryMismatchError(
-                f"recovery store {where}: identity.json is unreadable (nothing was changed)", where, "identity"
-            ) from None
+                f"recovery store {where}: identity.json is damaged (nothing was changed; --recovery-mode fresh "
+                "starts over)", where, "identity",
+            )
+        stored = Identity.from_json(body)
+        if stored.key_id != identity.key_id:
+            raise SnapshotSealError(
+                f"recovery store {where} is sealed with another key than this run's (nothing was read)", where
+            )
         identity.check_against(stored, where)
+        return digest(text.encode())
 
-    # -- writing ---------------------------------------------------------------------------
+    def check_layout(self, index: int, name: str, layout: Layout, *, write: bool, check: bool) -> None:
+        """Refuse a dataflow whose states differ from those the store's snapshots hold (``check``); record it."""
+        blob = f"dataflows/{index}.json"
+        data = self.store.get(blob)
+        if data is None:
+            if write:
+                self.store.put(blob, self.seal.wrap("layout", layout.to_json()))
+            return
+        if not check:
+            if write and data != self.seal.wrap("layout", layout.to_json()):
+                self.store.put(blob, self.seal.wrap("layout", layout.to_json()))
+            return
+        body = self.seal.open("layout", data, f"recovery store {self.where}: {blob}")
+        if body is None:
+            raise RecoveryMismatchError(f"recovery store {self.where}: {blob} is damaged", self.where, blob)
+        layout.check_against(Layout.from_json(body), self.where, name)
 
-    def put_payload(self, epoch: int, worker: int, data: bytes, bins: tuple[int, ...]) -> FileRef:
-        """Write a worker's payload of ``epoch``; the reference its manifest will hold."""
-        name = f"epochs/{_epoch_name(epoch)}/{worker:05d}-{secrets.token_hex(6)}"
+    def put_run(self, resume: int, identity: str) -> None:
+        """Record the epoch this run resumed at, for processes that join it later."""
+        self.store.put("run.json", self.seal.wrap("run", {"resume": resume, "identity": identity}))
+
+    def get_run(self) -> int | None:
+        """The epoch the running computation resumed at (``None`` if the store says nothing usable)."""
+        data = self.store.get("run.json")
+        body = None if data is None else self.seal.open("run", data, f"recovery store {self.where}: run.json")
+        return None if body is None else int(body["resume"])
+
+    # -- writing -----------------------------------------------------------------------------
+
+    @staticmethod
+    def payload_name(epoch: int, worker: int, dataflow: int) -> str:
+        """A fresh name for a worker's payload file of a dataflow at ``epoch``."""
+        return f"snapshots/{epoch_name(epoch)}/{worker:05d}-{dataflow:03d}-{secrets.token_hex(6)}"
+
+    def put_payload(self, name: str, data: bytes) -> tuple[str, int, str]:
+        """Write a payload file; ``(name, size, sha256)`` as the manifest will name it."""
         self.store.put(name, data)
-        return FileRef(name, digest(data), len(data), worker, bins)
-
-    def put_output(self, epoch: int, worker: int, data: bytes) -> FileRef:
-        """Write a worker's output part, committed with the snapshot of ``epoch``."""
-        name = f"outputs/{_epoch_name(epoch)}-{worker:05d}-{secrets.token_hex(6)}"
-        self.store.put(name, data)
-        return FileRef(name, digest(data), len(data), worker)
+        return name, len(data), digest(data)
 
     def commit(self, manifest: Manifest, keep: int) -> None:
-        """Commit ``manifest`` (its payloads must all be written) and remove snapshots beyond the last ``keep``."""
-        self.store.put(f"manifests/{_epoch_name(manifest.epoch)}", manifest.dumps())
-        self.prune(keep)
+        """Commit ``manifest`` (its payload files must be written) and remove what no kept snapshot needs."""
+        self.store.put(f"manifests/{epoch_name(manifest.epoch)}", self.seal.wrap("manifest", manifest.to_json()))
+        self.prune(keep, manifest.epoch)
 
-    def prune(self, keep: int) -> None:
-        """Remove manifests but the newest ``keep``, then the payload folders no kept manifest names."""
+    def prune(self, keep: int, newest: int) -> None:
+        """Keep the newest ``keep`` manifests; remove payload files none of them names, up to epoch ``newest``.
+
+        Files of later epochs may belong to a snapshot being written now and are left alone.
+        """
         manifests = self.store.list("manifests")
         for name in manifests[: max(0, len(manifests) - keep)]:
             self.store.delete(name)
-        kept = {_epoch_of(n) for n in manifests[-keep:]}
-        oldest = min((e for e in kept if e is not None), default=None)
-        for folder in self.store.list("epochs"):
-            epoch = _epoch_of(folder)
-            # Only folders older than every kept snapshot: newer ones may be a snapshot being written now.
-            if epoch is not None and oldest is not None and epoch < oldest:
+        live: set[str] = set()
+        for name in manifests[-keep:]:
+            manifest = self._read_manifest(name)
+            if manifest is None:
+                return  # something is off: remove nothing rather than something a snapshot needs
+            live |= manifest.file_names()
+        for folder in self.store.list("snapshots"):
+            epoch = epoch_of(folder)
+            if epoch is None or epoch > newest:
+                continue
+            files = self.store.list(folder)
+            dead = [f for f in files if f not in live]
+            for f in dead:
+                self.store.delete(f)
+            if len(dead) == len(files):
+                self.store.delete(folder)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _read_manifest(self, name: str) -> Manifest | None:
+        data = self.store.get(name)
+        if data is None:
+            return None
+        body = self.seal.open("manifest", data, f"recovery store {self.where}: {name}")
+        if body is None:
+            return None
+        try:
+            return Manifest.from_json(body)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def latest(self, identity: str, announce: Any = None) -> Opened | None:
+        """The newest usable snapshot, its files read and verified; older ones when the newest is not usable.
+
+        Each snapshot passed over is reported as a :class:`RecoveryWarning` (and on ``announce``), naming the
+        file at fault. ``None`` when there is no usable snapshot (a warning says so if there were any).
+        """
+        names = self.store.list("manifests")
+        for name in reversed(names):
+            try:
+                manifest = self._read_manifest(name)
+            except SnapshotSealError as exc:
+                _warn(f"{exc}; using an older snapshot", announce)
+                continue
+            if manifest is None:
+                _warn(f"recovery store {self.where}: {name} is damaged; using an older snapshot", announce)
+                continue
+            if manifest.identity != identity:
+                _warn(f"recovery store {self.where}: {name} was taken by another job; using an older snapshot",
+                      announce)
+                continue
+            files: dict[str, bytes] = {}
+            fault = None
+            for file_name, size, sha in manifest.files:
+                data: bytes | None = self.store.get(file_name)
+                if data is None:
+                    fault = f"{file_name} is missing"
+                elif len(data) != size:
+                    fault = f"{file_name} has {len(data)} bytes, not the {size} its manifest records (truncated?)"
+                elif digest(data) != sha:
+                    fault = f"{file_name} does not match its checksum"
+                if fault is not None or data is None:
+                    break
+                files[file_name] = data
+            if fault is not None:
+                _warn(f"recovery store {self.where}: the snapshot {name} is not usable: {fault}; using an older "
+                      "snapshot", announce)
+                continue
+            return Opened(manifest, files)
+        if names:
+            _warn(f"recovery store {self.where}: no usable snapshot among {len(names)}; starting over from the "
+                  "first epoch", announce)
+        return None
+
+    # -- leftovers -----------------------------------------------------------------------------
+
+    def clean(self, latest: Manifest | None) -> None:
+        """Remove what runs that died left after ``latest``: manifests, payload folders, temporary files."""
+        limit = -1 if latest is None else latest.epoch
+        for name in self.store.list("manifests"):
+            epoch = epoch_of(name)
+            if epoch is None or epoch > limit:
+                self.store.delete(name)  # torn, damaged or never committed: never used
+        for folder in self.store.list("snapshots"):
+            epoch = epoch_of(folder)
+            if epoch is None or epoch > limit:
                 self._remove_folder(folder)
+        if latest is None:
+            for name in self.store.list("dataflows"):
+                self.store.delete(name)
+        self.store.sweep()
+
+    def wipe(self) -> None:
+        """Empty the store for a fresh start (``--recovery-mode fresh``); a folder with other files is refused."""
+        strangers = self.strangers()
+        if strangers:
+            raise RecoveryMismatchError(
+                f"recovery store {self.where}: not a recovery store (it holds {strangers[:3]}); --recovery-mode "
+                "fresh only empties a recovery store (nothing was changed)", self.where, "identity",
+            )
+        for folder in ("manifests", "snapshots", "dataflows"):
+            for name in self.store.list(folder):
+                if folder == "snapshots":
+                    self._remove_folder(name)
+                else:
+                    self.store.delete(name)
+            self.store.delete(folder)
+        for name in ("identity.json", "run.json"):
+            self.store.delete(name)
+        self.store.sweep()
 
     def _remove_folder(self, folder: str) -> None:
         for name in self.store.list(folder):
             self.store.delete(name)
         self.store.delete(folder)
 
-    # -- reading ---------------------------------------------------------------------------
 
-    def latest(self) -> Manifest | None:
-        """The newest complete snapshot's manifest: readable, and every file it names there with its checksum."""
-        for name in reversed(self.store.list("manifests")):
-            data = self.store.get(name)
-            manifest = None if data is None else Manifest.loads(data)
-            if manifest is not None and all(self._matches(ref) for ref in (*manifest.payloads, *manifest.outputs)):
-                return manifest
-        return None
-
-    def _matches(self, ref: FileRef) -> bool:
-        data = self.store.get(ref.name)
-        return data is not None and len(data) == ref.size and digest(data) == ref.sha256
-
-    def read(self, ref: FileRef) -> bytes:
-        """The bytes of a file a manifest names; :class:`SnapshotCorruptError` if missing or not matching."""
-        data = self.store.get(ref.name)
-        if data is None or len(data) != ref.size or digest(data) != ref.sha256:
-            state = "missing" if data is None else "does not match its checksum"
-            raise SnapshotCorruptError(f"recovery store {self.store.location}: {ref.name} {state}", ref.name)
-        return data
-
-    def committed_outputs(self, upto: int | None) -> list[str]:
-        """Names of the output parts committed by the snapshot of ``upto`` or an earlier one, in epoch order."""
-        if upto is None:
-            return []
-        return [n for n in self.store.list("outputs") if (e := _epoch_of(n)) is not None and e <= upto]
-
-    def clean(self, latest: int | None) -> None:
-        """Remove what runs that died left after the snapshot ``latest``: payloads, output parts, manifests."""
-        limit = -1 if latest is None else latest
-        for name in self.store.list("manifests"):
-            epoch = _epoch_of(name)
-            if epoch is not None and epoch > limit:
-                self.store.delete(name)  # a torn or corrupt snapshot: never used
-        for folder in self.store.list("epochs"):
-            epoch = _epoch_of(folder)
-            if epoch is not None and epoch > limit:
-                self._remove_folder(folder)
-        for name in self.store.list("outputs"):
-            epoch = _epoch_of(name)
-            if epoch is not None and epoch > limit:
-                self.store.delete(name)
+def _warn(message: str, announce: Any) -> None:
+    warnings.warn(message, RecoveryWarning, stacklevel=3)
+    if announce is not None:
+        print(f"warning: {message}", file=announce, flush=True)

@@ -2,13 +2,15 @@
 
 A store only puts, gets, lists and deletes whole blobs, each put atomic (a reader sees the whole blob or
 none): a local file written under a temporary name and renamed (:func:`pytimely.atomic.write_atomic`, the
-helper ``io`` and the Spark session share), or one object PUT on S3. What makes a snapshot count (a
-manifest committed after its payloads) is built on top of that in :mod:`pytimely.recovery.snapshots`,
-the same for every store.
+helper ``io`` and the Spark session share), or one object PUT on S3 (:class:`~pytimely.recovery.fsspec_store.
+FsspecStore`). What makes a snapshot count (a manifest committed after its payloads) is built on top of that in
+:mod:`pytimely.recovery.snapshots`, the same for every store. A put that fails (a full disk) raises
+:class:`~pytimely.errors.StoreWriteError` naming the blob and leaves no part of it under its name.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import secrets
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from pytimely.atomic import remove_stale, write_atomic
-from pytimely.errors import RecoveryError, StoreNotWritableError
+from pytimely.errors import OutputPathError, RecoveryError, StoreNotWritableError, StoreWriteError
 
 __all__ = ["LocalStore", "SnapshotStore", "open_store"]
 
@@ -46,6 +48,10 @@ class SnapshotStore(Protocol):
 
     def delete(self, name: str) -> None:
         """Remove blob ``name`` (no error if it is gone already)."""
+        ...
+
+    def sweep(self) -> builtins.list[str]:
+        """Remove what writers killed mid-write left anywhere in the store (temporary files); what was removed."""
         ...
 
 
@@ -81,24 +87,33 @@ class LocalStore:
             probe.write_bytes(b"probe")
             probe.unlink()
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                probe.unlink()
             raise StoreNotWritableError(f"recovery store {where}: cannot write: {exc.strerror or exc}", where) from None
 
     def put(self, name: str, data: bytes) -> None:
         """Write ``name`` under a temporary name and rename it over (missing folders are made)."""
         path = self._path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, data, durable=self.durable)
-        except OSError as exc:
-            where = os.fspath(path)
-            raise RecoveryError(f"recovery store {self.location}: cannot write {name}: {exc}", where) from None
+        except (OSError, OutputPathError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise StoreWriteError(
+                f"recovery store {self.location}: cannot write {name}: {reason} (the last committed snapshot is "
+                "untouched)", os.fspath(path),
+            ) from None
 
     def get(self, name: str) -> bytes | None:
-        """The bytes of ``name`` or ``None``."""
+        """The bytes of ``name`` or ``None``; a file that exists but cannot be read is a :class:`RecoveryError`."""
+        path = self._path(name)
         try:
-            return self._path(name).read_bytes()
+            return path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            raise RecoveryError(f"recovery store {self.location}: cannot read {name}: {exc.strerror or exc}",
+                                os.fspath(path)) from None
 
     def list(self, prefix: str) -> list[str]:
         """Names of the files in folder ``prefix`` (temporary files of writes in flight left out)."""
@@ -118,10 +133,48 @@ class LocalStore:
                 for child in path.iterdir():
                     if child.name.startswith("."):
                         child.unlink(missing_ok=True)  # temporaries of writers killed mid-write
-                path.rmdir()
+                with contextlib.suppress(OSError):
+                    path.rmdir()
             else:
                 path.unlink()
                 remove_stale(path)
+
+    def sweep(self) -> builtins.list[str]:
+        """Remove every temporary file of a writer that no longer runs, in every folder of the store."""
+        removed: builtins.list[str] = []
+        for folder, _dirs, files in os.walk(self.root):
+            for name in files:
+                if name.startswith(".probe-"):
+                    pid = name.split("-")[1]
+                    if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+                        with contextlib.suppress(OSError):
+                            os.unlink(os.path.join(folder, name))
+                            removed.append(os.path.join(folder, name))
+                    continue
+                target = _target_of(name)
+                if target is not None:
+                    # ``.<target>.<host>.<pid>.<token>.tmp``: remove_stale proves it abandoned before removing it.
+                    removed.extend(os.fspath(p) for p in remove_stale(Path(folder, target)))
+        return removed
+
+
+def _target_of(name: str) -> str | None:
+    """The target a temporary file ``.<target>.<host>.<pid>.<token>.tmp`` was written for."""
+    if not name.startswith(".") or not name.endswith(".tmp"):
+        return None
+    parts = name[1:].rsplit(".", 4)
+    return parts[0] if len(parts) == 5 else None
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def open_store(location: str | os.PathLike[str] | SnapshotStore) -> SnapshotStore:

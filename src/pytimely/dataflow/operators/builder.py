@@ -24,6 +24,32 @@ retained or delayed to a time a declared summary reaches (:class:`SummaryViolati
         return logic
 
     (delayed,) = builder.build(constructor)
+
+**State.** An operator that keeps something across timestamps declares it, and the runtime snapshots it at
+epoch boundaries and restores it before the first step when the job runs with recovery (see
+:mod:`pytimely.dataflow.state`): ``seen = builder.keyed_state("seen")`` gives a dict in bins (route the
+input with ``exchange_by_bin(key)`` so a restore on another number of workers finds each key where it
+arrives); ``builder.state(name, obj)`` declares any :class:`~pytimely.dataflow.state.BinnedState`,
+``WorkerState``, ``LogState`` or ``Positions``::
+
+    builder = OperatorBuilder(scope, "distinct")
+    seen = builder.keyed_state("seen")
+    builder.new_input(stream, exchange_by_bin())
+    builder.new_output()
+
+    def constructor(caps, info):
+        for cap in caps:
+            cap.drop()
+        def logic(inputs, outputs):
+            for cap, batch in inputs[0]:
+                fresh = [r for r in batch if r not in seen]
+                for r in fresh:
+                    seen[r] = True
+                if fresh:
+                    outputs[0].give(cap, fresh)
+        return logic
+
+    (firsts,) = builder.build(constructor)
 """
 
 from __future__ import annotations
@@ -31,8 +57,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import Capability
-from pytimely.errors import ArityError, ScopeError
+from pytimely.dataflow.state import KeyedState, declare
+from pytimely.errors import ArityError, InvalidArgument, ScopeError
 from pytimely.progress.timestamp import identity_for
 
 if TYPE_CHECKING:
@@ -63,6 +91,7 @@ class OperatorBuilder(Generic[T]):
         self._outputs = 0
         self._notify = True
         self._built = False
+        self._states: list[tuple[str, Any, str]] = []
 
     @property
     def name(self) -> str:
@@ -87,6 +116,22 @@ class OperatorBuilder(Generic[T]):
         self._check_open()
         self._outputs += 1
         return self._outputs - 1
+
+    def state(self, name: str, state: Any, *, layout: str = "1") -> Any:
+        """Declare ``state`` as the operator's state ``name`` (see the module doc); return it.
+
+        ``layout`` names the version of its shape: a recovery store written with another is refused.
+        """
+        self._check_open()
+        if any(n == name for n, _, _ in self._states):
+            raise InvalidArgument(f"operator {self._name!r} declares the state {name!r} twice")
+        self._states.append((name, state, layout))
+        return state
+
+    def keyed_state(self, name: str, *, bins: int = DEFAULT_BINS, layout: str = "1") -> KeyedState[Any, Any]:
+        """A dict of per-key state in ``bins`` bins, declared as the operator's state ``name``."""
+        state: KeyedState[Any, Any] = KeyedState(bins)
+        return self.state(name, state, layout=layout)  # type: ignore[no-any-return]
 
     def set_notify(self, notify: bool) -> None:
         """Whether the logic runs when an input frontier moves (default), or only on data and activation."""
@@ -131,6 +176,8 @@ class OperatorBuilder(Generic[T]):
         scope = self._scope
         op = scope._operator(self._name, [(s, p) for s, p, _ in self._inputs], self._outputs, summary)
         self._built = True
+        for name, state, layout in self._states:
+            declare(op, name, state, layout=layout)
         op.notify = self._notify
         op.initial_caps = True
         inputs, outputs = list(op.inputs), list(op.outputs)

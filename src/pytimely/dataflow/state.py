@@ -1,0 +1,375 @@
+"""Operator state the runtime snapshots and restores: declared per bin, per worker, or as an append-only log.
+
+An operator that keeps state across timestamps declares it when it is built (``OperatorBuilder.state``, or
+:func:`declare` for operators built on ``Scope._operator``), and from then on the state is the runtime's
+business (Bytewax's ``StatefulBatchLogic.snapshot()``, Flink's operator state): with recovery on
+(``execute(job, recovery=...)``) the runtime takes a snapshot at epoch boundaries by policy, writes only what
+changed, and restores every declared state before the dataflow's first step, on any number of workers.
+
+Three kinds of state, each a small protocol with a helper that implements it:
+
+* :class:`BinnedState` — keyed state in bins (:mod:`pytimely.dataflow.bins`). The runtime asks which bins
+  changed since the last snapshot, takes their values, and on restore hands each bin to the worker that owns
+  it in the new run (bin ``b`` on worker ``b % peers``: route the operator's input with
+  :func:`exchange_by_bin`, or a control stream of moves). :class:`KeyedState` is a dict in bins that tracks
+  the keys written.
+* :class:`WorkerState` — one small value per worker (a counter); on restore a worker takes the values of the
+  old workers ``w`` with ``w % peers == index`` and merges them.
+* :class:`LogState` — an append-only list per worker (what a capture gathered); only the entries appended
+  since the last snapshot are written. :class:`Log` implements it.
+* :class:`Positions` — where a replayable source stands, per partition, as JSON (kept in the manifest itself,
+  readable without unpickling anything); partition ``p`` goes to worker ``p % peers`` on restore.
+
+A snapshot of epoch ``e`` holds every declared state after every record at a time ``<= e`` and nothing later:
+the runtime takes it at the first step at which no pointstamp at an epoch ``<= e`` remains in the dataflow
+(seen by this worker, which the progress protocol makes a safe conclusion), before any operator runs in that
+step, and it holds back from every stateful operator the messages of later epochs until it has taken it (see
+:mod:`pytimely.recovery.runtime`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from pytimely.dataflow.bins import DEFAULT_BINS, binner
+from pytimely.dataflow.channels import Exchange
+from pytimely.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.operator import OperatorCore
+
+__all__ = [
+    "BinnedState",
+    "Declared",
+    "KeyedState",
+    "Log",
+    "LogState",
+    "Positions",
+    "State",
+    "Value",
+    "WorkerState",
+    "declare",
+    "exchange_by_bin",
+]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@runtime_checkable
+class BinnedState(Protocol):
+    """Keyed state in ``bins`` bins, snapshotted bin by bin (only the bins that changed)."""
+
+    bins: int
+
+    def changed(self) -> Collection[int]:
+        """The bins changed on this worker since the last :meth:`snapshot` (filled, altered or emptied)."""
+        ...
+
+    def held(self) -> Collection[int]:
+        """The bins this worker holds something in."""
+        ...
+
+    def snapshot(self, bins: Iterable[int]) -> dict[int, Any]:
+        """Each of ``bins``' contents (picklable; ``None`` for a bin now empty here); they count as unchanged after."""
+        ...
+
+    def restore(self, bin: int, value: Any) -> None:
+        """Install ``value`` (what :meth:`snapshot` gave for ``bin``) before the first step."""
+        ...
+
+
+@runtime_checkable
+class WorkerState(Protocol):
+    """One small value per worker, written whole at every snapshot."""
+
+    def snapshot(self) -> Any:
+        """This worker's value (picklable)."""
+        ...
+
+    def restore(self, values: Sequence[Any]) -> None:
+        """Take the values of the old workers this worker stands in for (one or more; merge them)."""
+        ...
+
+
+@runtime_checkable
+class LogState(Protocol):
+    """An append-only list per worker: a snapshot writes the entries appended since the previous one."""
+
+    def appended(self) -> list[Any]:
+        """The entries appended since the last call (they count as written after)."""
+        ...
+
+    def entries(self) -> list[Any]:
+        """Every entry (a log written in many pieces is written again whole now and then)."""
+        ...
+
+    def restore(self, entries: list[Any]) -> None:
+        """Put back the entries of the old workers this worker stands in for, oldest first."""
+        ...
+
+
+class Positions:
+    """Where a replayable source stands, per partition, as JSON values kept in the snapshot's manifest.
+
+    The source sets :meth:`set` as it reads; on restore :attr:`restored` holds the positions of the partitions
+    this worker reads in the new run (partition ``p`` on worker ``p % peers``), and ``on_restore`` (if given)
+    is told them before the first step.
+    """
+
+    def __init__(self, on_restore: Callable[[dict[int, Any]], None] | None = None) -> None:
+        self._now: dict[int, Any] = {}
+        self._changed: set[int] = set()
+        self.restored: dict[int, Any] = {}
+        """Partition -> position, as restored (empty on a fresh start)."""
+        self._on_restore = on_restore
+
+    def set(self, partition: int, position: Any) -> None:
+        """Record that ``partition`` now stands at ``position`` (JSON: numbers, strings, lists, dicts)."""
+        self._now[partition] = position
+        self._changed.add(partition)
+
+    def get(self, partition: int, default: Any = None) -> Any:
+        """Where ``partition`` stands (as set or restored)."""
+        return self._now.get(partition, default)
+
+    def changed(self) -> dict[int, Any]:
+        """The partitions set since the last call, with their positions."""
+        out = {p: self._now[p] for p in self._changed}
+        self._changed.clear()
+        return out
+
+    def restore(self, positions: dict[int, Any]) -> None:
+        """Install the restored positions of this worker's partitions."""
+        self.restored = dict(positions)
+        self._now.update(positions)
+        if self._on_restore is not None:
+            self._on_restore(dict(positions))
+
+
+State = BinnedState | WorkerState | LogState | Positions
+"""Anything an operator may declare."""
+
+
+def kind_of(state: Any) -> str:
+    """``"binned"``, ``"worker"``, ``"log"`` or ``"positions"``: which protocol ``state`` implements."""
+    if isinstance(state, Positions):
+        return "positions"
+    if isinstance(state, BinnedState):
+        return "binned"
+    if isinstance(state, LogState):
+        return "log"
+    if isinstance(state, WorkerState):
+        return "worker"
+    raise InvalidArgument(
+        f"{type(state).__name__} is not operator state: implement BinnedState, WorkerState or LogState "
+        "(pytimely.dataflow.state), or use KeyedState, Value or Log"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """A state an operator declared: its name within the operator, the state, and the version of its layout."""
+
+    name: str
+    state: Any
+    layout: str
+    kind: str
+
+
+def declare(op: OperatorCore, name: str, state: Any, *, layout: str = "1") -> None:
+    """Declare ``state`` (see the module doc) as operator ``op``'s state ``name``; ``layout`` versions its shape.
+
+    A store written with another ``layout`` of the same state is refused rather than misread.
+    """
+    if not isinstance(name, str) or not name or "/" in name:
+        raise InvalidArgument(
+            f"operator {op.name!r}: a state's name must be a non-empty string without '/', got {name!r}"
+        )
+    if any(d.name == name for d in op.states):
+        raise InvalidArgument(f"operator {op.name!r} declares the state {name!r} twice")
+    op.states.append(Declared(name, state, str(layout), kind_of(state)))
+
+
+def exchange_by_bin(key: Callable[[Any], Any] | None = None, bins: int = DEFAULT_BINS) -> Exchange:
+    """A pact sending each record to the worker owning its key's bin (bin ``b`` on worker ``b % peers``).
+
+    ``key`` gives a record's key (``None``: the record is its key). Keyed state restored on another number of
+    workers is where its keys arrive only when the input is routed like this (or by a control stream of moves).
+    """
+    find = binner(bins)
+    if key is None:
+        return Exchange(find)
+    get = key
+    return Exchange(lambda record: find(get(record)))
+
+
+class KeyedState(MutableMapping[K, V]):
+    """A dict of per-key state kept in bins: what :class:`BinnedState` asks of it, for any operator.
+
+    Reads and writes through the mapping API are tracked. An operator that writes :attr:`data` (the plain dict
+    behind it) directly, for speed, says which keys it wrote with :meth:`touch`.
+    """
+
+    __slots__ = ("_bin_of", "_find", "_members", "_touched", "bins", "data")
+
+    def __init__(self, bins: int = DEFAULT_BINS, data: dict[K, V] | None = None) -> None:
+        self.bins = bins
+        self._find = binner(bins)
+        self.data: dict[K, V] = {} if data is None else data
+        """The state itself (also what a user passing ``states=`` to an operator sees)."""
+        self._bin_of: dict[Any, int] = {}
+        self._members: dict[int, set[Any]] = {}
+        self._touched: set[Any] = set(self.data)
+
+    def __getitem__(self, key: K) -> V:
+        return self.data[key]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.data[key] = value
+        self._touched.add(key)
+
+    def __delitem__(self, key: K) -> None:
+        del self.data[key]
+        self._touched.add(key)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.data
+
+    def get(self, key: K, default: Any = None) -> Any:
+        """``data.get`` (no tracking needed for a read)."""
+        return self.data.get(key, default)
+
+    def touch(self, keys: Iterable[Any]) -> None:
+        """Note that ``keys`` were written (or removed) in :attr:`data` directly."""
+        self._touched.update(keys)
+
+    def bin_of(self, key: Any) -> int:
+        """The bin of ``key``."""
+        b = self._bin_of.get(key)
+        if b is None:
+            b = self._bin_of[key] = self._find(key)
+        return b
+
+    def _sync(self) -> set[int]:
+        """Bring the bin index up to date with the touched keys; the bins they fall in."""
+        touched = self._touched
+        if not touched:
+            return set()
+        data, members, bin_of, find = self.data, self._members, self._bin_of, self._find
+        dirty: set[int] = set()
+        for k in touched:
+            b = bin_of.get(k)
+            if b is None:
+                b = bin_of[k] = find(k)
+            dirty.add(b)
+            if k in data:
+                m = members.get(b)
+                if m is None:
+                    members[b] = {k}
+                else:
+                    m.add(k)
+            else:
+                m = members.get(b)
+                if m is not None:
+                    m.discard(k)
+                del bin_of[k]
+        touched.clear()
+        return dirty
+
+    def changed(self) -> set[int]:
+        """The bins whose keys were written since the last snapshot."""
+        return self._sync()
+
+    def held(self) -> list[int]:
+        """The bins holding a key here (call :meth:`changed` first: it brings the index up to date)."""
+        return [b for b, m in self._members.items() if m]
+
+    def snapshot(self, bins: Iterable[int]) -> dict[int, Any]:
+        """``{key: value}`` of each bin (``None`` for an empty one)."""
+        self._sync()
+        data, members = self.data, self._members
+        out: dict[int, Any] = {}
+        for b in bins:
+            m = members.get(b)
+            if m:
+                out[b] = {k: data[k] for k in m}
+            else:
+                out[b] = None
+                members.pop(b, None)
+        return out
+
+    def restore(self, bin: int, value: Any) -> None:
+        """Install a bin's ``{key: value}``."""
+        if not value:
+            return
+        self.data.update(value)
+        self._members.setdefault(bin, set()).update(value)
+        self._bin_of.update(dict.fromkeys(value, bin))
+
+    def extract(self, bins: Collection[int]) -> dict[Any, V]:
+        """Remove and return the keys of ``bins`` (a bin moving to another worker)."""
+        self._sync()
+        out: dict[Any, V] = {}
+        data = self.data
+        for b in bins:
+            for k in self._members.get(b, ()):
+                out[k] = data.pop(k)
+        self._touched.update(out)
+        return out
+
+
+class Value(Generic[V]):
+    """A small per-worker value (:class:`WorkerState`); ``merge`` combines the values of old workers on restore.
+
+    The default merge keeps the first value; a counter merges with ``sum``.
+    """
+
+    def __init__(self, value: V, merge: Callable[[Sequence[V]], V] | None = None) -> None:
+        self.value = value
+        self._merge = merge
+
+    def snapshot(self) -> V:
+        """The value."""
+        return self.value
+
+    def restore(self, values: Sequence[Any]) -> None:
+        """The merge of the old workers' values."""
+        if values:
+            self.value = self._merge(values) if self._merge is not None else values[0]
+
+
+class Log(Generic[V]):
+    """An append-only list (:class:`LogState`): ``items`` only grows; a snapshot writes only the new entries."""
+
+    def __init__(self, items: list[V] | None = None) -> None:
+        self.items: list[V] = [] if items is None else items
+        self._written = 0
+
+    def append(self, item: V) -> None:
+        """Add ``item``."""
+        self.items.append(item)
+
+    def appended(self) -> list[V]:
+        """The entries since the last call."""
+        items = self.items
+        new = items[self._written :]
+        self._written = len(items)
+        return new
+
+    def entries(self) -> list[V]:
+        """Every entry."""
+        return list(self.items)
+
+    def restore(self, entries: list[Any]) -> None:
+        """Put ``entries`` back in front of whatever is there."""
+        self.items[:0] = entries
+        self._written += len(entries)

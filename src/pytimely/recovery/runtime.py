@@ -1,0 +1,499 @@
+"""The runtime's half of recovery: snapshots at epoch boundaries, restored state, commits.
+
+Every worker runs a :class:`WorkerRecovery` (``execute(..., recovery=...)`` sets it up) and, for each dataflow
+it builds, a :class:`DataflowRecovery`:
+
+**Restore, before the first step.** When a dataflow is built, the operators that declared state
+(:mod:`pytimely.dataflow.state`) are checked against the layout the store recorded, then given what the
+snapshot holds for them on this worker: bin ``b`` of a keyed state on worker ``b % peers``, the values and logs
+of old workers ``w`` on worker ``w % peers``, source partition ``p`` on worker ``p % peers``; so a run restarts
+on any number of workers. Source operators then drop what they send at epochs the snapshot holds (the job's
+loop may run from the start: what it sends again of committed epochs goes nowhere), and a replayable source
+reads on from its restored position.
+
+**Snapshots, at epoch boundaries.** The dataflow has a *fence*: the next epoch ``e`` the policy snapshots.
+While it stands, operators that declared state are handed no message of a later epoch (they wait in their
+queues), and an operator that changes its state when a frontier moves does so at later epochs only once it may
+(``OperatorInfo.may_change``). At the first step in which no pointstamp at an epoch ``<= e`` is left in the
+dataflow (the worker's view of it is conservative, so none is left anywhere), before any operator runs, every
+declared state holds exactly the records of epochs ``<= e``: the worker takes its snapshot of the bins, values,
+log entries and positions that changed, pickles them (here, so later changes cannot reach them), hands the file
+to the writer thread, and moves the fence on. Nothing waits for the file: the fence stands only until the state
+is taken.
+
+**Commit.** Once a worker's file is written (fsynced and renamed), its report of where each piece lives (a
+:class:`~pytimely.recovery.parts.Part`) goes to worker 0 on a small dataflow of the runtime's own, at the
+snapshot's epoch. When that dataflow's frontier passes the epoch, every worker's report is in: worker 0 folds
+them into the manifest before (:func:`~pytimely.recovery.parts.merge`) and has it written, which commits the
+snapshot; then snapshots beyond the policy's ``keep`` and files no kept manifest names are removed. A worker
+that found nothing changed sends nothing; its last report stands. Once every dataflow has finished, worker 0
+commits the final snapshot: a run started again from it computes nothing and restores every output.
+"""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytimely.dataflow.channels import Direct
+from pytimely.dataflow.subgraph import Subgraph, epoch_of
+from pytimely.errors import RecoveryError, SnapshotCorruptError, StoreWriteError
+from pytimely.recovery.manifest import FINAL, Layout, Manifest
+from pytimely.recovery.parts import Part, Where, merge
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.operator import OperatorCore
+    from pytimely.dataflow.ports import InputPort
+    from pytimely.dataflow.state import Declared
+    from pytimely.recovery.session import Session
+    from pytimely.worker import Worker
+
+__all__ = ["DataflowRecovery", "WorkerRecovery", "state_keys"]
+
+_OUTSTANDING = 4
+"""Snapshots a worker may have in the writer's queue before it waits for the oldest (bounds memory)."""
+
+
+def state_keys(ordinal: int, operators: list[OperatorCore]) -> list[tuple[str, OperatorCore, Declared]]:
+    """Every declared state of a dataflow with its key ``dataflow/operator#n/state`` (``n`` counts operators
+    of that name that declared state, so keys do not move when stateless operators come and go)."""
+    seen: dict[str, int] = {}
+    out = []
+    for op in operators:
+        if not op.states:
+            continue
+        n = seen.get(op.name, 0)
+        seen[op.name] = n + 1
+        for declared in op.states:
+            out.append((f"{ordinal}/{op.name}#{n}/{declared.name}", op, declared))
+    return out
+
+
+@dataclass(slots=True)
+class _Capture:
+    """A snapshot taken and on its way: the part to report, once its file (if any) is written."""
+
+    epoch: int
+    part: Part
+    write: Future[tuple[str, int, str]] | None
+
+
+class WorkerRecovery:
+    """One worker's recovery runtime: the hook :class:`~pytimely.worker.Worker` calls (module doc)."""
+
+    def __init__(self, session: Session, worker: Worker) -> None:
+        self.session = session
+        self.worker = worker
+        self.dataflows: list[DataflowRecovery] = []
+        self._coordinating = False
+        self._coordination: Subgraph | None = None
+        self._handle: Any = None
+        self._port: InputPort[Any, Any] | None = None
+        self._outbox: list[_Capture] = []
+        self._collected: dict[int, list[Part]] = {}
+        opened = session.opened
+        self._committed: Manifest | None = opened.manifest if opened is not None else None
+        self._commits: list[Future[None]] = []
+        self._final_committed = False
+        self._closed = False
+        self._finishing = False
+        self.leave_at: Any = None
+
+    # -- the worker's hooks -----------------------------------------------------------------------
+
+    def attach(self, subgraph: Subgraph) -> None:
+        """Restore a dataflow just built and set its fence; the first one also builds the commit dataflow."""
+        if self._coordinating:
+            self._coordination = subgraph
+            return
+        if self._handle is None and not self.session.complete:
+            self._build_coordination()
+        df = DataflowRecovery(self, subgraph, len(self.dataflows))
+        self.dataflows.append(df)
+        df.start()
+        self._advance()
+
+    def after_step(self) -> None:
+        """Hand on written snapshots in epoch order, commit what every worker reported (worker 0)."""
+        if self._handle is None:
+            return
+        self._send_written()
+        if self.worker.index == 0:
+            self._commit_reported()
+        for done in [f for f in self._commits if f.done()]:
+            self._commits.remove(done)
+            self._result(done)
+        if not self.worker.running:
+            self._drain()
+
+    def busy(self) -> bool:
+        """Whether files or commits are still being written."""
+        return bool(self._outbox or self._commits)
+
+    def finishing(self) -> None:
+        """The job closed its inputs: once every dataflow's last snapshot is reported, close the commit input."""
+        self._finishing = True
+        self._advance()
+
+    def leaving(self, at: Any) -> None:
+        """This worker leaves at ``at``: it takes the snapshots of earlier epochs only."""
+        self.leave_at = epoch_of(at) if at is not None else 0
+        for df in self.dataflows:
+            df.stop_at(self.leave_at)
+        self._advance()
+
+    # -- reporting ----------------------------------------------------------------------------
+
+    def _build_coordination(self) -> None:
+        """The runtime's own dataflow: parts go to worker 0 at their snapshot's epoch; its frontier says when
+        every worker's parts of an epoch are in."""
+        collected = self._collected
+        me = self.worker.index
+
+        def build(scope: Any) -> tuple[Any, Any]:
+            handle, stream = scope.new_input(name="snapshot parts")
+            # The runtime closes it once its last snapshot is reported, not the job's end or a leave.
+            scope.subgraph.inputs.remove(handle)
+            op = scope._operator("snapshot commits", [(stream, Direct(_to_first))], 0)
+            op.notify = True
+            port = op.inputs[0]
+
+            def logic() -> None:
+                for _, batch in port.batches():
+                    if me == 0:
+                        for part in batch:
+                            collected.setdefault(part.epoch, []).append(part)
+
+            op.logic = logic
+            return handle, port
+
+        self._coordinating = True
+        try:
+            self._handle, self._port = self.worker.dataflow(build, name="recovery commits")
+        finally:
+            self._coordinating = False
+
+    def capture_taken(self, capture: _Capture) -> None:
+        """A dataflow took a snapshot (with something in it): queue it, waiting if too many are in flight."""
+        if capture.write is not None:
+            self.worker.await_other_thread(capture.write)
+        self._outbox.append(capture)
+        self._outbox.sort(key=lambda c: c.epoch)
+        pending = [c for c in self._outbox if c.write is not None and not c.write.done()]
+        if len(pending) > _OUTSTANDING:
+            self._wait(pending[0].write)
+
+    def _send_written(self) -> None:
+        handle = self._handle
+        outbox = self._outbox
+        while outbox and (outbox[0].write is None or outbox[0].write.done()):
+            capture = outbox.pop(0)
+            if capture.write is not None:
+                capture.part.files.append(self._result(capture.write))
+            if handle.time < capture.epoch:
+                handle.advance_to(capture.epoch)
+            handle.send_batch([capture.part])
+        self._advance()
+
+    def _advance(self) -> None:
+        """Move the commit input to the earliest epoch this worker may still report, or close it."""
+        handle = self._handle
+        if handle is None or self._closed:
+            return
+        lows = [c.epoch for c in self._outbox]
+        lows += [df.fence for df in self.dataflows if df.fence is not None]
+        if not lows:
+            if self._finishing:
+                handle.close()
+                self._closed = True
+            return
+        low = min(lows)
+        if handle.time < low:
+            handle.advance_to(low)
+
+    # -- committing (worker 0) -------------------------------------------------------------------
+
+    def _commit_reported(self) -> None:
+        port = self._port
+        assert port is not None
+        frontier = port.frontier
+        session = self.session
+        for epoch in sorted(self._collected):
+            if frontier.less_equal(epoch):
+                break
+            parts = self._collected.pop(epoch)
+            manifest = merge(self._committed, epoch, parts, session.identity, self.worker.peers)
+            self._commit(manifest)
+        if (
+            not self._final_committed
+            and frontier.is_empty()
+            and not self._collected
+            and self.dataflows
+            and all(df.finished for df in self.dataflows)
+            and self.leave_at is None
+        ):
+            self._final_committed = True
+            self._commit(merge(self._committed, FINAL, [], session.identity, self.worker.peers))
+
+    def _commit(self, manifest: Manifest) -> None:
+        self._committed = manifest
+        snapshots, keep = self.session.snapshots, self.session.policy.keep
+        commit = self.session.writer.submit(snapshots.commit, manifest, keep)
+        self.worker.await_other_thread(commit)
+        self._commits.append(commit)
+
+    # -- waiting for the writer ------------------------------------------------------------------
+
+    def _result(self, future: Future[Any]) -> Any:
+        try:
+            return future.result(timeout=self.session.recovery.write_timeout)
+        except TimeoutError:
+            raise StoreWriteError(
+                f"recovery store {self.session.snapshots.where}: a write took longer than "
+                f"{self.session.recovery.write_timeout:g} s", self.session.snapshots.where,
+            ) from None
+
+    def _wait(self, future: Future[Any] | None) -> None:
+        if future is not None:
+            self._result(future)
+
+    def _drain(self) -> None:
+        """No dataflow runs any more: wait for every write and commit (raising what failed)."""
+        for capture in list(self._outbox):
+            self._wait(capture.write)
+        for commit in self._commits:
+            self._result(commit)
+        self._commits.clear()
+
+
+def _to_first() -> int:
+    return 0
+
+
+class DataflowRecovery:
+    """One dataflow's snapshots on one worker: restore, fence, capture (see the module doc)."""
+
+    def __init__(self, owner: WorkerRecovery, subgraph: Subgraph, ordinal: int) -> None:
+        self.owner = owner
+        self.subgraph = subgraph
+        self.ordinal = ordinal
+        self.session = owner.session
+        self.states: list[tuple[str, OperatorCore, Declared]] = []
+        self.fence: int | None = None
+        """The next epoch this worker snapshots this dataflow at (``None``: no more)."""
+        self.finished = False
+        self._stop: int | None = None
+        self._taken = 0
+        self._logs: dict[str, list[Where]] = {}
+        self._values: dict[str, bytes] = {}
+        self._absorbed: dict[str, list[int]] = {}
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check the layout, restore, drop replayed source output, and set the first fence."""
+        subgraph = self.subgraph
+        session = self.session
+        for op in subgraph.operators:
+            if op.undeclared_state is not None:
+                raise RecoveryError(
+                    f"operator {op.name!r} of dataflow {subgraph.name!r} keeps {op.undeclared_state} across "
+                    "epochs, which snapshots do not hold: a resumed run would lose it, so this job cannot use "
+                    "recovery"
+                )
+        stateful = subgraph.declare_stateful()
+        self.states = state_keys(self.ordinal, stateful)
+        if session.resume:
+            subgraph.resume_epoch = session.resume
+        if not self.states:
+            self.finished = True
+            return
+        for op in stateful:
+            if not _nested_in_ints(op):
+                raise RecoveryError(
+                    f"dataflow {subgraph.name!r}: operator {op.name!r} declares state, and snapshots are taken at "
+                    f"epoch boundaries, which needs integer timestamps (its scope starts at {op.scope.minimum!r})"
+                )
+        layout = Layout({key: (d.kind, d.layout, int(getattr(d.state, "bins", 0))) for key, _, d in self.states})
+        first = self.owner.worker.index == 0 and not session.joining
+        session.snapshots.check_layout(
+            self.ordinal, subgraph.name, layout, write=first, check=session.opened is not None
+        )
+        if session.opened is not None:
+            self._restore()
+        if session.complete:
+            self.finished = True
+            return
+        start = session.resume
+        handle = self.owner._handle
+        if handle is not None:
+            start = max(start, handle.time)
+        self.fence = session.policy.first_at_or_after(start)
+        subgraph.fence = self.fence
+        subgraph.snapshot_hook = self.check
+
+    def stop_at(self, epoch: int) -> None:
+        """Take no snapshot of an epoch at or after ``epoch`` (the worker leaves then)."""
+        self._stop = epoch
+        if self.fence is not None and self.fence >= epoch:
+            self._set_fence(None)
+
+    # -- restore --------------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        opened = self.session.opened
+        assert opened is not None
+        manifest = opened.manifest
+        worker = self.owner.worker
+        peers, me = worker.peers, worker.index
+
+        def load(piece: tuple[int, int, int], key: str) -> Any:
+            try:
+                return pickle.loads(opened.piece(piece))
+            except Exception as exc:  # a piece that passed its file's checksum but does not unpickle
+                name = manifest.files[piece[0]][0]
+                raise SnapshotCorruptError(
+                    f"recovery store {self.session.snapshots.where}: {name}: state {key!r} does not load: "
+                    f"{type(exc).__name__}: {exc}", name,
+                ) from None
+
+        names = manifest.files
+        for key, _op, declared in self.states:
+            state = declared.state
+            kind = declared.kind
+            if kind == "binned":
+                for b, piece in manifest.binned.get(key, {}).items():
+                    if b % peers == me:
+                        state.restore(b, load(piece, key))
+            elif kind == "worker":
+                slots = sorted(s for s in manifest.worker.get(key, {}) if s % peers == me)
+                if slots:
+                    state.restore([load(manifest.worker[key][s], key) for s in slots])
+                self._absorbed[key] = [s for s in slots if s != me]
+            elif kind == "log":
+                slots = sorted(s for s in manifest.logs.get(key, {}) if s % peers == me)
+                entries: list[Any] = []
+                pieces: list[Where] = []
+                for s in slots:
+                    for piece in manifest.logs[key][s]:
+                        entries.extend(load(piece, key))
+                        pieces.append((names[piece[0]][0], piece[1], piece[2]))
+                if entries:
+                    state.restore(entries)  # restored entries count as written: appended() leaves them out
+                self._logs[key] = pieces
+                self._absorbed[key] = [s for s in slots if s != me]
+            else:
+                positions = manifest.positions.get(key, {})
+                state.restore({p: v for p, v in positions.items() if p % peers == me})
+
+    # -- snapshots ------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """After progress arrived: take the snapshots whose epochs the whole dataflow has passed."""
+        fence = self.fence
+        if fence is None:
+            return
+        tracker = self.subgraph.tracker
+        assert tracker is not None
+        moved = False
+        while fence is not None:
+            lows = [epoch_of(t) for t in tracker.lower_times()]
+            if not lows:
+                self._capture(fence, final=True)
+                self.finished = True
+                fence = None
+                moved = True
+                break
+            low = min(lows)
+            if low <= fence:
+                break
+            self._capture(fence, final=False)
+            moved = True
+            # Epochs before ``low`` brought this dataflow nothing: no snapshot of them would differ.
+            fence = self.session.policy.first_at_or_after(max(fence + 1, low))
+            if self._stop is not None and fence >= self._stop:
+                fence = None
+        if moved:
+            self._set_fence(fence)
+
+    def _set_fence(self, fence: int | None) -> None:
+        self.fence = fence
+        self.subgraph.fence = fence
+        self.subgraph.release_fence()
+        self.owner._advance()
+
+    def _capture(self, epoch: int, *, final: bool) -> None:
+        """Take this worker's snapshot of every declared state at ``epoch`` (what changed) and queue its file."""
+        policy = self.session.policy
+        snapshots = self.session.snapshots
+        buffer = bytearray()
+        me = self.owner.worker.index
+        name = snapshots.payload_name(epoch, me, self.ordinal)
+        part = Part(me, self.ordinal, epoch, final)
+        turn = self._taken % policy.rewrite_every
+        self._taken += 1
+
+        def piece(value: Any, key: str, op: OperatorCore) -> Where:
+            try:
+                data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise RecoveryError(
+                    f"operator {op.name!r}: its state {key.rsplit('/', 1)[-1]!r} cannot be pickled for a snapshot "
+                    f"at epoch {epoch}: {type(exc).__name__}: {exc}"
+                ) from None
+            where = (name, len(buffer), len(data))
+            buffer.extend(data)
+            return where
+
+        for key, op, declared in self.states:
+            state = declared.state
+            kind = declared.kind
+            if kind == "binned":
+                dirty = set(state.changed())
+                rewrite = {b for b in state.held() if b % policy.rewrite_every == turn} - dirty
+                values = state.snapshot(dirty | rewrite) if dirty or rewrite else {}
+                if values:
+                    part.binned[key] = {
+                        b: None if v is None else piece(v, key, op) for b, v in sorted(values.items())
+                    }
+            elif kind == "worker":
+                value = state.snapshot()
+                data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                if self._values.get(key) != data or self._absorbed.get(key):
+                    self._values[key] = data
+                    part.values[key] = (name, len(buffer), len(data))
+                    buffer.extend(data)
+            elif kind == "log":
+                new = state.appended()
+                pieces = self._logs.setdefault(key, [])
+                if new or self._absorbed.get(key):
+                    if len(pieces) >= policy.rewrite_every:
+                        pieces[:] = [piece(state.entries(), key, op)]
+                    elif new:
+                        pieces.append(piece(new, key, op))
+                    part.logs[key] = pieces
+            else:
+                changed = state.changed()
+                if changed:
+                    part.positions[key] = changed
+        if any(self._absorbed.values()):
+            part.absorbed = {k: v for k, v in self._absorbed.items() if v}
+            self._absorbed = {}
+        if not (part.binned or part.values or part.logs or part.positions or part.absorbed):
+            return
+        write = None
+        if buffer:
+            write = self.session.writer.submit(snapshots.put_payload, name, bytes(buffer))
+        part.logs = {k: list(v) for k, v in part.logs.items()}  # the lists go on growing here
+        self.owner.capture_taken(_Capture(epoch, part, write))
+
+
+def _nested_in_ints(op: OperatorCore) -> bool:
+    """Whether an operator's times are products whose outermost coordinate is an int (a loop inside epochs)."""
+    time: Any = op.scope.minimum
+    while hasattr(time, "outer"):
+        time = time.outer
+    return type(time) is int
+

@@ -1,0 +1,161 @@
+"""How a job asks for recovery (:class:`Recovery`), and one process's open store (:class:`Session`).
+
+``execute(job, recovery=Recovery("DIR", job="wordcount", parameters={"epochs": 20}, inputs={"text":
+Path(p)}))``: the store is opened once per process before any worker runs. Opening checks it can be written,
+refuses a store of another job, parameter, input, format version or key with a typed error naming what differs
+(``mode="fresh"`` empties it and starts over instead), finds the newest usable snapshot (falling back to an
+older one with a warning when the newest is damaged), and, on the first process, removes what a run that died
+left behind. Each worker then gets a :class:`~pytimely.recovery.runtime.WorkerRecovery` from
+:meth:`Session.worker`.
+
+**Trust.** A store's files are pickles. A store written with a ``key`` (bytes: the cluster secret when it is
+the same from run to run, or a key of its own) has every manifest, layout and its identity sealed with an
+HMAC, and the manifest records the SHA-256 of every payload file: a run with the key checks both before it
+unpickles anything, so a payload nobody holding the key wrote is refused. A store without a key is trusted like
+the program's own files: whoever can write to it can run code in the job.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pytimely.errors import InvalidArgument, RecoveryError
+from pytimely.recovery.manifest import FINAL, Identity, Seal, fingerprint
+from pytimely.recovery.policy import SnapshotPolicy
+from pytimely.recovery.snapshots import Opened, Snapshots
+from pytimely.recovery.store import SnapshotStore, open_store
+
+if TYPE_CHECKING:
+    from pytimely.recovery.runtime import WorkerRecovery
+    from pytimely.worker import Worker
+
+__all__ = ["Recovery", "Session"]
+
+Mode = Literal["resume", "fresh"]
+
+
+@dataclass(slots=True)
+class Recovery:
+    """Where and how a job snapshots its declared state: ``execute(job, recovery=Recovery("DIR", ...))``.
+
+    ``store``: a folder, an fsspec URL (``s3://bucket/prefix``) or a :class:`SnapshotStore`. ``job`` names the
+    job; ``parameters`` are the run's settings its output depends on (``{"epochs": 20}``); ``inputs`` name its
+    inputs: a path (``pathlib.Path``) is fingerprinted by content, a string is taken as the input's own identity
+    (a table version, a topic and offsets). A store written by a run that differs in any of them is refused,
+    naming what differs. ``key`` seals the store (see the module doc). ``mode="fresh"`` starts over, emptying
+    the store first. ``announce`` (a text stream, ``None`` for none) gets ``resumed at epoch N`` and the
+    warnings about snapshots passed over. ``write_timeout`` bounds how long a worker waits for a write.
+    """
+
+    store: str | os.PathLike[str] | SnapshotStore
+    job: str = "job"
+    policy: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    inputs: Mapping[str, str | os.PathLike[str]] = field(default_factory=dict)
+    key: bytes | None = field(default=None, repr=False)
+    mode: Mode = "resume"
+    announce: Any = None
+    write_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job, str) or not self.job:
+            raise InvalidArgument(f"Recovery: job must be a non-empty name, got {self.job!r}")
+        if self.mode not in ("resume", "fresh"):
+            raise InvalidArgument(f"Recovery: mode must be 'resume' or 'fresh', got {self.mode!r}")
+        if self.key is not None and (not isinstance(self.key, bytes) or len(self.key) < 16):
+            raise InvalidArgument("Recovery: key must be bytes, at least 16 of them")
+        if not isinstance(self.policy, SnapshotPolicy):
+            raise InvalidArgument(f"Recovery: policy must be a SnapshotPolicy, got {self.policy!r}")
+
+    def identity(self, key_id: str) -> Identity:
+        """The job's identity, its file inputs fingerprinted now."""
+        inputs: dict[str, str] = {}
+        for name, value in self.inputs.items():
+            if isinstance(value, str):
+                inputs[name] = value
+            else:
+                try:
+                    inputs[name] = fingerprint(value)
+                except OSError as exc:
+                    raise RecoveryError(
+                        f"input {name!r}: cannot read {os.fspath(value)} to fingerprint it: {exc.strerror or exc}",
+                        os.fspath(value),
+                    ) from None
+        return Identity(self.job, dict(self.parameters), inputs, key_id)
+
+    def open(self, *, process: int = 0, joining: bool = False) -> Session:
+        """Open the store for this process (see the module doc); the first process (``process == 0``) cleans it.
+
+        ``joining``: this process joins a computation already running; it restores nothing and learns the epoch
+        the run resumed at from the store.
+        """
+        store = open_store(self.store)
+        store.check_writable()
+        seal = Seal(self.key)
+        snapshots = Snapshots(store, seal)
+        first = process == 0 and not joining
+        if self.mode == "fresh" and first:
+            snapshots.wipe()
+        identity = snapshots.check_identity(self.identity(seal.key_id), write=first)
+        if joining:
+            resume = snapshots.get_run()
+            return Session(self, snapshots, identity, None, resume or 0, process, True)
+        opened = snapshots.latest(identity, self.announce if first else None)
+        if first:
+            snapshots.clean(None if opened is None else opened.manifest)
+        resume = 0 if opened is None else opened.manifest.resume_epoch
+        if first:
+            snapshots.put_run(resume, identity)
+            if resume and self.announce is not None:
+                said = "the end: the run had finished, nothing is left to compute" if resume == FINAL else (
+                    f"epoch {resume}"
+                )
+                print(f"resumed at {said}", file=self.announce, flush=True)
+        return Session(self, snapshots, identity, opened, resume, process, False)
+
+
+class Session:
+    """One process's open store: the snapshot to restore, the resume epoch, and the thread that writes files."""
+
+    def __init__(
+        self,
+        recovery: Recovery,
+        snapshots: Snapshots,
+        identity: str,
+        opened: Opened | None,
+        resume: int,
+        process: int,
+        joining: bool,
+    ) -> None:
+        self.recovery = recovery
+        self.snapshots = snapshots
+        self.identity = identity
+        """SHA-256 of the job's identity: every manifest of this job records it."""
+        self.opened = opened
+        """The snapshot restored from (``None``: a fresh start, or a process joining a running computation)."""
+        self.resume = resume
+        """The first epoch this run computes (0 on a fresh start; :data:`FINAL` when the run had finished)."""
+        self.process = process
+        self.joining = joining
+        self.policy = recovery.policy
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytimely-snapshots")
+        """Writes payload files and manifests off the workers' threads (file system calls release the GIL)."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the run had finished: nothing is computed and nothing written."""
+        return self.resume == FINAL
+
+    def worker(self, worker: Worker) -> WorkerRecovery:
+        """The recovery runtime of one of this process's workers."""
+        from pytimely.recovery.runtime import WorkerRecovery
+
+        return WorkerRecovery(self, worker)
+
+    def close(self) -> None:
+        """Stop the writer thread (writes in flight finish first)."""
+        self.writer.shutdown(wait=True)
