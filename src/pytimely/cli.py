@@ -3,7 +3,7 @@
     pytimely run [-w W -n N -p I --hosts ... | --hostfile F] [--metrics-port M] module:function [ARG ...]
     pytimely explain [same flags as run] module:function [ARG ...]
     pytimely show module:function [-w W] [--format mermaid|dot|svg] [ARG ...]
-    pytimely launch -n N [-w W] [--port P] [--metrics-port M] [-q] -- COMMAND [ARG ...]
+    pytimely launch -n N [-w W] [--port P] [--metrics-port M] [-q] [--elastic] [--recovery DIR ...] -- COMMAND ...
     pytimely workflow {run,plan,show,logs} ...     (see pytimely.workflow.cli)
     pytimely log-summary FILE ...   (event logs written under PYTIMELY_LOG=path, see pytimely.logsummary)
 
@@ -16,6 +16,12 @@ runs. Each worker's result, when not ``None``, is printed as ``worker I: repr``.
 hosts, a fresh cluster secret and a common ``PYTHONHASHSEED`` through the
 environment, prefixes their output lines with ``[pI]``, and stops them all as
 soon as one fails; its exit status is the first failure's (0 if all succeed).
+
+``--recovery DIR`` (on ``launch``, ``run`` and the examples) keeps the declared state of the job's
+operators in DIR, snapshotted at epoch boundaries; a run started again resumes from the last snapshot,
+with any number of processes (docs/recovery.md). Snapshots are pickles: a store is trusted like the
+program's own files, unless it is sealed with ``--recovery-key-file``; then every file not sealed by that
+key is refused before anything in it is unpickled.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from pytimely.config import add_arguments, config_from_args
@@ -40,7 +47,81 @@ from pytimely.errors import ConfigError, InputFormatError, OutputPathError, Pyti
 from pytimely.eventlog import Sink, combine
 from pytimely.status import ProgressLine, Status, status_from_metrics
 
-__all__ = ["launch", "main", "metrics_port_from", "observers"]
+__all__ = ["add_recovery_arguments", "launch", "main", "metrics_port_from", "observers", "recovery_from_args"]
+
+RECOVERY_TRUST = (
+    "Snapshots are pickles: a store is trusted like this program's own files, unless it is sealed with "
+    "--recovery-key-file, and then every file not sealed by that key is refused before anything in it is "
+    "unpickled."
+)
+"""The trust model of a recovery store, as the command line's help states it."""
+
+
+def add_recovery_arguments(parser: argparse.ArgumentParser, *, what: str = "the job's declared state") -> None:
+    """Add ``--recovery DIR``, ``--recovery-mode``, ``--recovery-key-file`` and ``--snapshot-every`` to ``parser``.
+
+    Each reads its ``PYTIMELY_RECOVERY*`` variable by default (``pytimely launch --recovery`` sets them).
+    """
+    group = parser.add_argument_group("recovery", RECOVERY_TRUST)
+    group.add_argument(
+        "--recovery", metavar="DIR", default=os.environ.get("PYTIMELY_RECOVERY") or None,
+        help=f"snapshot {what} into DIR (a folder or s3:// URL) and resume from it after a crash, on any number "
+             "of processes (PYTIMELY_RECOVERY)",
+    )
+    group.add_argument(
+        "--recovery-mode", choices=("resume", "fresh"), default=os.environ.get("PYTIMELY_RECOVERY_MODE") or "resume",
+        help="resume (default): go on from DIR's last snapshot, refusing a store of another job, input or "
+             "parameter; fresh: empty DIR and start over (PYTIMELY_RECOVERY_MODE)",
+    )
+    group.add_argument(
+        "--recovery-key-file", metavar="FILE", default=os.environ.get("PYTIMELY_RECOVERY_KEY_FILE") or None,
+        help="seal DIR with the key in FILE (16 bytes or more) and refuse what it did not seal "
+             "(PYTIMELY_RECOVERY_KEY_FILE)",
+    )
+    group.add_argument(
+        "--snapshot-every", type=int, default=int(os.environ.get("PYTIMELY_SNAPSHOT_EVERY") or 1), metavar="E",
+        help="with --recovery: snapshot every E-th epoch (default 1; PYTIMELY_SNAPSHOT_EVERY)",
+    )
+
+
+def recovery_key(path: str | None) -> bytes | None:
+    """The key in ``path`` (surrounding whitespace stripped), or ``None``; a bad file is a :class:`ConfigError`."""
+    if path is None:
+        return None
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the recovery key file {path}: {exc.strerror or exc}") from None
+    if len(key) < 16:
+        raise ConfigError(f"the recovery key in {path} is {len(key)} bytes long; at least 16 are needed")
+    return key
+
+
+def recovery_from_args(
+    args: argparse.Namespace,
+    job: str,
+    *,
+    parameters: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, Any] | None = None,
+) -> Any:
+    """The :class:`~pytimely.recovery.Recovery` the flags of :func:`add_recovery_arguments` ask for (``None``
+    without ``--recovery``), announcing on stderr."""
+    if not getattr(args, "recovery", None):
+        return None
+    from pytimely.recovery import Recovery, SnapshotPolicy
+
+    if args.snapshot_every < 1:
+        raise ConfigError(f"--snapshot-every must be at least 1, got {args.snapshot_every}")
+    return Recovery(
+        args.recovery,
+        job=job,
+        policy=SnapshotPolicy(every_epochs=args.snapshot_every),
+        parameters=dict(parameters or {}),
+        inputs=dict(inputs or {}),
+        key=recovery_key(args.recovery_key_file),
+        mode=args.recovery_mode,
+        announce=sys.stderr,
+    )
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -91,6 +172,7 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
         "--metrics-port", type=int, default=None,
         help="serve Prometheus metrics on this port (default: PYTIMELY_METRICS_PORT, else none)",
     )
+    add_recovery_arguments(parser)
     parser.add_argument("target", help="module:function taking a Worker")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments left in sys.argv for the function")
     args = parser.parse_args(argv)
@@ -98,6 +180,7 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
         config = config_from_args(args)
         func = _load(args.target)
         metrics_port = args.metrics_port if args.metrics_port is not None else metrics_port_from(os.environ)
+        recovery = recovery_from_args(args, args.target)
     except ConfigError as exc:
         parser.error(str(exc))
     try:
@@ -114,9 +197,9 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
     if explain:
         func = _explaining(func)
     try:
-        results = execute(func, config=config, on_leave=on_leave, log=log)
-    except (InputFormatError, OutputPathError) as exc:
-        print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
+        results = execute(func, config=config, on_leave=on_leave, log=log, recovery=recovery)
+    except (InputFormatError, OutputPathError, RecoveryError) as exc:
+        print(f"pytimely run: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:
         print(f"{prog}: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -349,6 +432,8 @@ def launch(
     metrics_port: int | None = None,
     quiet: bool = False,
     recovery: str | None = None,
+    recovery_mode: str = "resume",
+    recovery_key_file: str | None = None,
 ) -> int:
     """Run ``command`` as a local cluster of ``processes`` processes; return the first failure's exit status.
 
@@ -361,16 +446,19 @@ def launch(
     With ``metrics_port`` P, process I serves Prometheus metrics on port P + I (``PYTIMELY_METRICS_PORT``), and,
     unless ``quiet`` or stderr is not a terminal, the launcher draws a progress line from them.
 
-    With ``recovery`` DIR, every process finds it as ``PYTIMELY_RECOVERY`` (jobs that support it snapshot there
-    and resume from it, see ``docs/recovery.md``); a DIR that cannot be written fails here, before any start.
+    With ``recovery`` DIR, every process (a newcomer of an elastic run too) finds it as ``PYTIMELY_RECOVERY``,
+    with ``recovery_mode`` and ``recovery_key_file`` as ``PYTIMELY_RECOVERY_MODE`` and
+    ``PYTIMELY_RECOVERY_KEY_FILE``: the job's declared state is snapshotted there and restored from it, see
+    ``docs/recovery.md``. A DIR that cannot be written, or an unreadable key file, fails here, before any start.
     """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
     if recovery is not None:
-        if elastic:
-            raise ConfigError("--recovery and --elastic cannot be combined: a recovered run rescales on restart")
         from pytimely.recovery import open_store
 
+        if recovery_mode not in ("resume", "fresh"):
+            raise ConfigError(f"--recovery-mode must be resume or fresh, got {recovery_mode!r}")
+        recovery_key(recovery_key_file)
         open_store(recovery).check_writable()
     if not command:
         raise ConfigError("launch needs a command after --")
@@ -390,6 +478,9 @@ def launch(
         }
     if recovery is not None:
         launcher.extra["PYTIMELY_RECOVERY"] = os.path.abspath(recovery) if "://" not in recovery else recovery
+        launcher.extra["PYTIMELY_RECOVERY_MODE"] = recovery_mode
+        if recovery_key_file is not None:
+            launcher.extra["PYTIMELY_RECOVERY_KEY_FILE"] = os.path.abspath(recovery_key_file)
     try:
         with launcher.lock:
             for index in range(processes):
@@ -494,7 +585,8 @@ def _stop(children: list[subprocess.Popen[bytes]], grace: float, settle: float =
 
 def _launch(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="pytimely launch", description="Start a local cluster of N processes running COMMAND."
+        prog="pytimely launch", description="Start a local cluster of N processes running COMMAND.",
+        epilog=f"Recovery: {RECOVERY_TRUST} See docs/recovery.md.",
     )
     parser.add_argument("-n", "--processes", type=int, required=True, help="number of processes")
     parser.add_argument("-w", "--workers", type=int, default=1, help="workers per process (default 1)")
@@ -512,7 +604,17 @@ def _launch(argv: Sequence[str]) -> int:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     parser.add_argument(
-        "--recovery", metavar="DIR", help="snapshot store the processes resume from after a crash (docs/recovery.md)"
+        "--recovery", metavar="DIR",
+        help="snapshot store the processes keep their declared state in and resume from after a crash, on any "
+             "number of processes; combines with --elastic (docs/recovery.md)",
+    )
+    parser.add_argument(
+        "--recovery-mode", choices=("resume", "fresh"), default="resume",
+        help="with --recovery: resume from DIR's last snapshot (default), or empty DIR and start over",
+    )
+    parser.add_argument(
+        "--recovery-key-file", metavar="FILE",
+        help="with --recovery: seal DIR with this key; files it did not seal are refused before unpickling",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG ...]")
     args = parser.parse_args(argv)
@@ -521,7 +623,7 @@ def _launch(argv: Sequence[str]) -> int:
         return launch(
             command, args.processes, args.workers, port=args.port, elastic=args.elastic,
             leave_timeout=args.leave_timeout, metrics_port=args.metrics_port, quiet=args.quiet,
-            recovery=args.recovery,
+            recovery=args.recovery, recovery_mode=args.recovery_mode, recovery_key_file=args.recovery_key_file,
         )
     except ConfigError as exc:
         parser.error(str(exc))

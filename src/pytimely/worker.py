@@ -47,8 +47,9 @@ class RecoveryHook(Protocol):
         """A dataflow was built (and, on a joining worker, bootstrapped): restore it before its first step."""
         ...
 
-    def after_step(self) -> None:
-        """Once per step: hand on snapshots whose files are written, commit those every worker has written."""
+    def after_step(self) -> bool:
+        """Once per step: hand on snapshots whose files are written, commit those every worker has written;
+        whether it did anything."""
         ...
 
     def busy(self) -> bool:
@@ -293,12 +294,12 @@ class Worker:
         allocator.release()
         if any(s.complete for s in self._dataflows):
             self._dataflows = [s for s in self._dataflows if not s.complete]
+        recovery = self._recovery
+        if recovery is not None:
+            worked = recovery.after_step() or worked
         self.last_step_worked = worked
         if self._logger is not None:
             self._log_stats(self._logger)
-        recovery = self._recovery
-        if recovery is not None:
-            recovery.after_step()
         if self._after_step is not None:
             self._after_step()
         return bool(self._dataflows) or (recovery is not None and recovery.busy())
@@ -361,17 +362,22 @@ class Worker:
             return False
         return self.peers == 1 or (cluster is not None and cluster.stalled())
 
-    def await_other_thread(self, future: Future[Any]) -> None:
+    def await_other_thread(self, future: Future[Any]) -> Callable[[], None]:
         """Count ``future`` (work another thread does for this worker, such as writing a snapshot) as a reason to
-        wait, not a stall, until it is done; its end wakes the worker."""
+        wait, not a stall, until the returned function is called (once its result is taken); its end wakes the
+        worker."""
         bell = self._doorbell
         bell._opened()
+        future.add_done_callback(lambda _: bell.ring())
+        closed = False
 
-        def done(_: Future[Any]) -> None:
-            bell._closed()
-            bell.ring()
+        def taken() -> None:
+            nonlocal closed
+            if not closed:
+                closed = True
+                bell._closed()
 
-        future.add_done_callback(done)
+        return taken
 
     @property
     def awaits_other_threads(self) -> bool:

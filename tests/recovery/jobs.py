@@ -1,13 +1,16 @@
-"""A durable job for the recovery tests: running sums per key, a changelog line per change, a crash on demand."""
+"""Jobs for the recovery tests: running sums per key kept by a user operator's declared state, their changelog
+gathered into a declared log, a crash on demand. Nothing in them knows about snapshots."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from pytimely import Worker, execute
-from pytimely.dataflow.operators.state_machine import state_machine
-from pytimely.recovery import Recovery, SnapshotPolicy, fixed_bins
+from pytimely.dataflow.operators.builder import OperatorBuilder
+from pytimely.dataflow.state import Log, exchange_by_bin
+from pytimely.recovery import Recovery, SnapshotPolicy
 
 
 class Crash(Exception):
@@ -20,43 +23,78 @@ def records(epoch: int, seed: int = 7) -> list[tuple[int, int]]:
     return [(rng.randrange(40), rng.randrange(1, 10)) for _ in range(60)]
 
 
-def _add(key: int, value: int, total: int | None) -> tuple[int, list[tuple[int, int]]]:
-    new = (total or 0) + value
-    return new, [(key, new)]
+def running_sums(scope: Any, stream: Any, name: str = "sum", seen: list[int] | None = None) -> Any:
+    """``(key, total)`` for every record: each key's running total, kept in the operator's declared state.
 
-
-def running_sums(
-    store: Any, epochs: int, workers: int, *, crash_at: tuple[int, int] | None = None, every: int = 1,
-    name: str = "sum", seed: int | None = None, policy: SnapshotPolicy | None = None,
-) -> list[tuple[int, int, int]]:
-    """Run the job on ``workers`` threads; the committed changelog ``(epoch, key, total)`` lines, sorted.
-
-    ``crash_at=(worker, epoch)`` makes that worker raise :class:`Crash` after sending part of that epoch.
+    ``seen``, if given, counts the records the operator applied on this worker (to show what a run computed).
     """
-    recovery = Recovery(store, policy or SnapshotPolicy(every_epochs=every), job="sums")
+    builder = OperatorBuilder(scope, name)
+    totals = builder.keyed_state("totals")
+    builder.new_input(stream, exchange_by_bin(lambda r: r[0]))
+    builder.new_output()
 
-    def job(worker: Worker) -> Any:
-        durable = worker.recovery
-        totals = durable.keyed("totals")
-        seen: dict[int, list[tuple[int, int, int]]] = {}
+    def constructor(caps: list[Any], info: Any) -> Any:
+        for cap in caps:
+            cap.drop()
 
-        def keep(t: int, batch: Any) -> None:
-            seen.setdefault(t, []).extend((t, k, v) for k, v in batch)
+        def logic(inputs: Any, outputs: Any) -> None:
+            for cap, batch in inputs[0]:
+                changes = []
+                for k, v in batch:
+                    total = totals.get(k, 0) + v
+                    totals[k] = total
+                    changes.append((k, total))
+                if seen is not None:
+                    seen.append(len(batch))
+                outputs[0].give(cap, changes)
 
-        def changes(epoch: int) -> list[tuple[int, int, int]]:
-            # Within an epoch the records of a key arrive in any order; totals only grow: the largest is the last.
-            last: dict[int, int] = {}
-            for _, k, v in seen.pop(epoch, []):
-                last[k] = max(v, last.get(k, 0))
-            return [(epoch, k, v) for k, v in last.items()]
+        return logic
+
+    (out,) = builder.build(constructor)
+    return out
+
+
+def durable_sink(scope: Any, stream: Any, into: list[Any], name: str = "changelog") -> None:
+    """Append ``(time, record)`` of everything reaching this worker to ``into``, a log the runtime snapshots."""
+    builder = OperatorBuilder(scope, name)
+    builder.state("rows", Log(into))
+    builder.new_input(stream)
+
+    def constructor(caps: list[Any], info: Any) -> Any:
+        for cap in caps:
+            cap.drop()
+
+        def logic(inputs: Any, outputs: Any) -> None:
+            for cap, batch in inputs[0]:
+                into.extend((cap.time, r) for r in batch)
+
+        return logic
+
+    builder.build(constructor)
+
+
+def sums_job(
+    epochs: int,
+    *,
+    crash_at: tuple[int, int] | None = None,
+    seen: list[int] | None = None,
+    name: str = "sum",
+    on_epoch: Callable[[Worker, int], None] | None = None,
+) -> Callable[[Worker], list[Any]]:
+    """The job: every worker sends its share of each epoch, steps until the epoch is through; worker 0's log of
+    ``(epoch, key, total)`` changes is what it returns. ``crash_at=(worker, epoch)`` dies mid-epoch."""
+
+    def job(worker: Worker) -> list[Any]:
+        log: list[Any] = []
 
         def build(scope: Any) -> tuple[Any, Any]:
-            handle, stream = durable.new_input(scope, "records")
-            out = state_machine(stream, _add, None, fixed_bins(scope), recovery.bins, name, states=totals)
-            return handle, out.inspect_batch(keep).probe()
+            handle, stream = scope.new_input(name="records")
+            sums = running_sums(scope, stream, name, seen)
+            durable_sink(scope, sums.exchange(lambda _: 0, name="gather"), log)
+            return handle, sums.probe()
 
         handle, probe = worker.dataflow(build)
-        for epoch in range(durable.begin(), epochs):
+        for epoch in range(epochs):
             mine = records(epoch)[worker.index :: worker.peers]
             handle.send_batch(mine[: len(mine) // 2])
             if crash_at == (worker.index, epoch):
@@ -64,19 +102,55 @@ def running_sums(
             handle.send_batch(mine[len(mine) // 2 :])
             handle.advance_to(epoch + 1)
             worker.step_while(lambda: probe.less_than(handle.time))
-            durable.commit(epoch, output=changes(epoch), final=epoch == epochs - 1)
-        return durable.committed_output() if worker.index == 0 else None
+            if on_epoch is not None:
+                on_epoch(worker, epoch)
+        return log
 
+    return job
+
+
+def run_sums(
+    store: Any,
+    epochs: int,
+    workers: int,
+    *,
+    crash_at: tuple[int, int] | None = None,
+    every: int = 1,
+    keep: int = 2,
+    seed: int | None = None,
+    name: str = "sum",
+    seen: list[int] | None = None,
+    on_epoch: Callable[[Worker, int], None] | None = None,
+    **options: Any,
+) -> list[tuple[int, int, int, int]]:
+    """Run the job with recovery into ``store``; its changelog as :func:`changes` gives it."""
+    options.setdefault("parameters", {"epochs": epochs})
+    recovery = Recovery(store, job="sums", policy=SnapshotPolicy(every_epochs=every, keep=keep), **options)
+    job = sums_job(epochs, crash_at=crash_at, seen=seen, name=name, on_epoch=on_epoch)
     results = execute(job, workers, recovery=recovery, seed=seed)
-    return sorted(row for part in results[0] for row in part)
+    return changes(row for part in results for row in part)
 
 
-def expected(epochs: int) -> list[tuple[int, int, int]]:
-    """The changelog of an uninterrupted run (each changed key's total after each epoch), without pytimely."""
+def changes(log: Any) -> list[tuple[int, int, int, int]]:
+    """Per epoch and key: how many changes the log holds and the last total, from ``(epoch, (key, total))``.
+
+    Within an epoch a key's records arrive in any order, so the totals between differ from run to run; their
+    number (one per record: a duplicate or a gap changes it) and the last (the largest) do not.
+    """
+    seen: dict[tuple[int, int], list[int]] = {}
+    for t, (k, total) in log:
+        seen.setdefault((t, k), []).append(total)
+    return sorted((t, k, len(v), max(v)) for (t, k), v in seen.items())
+
+
+def expected(epochs: int) -> list[tuple[int, int, int, int]]:
+    """What :func:`changes` gives for an uninterrupted run, computed without pytimely."""
     totals: dict[int, int] = {}
     rows = []
     for epoch in range(epochs):
+        count: dict[int, int] = {}
         for k, v in records(epoch):
             totals[k] = totals.get(k, 0) + v
-        rows.extend((epoch, k, totals[k]) for k in {k for k, _ in records(epoch)})
+            count[k] = count.get(k, 0) + 1
+        rows.extend((epoch, k, n, totals[k]) for k, n in count.items())
     return sorted(rows)

@@ -1,133 +1,195 @@
-"""The snapshot store: all-or-nothing per epoch, torn snapshots never used, identity refused, retention bounded."""
+"""The snapshot store: manifests after payloads, usable snapshots only, fallback with a warning, sealing,
+identity refused naming what differs, retention that keeps what a kept snapshot reads, leftovers cleaned."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from pytimely.errors import (
-    InvalidArgument,
-    RecoveryMismatchError,
-    SnapshotCorruptError,
-    StoreNotWritableError,
+from pytimely.errors import RecoveryMismatchError, SnapshotSealError, StoreNotWritableError
+from pytimely.recovery import (
+    FsspecStore,
+    Identity,
+    LocalStore,
+    Manifest,
+    RecoveryWarning,
+    Seal,
+    Snapshots,
 )
-from pytimely.recovery import FsspecStore, Identity, LocalStore, Manifest, SnapshotPolicy, Snapshots
+from pytimely.recovery.manifest import epoch_name
 from tests.recovery.conftest import S3Server
 
-IDENTITY = Identity("job", (("dataflow", ((0, "words"), (1, "count"))),), ("counts",), 4)
+IDENTITY = Identity("job", {"epochs": 4}, {"text": "sha256:abc"})
+KEY = b"k" * 32
 
 
-def _snapshot(snaps: Snapshots, epoch: int, keep: int = 2, *, output: bytes | None = b"out") -> Manifest:
-    refs = tuple(snaps.put_payload(epoch, w, f"state {epoch} {w}".encode(), (w, w + 2)) for w in range(2))
-    outs = () if output is None else (snaps.put_output(epoch, 0, output),)
-    manifest = Manifest(epoch, "id", 2, refs, outs, {"0": [epoch]})
+def _snapshot(snaps: Snapshots, epoch: int, keep: int = 2, *, reuse: Manifest | None = None) -> Manifest:
+    """Two workers' payloads at ``epoch`` (bin w of a state), committed; bin 9 stays where ``reuse`` had it."""
+    files, binned = [], {}
+    for w in range(2):
+        name = snaps.payload_name(epoch, w, 0)
+        files.append(snaps.put_payload(name, f"state {epoch} {w}".encode()))
+        binned[w] = (len(files) - 1, 0, len(f"state {epoch} {w}"))
+    if reuse is not None:
+        files.append(reuse.files[reuse.binned["k"][9][0]])
+        binned[9] = (len(files) - 1, *reuse.binned["k"][9][1:])
+    manifest = Manifest(epoch, "id", 2, files, {"k": binned})
     snaps.commit(manifest, keep)
     return manifest
 
 
-def _stores(tmp_path: Path, request: pytest.FixtureRequest, kind: str) -> Snapshots:
-    if kind == "local":
-        return Snapshots(LocalStore(tmp_path / "store"))
-    s3: S3Server = request.getfixturevalue("s3_server")
-    return Snapshots(FsspecStore(f"s3://{s3.bucket}/recovery-{tmp_path.name}", **s3.options()))
-
-
 @pytest.fixture(params=["local", "s3"])
 def snaps(request: pytest.FixtureRequest, tmp_path: Path) -> Snapshots:
-    """An empty, writable store of each kind."""
-    s = _stores(tmp_path, request, request.param)
-    s.store.check_writable()
-    return s
+    """An empty, writable store of each kind, unsealed."""
+    if request.param == "local":
+        store: LocalStore | FsspecStore = LocalStore(tmp_path / "store")
+    else:
+        s3: S3Server = request.getfixturevalue("s3_server")
+        store = FsspecStore(f"s3://{s3.bucket}/recovery-{tmp_path.name}", **s3.options())
+    store.check_writable()
+    return Snapshots(store, Seal(None))
 
 
-def test_a_committed_snapshot_reads_back_whole(snaps: Snapshots) -> None:
-    assert snaps.latest() is None
+def test_a_committed_snapshot_reads_back_whole_and_verified(snaps: Snapshots) -> None:
+    assert snaps.latest("id") is None
     written = _snapshot(snaps, 3)
-    latest = snaps.latest()
-    assert latest == written
-    assert [snaps.read(r) for r in latest.payloads] == [b"state 3 0", b"state 3 1"]
-    assert latest.positions == {"0": [3]}
+    opened = snaps.latest("id")
+    assert opened is not None and opened.manifest.to_json() == written.to_json()
+    assert [opened.piece(written.binned["k"][w]) for w in range(2)] == [b"state 3 0", b"state 3 1"]
 
 
-def test_payloads_without_a_manifest_are_never_used_and_are_cleaned(snaps: Snapshots) -> None:
-    _snapshot(snaps, 1)
-    # A run that died while writing epoch 2: payloads and an output part, but no manifest.
-    snaps.put_payload(2, 0, b"torn", (0,))
-    snaps.put_output(2, 0, b"torn output")
-    assert snaps.latest().epoch == 1
-    assert len(snaps.committed_outputs(1)) == 1
-    snaps.clean(1)
-    assert snaps.store.list("epochs") == ["epochs/000000000001"]
-    assert len(snaps.store.list("outputs")) == 1
-
-
-def test_a_payload_not_matching_its_checksum_makes_the_snapshot_unusable(snaps: Snapshots) -> None:
-    _snapshot(snaps, 1)
-    newer = _snapshot(snaps, 2)
-    snaps.store.put(newer.payloads[1].name, b"state 2 X")  # same size, other bytes
-    assert snaps.latest().epoch == 1
-    with pytest.raises(SnapshotCorruptError, match="does not match its checksum"):
-        snaps.read(newer.payloads[1])
-    snaps.store.delete(newer.payloads[0].name)
-    with pytest.raises(SnapshotCorruptError, match="missing"):
-        snaps.read(newer.payloads[0])
-
-
-def test_a_damaged_manifest_is_not_a_snapshot(snaps: Snapshots) -> None:
+def test_a_damaged_newest_manifest_falls_back_to_the_one_before_with_a_warning(snaps: Snapshots) -> None:
     _snapshot(snaps, 1)
     _snapshot(snaps, 2)
-    data = json.loads(snaps.store.get("manifests/000000000002") or b"")
+    name = f"manifests/{epoch_name(2)}"
+    data = json.loads(snaps.store.get(name) or b"")
     data["body"]["epoch"] = 7
-    snaps.store.put("manifests/000000000002", json.dumps(data).encode())
-    assert snaps.latest().epoch == 1
-    snaps.store.put("manifests/000000000002", b'{"body": {"epo')
-    assert snaps.latest().epoch == 1
+    snaps.store.put(name, json.dumps(data).encode())
+    with pytest.warns(RecoveryWarning, match=f"{name} is damaged; using an older snapshot"):
+        assert snaps.latest("id").manifest.epoch == 1  # type: ignore[union-attr]
+    snaps.store.put(name, b'{"body": {"epo')
+    with pytest.warns(RecoveryWarning, match="is damaged"):
+        assert snaps.latest("id").manifest.epoch == 1  # type: ignore[union-attr]
 
 
-def test_retention_keeps_the_last_n_complete_snapshots_and_the_size_bounded(snaps: Snapshots) -> None:
-    for epoch in range(12):
-        _snapshot(snaps, epoch, keep=3, output=None)
-    assert snaps.store.list("manifests") == [f"manifests/{e:012d}" for e in (9, 10, 11)]
-    assert snaps.store.list("epochs") == [f"epochs/{e:012d}" for e in (9, 10, 11)]
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda data: data[:-3], "has 6 bytes, not the 9 its manifest records"),
+        (lambda data: data[:-1] + b"X", "does not match its checksum"),
+        (None, "is missing"),
+    ],
+)
+def test_a_truncated_altered_or_missing_payload_makes_the_snapshot_unusable(
+    snaps: Snapshots, damage: object, said: str
+) -> None:
+    _snapshot(snaps, 1)
+    newer = _snapshot(snaps, 2)
+    name = newer.files[1][0]
+    if damage is None:
+        snaps.store.delete(name)
+    else:
+        snaps.store.put(name, damage(snaps.store.get(name)))  # type: ignore[operator]
+    with pytest.warns(RecoveryWarning, match=f"snapshot manifests/{epoch_name(2)} is not usable: {name} {said}"):
+        assert snaps.latest("id").manifest.epoch == 1  # type: ignore[union-attr]
 
 
-def test_output_parts_are_kept_by_retention_and_listed_in_epoch_order(snaps: Snapshots) -> None:
-    for epoch in range(5):
-        _snapshot(snaps, epoch, keep=1, output=f"{epoch}".encode())
-    names = snaps.committed_outputs(4)
-    assert [snaps.store.get(n) for n in names] == [b"0", b"1", b"2", b"3", b"4"]
-    assert snaps.committed_outputs(None) == []
+def test_with_every_snapshot_unusable_the_warning_says_the_run_starts_over(snaps: Snapshots) -> None:
+    _snapshot(snaps, 1)
+    snaps.store.put(f"manifests/{epoch_name(1)}", b"not json")
+    with pytest.warns(RecoveryWarning, match="no usable snapshot among 1; starting over from the first epoch"):
+        assert snaps.latest("id") is None
 
 
-def test_identity_written_once_then_another_job_or_version_is_refused_naming_it(snaps: Snapshots) -> None:
-    snaps.check_identity(IDENTITY, write=True)
+def test_a_snapshot_of_another_identity_is_passed_over(snaps: Snapshots) -> None:
+    _snapshot(snaps, 1)
+    with pytest.warns(RecoveryWarning, match="was taken by another job"):
+        assert snaps.latest("other") is None
+
+
+def test_retention_keeps_the_files_kept_snapshots_read_even_when_old(snaps: Snapshots) -> None:
+    first = _snapshot(snaps, 0)
+    old_file = first.files[first.binned["k"][0][0]][0]
+    # Bin 9 of every later snapshot is still the piece written at epoch 0 (it did not change).
+    first.binned["k"][9] = first.binned["k"][0]
+    manifest = first
+    for epoch in range(1, 8):
+        manifest = _snapshot(snaps, epoch, keep=2, reuse=manifest)
+    assert snaps.store.list("manifests") == [f"manifests/{epoch_name(e)}" for e in (6, 7)]
+    assert snaps.store.get(old_file) == b"state 0 0"  # kept: bin 9 reads it
+    folders = snaps.store.list("snapshots")
+    assert folders == [f"snapshots/{epoch_name(e)}" for e in (0, 6, 7)]
+    assert len(snaps.store.list(folders[0])) == 1  # worker 1's file of epoch 0 went
+
+
+def test_clean_removes_what_a_run_that_died_left_after_the_snapshot(snaps: Snapshots, tmp_path: Path) -> None:
+    kept = _snapshot(snaps, 1)
+    snaps.put_payload(snaps.payload_name(2, 0, 0), b"torn")
+    snaps.store.put(f"manifests/{epoch_name(3)}", b"torn manifest")
+    snaps.clean(kept)
+    assert snaps.store.list("manifests") == [f"manifests/{epoch_name(1)}"]
+    assert snaps.store.list("snapshots") == [f"snapshots/{epoch_name(1)}"]
+
+
+def test_temporary_files_of_killed_writers_are_swept_from_every_folder(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    store.check_writable()
+    snaps = Snapshots(store, Seal(None))
     _snapshot(snaps, 0)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    from pytimely.atomic import _host
+
+    leftovers = [
+        tmp_path / "s" / "manifests" / f".{epoch_name(1)}.{_host()}.{pid}.0123456789abcdef.tmp",
+        tmp_path / "s" / "snapshots" / epoch_name(0) / f".00000-000-x.{_host()}.{pid}.0123456789abcdef.tmp",
+        tmp_path / "s" / f".identity.json.{_host()}.{pid}.0123456789abcdef.tmp",
+        tmp_path / "s" / f".probe-{pid}-abcd",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"half")
+    mine = tmp_path / "s" / f".run.json.{_host()}.{os.getpid()}.0123456789abcdef.tmp"
+    mine.write_bytes(b"in flight")
+    assert sorted(store.sweep()) == sorted(os.fspath(p) for p in leftovers)
+    assert mine.exists()  # a writer still running keeps its temporary file
+    assert store.list("manifests") == [f"manifests/{epoch_name(0)}"]
+
+
+def test_identity_written_once_then_another_job_parameter_input_or_version_is_refused(snaps: Snapshots) -> None:
+    snaps.check_identity(IDENTITY, write=True)
     snaps.check_identity(IDENTITY, write=True)  # the same job: accepted
-    before = {n: snaps.store.get(n) for n in snaps.store.list("manifests")}
-    renamed = Identity("job", (("dataflow", ((0, "words"), (1, "sum"))),), ("counts",), 4)
-    with pytest.raises(RecoveryMismatchError, match="'count' \\(id 1\\)") as info:
-        snaps.check_identity(renamed, write=True)
-    assert info.value.field == "dataflow 0"
-    with pytest.raises(RecoveryMismatchError, match="belongs to job 'job', not 'other'"):
-        snaps.check_identity(Identity("other", IDENTITY.dataflows, IDENTITY.states, 4), write=True)
-    with pytest.raises(RecoveryMismatchError, match="format version 1, this is version 99"):
-        snaps.check_identity(Identity("job", IDENTITY.dataflows, IDENTITY.states, 4, format=99), write=True)
-    with pytest.raises(RecoveryMismatchError, match="16"):
-        snaps.check_identity(Identity("job", IDENTITY.dataflows, IDENTITY.states, 16), write=True)
-    assert {n: snaps.store.get(n) for n in snaps.store.list("manifests")} == before
-    assert json.loads(snaps.store.get("identity.json") or b"") == IDENTITY.to_json()
+    cases = [
+        (Identity("other", IDENTITY.parameters, IDENTITY.inputs), "belongs to job 'job', not 'other'", "job"),
+        (Identity("job", {"epochs": 40}, IDENTITY.inputs), "written with epochs = 4, this run has epochs = 40",
+         "parameter epochs"),
+        (Identity("job", IDENTITY.parameters, {"text": "sha256:def"}), "input 'text' differs in content",
+         "input text"),
+        (Identity("job", IDENTITY.parameters, {}), "this run has no input 'text'", "input text"),
+        (Identity("job", IDENTITY.parameters, IDENTITY.inputs, format=99), "format version 2, this is version 99",
+         "format"),
+    ]
+    for identity, said, field in cases:
+        with pytest.raises(RecoveryMismatchError, match=said) as info:
+            snaps.check_identity(identity, write=True)
+        assert info.value.field == field
+    body = json.loads(snaps.store.get("identity.json") or b"")["body"]
+    assert body == IDENTITY.to_json()
 
 
 def test_a_folder_that_is_not_a_store_is_refused_and_left_alone(tmp_path: Path) -> None:
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me")
-    snaps = Snapshots(LocalStore(folder))
+    snaps = Snapshots(LocalStore(folder), Seal(None))
     with pytest.raises(RecoveryMismatchError, match="not a recovery store"):
         snaps.check_identity(IDENTITY, write=True)
+    with pytest.raises(RecoveryMismatchError, match="only empties a recovery store"):
+        snaps.wipe()
     assert sorted(os.listdir(folder)) == ["notes.txt"]
 
 
@@ -149,27 +211,31 @@ def test_a_store_that_cannot_be_written_fails_at_once(tmp_path: Path) -> None:
         locked.chmod(0o700)
 
 
-def test_a_writer_killed_mid_write_leaves_only_a_temporary_the_store_ignores(tmp_path: Path) -> None:
+def test_a_sealed_store_refuses_a_run_without_its_key_or_with_another(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "s")
-    snaps = Snapshots(store)
     store.check_writable()
-    _snapshot(snaps, 0)
-    # What write_atomic leaves when killed before its rename: a dot-file of a process that no longer runs.
-    folder = tmp_path / "s" / "manifests"
-    (folder / ".000000000001.host.999999.0123456789abcdef.tmp").write_bytes(b'{"body": {"ep')
-    assert store.list("manifests") == ["manifests/000000000000"]
-    assert snaps.latest().epoch == 0
+    sealed = Snapshots(store, Seal(KEY))
+    sealed.check_identity(Identity("job", key_id=Seal(KEY).key_id), write=True)
+    _snapshot(sealed, 1)
+    with pytest.raises(SnapshotSealError, match="is sealed with a key and this run has none"):
+        Snapshots(store, Seal(None)).check_identity(Identity("job"), write=False)
+    other = Seal(b"o" * 32)
+    with pytest.raises(SnapshotSealError, match="not sealed by this store's key"):
+        Snapshots(store, other).check_identity(Identity("job", key_id=other.key_id), write=False)
+    unsealed = LocalStore(tmp_path / "u")
+    unsealed.check_writable()
+    Snapshots(unsealed, Seal(None)).check_identity(Identity("job"), write=True)
+    with pytest.raises(SnapshotSealError, match=r"is not sealed .* this run has a key and refuses it"):
+        Snapshots(unsealed, Seal(KEY)).check_identity(Identity("job", key_id=Seal(KEY).key_id), write=False)
 
 
-def test_policy_arguments_are_checked_and_decide() -> None:
-    with pytest.raises(InvalidArgument):
-        SnapshotPolicy(every_epochs=0)
-    with pytest.raises(InvalidArgument):
-        SnapshotPolicy(every_epochs=None, every_seconds=None)
-    with pytest.raises(InvalidArgument):
-        SnapshotPolicy(keep=0)
-    every3 = SnapshotPolicy(every_epochs=3)
-    assert [e for e in range(10) if every3.due(e, e - e % 3 - (3 if e % 3 == 0 else 0), 0.0)] == [0, 3, 6, 9]
-    timed = SnapshotPolicy(every_epochs=None, every_seconds=5.0)
-    assert not timed.due(4, 0, last_time=100.0, now=104.0)
-    assert timed.due(4, 0, last_time=100.0, now=105.0)
+def test_a_sealed_store_passes_over_a_manifest_it_did_not_seal(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    store.check_writable()
+    sealed = Snapshots(store, Seal(KEY))
+    _snapshot(sealed, 1)
+    forged = _snapshot(Snapshots(store, Seal(None)), 2)  # checksummed, as anyone could write it
+    assert forged.epoch == 2
+    refused = r"not sealed .*this run has a key and refuses it; .*using an older snapshot"
+    with pytest.warns(RecoveryWarning, match=refused):
+        assert sealed.latest("id").manifest.epoch == 1  # type: ignore[union-attr]

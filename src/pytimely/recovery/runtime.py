@@ -33,6 +33,7 @@ commits the final snapshot: a run started again from it computes nothing and res
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,8 @@ class _Capture:
     epoch: int
     part: Part
     write: Future[tuple[str, int, str]] | None
+    taken: Callable[[], None] | None = None
+    """Tells the worker the write's result was taken (it counted as work under way until then)."""
 
 
 class WorkerRecovery:
@@ -95,7 +98,7 @@ class WorkerRecovery:
         self._collected: dict[int, list[Part]] = {}
         opened = session.opened
         self._committed: Manifest | None = opened.manifest if opened is not None else None
-        self._commits: list[Future[None]] = []
+        self._commits: list[tuple[Future[None], Callable[[], None]]] = []
         self._final_committed = False
         self._closed = False
         self._finishing = False
@@ -115,18 +118,21 @@ class WorkerRecovery:
         df.start()
         self._advance()
 
-    def after_step(self) -> None:
-        """Hand on written snapshots in epoch order, commit what every worker reported (worker 0)."""
+    def after_step(self) -> bool:
+        """Hand on written snapshots in epoch order, commit what every worker reported (worker 0); whether it
+        did anything (what it sends goes out at the next step)."""
         if self._handle is None:
-            return
-        self._send_written()
+            return False
+        worked = self._send_written()
         if self.worker.index == 0:
-            self._commit_reported()
-        for done in [f for f in self._commits if f.done()]:
+            worked = self._commit_reported() or worked
+        for done in [c for c in self._commits if c[0].done()]:
             self._commits.remove(done)
-            self._result(done)
+            self._result(done[0])
+            done[1]()
         if not self.worker.running:
             self._drain()
+        return worked
 
     def busy(self) -> bool:
         """Whether files or commits are still being written."""
@@ -178,24 +184,29 @@ class WorkerRecovery:
     def capture_taken(self, capture: _Capture) -> None:
         """A dataflow took a snapshot (with something in it): queue it, waiting if too many are in flight."""
         if capture.write is not None:
-            self.worker.await_other_thread(capture.write)
+            capture.taken = self.worker.await_other_thread(capture.write)
         self._outbox.append(capture)
         self._outbox.sort(key=lambda c: c.epoch)
         pending = [c for c in self._outbox if c.write is not None and not c.write.done()]
         if len(pending) > _OUTSTANDING:
             self._wait(pending[0].write)
 
-    def _send_written(self) -> None:
+    def _send_written(self) -> bool:
         handle = self._handle
         outbox = self._outbox
+        sent = bool(outbox) and (outbox[0].write is None or outbox[0].write.done())
         while outbox and (outbox[0].write is None or outbox[0].write.done()):
             capture = outbox.pop(0)
             if capture.write is not None:
                 capture.part.files.append(self._result(capture.write))
+            if capture.taken is not None:
+                capture.taken()
             if handle.time < capture.epoch:
                 handle.advance_to(capture.epoch)
             handle.send_batch([capture.part])
-        self._advance()
+        if sent:
+            self._advance()
+        return sent
 
     def _advance(self) -> None:
         """Move the commit input to the earliest epoch this worker may still report, or close it."""
@@ -215,17 +226,19 @@ class WorkerRecovery:
 
     # -- committing (worker 0) -------------------------------------------------------------------
 
-    def _commit_reported(self) -> None:
+    def _commit_reported(self) -> bool:
         port = self._port
         assert port is not None
         frontier = port.frontier
         session = self.session
+        committed = False
         for epoch in sorted(self._collected):
             if frontier.less_equal(epoch):
                 break
             parts = self._collected.pop(epoch)
             manifest = merge(self._committed, epoch, parts, session.identity, self.worker.peers)
             self._commit(manifest)
+            committed = True
         if (
             not self._final_committed
             and frontier.is_empty()
@@ -236,13 +249,14 @@ class WorkerRecovery:
         ):
             self._final_committed = True
             self._commit(merge(self._committed, FINAL, [], session.identity, self.worker.peers))
+            committed = True
+        return committed
 
     def _commit(self, manifest: Manifest) -> None:
         self._committed = manifest
         snapshots, keep = self.session.snapshots, self.session.policy.keep
         commit = self.session.writer.submit(snapshots.commit, manifest, keep)
-        self.worker.await_other_thread(commit)
-        self._commits.append(commit)
+        self._commits.append((commit, self.worker.await_other_thread(commit)))
 
     # -- waiting for the writer ------------------------------------------------------------------
 
@@ -263,8 +277,9 @@ class WorkerRecovery:
         """No dataflow runs any more: wait for every write and commit (raising what failed)."""
         for capture in list(self._outbox):
             self._wait(capture.write)
-        for commit in self._commits:
+        for commit, taken in self._commits:
             self._result(commit)
+            taken()
         self._commits.clear()
 
 

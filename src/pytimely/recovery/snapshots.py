@@ -157,7 +157,10 @@ class Snapshots:
             self.store.delete(name)
         live: set[str] = set()
         for name in manifests[-keep:]:
-            manifest = self._read_manifest(name)
+            try:
+                manifest = self._read_manifest(name)
+            except SnapshotSealError:
+                manifest = None
             if manifest is None:
                 return  # something is off: remove nothing rather than something a snapshot needs
             live |= manifest.file_names()

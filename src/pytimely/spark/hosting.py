@@ -112,12 +112,11 @@ def run_dataflow(
     named in Spark's UI when an action runs it.
 
     ``recovery`` (a folder every executor can reach, or an fsspec URL such as ``s3://bucket/prefix``; needs
-    ``epoch``) makes a retried stage resume instead of starting over: ``build`` is then called as
-    ``build(stream, durable)`` with the worker's :class:`~pytimely.recovery.Durable`, whose ``keyed(name)``
-    declares the keyed state its operators keep across epochs (``state_machine(..., states=...)``); every
-    ``snapshot_every`` epochs the state and the output so far are committed under ``recovery/<run id>``
-    (a fresh run id per call; acting on the returned DataFrame again reads the committed rows instead of
-    computing them). The store is checked writable here, before anything runs.
+    ``epoch``) makes a retried stage resume instead of starting over: the state the operators ``build``
+    makes declare (``state_machine``, windows, ...) and the output so far are snapshotted every
+    ``snapshot_every`` epochs under ``recovery/<run id>`` (a fresh run id per call; acting on the returned
+    DataFrame again reads the committed rows instead of computing them). The store is checked writable here,
+    before anything runs.
     """
     from pyspark.sql.types import StructType
 
@@ -441,7 +440,7 @@ class _Task:
         from pytimely.recovery import Recovery, SnapshotPolicy
 
         name = getattr(self.build, "__qualname__", None) or type(self.build).__name__
-        return Recovery(self.recovery, SnapshotPolicy(every_epochs=self.snapshot_every), job=f"spark {name}")
+        return Recovery(self.recovery, job=f"spark {name}", policy=SnapshotPolicy(every_epochs=self.snapshot_every))
 
     def _job(
         self, shares: list[list[tuple[int, Any]]], first: int, epochs: list[int]
@@ -472,54 +471,33 @@ class _Task:
 def _durable_job(
     build: Callable[..., Any], shares: list[list[tuple[int, Any]]], first: int, epochs: list[int], worker: Worker
 ) -> list[Any]:
-    """Feed this worker's share epoch by epoch, committing state and output; on worker 0, all committed output.
+    """Feed this worker's share epoch by epoch; the runtime snapshots the declared state and the capture.
 
-    The output of epoch ``e`` is what reached the capture at times ``<= e`` once the frontier passed ``e``;
-    what comes after the last epoch (an operator that emits later) is committed at ``last + 1``.
+    In a retried stage the state and the captured output of the committed epochs come back before the first
+    step, and what the worker sends again of those epochs is dropped: it returns every batch once.
     """
-    durable = worker.recovery
 
     def dataflow(scope: Any) -> tuple[Any, Any, Any]:
-        handle, stream = durable.new_input(scope, "spark")
-        out = build(stream, durable)
+        handle, stream = scope.new_input(name="spark")
+        out = build(stream)
         if out is None or not hasattr(out, "capture"):
             raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
         return handle, out.probe(), out.capture()
 
     handle, probe, captured = worker.dataflow(dataflow)
-    start = durable.begin()
     mine: dict[int, list[Any]] = {}
     for t, batch in shares[worker.index - first]:
         mine.setdefault(t, []).append(batch)
-    end = epochs[-1] + 1 if epochs else 0
-    for epoch in (e for e in epochs if e >= start):
+    for epoch in epochs:
         if epoch > handle.time:
             handle.advance_to(epoch)
         for batch in mine.get(epoch, ()):
             handle.send_batch(batch)
         handle.advance_to(epoch + 1)
         worker.step_while(lambda: probe.less_than(handle.time))
-        _commit_output(durable, captured, epoch)
-        durable.commit(epoch)
     handle.close()
     worker.step_while(lambda: not probe.done())
-    if start <= end:
-        _commit_output(durable, captured, None)
-        durable.commit(end, final=True)
-    # Worker 0 commits the manifests, the final one before its own commit returns: it alone knows then that
-    # every worker's output is committed, so it hands all of it back (the stage's shuffle spreads it again).
-    return durable.committed_output() if worker.index == 0 else []
-
-
-def _commit_output(durable: Any, captured: list[tuple[Any, Any]], upto: int | None) -> None:
-    """Hand the captured ``(time, batch)`` items at times ``<= upto`` (all, if ``None``) to ``durable``."""
-    keep = []
-    for item in captured:
-        if upto is None or item[0] <= upto:
-            durable.output(item)
-        else:
-            keep.append(item)
-    captured[:] = keep
+    return captured  # type: ignore[no-any-return]
 
 
 def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> list[list[tuple[int, Any]]]:
