@@ -213,7 +213,7 @@ class KeyedState(MutableMapping[K, V]):
     behind it) directly, for speed, says which keys it wrote with :meth:`touch`.
     """
 
-    __slots__ = ("_bin_of", "_find", "_members", "_touched", "bins", "data")
+    __slots__ = ("_bin_of", "_dirty", "_find", "_members", "_touched", "bins", "data")
 
     def __init__(self, bins: int = DEFAULT_BINS, data: dict[K, V] | None = None) -> None:
         self.bins = bins
@@ -223,6 +223,7 @@ class KeyedState(MutableMapping[K, V]):
         self._bin_of: dict[Any, int] = {}
         self._members: dict[int, set[Any]] = {}
         self._touched: set[Any] = set(self.data)
+        self._dirty: set[int] = set()
 
     def __getitem__(self, key: K) -> V:
         return self.data[key]
@@ -259,13 +260,13 @@ class KeyedState(MutableMapping[K, V]):
             b = self._bin_of[key] = self._find(key)
         return b
 
-    def _sync(self) -> set[int]:
-        """Bring the bin index up to date with the touched keys; the bins they fall in."""
+    def _sync(self) -> None:
+        """Bring the bin index up to date with the touched keys; their bins count as changed."""
         touched = self._touched
         if not touched:
-            return set()
+            return
         data, members, bin_of, find = self.data, self._members, self._bin_of, self._find
-        dirty: set[int] = set()
+        dirty = self._dirty
         for k in touched:
             b = bin_of.get(k)
             if b is None:
@@ -283,11 +284,12 @@ class KeyedState(MutableMapping[K, V]):
                     m.discard(k)
                 del bin_of[k]
         touched.clear()
-        return dirty
 
     def changed(self) -> set[int]:
-        """The bins whose keys were written since the last snapshot."""
-        return self._sync()
+        """The bins whose keys were written since the last call (they count as unchanged after)."""
+        self._sync()
+        dirty, self._dirty = self._dirty, set()
+        return dirty
 
     def held(self) -> list[int]:
         """The bins holding a key here (call :meth:`changed` first: it brings the index up to date)."""

@@ -287,8 +287,7 @@ class Subgraph:
 
     def may_change(self, time: Any) -> bool:
         """Whether declared state may change at ``time`` now: no snapshot of an earlier epoch is pending."""
-        fence = self.fence
-        return fence is None or epoch_of(time) <= fence
+        return may_change_at(self.fence, time)
 
     def release_fence(self) -> None:
         """Schedule every operator that declared state: the fence moved, so held messages and waiting changes go."""
@@ -442,6 +441,11 @@ class Subgraph:
             kind = "capability on output" if isinstance(location, Source) else "message(s) for input"
             out.append(f"{op.name!r} {kind} {location.port} at {sorted(counts, key=repr)!r}")
         return out
+
+
+def may_change_at(fence: int | None, time: Any) -> bool:
+    """Whether state may change at ``time`` while the fence stands at ``fence`` (``None``: no fence)."""
+    return fence is None or epoch_of(time) <= fence
 
 
 def epoch_of(time: Any) -> int:

@@ -47,14 +47,50 @@ from pytimely.recovery.parts import Part, Where, merge
 if TYPE_CHECKING:
     from pytimely.dataflow.operator import OperatorCore
     from pytimely.dataflow.ports import InputPort
-    from pytimely.dataflow.state import Declared
+    from pytimely.dataflow.state import BinnedState, Declared
+    from pytimely.recovery.policy import SnapshotPolicy
     from pytimely.recovery.session import Session
     from pytimely.worker import Worker
 
-__all__ = ["DataflowRecovery", "WorkerRecovery", "state_keys"]
+__all__ = ["DataflowRecovery", "WorkerRecovery", "binned_changes", "owner_on_restore", "passed_fences", "state_keys"]
 
 _OUTSTANDING = 4
 """Snapshots a worker may have in the writer's queue before it waits for the oldest (bounds memory)."""
+
+
+def passed_fences(
+    fence: int, lows: list[int], policy: SnapshotPolicy, stop: int | None = None
+) -> tuple[list[tuple[int, bool]], int | None]:
+    """The snapshots to take now and the next fence, given the epochs ``lows`` of the pointstamps left.
+
+    A fence ``f`` is passed once every pointstamp left is at an epoch after ``f`` (none left: the dataflow
+    finished, and its last snapshot is final). The next fence is the first epoch the policy snapshots at or
+    after the earliest pointstamp left: the epochs before it brought the dataflow nothing, so a snapshot of
+    them would hold what this one holds. A worker leaving at ``stop`` takes none at or after it.
+    """
+    if not lows:
+        return [(fence, True)], None
+    low = min(lows)
+    if low <= fence:
+        return [], fence
+    after: int | None = policy.first_at_or_after(max(fence + 1, low))
+    if stop is not None and after is not None and after >= stop:
+        after = None
+    return [(fence, False)], after
+
+
+def binned_changes(state: BinnedState, turn: int, rewrite_every: int) -> dict[int, Any]:
+    """What a snapshot writes of a keyed state: the bins that changed (``None``: emptied), and, in turn, one
+    ``rewrite_every``-th of the bins that did not (so no file is needed by more than ``rewrite_every``)."""
+    dirty = set(state.changed())
+    rewrite = {b for b in state.held() if b % rewrite_every == turn} - dirty
+    return state.snapshot(dirty | rewrite) if dirty or rewrite else {}
+
+
+def owner_on_restore(slot: int, peers: int) -> int:
+    """The worker that restores bin (or old worker, or source partition) ``slot`` in a run of ``peers`` workers:
+    where a keyed operator routes the bin by default (``exchange_by_bin``, ``BinTable.default``)."""
+    return slot % peers
 
 
 def state_keys(ordinal: int, operators: list[OperatorCore]) -> list[tuple[str, OperatorCore, Declared]]:
@@ -380,15 +416,15 @@ class DataflowRecovery:
             kind = declared.kind
             if kind == "binned":
                 for b, piece in manifest.binned.get(key, {}).items():
-                    if b % peers == me:
+                    if owner_on_restore(b, peers) == me:
                         state.restore(b, load(piece, key))
             elif kind == "worker":
-                slots = sorted(s for s in manifest.worker.get(key, {}) if s % peers == me)
+                slots = sorted(s for s in manifest.worker.get(key, {}) if owner_on_restore(s, peers) == me)
                 if slots:
                     state.restore([load(manifest.worker[key][s], key) for s in slots])
                 self._absorbed[key] = [s for s in slots if s != me]
             elif kind == "log":
-                slots = sorted(s for s in manifest.logs.get(key, {}) if s % peers == me)
+                slots = sorted(s for s in manifest.logs.get(key, {}) if owner_on_restore(s, peers) == me)
                 entries: list[Any] = []
                 pieces: list[Where] = []
                 for s in slots:
@@ -401,7 +437,7 @@ class DataflowRecovery:
                 self._absorbed[key] = [s for s in slots if s != me]
             else:
                 positions = manifest.positions.get(key, {})
-                state.restore({p: v for p, v in positions.items() if p % peers == me})
+                state.restore({p: v for p, v in positions.items() if owner_on_restore(p, peers) == me})
 
     # -- snapshots ------------------------------------------------------------------------------
 
@@ -412,26 +448,14 @@ class DataflowRecovery:
             return
         tracker = self.subgraph.tracker
         assert tracker is not None
-        moved = False
-        while fence is not None:
-            lows = [epoch_of(t) for t in tracker.lower_times()]
-            if not lows:
-                self._capture(fence, final=True)
-                self.finished = True
-                fence = None
-                moved = True
-                break
-            low = min(lows)
-            if low <= fence:
-                break
-            self._capture(fence, final=False)
-            moved = True
-            # Epochs before ``low`` brought this dataflow nothing: no snapshot of them would differ.
-            fence = self.session.policy.first_at_or_after(max(fence + 1, low))
-            if self._stop is not None and fence >= self._stop:
-                fence = None
-        if moved:
-            self._set_fence(fence)
+        lows = [epoch_of(t) for t in tracker.lower_times()]
+        captures, after = passed_fences(fence, lows, self.session.policy, self._stop)
+        if not captures:
+            return
+        for epoch, final in captures:
+            self._capture(epoch, final=final)
+            self.finished = final
+        self._set_fence(after)
 
     def _set_fence(self, fence: int | None) -> None:
         self.fence = fence
@@ -466,9 +490,7 @@ class DataflowRecovery:
             state = declared.state
             kind = declared.kind
             if kind == "binned":
-                dirty = set(state.changed())
-                rewrite = {b for b in state.held() if b % policy.rewrite_every == turn} - dirty
-                values = state.snapshot(dirty | rewrite) if dirty or rewrite else {}
+                values = binned_changes(state, turn, policy.rewrite_every)
                 if values:
                     part.binned[key] = {
                         b: None if v is None else piece(v, key, op) for b, v in sorted(values.items())
