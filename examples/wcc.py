@@ -21,10 +21,11 @@ the job runs incrementally: OUT is CSV ``epoch,vertex,label`` with a line for
 every vertex whose label is new or changed at that epoch, given all edges with
 epoch up to it. The output is the same whatever the number of workers.
 
-With ``--epochs --recovery DIR`` (or under ``pytimely launch --recovery DIR``) each epoch's change lines
-are committed to DIR with the epoch; a run started again after a crash prints ``resumed at epoch N``,
-rebuilds the labels from the edges of the committed epochs in one step (its changes were committed
-already) and goes on, with any number of processes; OUT is the same as without a crash.
+With ``--epochs --recovery DIR`` (or under ``pytimely launch --recovery DIR``) the components' labels and
+the change lines gathered so far are snapshotted into DIR after every epoch; a run started again after a
+crash prints ``resumed at epoch N`` and goes on from the last snapshot, with any number of processes; OUT
+is the same as without a crash. A store written for another EDGES file is refused. Snapshots are pickles:
+see ``--recovery-key-file`` for a store that refuses what it did not seal (``docs/recovery.md``).
 """
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.algorithms import connected_components
-from pytimely.cli import metrics_port_from, observers
+from pytimely.cli import add_recovery_arguments, metrics_port_from, observers, recovery_from_args
 from pytimely.config import Config, add_arguments, parse_config
-from pytimely.errors import InputFormatError, OutputPathError, PytimelyError, RecoveryError
+from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
 from pytimely.eventlog import Sink, combine
 from pytimely.io import check_output, read_edges, write_table
 from pytimely.status import ProgressLine
@@ -55,10 +57,13 @@ def run(
     seed: int | None = None,
     config: Config | None = None,
     log: Sink | None = None,
+    recovery: Any = None,
 ) -> Any:
     """The job's rows: ``(vertex, label)`` or, with ``epochs``, ``(epoch, vertex, label)``, sorted.
 
-    In a cluster, the process running worker 0 gets the rows; the others get ``None``.
+    In a cluster, the process running worker 0 gets the rows; the others get ``None``. With ``recovery`` (and
+    ``epochs``) the components' state and the gathered rows are snapshotted after each epoch, and a resumed
+    run goes on from them (what it sends again of the snapshot's epochs is dropped).
     """
 
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
@@ -79,7 +84,7 @@ def run(
         handle.close()
         return captured
 
-    parts = execute(job, workers, config=config, seed=seed, log=log)
+    parts = execute(job, workers, config=config, seed=seed, log=log, recovery=recovery)
     if config is not None and config.first_worker != 0:
         return None
     rows = [
@@ -88,55 +93,6 @@ def run(
     table = np.concatenate(rows) if rows else np.empty((0, 3), dtype=np.int64)
     table = table[np.lexsort((table[:, 1], table[:, 0]))]
     return table if epochs else table[:, 1:]
-
-
-def run_durable(
-    path: str, recovery: Any, workers: int = 1, *, config: Config | None = None, log: Sink | None = None
-) -> Any:
-    """``(epoch, vertex, label)`` rows as :func:`run` with ``epochs``, each epoch's rows committed to ``recovery``.
-
-    The labels are a function of the edges up to an epoch, so a resumed run rebuilds them by sending every
-    edge of the committed epochs at the last committed epoch (whose changes it does not output again).
-    """
-    table = read_edges(path, epochs=True)
-    epochs = np.unique(table[:, 2]).tolist()
-
-    def job(worker: Worker) -> Any:
-        durable = worker.recovery
-        edges = table[worker.index :: worker.peers]
-        seen: dict[int, list[Any]] = {}
-
-        def keep(t: int, batch: Any) -> None:
-            seen.setdefault(t, []).append(np.asarray(batch))
-
-        def build(scope: Scope[int]) -> tuple[InputHandle[int, Any], Any]:
-            handle, stream = scope.new_input(name="edges")
-            return handle, connected_components(stream).inspect_batch(keep, name="changes").probe()
-
-        handle, probe = worker.dataflow(build)
-        start = durable.begin()
-        if start > 0:
-            handle.advance_to(start - 1)
-            handle.send_batch(edges[edges[:, 2] < start, :2])
-            handle.advance_to(start)
-            worker.step_while(lambda: probe.less_than(start))
-            seen.clear()  # the replayed epoch's changes were committed before the crash
-        for epoch in (e for e in epochs if e >= start):
-            handle.advance_to(epoch)
-            handle.send_batch(edges[edges[:, 2] == epoch, :2])
-            handle.advance_to(epoch + 1)
-            worker.step_while(lambda: probe.less_than(handle.time))
-            rows = seen.pop(epoch, [])
-            part = np.concatenate(rows) if rows else np.empty((0, 2), dtype=np.int64)
-            durable.commit(epoch, output=np.column_stack([np.full(len(part), epoch), part]), final=epoch == epochs[-1])
-        return durable.committed_output() if worker.index == 0 else None
-
-    results = execute(job, workers, config=config, log=log, recovery=recovery)
-    if config is not None and config.first_worker != 0:
-        return None
-    parts = [p for p in results[0] if len(p)]
-    out = np.concatenate(parts).astype(np.int64) if parts else np.empty((0, 3), dtype=np.int64)
-    return out[np.lexsort((out[:, 1], out[:, 0]))]
 
 
 def _edge_rows(batch: Any) -> Any:
@@ -202,14 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", action="store_true", help="EDGES has an epoch column; report changes per epoch")
     parser.add_argument("--spark", metavar="MASTER", help="run on Spark, e.g. local[2] (Spark reads and writes)")
     parser.add_argument("--retries", type=int, default=0, help="with --spark: re-run a failed computation")
-    parser.add_argument(
-        "--recovery", metavar="DIR", default=os.environ.get("PYTIMELY_RECOVERY") or None,
-        help="with --epochs: commit each epoch's changes to DIR and resume from it after a crash",
-    )
-    parser.add_argument(
-        "--snapshot-every", type=int, default=1, metavar="E", help="with --recovery: commit every E-th epoch (1)"
-    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
+    add_recovery_arguments(parser, what="the labels and changes found so far (with --epochs)")
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.spark:
@@ -232,21 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         if config.first_worker == 0:
             check_output(args.output)  # before the work, not after it
         observed, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port_from(os.environ))
+        recovery = recovery_from_args(args, "wcc", inputs={"edges": Path(args.edges)})
         with line:
-            if args.recovery:
-                from pytimely.recovery import Recovery, SnapshotPolicy
-
-                recovery = Recovery(
-                    args.recovery, SnapshotPolicy(every_epochs=args.snapshot_every), job="wcc", announce=sys.stderr
-                )
-                table = run_durable(args.edges, recovery, config=config, log=combine(line.sink, observed))
-            else:
-                table = run(args.edges, epochs=args.epochs, config=config, log=combine(line.sink, observed))
+            table = run(
+                args.edges, epochs=args.epochs, config=config, log=combine(line.sink, observed), recovery=recovery
+            )
         if table is None:
             return 0
         names = ["epoch", "vertex", "label"] if args.epochs else ["vertex", "label"]
         write_table(args.output, names, table)
-    except (InputFormatError, OutputPathError, RecoveryError, OSError) as exc:
+    except (InputFormatError, OutputPathError, RecoveryError, ConfigError, OSError) as exc:
         print(f"wcc: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:

@@ -19,10 +19,13 @@ one it started with included), while the counts stay exact: keyed state moves
 with its bins, and the counts are gathered on a process that stays, which writes
 OUT (see ``docs/rescaling.md``).
 
-With ``--epochs K --recovery DIR`` (or under ``pytimely launch --recovery DIR``) the counts are
-snapshotted into DIR after every epoch (``--snapshot-every E`` for every E-th); a run started again
-after a crash prints ``resumed at epoch N`` and goes on from the last complete snapshot, with any
-number of processes (see ``docs/recovery.md``).
+With ``--epochs K --recovery DIR`` (or under ``pytimely launch --recovery DIR``) the counting operator's
+state is snapshotted into DIR after every epoch (``--snapshot-every E`` for every E-th); a run started again
+after a crash prints ``resumed at epoch N`` and goes on from the last snapshot, with any number of
+processes, also under ``launch --elastic`` with ``--rescale`` (joins and leaves of the plan still to come
+are made; a leave that would leave no process is skipped). The store is refused if it was written for
+another input file or another ``--epochs``. Snapshots are pickles: see ``--recovery-key-file`` for a store
+that refuses what it did not seal (see ``docs/recovery.md``).
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pytimely import InputHandle, Scope, Worker, execute
-from pytimely.cli import metrics_port_from, observers
+from pytimely.cli import add_recovery_arguments, metrics_port_from, observers, recovery_from_args
 from pytimely.config import Config, add_arguments, parse_config
-from pytimely.errors import InputFormatError, OutputPathError, PytimelyError, RecoveryError
+from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
 from pytimely.eventlog import Sink, combine
 from pytimely.io import check_output, read_words, write_table
 from pytimely.status import ProgressLine
@@ -76,24 +80,27 @@ def run_rescaling(
     join_timeout: float = 60.0,
     leave_timeout: float = 60.0,
     log: Sink | None = None,
+    recovery: Any = None,
 ) -> list[tuple[str, int]] | None:
     """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (the process of the plan's
     gathering worker gets the counts, the others ``None``).
 
     Newcomers are asked of the launcher's control endpoint, and a leaving process tells it first; a newcomer
     not there within ``join_timeout`` s, or a leaver not gone within ``leave_timeout`` s, fails the run naming it.
+    With ``recovery``, a run resumed at epoch ``R`` follows the plan's changes from ``R`` on, from the processes
+    it started with.
     """
     from pytimely.algorithms.rescaling import count_while_rescaling
-    from pytimely.membership import Launcher, RescalePlan
+    from pytimely.membership import Launcher
 
     words = read_words(path, part=0, parts=1)
     size = -(-len(words) // epochs) if words else 0
-    plan = RescalePlan.parse(plan_text, initial=config.initial_processes, workers=config.workers)
 
     def share(worker: int, epoch: int, members: list[int]) -> list[str]:
         return words[epoch * size : (epoch + 1) * size][members.index(worker) :: len(members)]
 
     def job(worker: Worker) -> Any:
+        plan = resumed_plan(plan_text, worker.resume_epoch, config.initial_processes, config.workers)
         return count_while_rescaling(
             worker,
             share,
@@ -105,10 +112,28 @@ def run_rescaling(
             leave_timeout=leave_timeout,
         )
 
-    results = [r for r in execute(job, config=config, log=log) if r is not None]
+    results = [r for r in execute(job, config=config, log=log, recovery=recovery) if r is not None]
     if not results:
         return None
     return sorted(results[0][0].items())
+
+
+def resumed_plan(text: str, resume: int, initial: int, workers: int) -> Any:
+    """The plan ``text`` from epoch ``resume`` on, starting from ``initial`` processes: changes that took
+    effect before ``resume`` are gone, and a leave that would leave no process is skipped."""
+    from pytimely.membership import RescalePlan
+
+    plan = RescalePlan.parse(text, initial=initial, workers=workers)
+    if resume == 0:
+        return plan
+    changes = []
+    processes = initial
+    for epoch, delta in plan.changes:
+        if epoch + 1 < resume or processes + delta < 1:
+            continue
+        processes += delta
+        changes.append((epoch, delta))
+    return RescalePlan(initial, workers, tuple(changes))
 
 
 def run_epochs(
@@ -120,35 +145,33 @@ def run_epochs(
     config: Config | None = None,
     log: Sink | None = None,
 ) -> list[tuple[str, int]] | None:
-    """Count in ``epochs`` epochs; with ``recovery``, snapshot the counts as it says and resume from its last one."""
-    from pytimely.dataflow.bins import DEFAULT_BINS
+    """Count in ``epochs`` epochs; with ``recovery``, the counts are snapshotted and a resumed run goes on from them.
+
+    The job is the same either way: every worker sends its share of each epoch from the first (what a resumed
+    run sends of epochs its snapshot holds is dropped), and at the end every worker sends its counts to worker 0.
+    """
     from pytimely.dataflow.operators.state_machine import state_machine
-    from pytimely.recovery import fixed_bins
 
     words = read_words(path, part=0, parts=1)
     size = -(-len(words) // epochs) if words else 0
-    bins = DEFAULT_BINS if recovery is None else recovery.bins
 
     def add(_word: str, _value: str, count: int | None) -> tuple[int, None]:
         return (count or 0) + 1, None
 
     def job(worker: Worker) -> Any:
-        durable = worker.recovery
-        counts = {} if durable is None else durable.keyed("counts")
+        counts: dict[str, int] = {}
 
         def build(scope: Scope[int]) -> tuple[Any, Any, Any, Any]:
-            handle, stream = scope.new_input(name="words") if durable is None else durable.new_input(scope, "words")
+            handle, stream = scope.new_input(name="words")
             final, totals = scope.new_input(name="final counts")
-            counted = state_machine(stream, add, _same, fixed_bins(scope), bins, "count", states=counts)
+            counted = state_machine(stream, add, _same, None, 256, "count", states=counts)
             return handle, counted.probe(), final, totals.gather(0).capture()
 
         handle, probe, final, captured = worker.dataflow(build)
-        for epoch in range(0 if durable is None else durable.begin(), epochs):
+        for epoch in range(epochs):
             handle.send_batch(words[epoch * size : (epoch + 1) * size][worker.index :: worker.peers])
             handle.advance_to(epoch + 1)
             worker.step_while(lambda: probe.less_than(handle.time))
-            if durable is not None:
-                durable.commit(epoch, final=epoch == epochs - 1)
         final.advance_to(epochs)
         final.send_batch(list(counts.items()))
         final.close()
@@ -243,14 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--leave-timeout", type=float, default=60.0, help="with --rescale: seconds a leaver may take to say so (60)"
     )
-    parser.add_argument(
-        "--recovery", metavar="DIR", default=os.environ.get("PYTIMELY_RECOVERY") or None,
-        help="with --epochs: snapshot the counts into DIR and resume from it after a crash",
-    )
-    parser.add_argument(
-        "--snapshot-every", type=int, default=1, metavar="E", help="with --recovery: snapshot every E-th epoch (1)"
-    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
+    add_recovery_arguments(parser, what="the counts (with --epochs)")
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.spark:
@@ -267,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.rescale and args.epochs == 0:
         parser.error("--rescale needs --epochs")
-    if args.recovery and (args.epochs == 0 or args.rescale):
-        parser.error("--recovery needs --epochs (and no --rescale)")
+    if args.recovery and args.epochs == 0:
+        parser.error("--recovery needs --epochs")
     line = ProgressLine(quiet=args.quiet, total_epochs=args.epochs or None)
     closers: list[Any] = []
     try:
@@ -276,17 +293,13 @@ def main(argv: list[str] | None = None) -> int:
             check_output(args.output)  # before the work, not after it
         observed, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port_from(os.environ))
         log = combine(line.sink, observed)
+        recovery = recovery_from_args(
+            args, "wordcount --rescale" if args.rescale else "wordcount", parameters={"epochs": args.epochs},
+            inputs={"text": Path(args.input)},
+        )
         with line:
-            if args.recovery:
-                from pytimely.recovery import Recovery, SnapshotPolicy
-
-                recovery = Recovery(
-                    args.recovery, SnapshotPolicy(every_epochs=args.snapshot_every), job="wordcount",
-                    announce=sys.stderr,
-                )
+            if args.epochs > 0 and not args.rescale:
                 counts = run_epochs(args.input, args.epochs, recovery, config=config, log=log)
-            elif args.epochs > 0 and not args.rescale:
-                counts = run_epochs(args.input, args.epochs, config=config, log=log)
             elif args.epochs > 0:
                 counts = run_rescaling(
                     args.input,
@@ -296,13 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                     join_timeout=args.join_timeout,
                     leave_timeout=args.leave_timeout,
                     log=log,
+                    recovery=recovery,
                 )
             else:
                 counts = run(args.input, config=config, log=log)
         if counts is None:
             return 0
         write_table(args.output, ["word", "count"], counts, sep="\t")
-    except (InputFormatError, OutputPathError, RecoveryError, OSError) as exc:
+    except (InputFormatError, OutputPathError, RecoveryError, ConfigError, OSError) as exc:
         print(f"wordcount: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:

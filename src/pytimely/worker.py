@@ -64,6 +64,11 @@ class RecoveryHook(Protocol):
         """The job closed its inputs: the last snapshots are reported once taken, then nothing more."""
         ...
 
+    @property
+    def resume_epoch(self) -> int:
+        """The first epoch this run computes."""
+        ...
+
 
 class Worker:
     """One of the workers running a computation; every worker builds the same dataflows."""
@@ -107,6 +112,15 @@ class Worker:
         if self._count:
             raise ScopeError("recovery must be set up before the worker builds its first dataflow")
         self._recovery = hook
+
+    @property
+    def resume_epoch(self) -> int:
+        """The first epoch this run computes: 0, unless it resumed from a snapshot (``execute(..., recovery=)``).
+
+        What the job sends at earlier epochs is dropped (their results are in the snapshot), so a job may run
+        its loop from the start; a job that plans by epoch (who joins when) uses it to plan the rest.
+        """
+        return 0 if self._recovery is None else self._recovery.resume_epoch
 
     @property
     def index(self) -> int:

@@ -142,6 +142,11 @@ class WorkerRecovery:
 
     # -- the worker's hooks -----------------------------------------------------------------------
 
+    @property
+    def resume_epoch(self) -> int:
+        """The first epoch this run computes (:data:`FINAL` when the run had finished)."""
+        return self.session.resume
+
     def attach(self, subgraph: Subgraph) -> None:
         """Restore a dataflow just built and set its fence; the first one also builds the commit dataflow."""
         if self._coordinating:
