@@ -1,38 +1,44 @@
-"""Durable epochs: what a snapshot per epoch costs, how recovery time grows with state, how big the store stays.
+"""Recovery: what a snapshot per epoch costs, what a snapshot writes against what changed, how resuming grows.
 
-    python bench/bench_recovery.py [--quick] [--json]
+    python bench/bench_recovery.py [--quick] [--json] [--runs R]
 
-1. Throughput: word count in 20 epochs of 25,000, 100,000 and 400,000 words (20,000 distinct, seed 16) on 2
-   workers, counts kept across epochs by ``state_machine`` routed by bins; the same job without recovery is
-   the baseline, run in the same process, and the ratio is reported (best of 3 each), with the cost of one
-   snapshot in ms. With recovery every epoch's counts (the whole state) are written, fsynced, and committed
-   by a manifest.
-2. Recovery time against state size: a store holding one snapshot of N keys (2 workers); the time for a new
-   run to open the store (find and verify its last snapshot) and for each worker to load its keys, against the
-   time the snapshot took to write.
-3. Store size over 1,000 epochs of a job with 20,000 keys, snapshot every epoch, ``keep=2``: the folder's size
-   every 100 epochs (it stays flat: old snapshots are removed as new ones commit).
+1. **Throughput.** Word count on 2 workers (20,000 distinct words, seed 16), the counts kept across epochs by
+   ``state_machine`` (its state declared, so the runtime snapshots it), with epochs sized so that the job
+   without recovery takes about 10, 30 and 100 ms per epoch. Variants, taking turns run after run (best of R):
+   no recovery (the baseline), a snapshot every epoch into a local folder (fsynced), the same without fsync.
+   The ratio is the baseline's time over the variant's.
+2. **Snapshot bytes against bytes changed.** A state of 100,000 keys in 256 bins (and in 4,096); each epoch
+   changes K keys (1 to 100,000). Per epoch: the bytes the snapshot wrote (payload files) against the bytes of
+   the keys that changed (each changed key and value pickled on its own) and the bytes of the whole state.
+   Snapshots are incremental by bin: a bin with one changed key is written whole, and each snapshot also writes
+   again 1/32 of the bins that did not change (``SnapshotPolicy.rewrite_every``), which bounds the store.
+3. **Resume time against state size.** A store holding a snapshot of N keys (10^4 to 10^6, 2 workers): the time
+   for a new run to open it (find, verify and read the snapshot) and restore every key, against the time the
+   run that wrote it took, and the same run's time on an empty store.
 
-Prints a Markdown table; ``--json`` prints one JSON object per row instead.
+Prints a Markdown table per figure (``--json``: one JSON object per row).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
+import pickle
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pytimely import Worker, execute
-from pytimely.dataflow.operators.state_machine import state_machine
-from pytimely.recovery import Durable, LocalStore, Recovery, SnapshotPolicy, fixed_bins
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine, machine_line, print_json, taking_turns  # noqa: E402
+
+from pytimely import Worker, execute  # noqa: E402
+from pytimely.dataflow.operators.state_machine import state_machine  # noqa: E402
+from pytimely.recovery import LocalStore, Recovery, SnapshotPolicy  # noqa: E402
 
 Row = dict[str, Any]
 
@@ -45,140 +51,156 @@ def _same(word: str) -> str:
     return word
 
 
-def wordcount(words: list[str], epochs: int, store: Path | LocalStore | None) -> dict[str, int]:
-    """Count ``words`` in ``epochs`` epochs on 2 workers, with a snapshot per epoch into ``store`` if given."""
+def wordcount(words: list[str], epochs: int, store: Path | LocalStore | None) -> tuple[float, dict[str, int]]:
+    """Count ``words`` in ``epochs`` epochs on 2 workers (a snapshot per epoch into ``store`` if given); the
+    seconds the epochs took and the counts."""
     size = -(-len(words) // epochs)
-    recovery = None if store is None else Recovery(store, SnapshotPolicy(every_epochs=1), job="bench")
+    recovery = None if store is None else Recovery(store, job="bench", policy=SnapshotPolicy(every_epochs=1))
+    took: list[float] = []
 
     def job(worker: Worker) -> dict[str, int]:
-        durable: Durable | None = worker.recovery
-        counts: dict[str, int] = {} if durable is None else durable.keyed("counts")
+        counts: dict[str, int] = {}
 
         def build(scope: Any) -> tuple[Any, Any]:
             handle, stream = scope.new_input(name="words")
-            out = state_machine(stream, _add, _same, fixed_bins(scope), 256, "count", states=counts)
+            out = state_machine(stream, _add, _same, None, 256, "count", states=counts)
             return handle, out.probe()
 
         handle, probe = worker.dataflow(build)
-        start = 0 if durable is None else durable.begin()
-        for epoch in range(start, epochs):
+        started = time.perf_counter()
+        for epoch in range(epochs):
             handle.send_batch(words[epoch * size : (epoch + 1) * size][worker.index :: worker.peers])
             handle.advance_to(epoch + 1)
             worker.step_while(lambda: probe.less_than(handle.time))
-            if durable is not None:
-                durable.commit(epoch, final=epoch == epochs - 1)
+        handle.close()
+        worker.step_while(lambda: not probe.done())
+        took.append(time.perf_counter() - started)
         return counts
 
     parts = execute(job, 2, recovery=recovery)
-    return {k: v for part in parts for k, v in part.items()}
+    return max(took), {k: v for part in parts for k, v in part.items()}
 
 
-def throughput(per_epoch: list[int], distinct: int, epochs: int, runs: int, tmp: Path) -> list[Row]:
-    """Word count with and without a snapshot per epoch, for epochs of each size in ``per_epoch`` words.
-
-    A snapshot costs about the same whatever the epoch's size (it writes the whole state), so the ratio of
-    throughputs depends on how long an epoch computes; ``ms per snapshot`` is that fixed cost. The variants
-    take turns run after run (best of ``runs`` each), so a machine shared with other work slows them alike.
-    """
+def throughput(targets: list[float], distinct: int, epochs: int, runs: int, tmp: Path) -> list[Row]:
+    """Word count with and without a snapshot every epoch, at epochs of about each of ``targets`` seconds."""
+    rng = random.Random(16)
+    vocabulary = [f"w{i}" for i in range(distinct)]
+    probe_size = 25_000
+    sample = [rng.choice(vocabulary) for _ in range(probe_size * 4)]
+    per_epoch = min(wordcount(sample, 4, None)[0] for _ in range(3)) / 4
     rows: list[Row] = []
-    for size in per_epoch:
-        rng = random.Random(16)
-        vocabulary = [f"w{i}" for i in range(distinct)]
-        total = size * epochs
-        words = [rng.choice(vocabulary) for _ in range(total)]
-        variants: dict[str, Callable[[int], Any]] = {
-            "no recovery": lambda i: None,
-            "snapshot every epoch": lambda i, size=size: tmp / f"wc-{size}-{i}",
-            "snapshot every epoch, no fsync": lambda i, size=size: LocalStore(tmp / f"wc-ns-{size}-{i}", durable=False),
+    counter = iter(range(1 << 30))
+    for target in targets:
+        size = max(1000, int(probe_size * target / per_epoch))
+        words = [rng.choice(vocabulary) for _ in range(size * epochs)]
+        variants: dict[str, Callable[[], Any]] = {
+            "no recovery": lambda: None,
+            "snapshot every epoch": lambda: tmp / f"wc-{next(counter)}",
+            "snapshot every epoch, no fsync": lambda: LocalStore(tmp / f"wc-{next(counter)}", durable=False),
         }
-        best = dict.fromkeys(variants, float("inf"))
-        results: dict[str, dict[str, int]] = {}
-        for i in range(runs):
-            for name, store in variants.items():
-                started = time.perf_counter()
-                results[name] = wordcount(words, epochs, store(i))
-                best[name] = min(best[name], time.perf_counter() - started)
-        assert all(r == results["no recovery"] for r in results.values()), "counts with recovery differ"
-        base = best["no recovery"]
-        rows += [
-            {"figure": "throughput", "words/epoch": size, "variant": name, "words/s": round(total / t),
-             "ms/epoch": round(1000 * t / epochs, 1), "ms per snapshot": round(1000 * (t - base) / epochs, 1),
-             "ratio": round(base / t, 3)}
-            for name, t in best.items()
-        ]  # fmt: skip
+        measures = {name: (lambda make=make: wordcount(words, epochs, make())) for name, make in variants.items()}
+        best = taking_turns(runs, measures, key=lambda r: r[0])
+        base_time, base_counts = best["no recovery"]
+        for name, (seconds, counts) in best.items():
+            assert counts == base_counts, f"{name}: the counts differ from the run without recovery"
+            rows.append({
+                "figure": "throughput", "target ms/epoch": round(1000 * target), "words/epoch": size,
+                "variant": name, "ms/epoch": round(1000 * seconds / epochs, 2),
+                "ms per snapshot": round(1000 * (seconds - base_time) / epochs, 2),
+                "ratio": round(base_time / seconds, 3),
+            })  # fmt: skip
     return rows
 
 
-def recovery_time(sizes: list[int], tmp: Path) -> list[Row]:
-    """Time to resume from a snapshot of N keys, against the time that snapshot took to write."""
+def _payload_bytes(store: Path) -> dict[int, int]:
+    """Bytes of the payload files written at each epoch (the snapshots still in the store)."""
+    out: dict[int, int] = {}
+    folder = store / "snapshots"
+    for epoch_folder in folder.iterdir() if folder.is_dir() else ():
+        epoch = int(epoch_folder.name)
+        out[epoch] = sum(f.stat().st_size for f in epoch_folder.iterdir())
+    return out
+
+
+def changed_bytes(keys: int, changes: list[int], bins: list[int], epochs: int, tmp: Path) -> list[Row]:
+    """Per epoch: the bytes a snapshot writes when K of ``keys`` keys change, against the bytes changed."""
+    rows: list[Row] = []
+    names = [f"key-{i:07d}" for i in range(keys)]
+    whole = len(pickle.dumps(dict.fromkeys(names, 1), protocol=pickle.HIGHEST_PROTOCOL))
+    for nbins in bins:
+        for k in changes:
+            store = tmp / f"bytes-{nbins}-{k}"
+            rng = random.Random(k)
+            batches = [names] + [rng.sample(names, k) for _ in range(epochs)]
+
+            def job(worker: Worker, batches: list[list[str]] = batches, nbins: int = nbins) -> None:
+                def build(scope: Any) -> tuple[Any, Any]:
+                    handle, stream = scope.new_input(name="keys")
+                    out = state_machine(stream, _add, _same, None, nbins, "count")
+                    return handle, out.probe()
+
+                handle, probe = worker.dataflow(build)
+                for epoch, batch in enumerate(batches):
+                    handle.send_batch(batch[worker.index :: worker.peers])
+                    handle.advance_to(epoch + 1)
+                    worker.step_while(lambda: probe.less_than(handle.time))
+
+            execute(job, 2, recovery=Recovery(store, job="bytes", policy=SnapshotPolicy(keep=epochs + 5)))
+            written = _payload_bytes(store)
+            later = [written.get(e, 0) for e in range(1, epochs + 1)]
+            per_key = len(pickle.dumps({names[0]: 2}, protocol=pickle.HIGHEST_PROTOCOL))
+            rows.append({
+                "figure": "snapshot bytes", "keys": keys, "bins": nbins, "keys changed per epoch": k,
+                "bytes changed": k * per_key, "bytes written per epoch": round(sum(later) / len(later)),
+                "whole state": whole, "ratio written/changed": round(sum(later) / len(later) / (k * per_key), 2),
+            })  # fmt: skip
+    return rows
+
+
+def _fill(keys: list[str], worker: Worker) -> None:
+    def build(scope: Any) -> tuple[Any, Any]:
+        handle, stream = scope.new_input(name="keys")
+        out = state_machine(stream, _add, _same, None, 256, "count")
+        return handle, out.probe()
+
+    handle, probe = worker.dataflow(build)
+    handle.send_batch(keys[worker.index :: worker.peers])
+    handle.advance_to(1)
+    worker.step_while(lambda: probe.less_than(1))
+
+
+def resume_time(sizes: list[int], tmp: Path) -> list[Row]:
+    """Time to resume from a snapshot of N keys, against the time of the run that wrote it."""
     rows = []
     for n in sizes:
+        keys = [f"k{i}" for i in range(n)]
         store = tmp / f"state-{n}"
-        written: list[float] = []
-        execute(partial(_fill, [f"k{i}" for i in range(n)], written), 2, recovery=Recovery(store, job="state"))
-        loaded: list[int] = []
         started = time.perf_counter()
-        execute(partial(_load, loaded), 2, recovery=Recovery(store, job="state"))
-        elapsed = time.perf_counter() - started
-        assert sum(loaded) == n
-        rows.append({"figure": "recovery time", "keys": n, "seconds": round(elapsed, 4),
-                     "write seconds": round(max(written), 4), "ratio": round(elapsed / max(written), 2)})
-    return rows
+        execute(lambda w: _fill(keys, w), 2, recovery=Recovery(store, job="state"))
+        wrote = time.perf_counter() - started
+        restored: list[int] = []
 
+        def resume(worker: Worker) -> None:
+            counts: dict[str, int] = {}
 
-def _fill(keys: list[str], written: list[float], worker: Worker) -> None:
-    """Snapshot this worker's share of ``keys`` at epoch 0; note how long the commit took."""
-    durable = worker.recovery
-    state = durable.keyed("counts")
-    durable.begin()
-    find = durable._find
-    for k in keys:
-        if find(k) % worker.peers == worker.index:
-            state[k] = 1
-    started = time.perf_counter()
-    durable.commit(0, final=True)
-    written.append(time.perf_counter() - started)
+            def build(scope: Any) -> Any:
+                handle, stream = scope.new_input(name="keys")
+                state_machine(stream, _add, _same, None, 256, "count", states=counts).probe()
+                return handle
 
+            worker.dataflow(build)
+            restored.append(len(counts))
 
-def _load(loaded: list[int], worker: Worker) -> None:
-    """Resume: load this worker's keys."""
-    loaded.append(len(worker.recovery.keyed("counts")))
-
-
-def _files(folder: Path) -> list[int]:
-    """The sizes of the files under ``folder`` (walked while the writer thread may be removing old ones)."""
-    sizes = []
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                sizes.append(os.stat(os.path.join(root, name)).st_size)
-    return sizes
-
-
-def store_size(epochs: int, keys: int, tmp: Path) -> list[Row]:
-    """The store's size every tenth of ``epochs`` epochs, a snapshot of ``keys`` keys each epoch, keep=2."""
-    store = tmp / "size"
-    rows: list[Row] = []
-    names = [f"k{i}" for i in range(keys)]
-
-    def job(worker: Worker) -> None:
-        durable = worker.recovery
-        state = durable.keyed("counts")
-        durable.begin()
-        find = durable._find
-        mine = [k for k in names if find(k) % worker.peers == worker.index]
-        for epoch in range(epochs):
-            for k in mine[epoch % 10 :: 10]:
-                state[k] = state.get(k, 0) + 1
-            durable.commit(epoch, final=epoch == epochs - 1)
-            if worker.index == 0 and (epoch + 1) % (epochs // 10) == 0:
-                sizes = _files(store)
-                rows.append({"figure": "store size", "epoch": epoch + 1, "bytes": sum(sizes), "files": len(sizes)})
-
-    execute(job, 2, recovery=Recovery(store, SnapshotPolicy(every_epochs=1, keep=2), job="size"))
-    first = rows[0]["bytes"]
-    for row in rows:
-        row["ratio"] = round(row["bytes"] / first, 3)
+        started = time.perf_counter()
+        execute(resume, 2, recovery=Recovery(store, job="state"))
+        took = time.perf_counter() - started
+        started = time.perf_counter()
+        execute(resume, 2)
+        empty = time.perf_counter() - started
+        assert sum(restored[:2]) == n, restored
+        rows.append({"figure": "resume time", "keys": n, "resume seconds": round(took, 3),
+                     "without a store": round(empty, 3), "write seconds": round(wrote, 3),
+                     "ratio resume/write": round(took / wrote, 2)})  # fmt: skip
     return rows
 
 
@@ -187,21 +209,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
+    parser.add_argument("--runs", type=int, default=5, help="runs per variant, taking turns (best of)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if args.quick:
-            rows = throughput([20_000], 2_000, 5, 1, tmp)
-            rows += recovery_time([1_000, 10_000], tmp)
-            rows += store_size(50, 2_000, tmp)
+            rows = throughput([0.01], 2_000, 5, 1, tmp)
+            rows += changed_bytes(2_000, [10, 2_000], [256], 3, tmp)
+            rows += resume_time([1_000, 10_000], tmp)
         else:
-            rows = throughput([25_000, 100_000, 400_000], 20_000, 20, 3, tmp)
-            rows += recovery_time([10_000, 100_000, 1_000_000], tmp)
-            rows += store_size(1_000, 20_000, tmp)
-    print(f"# bench_recovery on {os.cpu_count()} cpus")
+            rows = throughput([0.01, 0.03, 0.1], 20_000, 20, args.runs, tmp)
+            rows += changed_bytes(100_000, [1, 10, 100, 1_000, 10_000, 100_000], [256, 4096], 5, tmp)
+            rows += resume_time([10_000, 100_000, 1_000_000], tmp)
+    if args.json:
+        print_json(rows, machine())
+        return
+    print(f"# bench_recovery: {machine_line()}")
     for row in rows:
-        print(json.dumps(row) if args.json else " | ".join(f"{k}: {v}" for k, v in row.items()))
+        print(" | ".join(f"{k}: {v}" for k, v in row.items()))
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
     main()

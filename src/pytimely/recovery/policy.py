@@ -22,7 +22,7 @@ class SnapshotPolicy:
 
     every_epochs: int = 1
     keep: int = 2
-    rewrite_every: int = 16
+    rewrite_every: int = 32
 
     def __post_init__(self) -> None:
         for name in ("every_epochs", "keep", "rewrite_every"):
