@@ -154,3 +154,13 @@ def expected(epochs: int) -> list[tuple[int, int, int, int]]:
             count[k] = count.get(k, 0) + 1
         rows.extend((epoch, k, n, totals[k]) for k, n in count.items())
     return sorted(rows)
+
+
+def cli_job(worker: Worker) -> int | None:
+    """``pytimely run tests.recovery.jobs:cli_job``: the sums job over 4 epochs; worker 0 says how many changes."""
+    log = sums_job(4)(worker)
+    return len(log) if worker.index == 0 else None
+
+
+def other_job(worker: Worker) -> None:
+    """Another job, for refusals."""
