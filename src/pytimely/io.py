@@ -241,9 +241,9 @@ class EpochLines:
     """A text file's lines dealt into epochs of ``per_epoch`` lines, each epoch readable on its own (replayable).
 
     The file is scanned once for the byte offset where each epoch starts; :meth:`read` seeks there, so a run
-    resumed at epoch ``e`` (``Durable.resume_epoch``) reads from ``e`` on without reading what came before,
-    and :meth:`offset` is the position to record with a snapshot. Lines that are not UTF-8 raise
-    :class:`~pytimely.errors.InputFormatError` naming the file and line.
+    resumed at epoch ``e`` (``Worker.resume_epoch``) reads from ``e`` on without reading what came before,
+    and :meth:`offset` is the position to record with a snapshot (:meth:`source` does both). Lines that are
+    not UTF-8 raise :class:`~pytimely.errors.InputFormatError` naming the file and line.
     """
 
     def __init__(self, path: str | os.PathLike[str], per_epoch: int) -> None:
@@ -274,6 +274,48 @@ class EpochLines:
         if type(epoch) is not int or not 0 <= epoch <= self.epochs:
             raise InvalidArgument(f"epoch must be an int in 0..{self.epochs}, got {epoch!r}")
         return self._offsets[epoch]
+
+    def source(self, scope: Any, *, name: str = "lines") -> Any:
+        """A source sending each worker's share of epoch ``e``'s lines at time ``e``, from the epoch the run
+        resumes at (earlier epochs are not read at all); worker 0 records where it stands (the next epoch and
+        its byte offset, as :class:`~pytimely.dataflow.state.Positions` of partition 0) in every snapshot."""
+        from pytimely.dataflow.operators.builder import OperatorBuilder
+        from pytimely.dataflow.state import Positions
+
+        builder = OperatorBuilder(scope, name)
+        position = builder.state("position", Positions())
+        builder.new_output()
+        subgraph = scope.subgraph
+        lines = self
+
+        def constructor(caps: list[Any], info: Any) -> Any:
+            cap = caps[0]
+            epoch = [-1]
+
+            def logic(inputs: Any, outputs: Any) -> None:
+                if not cap.valid:
+                    return
+                if epoch[0] < 0:
+                    epoch[0] = min(max(subgraph.resume_epoch or 0, scope.minimum), lines.epochs)
+                e = epoch[0]
+                if e >= lines.epochs:
+                    cap.drop()
+                    return
+                cap.downgrade(e)
+                if not info.may_change(e):
+                    return  # a snapshot of an earlier epoch is pending: the position must not run ahead of it
+                share = lines.read(e, part=info.worker, parts=info.peers)
+                if share:
+                    outputs[0].give(cap, share)
+                if info.worker == 0:
+                    position.set(0, {"epoch": e + 1, "offset": lines.offset(e + 1), "path": lines.path})
+                epoch[0] = e + 1
+                info.activate()
+
+            return logic
+
+        (stream,) = builder.build(constructor)
+        return stream
 
     def read(self, epoch: int, *, part: int = 0, parts: int = 1) -> list[str]:
         """The lines of ``epoch`` (every ``parts``-th from ``part``), without their line ends."""

@@ -266,23 +266,22 @@ class KeyedState(MutableMapping[K, V]):
         if not touched:
             return
         data, members, bin_of, find = self.data, self._members, self._bin_of, self._find
-        dirty = self._dirty
-        for k in touched:
-            b = bin_of.get(k)
-            if b is None:
-                b = bin_of[k] = find(k)
-            dirty.add(b)
+        # Set operations and maps run in C; Python loops only over keys seen for the first time or gone.
+        fresh = touched.difference(bin_of)
+        for k in fresh:
+            b = bin_of[k] = find(k)
             if k in data:
                 m = members.get(b)
                 if m is None:
                     members[b] = {k}
                 else:
                     m.add(k)
-            else:
-                m = members.get(b)
-                if m is not None:
-                    m.discard(k)
-                del bin_of[k]
+        self._dirty.update(map(bin_of.__getitem__, touched))
+        for k in touched.difference(data):
+            b = bin_of.pop(k)
+            m = members.get(b)
+            if m is not None:
+                m.discard(k)
         touched.clear()
 
     def changed(self) -> set[int]:
@@ -300,10 +299,11 @@ class KeyedState(MutableMapping[K, V]):
         self._sync()
         data, members = self.data, self._members
         out: dict[int, Any] = {}
+        get = data.__getitem__
         for b in bins:
             m = members.get(b)
             if m:
-                out[b] = {k: data[k] for k in m}
+                out[b] = dict(zip(m, map(get, m)))
             else:
                 out[b] = None
                 members.pop(b, None)
