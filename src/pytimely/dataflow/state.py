@@ -303,7 +303,7 @@ class KeyedState(MutableMapping[K, V]):
         for b in bins:
             m = members.get(b)
             if m:
-                out[b] = dict(zip(m, map(get, m)))
+                out[b] = dict(zip(m, map(get, m), strict=True))
             else:
                 out[b] = None
                 members.pop(b, None)
