@@ -19,6 +19,7 @@ the model's invariants (``SnapshotExact`` first) hold throughout.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from hypothesis import settings
@@ -130,21 +131,33 @@ class SnapshotLockstep(RuleBasedStateMachine):
         assert next_fence == after.fence[w], (next_fence, after.fence[w])
         turn = self.taken[w] % REWRITE_EVERY
         self.taken[w] += 1
-        values = binned_changes(self.states[w], turn, REWRITE_EVERY)
+        pieces = binned_changes(self.states[w], turn, REWRITE_EVERY)
         name = f"f{len(self.files)}"
-        self.files[name] = values
+        self.files[name] = [pickle.loads(pickle.dumps(v)) for _, v in pieces]  # as written, not as it goes on
         part = Part(w, 0, fence, files=[(name, 1, "sha")])
-        if values:
-            part.binned[KEY] = {b: None if v is None else (name, b, 1) for b, v in values.items()}
+        if pieces:
+            part.binned[KEY] = {b: None if v is None else (name, i, 1) for i, (bins, v) in enumerate(pieces)
+                                for b in bins}  # fmt: skip
         self.pending.setdefault(fence, []).append(part)
 
-    def committed_counts(self) -> list[int]:
+    def restored(self, peers: int) -> list[KeyedState[int, int]]:
+        """Fresh states restored from the committed manifest on ``peers`` workers, piece by piece as the runtime."""
         assert self.manifest is not None
-        counts = [0] * self.cfg.bins
-        for b, (i, off, _) in self.manifest.binned.get(KEY, {}).items():
+        states: list[KeyedState[int, int]] = [KeyedState(self.cfg.bins) for _ in range(self.cfg.workers)]
+        by_piece: dict[tuple[int, int, int], list[int]] = {}
+        for b, piece in self.manifest.binned.get(KEY, {}).items():
+            by_piece.setdefault(piece, []).append(b)
+        for (i, off, _), bins in by_piece.items():
             value = self.files[self.manifest.files[i][0]][off]
-            counts[b] = value.get(self.keys[b], 0)
-        return counts
+            for w in range(peers):
+                mine = [b for b in bins if owner_on_restore(b, peers) == w]
+                if mine:
+                    states[w].restore_piece(mine, value)
+        return states
+
+    def committed_counts(self) -> list[int]:
+        states = self.restored(self.peers)
+        return [sum(s.get(self.keys[b], 0) for s in states) for b in range(self.cfg.bins)]
 
     def restart(self, k: int, after: SnapState) -> None:
         cfg = self.cfg
@@ -154,8 +167,7 @@ class SnapshotLockstep(RuleBasedStateMachine):
         self.taken = [0] * cfg.workers
         self.peers = k
         if self.manifest is not None:
-            for b, (i, off, _) in self.manifest.binned.get(KEY, {}).items():
-                self.states[owner_on_restore(b, k)].restore(b, self.files[self.manifest.files[i][0]][off])
+            self.states = self.restored(k)
 
     # -- one step --------------------------------------------------------------------------
 

@@ -153,10 +153,10 @@ def _tmpfs(folder: Path, size: str) -> Iterator[Path]:
 
 
 def test_a_store_that_fills_up_mid_run_fails_naming_the_file_and_keeps_its_last_snapshot(tmp_path: Path) -> None:
-    with _tmpfs(tmp_path / "small", "192k") as disk:
+    with _tmpfs(tmp_path / "small", "1m") as disk:
         store = disk / "s"
         filler = disk / "filler"
-        filler.write_bytes(b"x" * (192 * 1024 - 24 * 1024))
+        filler.write_bytes(b"x" * (1024 * 1024 - 48 * 1024))
         with pytest.raises(StoreWriteError, match=r"cannot write .*: No space left on device") as info:
             run_sums(store, 40, 2, on_epoch=_slowly, parameters={"epochs": 40})
         assert str(store) in info.value.path

@@ -46,6 +46,7 @@ __all__ = [
     "KeyedState",
     "Log",
     "LogState",
+    "PiecewiseState",
     "Positions",
     "State",
     "Value",
@@ -78,6 +79,24 @@ class BinnedState(Protocol):
 
     def restore(self, bin: int, value: Any) -> None:
         """Install ``value`` (what :meth:`snapshot` gave for ``bin``) before the first step."""
+        ...
+
+
+@runtime_checkable
+class PiecewiseState(Protocol):
+    """What a :class:`BinnedState` may add so that a snapshot of much changed state is cheap: pieces that stand
+    for many bins at once (:class:`KeyedState` does; the runtime uses it when it is there)."""
+
+    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+        """The pieces to write now: ``(bins it stands for, value)``; a value of ``None`` empties its bins.
+
+        It covers every bin changed since the last capture, and each unchanged bin ``b`` held with
+        ``b % rewrite_every == turn``; a bin it stood for before and no longer holds comes with ``None``.
+        """
+        ...
+
+    def restore_piece(self, bins: Collection[int], value: Any) -> None:
+        """Install the part of a piece that stands for ``bins`` (a piece may stand for bins written again since)."""
         ...
 
 
@@ -213,7 +232,7 @@ class KeyedState(MutableMapping[K, V]):
     behind it) directly, for speed, says which keys it wrote with :meth:`touch`.
     """
 
-    __slots__ = ("_bin_of", "_dirty", "_find", "_members", "_touched", "bins", "data")
+    __slots__ = ("_bin_of", "_dirty", "_find", "_members", "_reported", "_touched", "bins", "data")
 
     def __init__(self, bins: int = DEFAULT_BINS, data: dict[K, V] | None = None) -> None:
         self.bins = bins
@@ -224,6 +243,7 @@ class KeyedState(MutableMapping[K, V]):
         self._members: dict[int, set[Any]] = {}
         self._touched: set[Any] = set(self.data)
         self._dirty: set[int] = set()
+        self._reported: set[int] = set()
 
     def __getitem__(self, key: K) -> V:
         return self.data[key]
@@ -260,11 +280,15 @@ class KeyedState(MutableMapping[K, V]):
             b = self._bin_of[key] = self._find(key)
         return b
 
-    def _sync(self) -> None:
-        """Bring the bin index up to date with the touched keys; their bins count as changed."""
+    def _sync(self, *, dirty: bool = True) -> set[int]:
+        """Bring the bin index up to date with the touched keys; their bins count as changed (``dirty``).
+
+        Returns the bins of the touched keys that are gone (a bin may have been emptied by them).
+        """
         touched = self._touched
+        gone: set[int] = set()
         if not touched:
-            return
+            return gone
         data, members, bin_of, find = self.data, self._members, self._bin_of, self._find
         # Set operations and maps run in C; Python loops only over keys seen for the first time or gone.
         fresh = touched.difference(bin_of)
@@ -276,13 +300,16 @@ class KeyedState(MutableMapping[K, V]):
                     members[b] = {k}
                 else:
                     m.add(k)
-        self._dirty.update(map(bin_of.__getitem__, touched))
+        if dirty:
+            self._dirty.update(map(bin_of.__getitem__, touched))
         for k in touched.difference(data):
             b = bin_of.pop(k)
+            gone.add(b)
             m = members.get(b)
             if m is not None:
                 m.discard(k)
         touched.clear()
+        return gone
 
     def changed(self) -> set[int]:
         """The bins whose keys were written since the last call (they count as unchanged after)."""
@@ -303,7 +330,7 @@ class KeyedState(MutableMapping[K, V]):
         for b in bins:
             m = members.get(b)
             if m:
-                out[b] = dict(zip(m, map(get, m), strict=True))
+                out[b] = {k: get(k) for k in m}
             else:
                 out[b] = None
                 members.pop(b, None)
@@ -311,11 +338,60 @@ class KeyedState(MutableMapping[K, V]):
 
     def restore(self, bin: int, value: Any) -> None:
         """Install a bin's ``{key: value}``."""
+        self.restore_piece((bin,), value)
+
+    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+        """The pieces to write (:class:`PiecewiseState`): one piece for the whole state when at least half of its
+        keys were written since the last capture (no per-key work but the pickling), else one per bin."""
+        data = self.data
+        if data and len(self._touched) * 2 >= len(data):
+            gone = self._sync(dirty=False) | self._dirty
+            self._dirty.clear()
+            held = sorted(b for b, m in self._members.items() if m)
+            # Emptied: bins it stood for before, and bins a key left (given away or deleted) that hold nothing now.
+            emptied = (self._reported | gone) - set(held)
+            pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
+            if held:
+                pieces.append((tuple(held), _Whole(tuple(held), data)))
+            self._reported = set(held)
+            return pieces
+        dirty = self.changed()
+        rewrite = {b for b in self.held() if b % rewrite_every == turn} - dirty
+        values = self.snapshot(dirty | rewrite) if dirty or rewrite else {}
+        for b, v in values.items():
+            if v is None:
+                self._reported.discard(b)
+            else:
+                self._reported.add(b)
+        return [((b,), v) for b, v in sorted(values.items())]
+
+    def restore_piece(self, bins: Collection[int], value: Any) -> None:
+        """Install a piece's keys of ``bins``: all of it when it stands for exactly those bins, else filtered."""
         if not value:
             return
-        self.data.update(value)
-        self._members.setdefault(bin, set()).update(value)
-        self._bin_of.update(dict.fromkeys(value, bin))
+        if isinstance(value, _Whole):
+            covered, items = value.bins, value.data
+        else:
+            covered, items = tuple(bins), value
+        wanted = set(bins)
+        find, bin_of, members = self._find, self._bin_of, self._members
+        if set(covered) == wanted and len(wanted) == 1:
+            (b,) = wanted
+            self.data.update(items)
+            members.setdefault(b, set()).update(items)
+            bin_of.update(dict.fromkeys(items, b))
+        else:
+            for k, v in items.items():
+                b = find(k)
+                if b in wanted:
+                    self.data[k] = v
+                    bin_of[k] = b
+                    m = members.get(b)
+                    if m is None:
+                        members[b] = {k}
+                    else:
+                        m.add(k)
+        self._reported.update(b for b in wanted if members.get(b))
 
     def extract(self, bins: Collection[int]) -> dict[Any, V]:
         """Remove and return the keys of ``bins`` (a bin moving to another worker)."""
@@ -327,6 +403,14 @@ class KeyedState(MutableMapping[K, V]):
                 out[k] = data.pop(k)
         self._touched.update(out)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Whole:
+    """A piece standing for many bins of a :class:`KeyedState`: the bins it covered when written, and their keys."""
+
+    bins: tuple[int, ...]
+    data: dict[Any, Any]
 
 
 class Value(Generic[V]):

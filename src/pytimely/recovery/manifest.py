@@ -277,7 +277,7 @@ class Manifest:
             "identity": self.identity,
             "peers": self.peers,
             "files": [list(f) for f in self.files],
-            "binned": {k: {str(b): list(p) for b, p in v.items()} for k, v in self.binned.items()},
+            "binned": {k: _grouped(v) for k, v in self.binned.items()},
             "worker": {k: {str(w): list(p) for w, p in v.items()} for k, v in self.worker.items()},
             "logs": {k: {str(w): [list(p) for p in ps] for w, ps in v.items()} for k, v in self.logs.items()},
             "positions": {k: {str(p): v2 for p, v2 in v.items()} for k, v in self.positions.items()},
@@ -295,7 +295,7 @@ class Manifest:
             identity=str(data["identity"]),
             peers=int(data["peers"]),
             files=[(str(n), int(s), str(h)) for n, s, h in data["files"]],
-            binned={str(k): {int(b): piece(p) for b, p in v.items()} for k, v in data["binned"].items()},
+            binned={str(k): _ungrouped(v) for k, v in data["binned"].items()},
             worker={str(k): {int(w): piece(p) for w, p in v.items()} for k, v in data["worker"].items()},
             logs={str(k): {int(w): [piece(p) for p in ps] for w, ps in v.items()} for k, v in data["logs"].items()},
             positions={str(k): {int(p): v2 for p, v2 in v.items()} for k, v in data["positions"].items()},
@@ -304,6 +304,23 @@ class Manifest:
     def file_names(self) -> set[str]:
         """Every payload file the manifest reads."""
         return {name for name, _, _ in self.files}
+
+
+def _grouped(bins: dict[int, Piece]) -> list[list[Any]]:
+    """``bin -> piece`` as ``[[file, offset, length, [bins...]], ...]``: a piece holding many bins is named once."""
+    by_piece: dict[Piece, list[int]] = {}
+    for b, p in bins.items():
+        by_piece.setdefault(p, []).append(b)
+    return [[*p, sorted(bs)] for p, bs in sorted(by_piece.items())]
+
+
+def _ungrouped(groups: list[Any]) -> dict[int, Piece]:
+    out: dict[int, Piece] = {}
+    for f, off, length, bins in groups:
+        piece = (int(f), int(off), int(length))
+        for b in bins:
+            out[int(b)] = piece
+    return out
 
 
 def epoch_name(epoch: int) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.channels import Direct
+from pytimely.dataflow.state import PiecewiseState
 from pytimely.dataflow.subgraph import Subgraph, epoch_of
 from pytimely.errors import RecoveryError, SnapshotCorruptError, StoreWriteError
 from pytimely.recovery.manifest import FINAL, Layout, Manifest
@@ -79,12 +80,16 @@ def passed_fences(
     return [(fence, False)], after
 
 
-def binned_changes(state: BinnedState, turn: int, rewrite_every: int) -> dict[int, Any]:
-    """What a snapshot writes of a keyed state: the bins that changed (``None``: emptied), and, in turn, one
-    ``rewrite_every``-th of the bins that did not (so no file is needed by more than ``rewrite_every``)."""
+def binned_changes(state: BinnedState, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+    """What a snapshot writes of a keyed state, as ``(bins, value)`` pieces: the bins that changed (``None``:
+    emptied) and, in turn, one ``rewrite_every``-th of the bins that did not (so no file is needed by more than
+    ``rewrite_every`` snapshots). A :class:`~pytimely.dataflow.state.PiecewiseState` says so itself."""
+    if isinstance(state, PiecewiseState):
+        return state.capture(turn, rewrite_every)
     dirty = set(state.changed())
     rewrite = {b for b in state.held() if b % rewrite_every == turn} - dirty
-    return state.snapshot(dirty | rewrite) if dirty or rewrite else {}
+    values = state.snapshot(dirty | rewrite) if dirty or rewrite else {}
+    return [((b,), v) for b, v in sorted(values.items())]
 
 
 def owner_on_restore(slot: int, peers: int) -> int:
@@ -420,9 +425,17 @@ class DataflowRecovery:
             state = declared.state
             kind = declared.kind
             if kind == "binned":
+                by_piece: dict[tuple[int, int, int], list[int]] = {}
                 for b, piece in manifest.binned.get(key, {}).items():
                     if owner_on_restore(b, peers) == me:
-                        state.restore(b, load(piece, key))
+                        by_piece.setdefault(piece, []).append(b)
+                for piece, bins in by_piece.items():
+                    value = load(piece, key)
+                    if isinstance(state, PiecewiseState):
+                        state.restore_piece(bins, value)
+                    else:
+                        for b in bins:
+                            state.restore(b, value)
             elif kind == "worker":
                 slots = sorted(s for s in manifest.worker.get(key, {}) if owner_on_restore(s, peers) == me)
                 if slots:
@@ -495,11 +508,13 @@ class DataflowRecovery:
             state = declared.state
             kind = declared.kind
             if kind == "binned":
-                values = binned_changes(state, turn, policy.rewrite_every)
-                if values:
-                    part.binned[key] = {
-                        b: None if v is None else piece(v, key, op) for b, v in sorted(values.items())
-                    }
+                written = binned_changes(state, turn, policy.rewrite_every)
+                if written:
+                    places = part.binned[key] = {}
+                    for bins, v in written:
+                        where = None if v is None else piece(v, key, op)
+                        for b in bins:
+                            places[b] = where
             elif kind == "worker":
                 value = state.snapshot()
                 data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
