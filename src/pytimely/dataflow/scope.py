@@ -137,7 +137,7 @@ class Scope(Generic[T]):
             subgraph.peers,
             lambda: subgraph._active.add(index),
             lambda: subgraph.sync_activator(index),
-            subgraph.may_change,
+            lambda time: subgraph.may_change(index, time),
         )
 
     # -- sources --------------------------------------------------------------------------

@@ -21,9 +21,9 @@ Steps 1 and 4, and the bootstrap of a worker joining a running computation, are
 the progcaster's (:mod:`pytimely.dataflow.progcaster`); the subgraph schedules.
 
 Recovery (:mod:`pytimely.recovery.runtime`) hooks in at three places: :attr:`Subgraph.snapshot_hook` runs
-right after step 1, before any operator, so a snapshot taken there holds exactly the records its frontier
-passed; while :attr:`Subgraph.fence` is set, operators that declared state
-(:mod:`pytimely.dataflow.state`) are not handed messages of later epochs; and in a resumed run, what source
+right after step 1, before any operator, so a snapshot taken there holds exactly the records the frontiers
+passed; while an operator that declared state (:mod:`pytimely.dataflow.state`) has a fence
+(:attr:`Subgraph.fences`), it is not handed messages of later epochs; and in a resumed run, what source
 operators send at epochs before :attr:`Subgraph.resume_epoch` (already committed) is dropped.
 """
 
@@ -99,11 +99,11 @@ class Subgraph:
         self.built = False
         self.snapshot_hook: Callable[[], None] | None = None
         """Called in every step in which progress arrived, after it is applied and before any operator runs."""
-        self.fence: int | None = None
-        """While set, operators that declared state take no message of an epoch after it (a snapshot's fence)."""
+        self.fences: dict[int, int | None] = {}
+        """Per operator that declared state: while set, it takes no message of an epoch after it (a snapshot's
+        fence), and changes its state at no later epoch."""
         self.resume_epoch: int | None = None
         """In a resumed run, the first epoch to compute: source operators' records of earlier epochs are dropped."""
-        self._stateful: frozenset[int] = frozenset()
 
     # -- building -------------------------------------------------------------------------
 
@@ -281,18 +281,17 @@ class Subgraph:
 
     def declare_stateful(self) -> list[OperatorCore]:
         """The operators that declared state (recovery fences them); called once the dataflow is built."""
-        stateful = [op for op in self.operators if op.states]
-        self._stateful = frozenset(op.index for op in stateful)
-        return stateful
+        return [op for op in self.operators if op.states]
 
-    def may_change(self, time: Any) -> bool:
-        """Whether declared state may change at ``time`` now: no snapshot of an earlier epoch is pending."""
-        return may_change_at(self.fence, time)
+    def may_change(self, index: int, time: Any) -> bool:
+        """Whether operator ``index``'s declared state may change at ``time`` now: no snapshot of an earlier epoch
+        is pending for it."""
+        return may_change_at(self.fences.get(index), time)
 
-    def release_fence(self) -> None:
-        """Schedule every operator that declared state: the fence moved, so held messages and waiting changes go."""
-        for index in self._stateful:
-            self.activate(index)
+    def set_fence(self, index: int, fence: int | None) -> None:
+        """Move operator ``index``'s fence; it is scheduled, so held messages and waiting changes go."""
+        self.fences[index] = fence
+        self.activate(index)
 
     def _hold_back(self, op: OperatorCore, fence: int) -> list[tuple[Any, list[Any]]]:
         """Take the messages of epochs after ``fence`` out of ``op``'s queues until the fence moves."""
@@ -382,7 +381,7 @@ class Subgraph:
         log = self.log
         clock = time.perf_counter
         start = 0.0
-        stateful = self._stateful
+        fences = self.fences
         try:
             while queue:
                 index = pop(queue)
@@ -395,8 +394,8 @@ class Subgraph:
                 op.time = None
                 if log is not None:
                     start = clock()
-                fence = self.fence
-                held = self._hold_back(op, fence) if fence is not None and index in stateful else None
+                fence = fences.get(index) if fences else None
+                held = self._hold_back(op, fence) if fence is not None else None
                 try:
                     logic()
                 except BatchError as exc:

@@ -333,28 +333,67 @@ def _to_first() -> int:
     return 0
 
 
+@dataclass(slots=True)
+class _Stateful:
+    """One operator that declared state: its states with their keys, and its fence."""
+
+    op: OperatorCore
+    states: list[tuple[str, Declared]]
+    fence: int | None = None
+    finished: bool = False
+
+
+@dataclass(slots=True)
+class _Assembling:
+    """The part of one epoch while the operators of a dataflow take their snapshots of it, one by one."""
+
+    part: Part
+    buffer: bytearray
+
+
 class DataflowRecovery:
-    """One dataflow's snapshots on one worker: restore, fence, capture (see the module doc)."""
+    """One dataflow's snapshots on one worker: restore, fences, capture (see the module doc).
+
+    Each operator that declared state has its own fence and is snapshotted at an epoch ``e`` once nothing at an
+    epoch ``<= e`` can still reach it and it holds no capability at one (its work of ``e`` is done): an operator
+    waiting for input of an early epoch another part of the dataflow still holds back does not stop the others.
+    The operators' snapshots of one epoch make one part, sent once every operator is past that epoch.
+    """
 
     def __init__(self, owner: WorkerRecovery, subgraph: Subgraph, ordinal: int) -> None:
         self.owner = owner
         self.subgraph = subgraph
         self.ordinal = ordinal
         self.session = owner.session
-        self.states: list[tuple[str, OperatorCore, Declared]] = []
-        self.fence: int | None = None
-        """The next epoch this worker snapshots this dataflow at (``None``: no more)."""
-        self.finished = False
+        self.stateful: list[_Stateful] = []
         self._stop: int | None = None
         self._taken = 0
+        self._assembling: dict[int, _Assembling] = {}
         self._logs: dict[str, list[Where]] = {}
         self._values: dict[str, bytes] = {}
         self._absorbed: dict[str, list[int]] = {}
 
+    @property
+    def fence(self) -> int | None:
+        """The earliest epoch this worker may still report for this dataflow (``None``: none)."""
+        lows = [s.fence for s in self.stateful if s.fence is not None]
+        lows += list(self._assembling)
+        return min(lows) if lows else None
+
+    @property
+    def finished(self) -> bool:
+        """Whether every operator that declared state has finished (or none did)."""
+        return all(s.finished for s in self.stateful)
+
+    @property
+    def states(self) -> list[tuple[str, OperatorCore, Declared]]:
+        """Every declared state with its key and operator."""
+        return [(key, s.op, d) for s in self.stateful for key, d in s.states]
+
     # -- start ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Check the layout, restore, drop replayed source output, and set the first fence."""
+        """Check the layout, restore, drop replayed source output, and set the first fences."""
         subgraph = self.subgraph
         session = self.session
         for op in subgraph.operators:
@@ -365,11 +404,17 @@ class DataflowRecovery:
                     "recovery"
                 )
         stateful = subgraph.declare_stateful()
-        self.states = state_keys(self.ordinal, stateful)
+        keyed = state_keys(self.ordinal, stateful)
+        by_op: dict[int, _Stateful] = {}
+        for key, op, declared in keyed:
+            entry = by_op.get(op.index)
+            if entry is None:
+                entry = by_op[op.index] = _Stateful(op, [])
+                self.stateful.append(entry)
+            entry.states.append((key, declared))
         if session.resume:
             subgraph.resume_epoch = session.resume
-        if not self.states:
-            self.finished = True
+        if not self.stateful:
             return
         for op in stateful:
             if not _nested_in_ints(op):
@@ -377,7 +422,7 @@ class DataflowRecovery:
                     f"dataflow {subgraph.name!r}: operator {op.name!r} declares state, and snapshots are taken at "
                     f"epoch boundaries, which needs integer timestamps (its scope starts at {op.scope.minimum!r})"
                 )
-        layout = Layout({key: (d.kind, d.layout, int(getattr(d.state, "bins", 0))) for key, _, d in self.states})
+        layout = Layout({key: (d.kind, d.layout, int(getattr(d.state, "bins", 0))) for key, _, d in keyed})
         first = self.owner.worker.index == 0 and not session.joining
         session.snapshots.check_layout(
             self.ordinal, subgraph.name, layout, write=first, check=session.opened is not None
@@ -385,23 +430,26 @@ class DataflowRecovery:
         if session.opened is not None:
             self._restore()
         if session.complete:
-            self.finished = True
+            for entry in self.stateful:
+                entry.finished = True
             return
         start = session.resume
         handle = self.owner._handle
         if handle is not None:
             start = max(start, handle.time)
-        self.fence = session.policy.first_at_or_after(start)
-        subgraph.fence = self.fence
+        fence = session.policy.first_at_or_after(start)
+        for entry in self.stateful:
+            entry.fence = fence
+            subgraph.set_fence(entry.op.index, fence)
         subgraph.snapshot_hook = self.check
 
     def stop_at(self, epoch: int) -> None:
         """Take no snapshot of an epoch at or after ``epoch`` (the worker leaves then)."""
         self._stop = epoch
-        if self.fence is not None and self.fence >= epoch:
-            self._set_fence(None)
-
-    # -- restore --------------------------------------------------------------------------------
+        for entry in self.stateful:
+            if entry.fence is not None and entry.fence >= epoch:
+                self._set_fence(entry, None)
+        self._flush()
 
     def _restore(self) -> None:
         opened = self.session.opened
@@ -459,40 +507,78 @@ class DataflowRecovery:
 
     # -- snapshots ------------------------------------------------------------------------------
 
-    def check(self) -> None:
-        """After progress arrived: take the snapshots whose epochs the whole dataflow has passed."""
-        fence = self.fence
-        if fence is None:
-            return
+    def _lows(self, entry: _Stateful) -> list[int]:
+        """The epochs of what can still reach the operator's inputs, and of the capabilities it holds."""
         tracker = self.subgraph.tracker
         assert tracker is not None
-        lows = [epoch_of(t) for t in tracker.lower_times()]
-        captures, after = passed_fences(fence, lows, self.session.policy, self._stop)
-        if not captures:
-            return
-        for epoch, final in captures:
-            self._capture(epoch, final=final)
-            self.finished = final
-        self._set_fence(after)
+        op = entry.op
+        times: list[Any] = []
+        for port in op.inputs:
+            times.extend(port.frontier.frontier_elements())
+        for out in op.outputs:
+            times.extend(tracker.live_frontier(out.source).frontier_elements())
+        return [epoch_of(t) for t in times]
 
-    def _set_fence(self, fence: int | None) -> None:
-        self.fence = fence
-        self.subgraph.fence = fence
-        self.subgraph.release_fence()
+    def check(self) -> None:
+        """After progress arrived: snapshot every operator whose fence its frontiers have passed."""
+        moved = False
+        for entry in self.stateful:
+            fence = entry.fence
+            if fence is None:
+                continue
+            captures, after = passed_fences(fence, self._lows(entry), self.session.policy, self._stop)
+            if not captures:
+                continue
+            for epoch, final in captures:
+                self._capture(entry, epoch)
+                entry.finished = final
+            self._set_fence(entry, after)
+            moved = True
+        if moved:
+            self._flush()
+
+    def _set_fence(self, entry: _Stateful, fence: int | None) -> None:
+        entry.fence = fence
+        self.subgraph.set_fence(entry.op.index, fence)
+
+    def _flush(self) -> None:
+        """Queue the parts of the epochs every operator is past: one payload file each."""
+        lows = [s.fence for s in self.stateful if s.fence is not None]
+        low = min(lows) if lows else None
+        for epoch in sorted(self._assembling):
+            if low is not None and epoch >= low:
+                break
+            assembling = self._assembling.pop(epoch)
+            part = assembling.part
+            name = part.files.pop()[0]
+            if any(self._absorbed.values()):
+                part.absorbed = {k: v for k, v in self._absorbed.items() if v}
+                self._absorbed = {}
+            if not (part.binned or part.values or part.logs or part.positions or part.absorbed):
+                continue
+            write = None
+            if assembling.buffer:
+                write = self.session.writer.submit(self.session.snapshots.put_payload, name, bytes(assembling.buffer))
+            self.owner.capture_taken(_Capture(epoch, part, write))
         self.owner._advance()
 
-    def _capture(self, epoch: int, *, final: bool) -> None:
-        """Take this worker's snapshot of every declared state at ``epoch`` (what changed) and queue its file."""
+    def _capture(self, entry: _Stateful, epoch: int) -> None:
+        """Take this worker's snapshot of one operator's declared states at ``epoch`` (what changed)."""
         policy = self.session.policy
-        snapshots = self.session.snapshots
-        buffer = bytearray()
         me = self.owner.worker.index
-        name = snapshots.payload_name(epoch, me, self.ordinal)
-        part = Part(me, self.ordinal, epoch, final)
+        assembling = self._assembling.get(epoch)
+        if assembling is None:
+            name = self.session.snapshots.payload_name(epoch, me, self.ordinal)
+            # The file's name waits in ``files`` until the part is complete and the file is written.
+            assembling = self._assembling[epoch] = _Assembling(Part(me, self.ordinal, epoch, files=[(name, 0, "")]),
+                                                               bytearray())  # fmt: skip
+        part, buffer = assembling.part, assembling.buffer
+        name = part.files[0][0]
         turn = self._taken % policy.rewrite_every
         self._taken += 1
+        op = entry.op
 
-        def piece(value: Any, key: str, op: OperatorCore) -> Where:
+        def piece(value: Any, key: str) -> Where:
             try:
                 data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:
@@ -504,7 +590,7 @@ class DataflowRecovery:
             buffer.extend(data)
             return where
 
-        for key, op, declared in self.states:
+        for key, declared in entry.states:
             state = declared.state
             kind = declared.kind
             if kind == "binned":
@@ -512,12 +598,11 @@ class DataflowRecovery:
                 if written:
                     places = part.binned[key] = {}
                     for bins, v in written:
-                        where = None if v is None else piece(v, key, op)
+                        where = None if v is None else piece(v, key)
                         for b in bins:
                             places[b] = where
             elif kind == "worker":
-                value = state.snapshot()
-                data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                data = pickle.dumps(state.snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
                 if self._values.get(key) != data or self._absorbed.get(key):
                     self._values[key] = data
                     part.values[key] = (name, len(buffer), len(data))
@@ -527,24 +612,14 @@ class DataflowRecovery:
                 pieces = self._logs.setdefault(key, [])
                 if new or self._absorbed.get(key):
                     if len(pieces) >= policy.rewrite_every:
-                        pieces[:] = [piece(state.entries(), key, op)]
+                        pieces[:] = [piece(state.entries(), key)]
                     elif new:
-                        pieces.append(piece(new, key, op))
-                    part.logs[key] = pieces
+                        pieces.append(piece(new, key))
+                    part.logs[key] = list(pieces)  # the list goes on growing here
             else:
                 changed = state.changed()
                 if changed:
                     part.positions[key] = changed
-        if any(self._absorbed.values()):
-            part.absorbed = {k: v for k, v in self._absorbed.items() if v}
-            self._absorbed = {}
-        if not (part.binned or part.values or part.logs or part.positions or part.absorbed):
-            return
-        write = None
-        if buffer:
-            write = self.session.writer.submit(snapshots.put_payload, name, bytes(buffer))
-        part.logs = {k: list(v) for k, v in part.logs.items()}  # the lists go on growing here
-        self.owner.capture_taken(_Capture(epoch, part, write))
 
 
 def _nested_in_ints(op: OperatorCore) -> bool:

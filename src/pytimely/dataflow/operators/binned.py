@@ -73,7 +73,9 @@ if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
-__all__ = ["FIRST_COLUMN", "WHOLE_RECORD", "KeyColumn", "Router", "StateHolder", "bin_routes", "earlier"]
+__all__ = [
+    "FIRST_COLUMN", "WHOLE_RECORD", "KeyColumn", "Router", "StateHolder", "bin_exchange", "bin_routes", "earlier",
+]
 
 _KNOWN_LIMIT = 1 << 20
 """How many keys' bins a router remembers before it starts over (bounds its memory)."""
@@ -129,12 +131,16 @@ def bin_routes(
 ) -> tuple[list[tuple[Stream[Any], Any]], Router | None]:
     """The inputs (stream, pact) of a keyed operator, and the :class:`Router` in front of it if any.
 
-    Without ``control`` each stream is exchanged by ``hash(key)`` as before bins existed: a table that
-    never changes needs no bins, and the placement of keys stays what programs and tests rely on.
+    Without ``control`` each stream is exchanged by ``hash(key)`` as before bins existed (a table that never
+    changes needs no bins), unless the operator keeps state across times (``migrate``): that state is declared
+    in bins (:mod:`pytimely.dataflow.state`), so its keys go to the owner of their bin in the default table
+    (:func:`bin_exchange`), where a run restored on another number of workers finds them.
     ``columns[i]`` says where the keys of a columnar batch of stream ``i`` are (or None: go record by record);
     by default a stream whose records are their own keys has them in its only column.
     """
     if control is None:
+        if migrate:
+            return [(stream, bin_exchange(key, bins)) for stream, key in zip(streams, keys, strict=True)], None
         return [(stream, _exchange(key)) for stream, key in zip(streams, keys, strict=True)], None
     if columns is None:
         columns = [_column_of(key) for key in keys]
@@ -168,6 +174,38 @@ def _exchange(key: Key) -> Exchange:
     return Exchange(_hash_route(key))  # type: ignore[arg-type]
 
 
+def bin_exchange(key: Key, bins: int) -> Exchange:
+    """An exchange sending each record to the owner of its key's bin in the default table (bin ``b`` on worker
+    ``b % peers``): the same placement in every run and process, whatever the hash seed.
+
+    Columnar batches find their keys' bins once per distinct key; other batches remember the bins of the keys
+    they saw (up to a bound), so a key's bin is hashed once, not once per record.
+    """
+    import numpy as np
+
+    find = binner(bins)
+    get = _function_of(key)
+    column = _column_of(key)
+    known: dict[Any, int] = {}
+
+    def route(batch: Any) -> Any:
+        kind = container.kind_of(batch)
+        if column is not None and kind.columnar:
+            numbers = kind.numeric(batch, column.field)
+            if numbers is not None and numbers.dtype.kind in "iub":
+                return bins_of(numbers, bins)
+            return container.per_key(batch, column.field, find)
+        records = container.records(batch)
+        keys = records if get is None else list(map(get, records))
+        if len(known) > _KNOWN_LIMIT:
+            known.clear()
+        for k in set(keys).difference(known):
+            known[k] = find(k)
+        return np.fromiter(map(known.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+    return Exchange(route, vectorized=True)
+
+
 def _hash_route(key: Callable[[Any], Any] | None) -> Callable[[Any], int]:
     if key is None:
         return hash
@@ -198,6 +236,8 @@ class Router:
         else:
             self.table = BinTable.default(scope.peers, bins)
         self.find = binner(bins)
+        self.may_change: Callable[[Any], bool] = lambda _time: True
+        """Whether the holder's declared state may change at a time (set by the holder, from its own fence)."""
         self.holder: StateHolder | None = None
         """The operator whose state moves; set by it before the dataflow runs."""
         self.dest = 0
@@ -331,7 +371,9 @@ class Router:
         assert holder is not None and self._state_out is not None
         frontier = self._control.frontier
         for t in sorted(self._move_caps, key=sort_key):
-            if frontier.less_equal(t) or not holder.settled_before(t):
+            # Shipping changes the holder's declared state at ``t``: not before a pending snapshot of an earlier
+            # epoch is taken (the operator wakes the router again when the snapshot's fence moves).
+            if frontier.less_equal(t) or not holder.settled_before(t) or not self.may_change(t):
                 return
             leaving = {b for b, (old, _) in self.table.moving_at(t).items() if old == self.index}
             cap = self._move_caps.pop(t)

@@ -42,9 +42,11 @@ arrives); ``builder.state(name, obj)`` declares any :class:`~pytimely.dataflow.s
             cap.drop()
         def logic(inputs, outputs):
             for cap, batch in inputs[0]:
-                fresh = [r for r in batch if r not in seen]
-                for r in fresh:
-                    seen[r] = True
+                fresh = []
+                for r in batch:
+                    if r not in seen:
+                        seen[r] = True
+                        fresh.append(r)
                 if fresh:
                     outputs[0].give(cap, fresh)
         return logic

@@ -34,6 +34,7 @@ from pytimely.dataflow.operators.event_stream import (
     SocketEventWriter,
     read_binding,
 )
+from pytimely.dataflow.state import Log, declare
 from pytimely.errors import CapabilityError, CorruptEventStreamError, EventStreamError, MembershipError
 
 if TYPE_CHECKING:
@@ -57,9 +58,13 @@ EVENT_SUFFIX = ".events"
 def capture(stream: Stream[Any], into: list[tuple[Any, list[Any]]], name: str) -> list[tuple[Any, list[Any]]]:
     """Append ``(time, records)`` for every batch that reaches this worker's copy of the stream.
 
-    Lists are copied; numpy arrays and Arrow batches are kept as they are.
+    Lists are copied; numpy arrays and Arrow batches are kept as they are. The list is declared state (a
+    :class:`~pytimely.dataflow.state.Log` ``"batches"``): with recovery on, a resumed run's list starts with
+    what the snapshot holds, so each batch is in it once. It is this worker's: gather the stream to one worker
+    first (``exchange(lambda _: 0)``) to have everything in one list.
     """
     op = stream.scope._operator(name, [(stream, None)], 0)
+    declare(op, "batches", Log(into), layout="capture/1")
     port = op.inputs[0]
     append = into.append
 

@@ -8,6 +8,10 @@ are applied once the time is complete, times in order, so a key's records are fo
 (within one time in the order they arrived). With a control stream of moves, the state of every key of
 a moving bin goes to the bin's new owner; see :mod:`pytimely.dataflow.operators.binned` for why it is
 shipped neither too early nor too late.
+
+The per-key states are declared state (:class:`~pytimely.dataflow.state.KeyedState` ``"states"``): with
+recovery on, the runtime snapshots the bins that changed at epoch boundaries and restores them before the
+first step, on any number of workers.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pytimely import container
 from pytimely.dataflow.operators.binned import FIRST_COLUMN, Router, bin_routes, earlier
 from pytimely.dataflow.operators.generic import Notificator
+from pytimely.dataflow.state import KeyedState, declare
 
 if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort
@@ -33,10 +38,9 @@ InspectState = Callable[[int, Any, Mapping[Any, Any]], None]
 class _Held:
     """One worker's per-key states and the records waiting for their time to complete."""
 
-    def __init__(
-        self, ports: list[InputPort[Any, Any]], router: Router | None, states: dict[Any, Any] | None = None
-    ) -> None:
-        self.states: dict[Any, Any] = {} if states is None else states
+    def __init__(self, ports: list[InputPort[Any, Any]], router: Router | None, keyed: KeyedState[Any, Any]) -> None:
+        self.keyed = keyed
+        self.states: dict[Any, Any] = keyed.data
         self.pending: dict[Any, list[Any]] = {}
         self._ports = ports
         self._router = router
@@ -56,6 +60,8 @@ class _Held:
         out: dict[int, list[Any]] = {}
         for k in [k for k in states if find(k) in leaving]:
             out.setdefault(owners[find(k)], []).append((k, states.pop(k)))
+        for items in out.values():
+            self.keyed.touch(k for k, _ in items)
         return out
 
 
@@ -74,8 +80,8 @@ def state_machine(
     Records are ``(key, value)`` pairs (or rows of a numpy or Arrow batch, routed by a vectorised lookup),
     or any record when ``key`` extracts its key (the value is then the record).
     ``inspect_state(worker, time, states)``, if given, sees this worker's states after each time.
-    ``states``, if given, is the dict the per-key states live in (a declared state of
-    :meth:`pytimely.recovery.Durable.keyed`, restored from a snapshot and snapshotted at epoch boundaries).
+    ``states``, if given, is the dict the per-key states live in (the job may read it, at the end say; with
+    recovery on it holds the restored states before the first step).
     """
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
@@ -91,19 +97,25 @@ def state_machine(
     data = ports[0]
     state_in = ports[1] if router is not None else None
     out = op.outputs[0]
-    held = _Held(ports, router, states)
+    keyed: KeyedState[Any, Any] = KeyedState(bins, data=states)
+    declare(op, "states", keyed, layout="state_machine/1")
+    held = _Held(ports, router, keyed)
     if router is not None:
         router.holder = held
+        subgraph, index = scope.subgraph, op.index
+        router.may_change = lambda time: subgraph.may_change(index, time)
     states, pending = held.states, held.pending
     notificator: Notificator[Any] = Notificator()
     worker = scope.index
+
+    touch = keyed.touch
 
     def apply(records: list[Any]) -> list[Any]:
         emitted: list[Any] = []
         extend = emitted.extend
         get = states.get
-        for record in records:
-            k = key_of(record)
+        keys = list(map(key_of, records))
+        for k, record in zip(keys, records, strict=True):
             new, outputs = fold(k, value_of(record), get(k))
             if new is None:
                 states.pop(k, None)
@@ -111,6 +123,7 @@ def state_machine(
                 states[k] = new
             if outputs:
                 extend(outputs)
+        touch(keys)
         return emitted
 
     def logic() -> None:
@@ -118,6 +131,7 @@ def state_machine(
             # Shipped state goes in before any record is applied (binned.py, step 1).
             for _, shipped in state_in.batches():
                 states.update(shipped)
+                touch(k for k, _ in shipped)
         for cap, batch in data:
             t = cap.time
             waiting = pending.get(t)
