@@ -16,6 +16,13 @@ graph of all edges up to it.
 The output stream carries ``(vertex, label)`` rows (an ``(n, 2)`` int64 array
 per batch) at epoch ``e`` for every vertex whose label is new or changed at
 ``e``, once per vertex and epoch.
+
+Vertex ``v`` is in bin ``v % 256`` and owned by worker ``bin % peers``. Each
+worker's vertices with their labels and out-edges, and what it reported, are
+declared state in those bins (:mod:`pytimely.dataflow.state`): with recovery on,
+the bins a snapshot finds changed are written, and a restart on any number of
+workers gives each bin to its new owner, who sorts its edges into inner and
+outer again.
 """
 
 from __future__ import annotations
@@ -40,8 +47,17 @@ _PROPOSAL = 0
 _CHANGE = 1
 
 
+BINS = 256
+"""Vertex ``v`` is in bin ``v % BINS``; bin ``b`` is worker ``b % peers``'s."""
+
+
 def _by_vertex(batch: Any) -> Any:
-    return batch[:, 0]
+    # The exchange sends a row to worker ``route % peers``: the owner of the vertex's bin.
+    return batch[:, 0] % BINS
+
+
+def _bins(ids: Any) -> Any:
+    return ids % BINS
 
 
 def _symmetric(edges: Any) -> Any:
@@ -195,6 +211,10 @@ class _Propagate:
         cap.drop()
         self.worker = info.worker
         self.peers = info.peers
+        self.bins = BINS
+        self._dirty: set[int] = set()
+        self._restored = False
+        info.declare("graph", self, "components/1")
         self.vertices = np.empty(0, dtype=np.int64)  # sorted ids of owned vertices
         self.labels = np.empty(0, dtype=np.int64)
         self.inner = np.empty((0, 2), dtype=np.int64)  # inner edges, each once (ids, smaller end first)
@@ -211,6 +231,9 @@ class _Propagate:
     def __call__(
         self, edges_in: InputPort[Any, Any], labels_in: InputPort[Any, Any], out: OutputPort[Any, Any]
     ) -> None:
+        if self._restored:
+            self._restored = False
+            self._rebuild()
         for input_cap, batch in edges_in:
             self._stash(self.edges, input_cap, batch)
         for input_cap, batch in labels_in:
@@ -249,11 +272,12 @@ class _Propagate:
             held.downgrade(time)
 
     def _owned(self, ids: Any) -> Any:
-        """Which of ``ids`` this worker owns (the exchange's ``id % peers`` rule)."""
-        return (ids % self.peers) == self.worker
+        """Which of ``ids`` this worker owns (the exchange's ``id % BINS % peers`` rule)."""
+        return (_bins(ids) % self.peers) == self.worker
 
     def _add_edges(self, new: Any, cap: Capability[Any], out: OutputPort[Any, Any]) -> None:
         ids = new[:, 0]
+        self._dirty.update(np.unique(_bins(ids)).tolist())
         fresh = _distinct(ids)
         if len(self.vertices):
             fresh = np.setdiff1d(fresh, self.vertices, assume_unique=True)
@@ -293,6 +317,7 @@ class _Propagate:
         spread = least[self.root]
         changed = np.flatnonzero(spread < self.labels)
         self.labels = spread
+        self._dirty.update(np.unique(_bins(vertices[changed])).tolist())
         # All outer edges of relabelled vertices carry the new label across; so do the other new outer edges.
         relabelled = np.zeros(n, dtype=bool)
         relabelled[changed] = True
@@ -306,6 +331,79 @@ class _Propagate:
             np.concatenate([self.labels[rows_of_new[unchanged]], self.labels[changed][owner]]),
         )
         out.give(cap, _rows((_PROPOSAL, targets, offers), (_CHANGE, self.vertices[news], self.labels[news])))
+
+    def _rebuild(self) -> None:
+        """The lookups derived from vertices, labels and edges (after a restore)."""
+        vertices = self.vertices
+        n = len(vertices)
+        if n and vertices[0] >= 0 and vertices[-1] < 4 * n + (1 << 20):
+            self.dense = np.zeros(int(vertices[-1]) + 1, dtype=np.int64)
+            self.dense[vertices] = np.arange(n)
+        else:
+            self.dense = None
+        order = np.argsort(self.outer_sources, kind="stable")
+        self.outer_sources, self.outer_targets = self.outer_sources[order], self.outer_targets[order]
+        self.outer_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self._local(self.outer_sources), minlength=n), out=self.outer_offsets[1:])
+        self.root = _components(n, self._local(self.inner[:, 0]), self._local(self.inner[:, 1]))
+        self.members = np.argsort(self.root, kind="stable")
+        self.member_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.root, minlength=n), out=self.member_offsets[1:])
+
+    # -- declared state (pytimely.dataflow.state): vertices, labels and out-edges in the vertices' bins -----
+
+    def _portable(self, bins: set[int]) -> dict[str, Any]:
+        """The vertices of ``bins`` with their labels, and every out-edge of them (inner edges both ways)."""
+        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
+        keep = np.isin(_bins(self.vertices), wanted)
+        inner = np.concatenate([self.inner, self.inner[:, ::-1]])
+        sources = np.concatenate([inner[:, 0], self.outer_sources])
+        targets = np.concatenate([inner[:, 1], self.outer_targets])
+        edges = np.isin(_bins(sources), wanted)
+        return {
+            "vertices": self.vertices[keep], "labels": self.labels[keep],
+            "sources": sources[edges], "targets": targets[edges],
+        }  # fmt: skip
+
+    def changed(self) -> set[int]:
+        """The bins of vertices given new edges or labels since the last snapshot."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def held(self) -> list[int]:
+        """The bins this worker holds vertices in."""
+        return np.unique(_bins(self.vertices)).tolist()  # type: ignore[no-any-return]
+
+    def snapshot(self, bins: Any) -> dict[int, Any]:
+        """Each bin's part on its own."""
+        return {b: self._portable({b}) for b in bins}
+
+    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+        """One piece for the bins that changed and, in turn, some that did not (:class:`PiecewiseState`)."""
+        held = set(self.held())
+        bins = (self.changed() | {b for b in held if b % rewrite_every == turn}) & held
+        return [(tuple(sorted(bins)), self._portable(bins))] if bins else []
+
+    def restore(self, bin: int, value: Any) -> None:
+        """Install one bin's part."""
+        self.restore_piece((bin,), value)
+
+    def restore_piece(self, bins: Any, value: Any) -> None:
+        """Install the vertices and out-edges of ``bins`` in ``value``; inner and outer are sorted out anew."""
+        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
+        keep = np.isin(_bins(value["vertices"]), wanted)
+        vertices = np.concatenate([self.vertices, value["vertices"][keep]])
+        labels = np.concatenate([self.labels, value["labels"][keep]])
+        order = np.argsort(vertices, kind="stable")
+        self.vertices, self.labels = vertices[order], labels[order]
+        edges = np.isin(_bins(value["sources"]), wanted)
+        sources, targets = value["sources"][edges], value["targets"][edges]
+        inward = self._owned(targets)
+        inner = np.column_stack([sources[inward], targets[inward]])
+        self.inner = np.concatenate([self.inner, inner[inner[:, 0] <= inner[:, 1]]])
+        self.outer_sources = np.concatenate([self.outer_sources, sources[~inward]])
+        self.outer_targets = np.concatenate([self.outer_targets, targets[~inward]])
+        self._restored = True  # the lookups are rebuilt before the first step, once every piece is in
 
     def _local(self, ids: Any) -> Any:
         """Local rows of owned vertex ``ids``."""
@@ -335,6 +433,7 @@ class _Propagate:
         np.minimum.at(least, inverse, offered)
         changed, owner = _gather(self.member_offsets, self.members, roots)
         self.labels[changed] = least[owner]
+        self._dirty.update(np.unique(_bins(self.vertices[changed])).tolist())
         labels = self.labels[changed]
         neighbours, source = _gather(self.outer_offsets, self.outer_targets, changed)
         targets, offers = _least_per_target(neighbours, labels[source])
@@ -349,6 +448,9 @@ class _Report:
         # What was reported so far, as sorted vertex ids and their labels (searched, never looped over).
         self.vertices = np.empty(0, dtype=np.int64)
         self.labels = np.empty(0, dtype=np.int64)
+        self.bins = BINS
+        self._dirty: set[int] = set()
+        info.declare("reported", self, "components-reported/1")
         self.pending: dict[Any, list[Any]] = {}
         self.notificator: Notificator[Any] = Notificator()
 
@@ -387,6 +489,7 @@ class _Report:
         same = np.zeros(len(final), dtype=bool)
         same[known] = self.labels[at[known]] == final[known, 1]
         news = final[~same]
+        self._dirty.update(np.unique(_bins(news[:, 0])).tolist())
         moved = known & ~same
         self.labels[at[moved]] = final[moved, 1]
         added = final[~known]
@@ -396,6 +499,46 @@ class _Report:
             order = np.argsort(vertices, kind="stable")
             self.vertices, self.labels = vertices[order], labels[order]
         return news
+
+
+    # -- declared state: the labels reported, in the vertices' bins ----------------------------------------
+
+    def _portable(self, bins: set[int]) -> dict[str, Any]:
+        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
+        keep = np.isin(_bins(self.vertices), wanted)
+        return {"vertices": self.vertices[keep], "labels": self.labels[keep]}
+
+    def changed(self) -> set[int]:
+        """The bins of vertices reported since the last snapshot."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def held(self) -> list[int]:
+        """The bins of the vertices reported."""
+        return np.unique(_bins(self.vertices)).tolist()  # type: ignore[no-any-return]
+
+    def snapshot(self, bins: Any) -> dict[int, Any]:
+        """Each bin's part on its own."""
+        return {b: self._portable({b}) for b in bins}
+
+    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+        """One piece for the bins that changed and, in turn, some that did not."""
+        held = set(self.held())
+        bins = (self.changed() | {b for b in held if b % rewrite_every == turn}) & held
+        return [(tuple(sorted(bins)), self._portable(bins))] if bins else []
+
+    def restore(self, bin: int, value: Any) -> None:
+        """Install one bin's part."""
+        self.restore_piece((bin,), value)
+
+    def restore_piece(self, bins: Any, value: Any) -> None:
+        """Install the reported labels of the vertices of ``bins``."""
+        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
+        keep = np.isin(_bins(value["vertices"]), wanted)
+        vertices = np.concatenate([self.vertices, value["vertices"][keep]])
+        labels = np.concatenate([self.labels, value["labels"][keep]])
+        order = np.argsort(vertices, kind="stable")
+        self.vertices, self.labels = vertices[order], labels[order]
 
 
 def connected_components(edges: Stream[Any]) -> Stream[Any]:

@@ -26,7 +26,8 @@ class OperatorInfo:
     has more to do without new input (a source sending a little at a time).
     ``may_change(time)`` says whether declared state (:mod:`pytimely.dataflow.state`) may change at ``time``
     now: an operator that changes it when a frontier moves (a window closing, a bin shipped) waits while it is
-    false; it is scheduled again when it may.
+    false; it is scheduled again when it may. ``declare_state(name, state, layout)`` declares the operator's
+    state from its constructor.
     """
 
     name: str
@@ -36,6 +37,13 @@ class OperatorInfo:
     activate: Callable[[], None]
     make_sync_activator: Callable[[], SyncActivator] | None = None
     may_change: Callable[[Any], bool] = lambda _time: True
+    declare_state: Callable[[str, Any, str], None] | None = None
+
+    def declare(self, name: str, state: Any, layout: str = "1") -> None:
+        """Declare ``state`` as this operator's state ``name`` (:func:`pytimely.dataflow.state.declare`)."""
+        if self.declare_state is None:
+            raise ArityError(f"{self.name}: this operator info was made without an operator to declare state on")
+        self.declare_state(name, state, layout)
 
     def sync_activator(self) -> SyncActivator:
         """An activator another thread may call to schedule this operator (see :mod:`.activate`)."""

@@ -20,6 +20,7 @@ from pytimely.dataflow.operators import capture as _capture
 from pytimely.dataflow.operators import core as _core
 from pytimely.dataflow.operators import input as _input
 from pytimely.dataflow.ports import OutputPort
+from pytimely.dataflow.state import declare
 from pytimely.dataflow.stream import Stream
 from pytimely.errors import ArityError, InvalidArgument, ScopeError
 from pytimely.order import Product
@@ -138,6 +139,7 @@ class Scope(Generic[T]):
             lambda: subgraph._active.add(index),
             lambda: subgraph.sync_activator(index),
             lambda time: subgraph.may_change(index, time),
+            lambda name, state, layout: declare(op, name, state, layout=layout),
         )
 
     # -- sources --------------------------------------------------------------------------

@@ -20,11 +20,13 @@ A step (:meth:`Subgraph.step`) does, in order:
 Steps 1 and 4, and the bootstrap of a worker joining a running computation, are
 the progcaster's (:mod:`pytimely.dataflow.progcaster`); the subgraph schedules.
 
-Recovery (:mod:`pytimely.recovery.runtime`) hooks in at three places: :attr:`Subgraph.snapshot_hook` runs
-right after step 1, before any operator, so a snapshot taken there holds exactly the records the frontiers
-passed; while an operator that declared state (:mod:`pytimely.dataflow.state`) has a fence
-(:attr:`Subgraph.fences`), it is not handed messages of later epochs; and in a resumed run, what source
-operators send at epochs before :attr:`Subgraph.resume_epoch` (already committed) is dropped.
+Recovery (:mod:`pytimely.recovery.runtime`) hooks in at three places: while an operator that declared state
+(:mod:`pytimely.dataflow.state`) has a fence (:attr:`Subgraph.fences`), it is not handed messages of later
+epochs; :attr:`Subgraph.snapshot_hook` runs right after step 1, before any operator (it schedules the
+operators whose frontiers passed their fences), and :attr:`Subgraph.stateful_ran` right after such an
+operator ran (it has then done what those frontiers let it do: its snapshot is taken there); in a resumed
+run, what source operators send at epochs before :attr:`Subgraph.resume_epoch` (already committed) is
+dropped.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ class Subgraph:
         self.built = False
         self.snapshot_hook: Callable[[], None] | None = None
         """Called in every step in which progress arrived, after it is applied and before any operator runs."""
+        self.stateful_ran: Callable[[OperatorCore], None] | None = None
+        """Called after an operator with a fence ran (its state now reflects the frontiers it saw)."""
         self.fences: dict[int, int | None] = {}
         """Per operator that declared state: while set, it takes no message of an epoch after it (a snapshot's
         fence), and changes its state at no later epoch."""
@@ -418,6 +422,8 @@ class Subgraph:
                             port._queue.extendleft(reversed(later))
                     if log is not None:
                         log.schedule(index, op.name, start, clock())
+                if fence is not None and self.stateful_ran is not None:
+                    self.stateful_ran(op)
                     if op.input_caps:
                         for cap in op.input_caps:
                             cap._valid = False

@@ -60,24 +60,37 @@ _OUTSTANDING = 4
 
 
 def passed_fences(
-    fence: int, lows: list[int], policy: SnapshotPolicy, stop: int | None = None
+    fence: int,
+    lows: list[int],
+    policy: SnapshotPolicy,
+    stop: int | None = None,
+    *,
+    held: list[int] | None = None,
+    next_change: int | None = None,
 ) -> tuple[list[tuple[int, bool]], int | None]:
-    """The snapshots to take now and the next fence, given the epochs ``lows`` of the pointstamps left.
+    """The snapshot an operator takes now and its next fence.
 
-    A fence ``f`` is passed once every pointstamp left is at an epoch after ``f`` (none left: the dataflow
-    finished, and its last snapshot is final). The next fence is the first epoch the policy snapshots at or
-    after the earliest pointstamp left: the epochs before it brought the dataflow nothing, so a snapshot of
-    them would hold what this one holds. A worker leaving at ``stop`` takes none at or after it.
+    ``lows``: the epochs of what can still reach the operator; ``held``: the epochs of the capabilities it holds
+    (what it may still emit, once nothing can reach it any more); ``next_change``: the first epoch at which its
+    state may change without input, if it can tell (a window's end).
+
+    A fence ``f`` is passed once everything that can still reach the operator is at an epoch after ``f``: the
+    snapshot is of ``f`` and the next fence is the next epoch the policy snapshots (never one further: a state
+    whose changes come with its frontiers, windows closing, differs at each epoch even when no record comes).
+    Once nothing can reach it, it steps on while it still holds capabilities (to ``next_change`` at once when it
+    can tell); once it holds none its state changes no more, and this snapshot is its last (``final``): every
+    later snapshot, the final one included, holds it as it is. A worker leaving at ``stop`` takes none at or
+    after it.
     """
-    if not lows:
+    if lows:
+        if min(lows) <= fence:
+            return [], fence
+        after = policy.first_at_or_after(fence + 1)
+    elif not held:
         return [(fence, True)], None
-    low = min(lows)
-    if low <= fence:
-        return [], fence
-    after: int | None = policy.first_at_or_after(max(fence + 1, low))
-    if stop is not None and after is not None and after >= stop:
-        after = None
-    return [(fence, False)], after
+    else:
+        after = policy.first_at_or_after(max(fence + 1, next_change if next_change is not None else fence + 1))
+    return [(fence, False)], None if stop is not None and after >= stop else after
 
 
 def binned_changes(state: BinnedState, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
@@ -206,8 +219,10 @@ class WorkerRecovery:
 
         def build(scope: Any) -> tuple[Any, Any]:
             handle, stream = scope.new_input(name="snapshot parts")
-            # The runtime closes it once its last snapshot is reported, not the job's end or a leave.
+            # The runtime closes it once its last snapshot is reported, not the job's end or a leave; a newcomer's
+            # copy still follows the capability its bootstrap minted for it.
             scope.subgraph.inputs.remove(handle)
+            scope.subgraph.on_rejoin(handle._rejoined)
             op = scope._operator("snapshot commits", [(stream, Direct(_to_first))], 0)
             op.notify = True
             port = op.inputs[0]
@@ -292,6 +307,7 @@ class WorkerRecovery:
             and self.dataflows
             and all(df.finished for df in self.dataflows)
             and self.leave_at is None
+            and (self._committed is None or self._committed.epoch != FINAL)
         ):
             self._final_committed = True
             self._commit(merge(self._committed, FINAL, [], session.identity, self.worker.peers))
@@ -366,6 +382,7 @@ class DataflowRecovery:
         self.ordinal = ordinal
         self.session = owner.session
         self.stateful: list[_Stateful] = []
+        self._by_index: dict[int, _Stateful] = {}
         self._stop: int | None = None
         self._taken = 0
         self._assembling: dict[int, _Assembling] = {}
@@ -405,11 +422,10 @@ class DataflowRecovery:
                 )
         stateful = subgraph.declare_stateful()
         keyed = state_keys(self.ordinal, stateful)
-        by_op: dict[int, _Stateful] = {}
         for key, op, declared in keyed:
-            entry = by_op.get(op.index)
+            entry = self._by_index.get(op.index)
             if entry is None:
-                entry = by_op[op.index] = _Stateful(op, [])
+                entry = self._by_index[op.index] = _Stateful(op, [])
                 self.stateful.append(entry)
             entry.states.append((key, declared))
         if session.resume:
@@ -442,6 +458,7 @@ class DataflowRecovery:
             entry.fence = fence
             subgraph.set_fence(entry.op.index, fence)
         subgraph.snapshot_hook = self.check
+        subgraph.stateful_ran = self.ran
 
     def stop_at(self, epoch: int) -> None:
         """Take no snapshot of an epoch at or after ``epoch`` (the worker leaves then)."""
@@ -507,35 +524,43 @@ class DataflowRecovery:
 
     # -- snapshots ------------------------------------------------------------------------------
 
-    def _lows(self, entry: _Stateful) -> list[int]:
-        """The epochs of what can still reach the operator's inputs, and of the capabilities it holds."""
+    def _lows(self, entry: _Stateful) -> tuple[list[int], list[int]]:
+        """The epochs of what can still reach the operator (its input frontiers; for a source, the times it may
+        still send at), and of the capabilities it holds."""
         tracker = self.subgraph.tracker
         assert tracker is not None
         op = entry.op
-        times: list[Any] = []
-        for port in op.inputs:
-            times.extend(port.frontier.frontier_elements())
-        for out in op.outputs:
-            times.extend(tracker.live_frontier(out.source).frontier_elements())
-        return [epoch_of(t) for t in times]
+        held = [epoch_of(t) for out in op.outputs for t in tracker.pointstamps(out.source) if epoch_of(t) < FINAL]
+        if not op.inputs:
+            return held, held
+        return [epoch_of(t) for port in op.inputs for t in port.frontier.frontier_elements()], held
 
     def check(self) -> None:
-        """After progress arrived: snapshot every operator whose fence its frontiers have passed."""
-        moved = False
+        """After progress arrived: schedule every operator whose frontiers passed its fence (it is snapshotted
+        right after it has run, when it has done what those frontiers let it do)."""
         for entry in self.stateful:
             fence = entry.fence
-            if fence is None:
-                continue
-            captures, after = passed_fences(fence, self._lows(entry), self.session.policy, self._stop)
-            if not captures:
-                continue
-            for epoch, final in captures:
-                self._capture(entry, epoch)
-                entry.finished = final
-            self._set_fence(entry, after)
-            moved = True
-        if moved:
-            self._flush()
+            if fence is not None and all(low > fence for low in self._lows(entry)[0]):
+                self.subgraph.activate(entry.op.index)
+
+    def ran(self, op: OperatorCore) -> None:
+        """An operator with a fence ran: snapshot it if its frontiers have passed the fence."""
+        entry = self._by_index.get(op.index)
+        if entry is None or entry.fence is None:
+            return
+        lows, held = self._lows(entry)
+        changes = [c for c in (getattr(d.state, "next_change", _unknown)() for _, d in entry.states)]
+        next_change = None if not changes or None in changes else min(c for c in changes if c is not None)
+        captures, after = passed_fences(
+            entry.fence, lows, self.session.policy, self._stop, held=held, next_change=next_change
+        )
+        if not captures:
+            return
+        for epoch, final in captures:
+            self._capture(entry, epoch)
+            entry.finished = final
+        self._set_fence(entry, after)
+        self._flush()
 
     def _set_fence(self, entry: _Stateful, fence: int | None) -> None:
         entry.fence = fence
@@ -620,6 +645,11 @@ class DataflowRecovery:
                 changed = state.changed()
                 if changed:
                     part.positions[key] = changed
+
+
+def _unknown() -> None:
+    """What a state that cannot tell when it changes next says (step epoch by epoch)."""
+    return None
 
 
 def _nested_in_ints(op: OperatorCore) -> bool:

@@ -1218,8 +1218,7 @@ def gone(cfg: SnapshotConfig, s: SnapState, w: int) -> SnapState:
 
 def capture_plan(cfg: SnapshotConfig, s: SnapState, w: int) -> tuple[bool, int | None]:
     """Whether ``w`` snapshots now, and its fence after: its fence is passed once nothing at or before it is
-    left; the next fence is the first snapshot epoch at or after the earliest epoch left (none if nothing is
-    left, or if ``w`` leaves by then)."""
+    left; the next fence is the next snapshot epoch (none if nothing is left, or if ``w`` leaves by then)."""
     fence = s.fence[w]
     assert fence is not None
     lows = snap_lows(s, cfg)
@@ -1227,11 +1226,9 @@ def capture_plan(cfg: SnapshotConfig, s: SnapState, w: int) -> tuple[bool, int |
         return True, None
     if min(lows) <= fence:
         return False, fence
-    after: int | None = cfg.first_at_or_after(max(fence + 1, min(lows)))
+    after = cfg.first_at_or_after(fence + 1)
     stop = s.stop[w]
-    if stop is not None and after is not None and after >= stop:
-        after = None
-    return True, after
+    return True, None if stop is not None and after >= stop else after
 
 
 def capture_enabled(cfg: SnapshotConfig, s: SnapState, w: int) -> bool:

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytimely.dataflow.bins import DEFAULT_BINS, binner
 from pytimely.dataflow.capability import Capability, InputCapability
-from pytimely.dataflow.channels import Exchange
+from pytimely.dataflow.state import declare
 from pytimely.errors import ColumnError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     from pytimely.dataflow.stream import Stream
 
 from pytimely import container
-from pytimely.dataflow.operators.fields import Field, check, column, column_errors, key_route, reader, rows
+from pytimely.dataflow.operators.binned import bin_exchange
+from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 
 __all__ = ["Aggregate", "DropLate", "Field", "Session", "SideOutput", "Sliding", "Tumbling", "window"]
 
@@ -113,6 +115,14 @@ class DropLate:
     def __init__(self) -> None:
         self.dropped = 0
 
+    def snapshot(self) -> int:
+        """The count (declared state of the window operator: it comes back after a restart)."""
+        return self.dropped
+
+    def restore(self, values: list[int]) -> None:
+        """Add the counts of the old workers this worker stands in for."""
+        self.dropped += sum(values)
+
 
 class SideOutput:
     """Late records go, unchanged and at their own time, to ``stream`` (set when the operator is built)."""
@@ -144,7 +154,8 @@ class _Windows:
         self.late = late
         self.out = out
         self.late_out = late_out
-        self.held: Capability[Any] | None = None
+        self.emitting: Capability[Any] | None = None
+        """The capability for the earliest pending emission."""
         # Tumbling and sliding: accumulators by window end, then key; ends in a heap.
         self.open: dict[int, dict[Any, Any]] = {}
         self.heap: list[int] = []
@@ -160,11 +171,20 @@ class _Windows:
         self.sessions: dict[Any, list[list[Any]]] = {}
         self.deadlines: list[tuple[int, int, Any, list[Any]]] = []
         self.seq = 0
+        # Declared state (pytimely.dataflow.state): the open windows and sessions, in the bins of their keys.
+        self.bins = DEFAULT_BINS
+        self._find = binner(DEFAULT_BINS)
+        self._bin_of: dict[Any, int] = {}
+        self._changed = False
+        self._reported: set[int] = set()
+        self.restored = False
+        """Whether a snapshot was restored (the operator takes a capability for its pending windows)."""
 
     # -- taking records ---------------------------------------------------------------------
 
     def absorb(self, cap: InputCapability[Any], batch: Any) -> None:
         """Fold one batch into the open windows; send or count its late records."""
+        self._changed = True
         columns = batch if type(batch) is not list else self._as_array(batch)
         if columns is not None:
             xs = None if self.time_field is None else self._times(columns)
@@ -423,11 +443,11 @@ class _Windows:
 
     def _hold(self, cap: InputCapability[Any], emit: int) -> None:
         """Keep a capability at or before ``emit`` (the earliest pending emission)."""
-        held = self.held
+        held = self.emitting
         if held is None:
-            self.held = cap.delayed(emit)
+            self.emitting = cap.delayed(emit)
         elif emit < held.time:
-            self.held = cap.delayed(emit)
+            self.emitting = cap.delayed(emit)
             held.drop()
 
     def _window(self, cap: InputCapability[Any], end: int) -> dict[Any, Any]:
@@ -459,9 +479,15 @@ class _Windows:
         heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
         self._hold(cap, last)
 
-    def close(self, frontier: Any) -> None:
-        """Emit every window the frontier has passed, at its last instant, in time order."""
+    def close(self, frontier: Any, fence: int | None = None) -> None:
+        """Emit every window the frontier has passed, at its last instant, in time order.
+
+        While a snapshot of epoch ``fence`` is pending, a window closing at a later time waits: closing it
+        changes the declared state at that time (``OperatorInfo.may_change``).
+        """
         bound = _bound(frontier)
+        if fence is not None:
+            bound = fence + 1 if bound is None else min(bound, fence + 1)
         if isinstance(self.kind, Session):
             self._close_sessions(bound)
         else:
@@ -494,20 +520,135 @@ class _Windows:
         self._settle(deadlines[0][0] - gap if deadlines else None)
 
     def _emit(self, time: int, rows: list[tuple[Any, ...]]) -> None:
-        held = self.held
+        self._changed = True
+        held = self.emitting
         assert held is not None
         held.downgrade(time)
         self.out.give(held, rows)
 
     def _settle(self, earliest: int | None) -> None:
         """Move the held capability to the earliest pending emission, or give it up."""
-        if self.held is None:
+        if self.emitting is None:
             return
         if earliest is None:
-            self.held.drop()
-            self.held = None
-        elif self.held.time < earliest:
-            self.held.downgrade(earliest)
+            self.emitting.drop()
+            self.emitting = None
+        elif self.emitting.time < earliest:
+            self.emitting.downgrade(earliest)
+
+
+    def earliest_emission(self) -> int | None:
+        """The time of the earliest pending emission, if any (what a restored operator holds a capability at)."""
+        gap = self.kind.gap if isinstance(self.kind, Session) else 0
+        pending = [self.heap[0] - 1] if self.heap else []
+        if self.chunk_low is not None:
+            pending.append(self.chunk_low - 1)
+        if self.deadlines:
+            pending.append(self.deadlines[0][0] - gap)
+        return min(pending) if pending else None
+
+    def next_change(self) -> int | None:
+        """The first epoch at which a window or session closes without any more input (the runtime's snapshots
+        step there at once once no record can come): a window ``[start, end)`` closes with epoch ``end - 1``,
+        a session with its deadline."""
+        pending = [self.heap[0] - 1] if self.heap else []
+        if self.chunk_low is not None:
+            pending.append(self.chunk_low - 1)
+        if self.deadlines:
+            pending.append(self.deadlines[0][0])  # a stale entry at the top is earlier: stepping there is harmless
+        return min(pending) if pending else None
+
+    # -- declared state (pytimely.dataflow.state: a BinnedState, written whole when it changed) ----------
+
+    def _bin(self, key: Any) -> int:
+        b = self._bin_of.get(key)
+        if b is None:
+            b = self._bin_of[key] = self._find(key)
+        return b
+
+    def _portable(self) -> dict[str, Any]:
+        """The open windows and sessions as plain dicts (arrays kept for speed are folded in first)."""
+        if self.chunks:
+            self._close_chunks(None)
+        return {
+            "open": {end: dict(accs) for end, accs in self.open.items()},
+            "sessions": {k: [s[:3] for s in mine] for k, mine in self.sessions.items()},
+        }
+
+    def _keys_of(self, value: dict[str, Any]) -> set[Any]:
+        keys: set[Any] = set(value["sessions"])
+        for accs in value["open"].values():
+            keys.update(accs)
+        return keys
+
+    def changed(self) -> set[int]:
+        """Every bin held, when anything changed since the last snapshot (the state is written whole)."""
+        return set(self.held()) | self._reported if self._changed else set()
+
+    def held(self) -> list[int]:
+        """The bins of the keys with an open window or session."""
+        return sorted({self._bin(k) for k in self._keys_of(self._portable())})
+
+    def snapshot(self, bins: Any) -> dict[int, Any]:
+        """Each bin's windows and sessions (``None`` for an empty one)."""
+        value = self._portable()
+        self._changed = False
+        out: dict[int, Any] = {b: None for b in bins}
+        for end, accs in value["open"].items():
+            for k, a in accs.items():
+                b = self._bin(k)
+                if b in out:
+                    part = out[b] = out[b] or {"open": {}, "sessions": {}}
+                    part["open"].setdefault(end, {})[k] = a
+        for k, mine in value["sessions"].items():
+            b = self._bin(k)
+            if b in out:
+                part = out[b] = out[b] or {"open": {}, "sessions": {}}
+                part["sessions"][k] = mine
+        return out
+
+    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+        """One piece for every bin held, when anything changed (:class:`PiecewiseState`)."""
+        if not self._changed:
+            return []
+        self._changed = False
+        value = self._portable()
+        held = {self._bin(k) for k in self._keys_of(value)}
+        pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(self._reported - held)]
+        if held:
+            pieces.append((tuple(sorted(held)), value))
+        self._reported = held
+        return pieces
+
+    def restore(self, bin: int, value: Any) -> None:
+        """Install one bin's windows and sessions."""
+        self.restore_piece((bin,), value)
+
+    def restore_piece(self, bins: Any, value: Any) -> None:
+        """Install the windows and sessions of the keys of ``bins`` in ``value``."""
+        if not value:
+            return
+        wanted = set(bins)
+        for end, accs in value["open"].items():
+            ours = {k: a for k, a in accs.items() if self._bin(k) in wanted}
+            if ours:
+                if end not in self.open:
+                    self.open[end] = {}
+                    heapq.heappush(self.heap, end)
+                self.open[end].update(ours)
+        gap = self.kind.gap if isinstance(self.kind, Session) else 0
+        for k, sessions in value["sessions"].items():
+            if self._bin(k) not in wanted:
+                continue
+            mine = self.sessions.setdefault(k, [])
+            for first, last, acc in sessions:
+                session = [first, last, acc, True]
+                mine.append(session)
+                self.seq += 1
+                heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
+            mine.sort(key=_first)
+        self._reported.update(b for b in wanted)
+        self.restored = True
 
 
 def _column_type(batch: Any, field: Any) -> str:
@@ -560,6 +701,11 @@ def _reduceat(aggregate: str, values: Any, starts: Any) -> Any:
     return reduce.reduceat(values, starts)
 
 
+def _key_for_routing(key: Field) -> Any:
+    """The key as the bin exchange reads it: a column, a function of the record, or the record itself."""
+    return key
+
+
 def _check(kind: Kind) -> None:
     sizes = {"Tumbling": ["size"], "Sliding": ["size", "step"], "Session": ["gap"]}[type(kind).__name__]
     for name in sizes:
@@ -595,18 +741,36 @@ def window(
     if not isinstance(policy, DropLate | SideOutput):
         raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
     side = isinstance(policy, SideOutput)
-    op = scope._operator(name, [(stream, Exchange(key_route(key), vectorized=True))], 2 if side else 1)
+    # Routed by the bins of the keys (the default table): a run restored on another number of workers finds the
+    # windows of a key where its records arrive.
+    op = scope._operator(name, [(stream, bin_exchange(_key_for_routing(key), DEFAULT_BINS))], 2 if side else 1)
     op.notify = True
-    op.undeclared_state = "its open windows"
+    op.initial_caps = True
     port: InputPort[Any, Any] = op.inputs[0]
     out: OutputPort[Any, Any] = op.outputs[0]
     late_out: OutputPort[Any, Any] | None = op.outputs[1] if side else None
     state = _Windows(kind, time, key, value, aggregate, policy, out, late_out)
+    declare(op, "windows", state, layout="windows/1")
+    if isinstance(policy, DropLate):
+        declare(op, "dropped", policy, layout="dropped/1")
+    # Every copy starts with a capability at the scope's minimum: a restored one keeps it for its pending windows.
+    initial: list[Capability[Any]] = [Capability(scope.minimum, o, counted=True) for o in op.outputs]
+    subgraph, index = scope.subgraph, op.index
 
     def logic() -> None:
+        if initial:
+            earliest = state.earliest_emission() if state.restored else None
+            for other in initial[1:]:
+                other.drop()
+            if earliest is None:
+                initial[0].drop()
+            else:
+                initial[0].downgrade(earliest)
+                state.emitting = initial[0]
+            initial.clear()
         for cap, batch in port:
             state.absorb(cap, batch)
-        state.close(port.frontier)
+        state.close(port.frontier, subgraph.fences.get(index))
 
     op.logic = logic
     if isinstance(policy, SideOutput):
