@@ -23,7 +23,7 @@ With ``--epochs K --recovery DIR`` (or under ``pytimely launch --recovery DIR``)
 state is snapshotted into DIR after every epoch (``--snapshot-every E`` for every E-th); a run started again
 after a crash prints ``resumed at epoch N`` and goes on from the last snapshot, with any number of
 processes, also under ``launch --elastic`` with ``--rescale`` (joins and leaves of the plan still to come
-are made; a leave that would leave no process is skipped). The store is refused if it was written for
+are made; a leave of a process the resumed run started with is skipped). The store is refused if it was written for
 another input file or another ``--epochs``. Snapshots are pickles: see ``--recovery-key-file`` for a store
 that refuses what it did not seal (see ``docs/recovery.md``).
 """
@@ -120,18 +120,19 @@ def run_rescaling(
 
 def resumed_plan(text: str, resume: int, initial: int, workers: int) -> Any:
     """The plan ``text`` from epoch ``resume`` on, starting from ``initial`` processes: changes that took
-    effect before ``resume`` are gone, and a leave that would leave no process is skipped."""
+    effect before ``resume`` are gone, and a leave is made only by a process that joined in this run (one the
+    run started with holds the gathering exchange's place: it cannot leave)."""
     from pytimely.membership import RescalePlan
 
     plan = RescalePlan.parse(text, initial=initial, workers=workers)
     if resume == 0:
         return plan
     changes = []
-    processes = initial
+    joined = 0
     for epoch, delta in plan.changes:
-        if epoch + 1 < resume or processes + delta < 1:
+        if epoch + 1 < resume or (delta < 0 and not joined):
             continue
-        processes += delta
+        joined += delta
         changes.append((epoch, delta))
     return RescalePlan(initial, workers, tuple(changes))
 
