@@ -25,20 +25,17 @@ import argparse
 import os
 import pickle
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import machine, machine_line, print_json, taking_turns  # noqa: E402
-
-from pytimely import Worker, execute  # noqa: E402
-from pytimely.dataflow.operators.state_machine import state_machine  # noqa: E402
-from pytimely.recovery import LocalStore, Recovery, SnapshotPolicy  # noqa: E402
+from harness import machine, machine_line, print_json, taking_turns
+from pytimely import Worker, execute
+from pytimely.dataflow.operators.state_machine import state_machine
+from pytimely.recovery import LocalStore, Recovery, SnapshotPolicy
 
 Row = dict[str, Any]
 
@@ -98,7 +95,9 @@ def throughput(targets: list[float], distinct: int, epochs: int, runs: int, tmp:
             "snapshot every epoch": lambda: tmp / f"wc-{next(counter)}",
             "snapshot every epoch, no fsync": lambda: LocalStore(tmp / f"wc-{next(counter)}", durable=False),
         }
-        measures = {name: (lambda make=make: wordcount(words, epochs, make())) for name, make in variants.items()}
+        measures = {
+            name: (lambda make=make, words=words: wordcount(words, epochs, make())) for name, make in variants.items()
+        }
         best = taking_turns(runs, measures, key=lambda r: r[0])
         base_time, base_counts = best["no recovery"]
         for name, (seconds, counts) in best.items():
@@ -169,6 +168,19 @@ def _fill(keys: list[str], worker: Worker) -> None:
     worker.step_while(lambda: probe.less_than(1))
 
 
+def _resume(restored: list[int], worker: Worker) -> None:
+    """Build the counting dataflow (restored before its first step); note how many keys came back."""
+    counts: dict[str, int] = {}
+
+    def build(scope: Any) -> Any:
+        handle, stream = scope.new_input(name="keys")
+        state_machine(stream, _add, _same, None, 256, "count", states=counts).probe()
+        return handle
+
+    worker.dataflow(build)
+    restored.append(len(counts))
+
+
 def resume_time(sizes: list[int], tmp: Path) -> list[Row]:
     """Time to resume from a snapshot of N keys, against the time of the run that wrote it."""
     rows = []
@@ -176,26 +188,14 @@ def resume_time(sizes: list[int], tmp: Path) -> list[Row]:
         keys = [f"k{i}" for i in range(n)]
         store = tmp / f"state-{n}"
         started = time.perf_counter()
-        execute(lambda w: _fill(keys, w), 2, recovery=Recovery(store, job="state"))
+        execute(partial(_fill, keys), 2, recovery=Recovery(store, job="state"))
         wrote = time.perf_counter() - started
         restored: list[int] = []
-
-        def resume(worker: Worker) -> None:
-            counts: dict[str, int] = {}
-
-            def build(scope: Any) -> Any:
-                handle, stream = scope.new_input(name="keys")
-                state_machine(stream, _add, _same, None, 256, "count", states=counts).probe()
-                return handle
-
-            worker.dataflow(build)
-            restored.append(len(counts))
-
         started = time.perf_counter()
-        execute(resume, 2, recovery=Recovery(store, job="state"))
+        execute(partial(_resume, restored), 2, recovery=Recovery(store, job="state"))
         took = time.perf_counter() - started
         started = time.perf_counter()
-        execute(resume, 2)
+        execute(partial(_resume, []), 2)
         empty = time.perf_counter() - started
         assert sum(restored[:2]) == n, restored
         rows.append({"figure": "resume time", "keys": n, "resume seconds": round(took, 3),

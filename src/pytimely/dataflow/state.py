@@ -229,10 +229,23 @@ class KeyedState(MutableMapping[K, V]):
     """A dict of per-key state kept in bins: what :class:`BinnedState` asks of it, for any operator.
 
     Reads and writes through the mapping API are tracked. An operator that writes :attr:`data` (the plain dict
-    behind it) directly, for speed, says which keys it wrote with :meth:`touch`.
+    behind it) directly, for speed, says which keys it wrote with :meth:`touch`, or, cheaper still, with
+    :meth:`touch_batch` naming the keys it added and removed.
     """
 
-    __slots__ = ("_bin_of", "_dirty", "_find", "_members", "_reported", "_touched", "bins", "data")
+    __slots__ = (
+        "_added",
+        "_batches",
+        "_bin_of",
+        "_dirty",
+        "_find",
+        "_members",
+        "_reported",
+        "_touched",
+        "_written",
+        "bins",
+        "data",
+    )  # fmt: skip
 
     def __init__(self, bins: int = DEFAULT_BINS, data: dict[K, V] | None = None) -> None:
         self.bins = bins
@@ -244,6 +257,9 @@ class KeyedState(MutableMapping[K, V]):
         self._touched: set[Any] = set(self.data)
         self._dirty: set[int] = set()
         self._reported: set[int] = set()
+        self._batches: list[Any] = []
+        self._written = 0
+        self._added: list[Any] = []
 
     def __getitem__(self, key: K) -> V:
         return self.data[key]
@@ -273,6 +289,16 @@ class KeyedState(MutableMapping[K, V]):
         """Note that ``keys`` were written (or removed) in :attr:`data` directly."""
         self._touched.update(keys)
 
+    def touch_batch(self, keys: Sequence[Any], changed_keys: Sequence[Any]) -> None:
+        """Note that ``keys`` were written in :attr:`data` directly, of which ``changed_keys`` were added or removed.
+
+        Nothing is done per key now: a snapshot that writes the whole state (most keys written) needs only the
+        keys added and removed, and one that writes changed bins looks at ``keys`` then.
+        """
+        self._batches.append(keys)
+        self._written += len(keys)
+        self._added.extend(changed_keys)
+
     def bin_of(self, key: Any) -> int:
         """The bin of ``key``."""
         b = self._bin_of.get(key)
@@ -283,9 +309,19 @@ class KeyedState(MutableMapping[K, V]):
     def _sync(self, *, dirty: bool = True) -> set[int]:
         """Bring the bin index up to date with the touched keys; their bins count as changed (``dirty``).
 
-        Returns the bins of the touched keys that are gone (a bin may have been emptied by them).
+        Returns the bins of the touched keys that are gone (a bin may have been emptied by them). Without
+        ``dirty``, keys noted by :meth:`touch_batch` count only when added or removed.
         """
         touched = self._touched
+        if self._batches:
+            if dirty:
+                for keys in self._batches:
+                    touched.update(keys)
+            else:
+                touched.update(self._added)
+            self._batches.clear()
+            self._added.clear()
+            self._written = 0
         gone: set[int] = set()
         if not touched:
             return gone
@@ -344,7 +380,7 @@ class KeyedState(MutableMapping[K, V]):
         """The pieces to write (:class:`PiecewiseState`): one piece for the whole state when at least half of its
         keys were written since the last capture (no per-key work but the pickling), else one per bin."""
         data = self.data
-        if data and len(self._touched) * 2 >= len(data):
+        if data and (len(self._touched) + self._written) * 2 >= len(data):
             gone = self._sync(dirty=False) | self._dirty
             self._dirty.clear()
             held = sorted(b for b, m in self._members.items() if m)

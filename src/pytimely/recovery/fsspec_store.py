@@ -53,6 +53,13 @@ class FsspecStore:
                 "untouched)", f"{self.location}/{name}",
             ) from None
 
+    def put_new(self, name: str, data: bytes) -> None:
+        """One object write (an object store's write is atomic anyway)."""
+        self.put(name, data)
+
+    def persist(self, names: Any) -> None:
+        """Nothing to do: an object is durable once its write returned."""
+
     def get(self, name: str) -> bytes | None:
         """The object's bytes or ``None``."""
         try:

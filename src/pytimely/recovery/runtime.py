@@ -44,6 +44,7 @@ from pytimely.dataflow.subgraph import Subgraph, epoch_of
 from pytimely.errors import RecoveryError, SnapshotCorruptError, StoreWriteError
 from pytimely.recovery.manifest import FINAL, Layout, Manifest
 from pytimely.recovery.parts import Part, Where, merge
+from pytimely.recovery.snapshots import Retained
 
 if TYPE_CHECKING:
     from pytimely.dataflow.operator import OperatorCore
@@ -153,6 +154,7 @@ class WorkerRecovery:
         opened = session.opened
         self._committed: Manifest | None = opened.manifest if opened is not None else None
         self._commits: list[tuple[Future[None], Callable[[], None]]] = []
+        self._retained = Retained(self._committed) if worker.index == 0 else None
         self._final_committed = False
         self._closed = False
         self._finishing = False
@@ -317,7 +319,13 @@ class WorkerRecovery:
     def _commit(self, manifest: Manifest) -> None:
         self._committed = manifest
         snapshots, keep = self.session.snapshots, self.session.policy.keep
-        commit = self.session.writer.submit(snapshots.commit, manifest, keep)
+        # A commit still waiting for the writer is made useless by this one (a manifest holds everything): it
+        # is dropped, so a writer that falls behind catches up instead of writing every manifest.
+        for waiting, taken in list(self._commits):
+            if waiting.cancel():
+                self._commits.remove((waiting, taken))
+                taken()
+        commit = self.session.committer.submit(snapshots.commit, manifest, keep, self._retained)
         self._commits.append((commit, self.worker.await_other_thread(commit)))
 
     # -- waiting for the writer ------------------------------------------------------------------
@@ -524,23 +532,25 @@ class DataflowRecovery:
 
     # -- snapshots ------------------------------------------------------------------------------
 
-    def _lows(self, entry: _Stateful) -> tuple[list[int], list[int]]:
-        """The epochs of what can still reach the operator (its input frontiers; for a source, the times it may
-        still send at), and of the capabilities it holds."""
+    def _lows(self, entry: _Stateful) -> list[int]:
+        """The epochs of what can still reach the operator: its input frontiers (a source: what it may send)."""
+        op = entry.op
+        if op.inputs:
+            return [epoch_of(t) for port in op.inputs for t in port.frontier.frontier_elements()]
+        return self._held(entry)
+
+    def _held(self, entry: _Stateful) -> list[int]:
+        """The epochs of the capabilities on the operator's outputs."""
         tracker = self.subgraph.tracker
         assert tracker is not None
-        op = entry.op
-        held = [epoch_of(t) for out in op.outputs for t in tracker.pointstamps(out.source) if epoch_of(t) < FINAL]
-        if not op.inputs:
-            return held, held
-        return [epoch_of(t) for port in op.inputs for t in port.frontier.frontier_elements()], held
+        return [epoch_of(t) for out in entry.op.outputs for t in tracker.pointstamps(out.source)]
 
     def check(self) -> None:
         """After progress arrived: schedule every operator whose frontiers passed its fence (it is snapshotted
         right after it has run, when it has done what those frontiers let it do)."""
         for entry in self.stateful:
             fence = entry.fence
-            if fence is not None and all(low > fence for low in self._lows(entry)[0]):
+            if fence is not None and all(low > fence for low in self._lows(entry)):
                 self.subgraph.activate(entry.op.index)
 
     def ran(self, op: OperatorCore) -> None:
@@ -548,14 +558,18 @@ class DataflowRecovery:
         entry = self._by_index.get(op.index)
         if entry is None or entry.fence is None:
             return
-        lows, held = self._lows(entry)
-        changes = [c for c in (getattr(d.state, "next_change", _unknown)() for _, d in entry.states)]
-        next_change = None if not changes or None in changes else min(c for c in changes if c is not None)
-        captures, after = passed_fences(
-            entry.fence, lows, self.session.policy, self._stop, held=held, next_change=next_change
-        )
-        if not captures:
-            return
+        fence = entry.fence
+        lows = self._lows(entry)
+        if lows and min(lows) <= fence:
+            return  # the common case, checked cheaply: the fence is not passed
+        held: list[int] = []
+        next_change = None
+        if not lows:
+            held = self._held(entry)
+            changes = [getattr(d.state, "next_change", _unknown)() for _, d in entry.states]
+            next_change = None if not changes or None in changes else min(c for c in changes if c is not None)
+        policy, stop = self.session.policy, self._stop
+        captures, after = passed_fences(fence, lows, policy, stop, held=held, next_change=next_change)
         for epoch, final in captures:
             self._capture(entry, epoch)
             entry.finished = final

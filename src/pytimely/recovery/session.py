@@ -37,6 +37,9 @@ __all__ = ["Recovery", "Session"]
 
 Mode = Literal["resume", "fresh"]
 
+WRITERS = 4
+"""Threads a process writes payload files with."""
+
 
 @dataclass(slots=True)
 class Recovery:
@@ -142,8 +145,11 @@ class Session:
         self.process = process
         self.joining = joining
         self.policy = recovery.policy
-        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytimely-snapshots")
-        """Writes payload files and manifests off the workers' threads (file system calls release the GIL)."""
+        self.writer = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="pytimely-snapshots")
+        """Writes payload files off the workers' threads (file system calls release the GIL); several at once, so
+        their fsyncs share the file system's journal commits."""
+        self.committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytimely-commits")
+        """Writes manifests, one after another (each after the payload files it names)."""
 
     @property
     def complete(self) -> bool:
@@ -157,5 +163,6 @@ class Session:
         return WorkerRecovery(self, worker)
 
     def close(self) -> None:
-        """Stop the writer thread (writes in flight finish first)."""
+        """Stop the writer threads (writes in flight finish first)."""
         self.writer.shutdown(wait=True)
+        self.committer.shutdown(wait=True)

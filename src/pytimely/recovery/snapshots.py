@@ -5,7 +5,7 @@ Layout of a store (every name a blob of a :class:`~pytimely.recovery.store.Snaps
     identity.json                             the job (:class:`Identity`), sealed; written once
     run.json                                  the epoch the current run resumed at (for processes that join it)
     dataflows/<k>.json                        the states dataflow k declares (:class:`Layout`), sealed
-    snapshots/<epoch>/<worker>-<k>-<token>    one worker's pieces of dataflow k's state at a snapshot
+    snapshots/<epoch>-<worker>-<k>-<token>    one worker's pieces of dataflow k's state at a snapshot
     manifests/<epoch>                         the commit: every payload file with its SHA-256, every piece's place
 
 A snapshot of epoch ``e`` exists only once ``manifests/e`` does, opens under the store's seal, and every file it
@@ -28,10 +28,38 @@ from pytimely.errors import RecoveryMismatchError, SnapshotSealError
 from pytimely.recovery.manifest import Identity, Layout, Manifest, Seal, digest, epoch_name, epoch_of
 from pytimely.recovery.store import SnapshotStore
 
-__all__ = ["Opened", "RecoveryWarning", "Snapshots"]
+__all__ = ["Opened", "RecoveryWarning", "Retained", "Snapshots"]
 
 _OURS = ("identity.json", "run.json", "dataflows", "snapshots", "manifests")
 """The top-level names a recovery store holds; anything else means the folder is not one."""
+
+
+class Retained:
+    """What the committing worker keeps in mind of its commits, so retention needs no listing: the manifests
+    kept, the files each names, and every payload file it has seen named."""
+
+    def __init__(self, start: Manifest | None = None) -> None:
+        self._kept: list[tuple[str, set[str]]] = []
+        self._seen: set[str] = set()
+        if start is not None:
+            self._kept.append((f"manifests/{epoch_name(start.epoch)}", start.file_names()))
+            self._seen |= start.file_names()
+
+    def commit(self, manifest: Manifest, keep: int) -> list[tuple[str, list[str]]]:
+        """Note ``manifest`` as committed; the manifests to remove now, each with the files only it needed."""
+        name = f"manifests/{epoch_name(manifest.epoch)}"
+        files = manifest.file_names()
+        self._seen |= files
+        self._kept = [(n, f) for n, f in self._kept if n != name] + [(name, files)]
+        gone = self._kept[: max(0, len(self._kept) - keep)]
+        self._kept = self._kept[len(gone) :]
+        live = set().union(*(f for _, f in self._kept)) if self._kept else set()
+        out = []
+        for removed, _ in gone:
+            dead = sorted(self._seen - live)
+            self._seen &= live
+            out.append((removed, dead))
+        return out
 
 
 class RecoveryWarning(UserWarning):
@@ -135,17 +163,28 @@ class Snapshots:
     @staticmethod
     def payload_name(epoch: int, worker: int, dataflow: int) -> str:
         """A fresh name for a worker's payload file of a dataflow at ``epoch``."""
-        return f"snapshots/{epoch_name(epoch)}/{worker:05d}-{dataflow:03d}-{secrets.token_hex(6)}"
+        return f"snapshots/{epoch_name(epoch)}-{worker:05d}-{dataflow:03d}-{secrets.token_hex(6)}"
 
     def put_payload(self, name: str, data: bytes) -> tuple[str, int, str]:
         """Write a payload file; ``(name, size, sha256)`` as the manifest will name it."""
-        self.store.put(name, data)
+        self.store.put_new(name, data)
         return name, len(data), digest(data)
 
-    def commit(self, manifest: Manifest, keep: int) -> None:
-        """Commit ``manifest`` (its payload files must be written) and remove what no kept snapshot needs."""
+    def commit(self, manifest: Manifest, keep: int, retained: Retained | None = None) -> None:
+        """Commit ``manifest`` (its payload files must be written) and remove what no kept snapshot needs.
+
+        With ``retained`` (the committer's memory of what it committed) nothing is listed or read back: files
+        no kept manifest names are removed as they are known to be.
+        """
+        self.store.persist(manifest.file_names())
         self.store.put(f"manifests/{epoch_name(manifest.epoch)}", self.seal.wrap("manifest", manifest.to_json()))
-        self.prune(keep, manifest.epoch)
+        if retained is None:
+            self.prune(keep, manifest.epoch)
+            return
+        for name, files in retained.commit(manifest, keep):
+            self.store.delete(name)
+            for file in files:
+                self.store.delete(file)
 
     def prune(self, keep: int, newest: int) -> None:
         """Keep the newest ``keep`` manifests; remove payload files none of them names, up to epoch ``newest``.
@@ -164,16 +203,10 @@ class Snapshots:
             if manifest is None:
                 return  # something is off: remove nothing rather than something a snapshot needs
             live |= manifest.file_names()
-        for folder in self.store.list("snapshots"):
-            epoch = epoch_of(folder)
-            if epoch is None or epoch > newest:
-                continue
-            files = self.store.list(folder)
-            dead = [f for f in files if f not in live]
-            for f in dead:
-                self.store.delete(f)
-            if len(dead) == len(files):
-                self.store.delete(folder)
+        for name in self.store.list("snapshots"):
+            epoch = epoch_of(name)
+            if epoch is not None and epoch <= newest and name not in live:
+                self.store.delete(name)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -241,10 +274,10 @@ class Snapshots:
             epoch = epoch_of(name)
             if epoch is None or epoch > limit:
                 self.store.delete(name)  # torn, damaged or never committed: never used
-        for folder in self.store.list("snapshots"):
-            epoch = epoch_of(folder)
+        for name in self.store.list("snapshots"):
+            epoch = epoch_of(name)
             if epoch is None or epoch > limit:
-                self._remove_folder(folder)
+                self.store.delete(name)
         if latest is None:
             for name in self.store.list("dataflows"):
                 self.store.delete(name)
@@ -260,20 +293,11 @@ class Snapshots:
             )
         for folder in ("manifests", "snapshots", "dataflows"):
             for name in self.store.list(folder):
-                if folder == "snapshots":
-                    self._remove_folder(name)
-                else:
-                    self.store.delete(name)
+                self.store.delete(name)
             self.store.delete(folder)
         for name in ("identity.json", "run.json"):
             self.store.delete(name)
         self.store.sweep()
-
-    def _remove_folder(self, folder: str) -> None:
-        for name in self.store.list(folder):
-            self.store.delete(name)
-        self.store.delete(folder)
-
 
 def _warn(message: str, announce: Any) -> None:
     warnings.warn(message, RecoveryWarning, stacklevel=3)

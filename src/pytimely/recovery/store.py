@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import os
 import secrets
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -36,6 +37,15 @@ class SnapshotStore(Protocol):
 
     def put(self, name: str, data: bytes) -> None:
         """Store ``data`` as ``name`` atomically (replacing any blob of that name)."""
+        ...
+
+    def put_new(self, name: str, data: bytes) -> None:
+        """Store ``data`` under a name never used before, not necessarily atomically: nothing reads it before a
+        later :meth:`persist` and commit name it (a payload file)."""
+        ...
+
+    def persist(self, names: Collection[str]) -> None:
+        """Make sure blobs written with :meth:`put_new` survive a power cut before something names them."""
         ...
 
     def get(self, name: str) -> bytes | None:
@@ -63,6 +73,7 @@ class LocalStore:
         self.location = os.fspath(path)
         self.durable = durable
         """fsync every blob and its folder before the rename (off only for benchmarks of the cost)."""
+        self._folders: set[Path] = set()
 
     def __repr__(self) -> str:
         return f"LocalStore({self.location!r})"
@@ -95,7 +106,9 @@ class LocalStore:
         """Write ``name`` under a temporary name and rename it over (missing folders are made)."""
         path = self._path(name)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.parent not in self._folders:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._folders.add(path.parent)
             write_atomic(path, data, durable=self.durable)
         except (OSError, OutputPathError) as exc:
             reason = getattr(exc, "strerror", None) or exc
@@ -103,6 +116,48 @@ class LocalStore:
                 f"recovery store {self.location}: cannot write {name}: {reason} (the last committed snapshot is "
                 "untouched)", os.fspath(path),
             ) from None
+
+    def put_new(self, name: str, data: bytes) -> None:
+        """Create ``name`` with ``data`` and fsync it (no temporary file: the name is new and nothing reads it
+        before a commit names it; a run that dies mid-write leaves a file no commit names, removed at restart)."""
+        path = self._path(name)
+        try:
+            if path.parent not in self._folders:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._folders.add(path.parent)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise StoreWriteError(
+                f"recovery store {self.location}: cannot write {name}: {exc.strerror or exc} (the last committed "
+                "snapshot is untouched)", os.fspath(path),
+            ) from None
+
+    def persist(self, names: Collection[str]) -> None:
+        """fsync the folders of ``names`` (their entries survive a power cut once this returns)."""
+        if not self.durable:
+            return
+        for folder in sorted({self._path(n).parent for n in names}):
+            try:
+                fd = os.open(folder, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise StoreWriteError(
+                    f"recovery store {self.location}: cannot sync {os.fspath(folder)}: {exc.strerror or exc}",
+                    os.fspath(folder),
+                ) from None
 
     def get(self, name: str) -> bytes | None:
         """The bytes of ``name`` or ``None``; a file that exists but cannot be read is a :class:`RecoveryError`."""
@@ -126,18 +181,21 @@ class LocalStore:
         return [base + e.name for e in entries if not e.name.startswith(".")]
 
     def delete(self, name: str) -> None:
-        """Remove the file (or the empty folder) ``name`` and the abandoned temporary files beside it."""
+        """Remove the file (or the empty folder) ``name``; temporary files killed writers left go with
+        :meth:`sweep`, which a run started again calls first."""
         path = self._path(name)
         with contextlib.suppress(FileNotFoundError):
-            if path.is_dir():
+            try:
+                path.unlink()
+            except (IsADirectoryError, PermissionError):
+                if not path.is_dir():
+                    raise
                 for child in path.iterdir():
                     if child.name.startswith("."):
                         child.unlink(missing_ok=True)  # temporaries of writers killed mid-write
                 with contextlib.suppress(OSError):
                     path.rmdir()
-            else:
-                path.unlink()
-                remove_stale(path)
+            self._folders.discard(path)
 
     def sweep(self) -> builtins.list[str]:
         """Remove every temporary file of a writer that no longer runs, in every folder of the store."""

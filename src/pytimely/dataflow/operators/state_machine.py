@@ -115,15 +115,21 @@ def state_machine(
         extend = emitted.extend
         get = states.get
         keys = list(map(key_of, records))
+        added: list[Any] = []  # keys that came or went: what a snapshot of the whole state must know of
         for k, record in zip(keys, records, strict=True):
-            new, outputs = fold(k, value_of(record), get(k))
+            old = get(k)
+            new, outputs = fold(k, value_of(record), old)
             if new is None:
-                states.pop(k, None)
+                if old is not None:
+                    del states[k]
+                    added.append(k)
             else:
+                if old is None:
+                    added.append(k)
                 states[k] = new
             if outputs:
                 extend(outputs)
-        touch(keys)
+        keyed.touch_batch(keys, added)
         return emitted
 
     def logic() -> None:
