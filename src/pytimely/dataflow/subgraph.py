@@ -422,12 +422,12 @@ class Subgraph:
                             port._queue.extendleft(reversed(later))
                     if log is not None:
                         log.schedule(index, op.name, start, clock())
-                if fence is not None and self.stateful_ran is not None:
-                    self.stateful_ran(op)
                     if op.input_caps:
                         for cap in op.input_caps:
                             cap._valid = False
                         op.input_caps.clear()
+                if fence is not None and self.stateful_ran is not None:
+                    self.stateful_ran(op)
         finally:
             self._running = -1
 
