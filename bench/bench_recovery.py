@@ -115,9 +115,9 @@ def _payload_bytes(store: Path) -> dict[int, int]:
     """Bytes of the payload files written at each epoch (the snapshots still in the store)."""
     out: dict[int, int] = {}
     folder = store / "snapshots"
-    for epoch_folder in folder.iterdir() if folder.is_dir() else ():
-        epoch = int(epoch_folder.name)
-        out[epoch] = sum(f.stat().st_size for f in epoch_folder.iterdir())
+    for payload in folder.iterdir() if folder.is_dir() else ():
+        epoch = int(payload.name.split("-", 1)[0])  # <epoch>-<worker>-<dataflow>-<token>
+        out[epoch] = out.get(epoch, 0) + payload.stat().st_size
     return out
 
 
