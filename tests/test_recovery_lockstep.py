@@ -52,6 +52,13 @@ REWRITE_EVERY = 2
 """Small, so that the rotating rewrite of unchanged bins comes up within a run."""
 
 
+def _tracked(bins: int) -> KeyedState[int, int]:
+    """A keyed state noting its changes, as the runtime makes it when recovery is on."""
+    state: KeyedState[int, int] = KeyedState(bins)
+    state.track()
+    return state
+
+
 def _keys(bins: int) -> list[int]:
     """One key per bin (the runtime routes and snapshots by ``binner``)."""
     find = binner(bins)
@@ -75,7 +82,7 @@ class SnapshotLockstep(RuleBasedStateMachine):
         self.s: SnapState = next(iter(self.model.initial_states()))
         self.policy = SnapshotPolicy(every_epochs=cfg.every)
         self.keys = _keys(cfg.bins)
-        self.states: list[KeyedState[int, int]] = [KeyedState(cfg.bins) for _ in range(cfg.workers)]
+        self.states: list[KeyedState[int, int]] = [_tracked(cfg.bins) for _ in range(cfg.workers)]
         self.flight: dict[int, dict[int, int]] = {}
         self.taken = [0] * cfg.workers
         self.pending: dict[int, list[Part]] = {}
@@ -143,7 +150,7 @@ class SnapshotLockstep(RuleBasedStateMachine):
     def restored(self, peers: int) -> list[KeyedState[int, int]]:
         """Fresh states restored from the committed manifest on ``peers`` workers, piece by piece as the runtime."""
         assert self.manifest is not None
-        states: list[KeyedState[int, int]] = [KeyedState(self.cfg.bins) for _ in range(self.cfg.workers)]
+        states: list[KeyedState[int, int]] = [_tracked(self.cfg.bins) for _ in range(self.cfg.workers)]
         by_piece: dict[tuple[int, int, int], list[int]] = {}
         for b, piece in self.manifest.binned.get(KEY, {}).items():
             by_piece.setdefault(piece, []).append(b)
@@ -161,7 +168,7 @@ class SnapshotLockstep(RuleBasedStateMachine):
 
     def restart(self, k: int, after: SnapState) -> None:
         cfg = self.cfg
-        self.states = [KeyedState(cfg.bins) for _ in range(cfg.workers)]
+        self.states = [_tracked(cfg.bins) for _ in range(cfg.workers)]
         self.flight.clear()
         self.pending.clear()
         self.taken = [0] * cfg.workers

@@ -49,6 +49,7 @@ __all__ = [
     "PiecewiseState",
     "Positions",
     "State",
+    "Tracked",
     "Value",
     "WorkerState",
     "declare",
@@ -225,6 +226,20 @@ def exchange_by_bin(key: Callable[[Any], Any] | None = None, bins: int = DEFAULT
     return Exchange(lambda record: find(get(record)))
 
 
+_FOLD = 4096
+"""How far an untracked :class:`KeyedState`'s notes of added and removed keys may grow beyond its size."""
+
+
+@runtime_checkable
+class Tracked(Protocol):
+    """A state that notes its changes only once told to: the runtime calls :meth:`track` before the first step
+    when recovery is on, so that a run without recovery pays nothing for what a snapshot would ask."""
+
+    def track(self) -> None:
+        """Start noting changes."""
+        ...
+
+
 class KeyedState(MutableMapping[K, V]):
     """A dict of per-key state kept in bins: what :class:`BinnedState` asks of it, for any operator.
 
@@ -242,6 +257,7 @@ class KeyedState(MutableMapping[K, V]):
         "_members",
         "_reported",
         "_touched",
+        "_tracking",
         "_written",
         "bins",
         "data",
@@ -260,6 +276,7 @@ class KeyedState(MutableMapping[K, V]):
         self._batches: list[Any] = []
         self._written = 0
         self._added: list[Any] = []
+        self._tracking = False
 
     def __getitem__(self, key: K) -> V:
         return self.data[key]
@@ -271,6 +288,8 @@ class KeyedState(MutableMapping[K, V]):
     def __delitem__(self, key: K) -> None:
         del self.data[key]
         self._touched.add(key)
+        if not self._tracking and len(self._touched) > 2 * len(self.data) + _FOLD:
+            self._sync(dirty=False)
 
     def __iter__(self) -> Iterator[K]:
         return iter(self.data)
@@ -295,9 +314,22 @@ class KeyedState(MutableMapping[K, V]):
         Nothing is done per key now: a snapshot that writes the whole state (most keys written) needs only the
         keys added and removed, and one that writes changed bins looks at ``keys`` then.
         """
-        self._batches.append(keys)
-        self._written += len(keys)
-        self._added.extend(changed_keys)
+        if self._tracking:
+            self._batches.append(keys)
+            self._written += len(keys)
+            self._added.extend(changed_keys)
+            return
+        # Untracked (no recovery): only the index of keys by bin is kept (moving bins needs it), folded in now and
+        # then so that what waits for it stays bounded.
+        added = self._added
+        added.extend(changed_keys)
+        if len(added) > len(self.data) + _FOLD:
+            self._sync(dirty=False)
+
+    def track(self) -> None:
+        """Note from now on what a snapshot asks (the runtime calls it when recovery is on; until then only the
+        keys added and removed are noted)."""
+        self._tracking = True
 
     def bin_of(self, key: Any) -> int:
         """The bin of ``key``."""
@@ -313,12 +345,11 @@ class KeyedState(MutableMapping[K, V]):
         ``dirty``, keys noted by :meth:`touch_batch` count only when added or removed.
         """
         touched = self._touched
-        if self._batches:
+        if self._batches or self._added:
             if dirty:
                 for keys in self._batches:
                     touched.update(keys)
-            else:
-                touched.update(self._added)
+            touched.update(self._added)
             self._batches.clear()
             self._added.clear()
             self._written = 0

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.channels import Direct
-from pytimely.dataflow.state import PiecewiseState
+from pytimely.dataflow.state import PiecewiseState, Tracked
 from pytimely.dataflow.subgraph import Subgraph, epoch_of
 from pytimely.errors import RecoveryError, SnapshotCorruptError, StoreWriteError
 from pytimely.recovery.manifest import FINAL, Layout, Manifest
@@ -436,6 +436,8 @@ class DataflowRecovery:
                 entry = self._by_index[op.index] = _Stateful(op, [])
                 self.stateful.append(entry)
             entry.states.append((key, declared))
+            if isinstance(declared.state, Tracked):
+                declared.state.track()
         if session.resume:
             subgraph.resume_epoch = session.resume
         if not self.stateful:
