@@ -25,16 +25,25 @@ def _events(epoch: int) -> list[tuple[int, int]]:
     return [(max(0, 2 * epoch + rng.randrange(-3, 4)), rng.randrange(6)) for _ in range(20)]
 
 
-def _run(store: Path, workers: int, build: Callable[[Any], Any], crash: int | None = None) -> list[Any]:
+def _run(
+    store: Path, workers: int, build: Callable[[Any], Any], crash: int | None = None, *, sink: bool = False
+) -> list[Any]:
     """Feed ``_events`` epoch by epoch into ``build(stream) -> (stream out, extra state to return)``; worker 0's
-    gathered output, with what each worker's extra reports."""
+    gathered output, with what each worker's extra reports and the epoch the run started at. ``sink``: the output
+    is gathered by a sink (what this run sent), not by a capture (declared state: what every run sent)."""
 
     def job(worker: Worker) -> Any:
         def dataflow(scope: Any) -> Any:
             handle, stream = scope.new_input(name="events")
             out, extra = build(stream)
+            gathered = out.exchange(lambda _: 0, name="gather")
+            if sink:
+                seen: list[tuple[Any, list[Any]]] = []
+                gathered.sink(lambda t, batch: seen.append((t, list(batch))), name="seen")
+            else:
+                seen = gathered.capture()
             # The input's probe paces the loop: a session holds its first time until it closes, far later.
-            return handle, stream.probe(), out.exchange(lambda _: 0, name="gather").capture(), extra
+            return handle, stream.probe(), seen, extra
 
         handle, probe, captured, extra = worker.dataflow(dataflow)
         for epoch in range(EPOCHS):
@@ -47,7 +56,8 @@ def _run(store: Path, workers: int, build: Callable[[Any], Any], crash: int | No
             worker.step()
         handle.close()
         worker.finish()
-        return sorted((t, r) for t, batch in captured for r in batch), extra() if extra else None
+        rows = sorted((t, r) for t, batch in captured for r in batch)
+        return rows, extra() if extra else None, worker.resume_epoch
 
     return execute(job, workers, recovery=Recovery(store, job="ops"))
 
@@ -71,9 +81,28 @@ def _stateful_map(stream: Any) -> Any:
     return pairs.stateful_map(mapper, name="running sum"), None
 
 
+def _extremes(stream: Any) -> Any:
+    pairs = stream.map(lambda r: (r[1], r[0]), name="key by")
+    latest = pairs.max_final(name="latest").map(lambda kv: (kv[0] + 100, kv[1]), name="apart")
+    return pairs.min_final(name="earliest").concat(latest), None
+
+
+def _collect(keyed: bool) -> Callable[[Any], Any]:
+    def build(stream: Any) -> Any:
+        records = stream.map(lambda r: (r[1], r[0]), name="key by") if keyed else stream
+        return records.collect(keyed=keyed, every=3, name="every 3"), None
+
+    return build
+
+
 def _canonical(name: str, rows: list[Any]) -> Any:
     """What a run must reproduce: windows' rows as they are; a running sum's changes per key and epoch counted,
-    with the last (within an epoch a key's values arrive in any order, so the sums between vary)."""
+    with the last (within an epoch a key's values arrive in any order, so the sums between vary); collections
+    in order (gathered in the order of arrival)."""
+    if name == "collect keyed":
+        return sorted((t, k, sorted(vs)) for t, (k, vs) in rows)
+    if name == "collect":
+        return sorted((t, sorted(map(tuple, r))) for t, r in rows)
     if name != "stateful_map":
         return rows
     seen: dict[tuple[int, int], list[int]] = {}
@@ -89,6 +118,8 @@ def _canonical(name: str, rows: list[Any]) -> Any:
         ("sliding", _windows(Sliding(6, 2))),
         ("sessions", _windows(Session(3))),
         ("stateful_map", _stateful_map),
+        ("collect keyed", _collect(True)),
+        ("collect", _collect(False)),
     ],
 )
 @pytest.mark.parametrize(("before", "after", "crash"), [(2, 3, 6), (3, 1, 4)])
@@ -103,7 +134,66 @@ def test_a_resumed_run_gives_what_an_uninterrupted_one_gives(
     assert _canonical(name, resumed[0][0]) == _canonical(name, expected[0][0])
     if name in ("tumbling", "sliding", "sessions"):
         # Late records dropped: counted once, whichever worker counted them.
-        assert sum(d for _, d in resumed) == sum(d for _, d in expected)
+        assert sum(r[1] for r in resumed) == sum(r[1] for r in expected)
+
+
+@pytest.mark.parametrize(("before", "after", "crash"), [(2, 3, 6), (3, 1, 4)])
+def test_final_extremes_resume_with_what_they_had(tmp_path: Path, before: int, after: int, crash: int) -> None:
+    # Results go out at the end, at the keys' latest times: a capture downstream could commit nothing before, so
+    # a sink shows what the resumed run sends, every result, from the state restored and the epochs replayed.
+    expected = _run(tmp_path / "clean", 2, _extremes, sink=True)
+    with pytest.raises(Crash):
+        _run(tmp_path / "store", before, _extremes, crash=crash, sink=True)
+    resumed = _run(tmp_path / "store", after, _extremes, sink=True)
+    assert resumed[0][2] > 0, "the resumed run started after a committed epoch"
+    assert resumed[0][0] == expected[0][0]
+
+
+def _enrich(fetched: list[tuple[int, int]]) -> Callable[[Any], Any]:
+    """Records with a value looked up per key; the lookup answers with the epoch it was made at, so a run that
+    looked up again what the interrupted one had cached would show it."""
+
+    def build(stream: Any) -> Any:
+        now = [0]
+
+        def getter(key: int) -> tuple[int, int]:
+            fetched.append((key, now[0]))
+            return key, now[0]
+
+        def mapper(cache: Any, record: tuple[int, int]) -> Any:
+            now[0] = cache.now
+            return record, cache.get(record[1])
+
+        return stream.enrich_cached(getter, mapper, ttl=4, name="lookup"), None
+
+    return build
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 2), (2, 1)])
+def test_a_resumed_enrich_answers_from_the_cache_the_interrupted_run_had(
+    tmp_path: Path, before: int, after: int
+) -> None:
+    clean: list[tuple[int, int]] = []
+    expected = _run(tmp_path / "clean", after, _enrich(clean))[0][0]
+    with pytest.raises(Crash):
+        _run(tmp_path / "store", before, _enrich([]), crash=6)
+    again: list[tuple[int, int]] = []
+    run = _run(tmp_path / "store", after, _enrich(again))
+    resumed, start = run[0][0], run[0][2]
+    assert start > 0, "the resumed run started after a committed epoch"
+    assert all(at >= start for _, at in again)
+    if before == after:
+        # Each worker holds its own cache, filled from its own share of the records: the same share again, so
+        # the same answers, and only the lookups the uninterrupted run made from the resumed epoch on.
+        assert resumed == expected
+        assert sorted(again) == sorted(f for f in clean if f[1] >= start)
+    else:
+        # Merged caches: every answer was looked up within the ttl, by either run.
+        assert [r for _, (r, _) in resumed] == [r for _, (r, _) in expected]
+        assert all(t - at < 4 and k == kk for t, ((_, k), (kk, at)) in resumed)
+    # Keys looked up by the interrupted run within the ttl are not looked up again at the epoch resumed at.
+    keys_then = {k for _, ((_, k), _) in [r for r in expected if r[0] == start]}
+    assert len({k for k, at in again if at == start}) < len(keys_then)
 
 
 def _edges() -> Any:

@@ -7,16 +7,27 @@ Python call per record), an Arrow table when every batch was Arrow, else a list.
 epochs) the window ``[k*n, (k+1)*n)`` is gathered and sent at time ``(k+1)*n - 1`` once the frontier has
 passed it; without, each time on its own. Order within a collection is the order of arrival, which varies
 with the worker count.
+
+With ``every=n`` a window gathers over several epochs, so what it holds is declared state
+(:mod:`pytimely.dataflow.state`), written whole at a snapshot whenever it changed: keyed, the windows by the bins
+of their keys (records are then routed by bin, so a run restored on any number of workers finds a key's values
+where its records arrive); unkeyed, worker 0's windows as its own value. Without ``every`` nothing outlives its
+time and nothing is declared.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytimely import container
+from pytimely.dataflow.bins import DEFAULT_BINS, binner
+from pytimely.dataflow.capability import Capability
 from pytimely.dataflow.channels import Exchange
+from pytimely.dataflow.operators.binned import bin_exchange
 from pytimely.dataflow.operators.fields import key_route
 from pytimely.dataflow.operators.generic import Notificator
+from pytimely.dataflow.state import declare
 from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -82,17 +93,135 @@ def _group_columns(state: dict[Any, list[Any]], keys: Any, distinct: list[Any] |
             group.extend(chunk)
 
 
+class _Windows:
+    """The windows of epochs gathered and not sent yet (``window end -> gathered``), as declared state: a
+    :class:`~pytimely.dataflow.state.BinnedState` by the bins of the keys when keyed, else a
+    :class:`~pytimely.dataflow.state.WorkerState`; written whole whenever it changed."""
+
+    def __init__(self, keyed: bool) -> None:
+        self.keyed = keyed
+        self.states: dict[Any, Any] = {}
+        self.changed_since = False
+        """Whether anything was gathered or sent since the last snapshot."""
+        self.bins = DEFAULT_BINS
+        self._find = binner(DEFAULT_BINS)
+        self._reported: set[int] = set()
+
+    def next_change(self) -> int | None:
+        """The earliest window end: the state changes there without input (the window is sent)."""
+        return min(self.states) if self.states else None
+
+    # -- WorkerState (unkeyed) ---------------------------------------------------------------------------
+
+    def snapshot_value(self) -> dict[Any, list[Any]]:
+        """Every window's batches (lists copied: gathering goes on after the snapshot)."""
+        self.changed_since = False
+        return {w: list(batches) for w, batches in self.states.items()}
+
+    def restore_values(self, values: Sequence[dict[Any, list[Any]]]) -> None:
+        """The windows of the old workers this worker stands in for, merged."""
+        for value in values:
+            for w, batches in value.items():
+                self.states.setdefault(w, []).extend(batches)
+
+    # -- BinnedState (keyed) -----------------------------------------------------------------------------
+
+    def _bins(self) -> set[int]:
+        find = self._find
+        return {find(k) for groups in self.states.values() for k in groups}
+
+    def changed(self) -> set[int]:
+        """Every bin held, and every bin held before, when anything changed (the state is written whole)."""
+        return self._bins() | self._reported if self.changed_since else set()
+
+    def held(self) -> list[int]:
+        """The bins of the keys with values in a pending window."""
+        return sorted(self._bins())
+
+    def snapshot(self, bins: Iterable[int]) -> dict[int, Any]:
+        """Each bin's ``{window end: {key: values}}`` (``None`` for an empty one)."""
+        self.changed_since = False
+        find = self._find
+        out: dict[int, Any] = dict.fromkeys(bins)
+        for w, groups in self.states.items():
+            for k, values in groups.items():
+                b = find(k)
+                if b in out:
+                    part = out[b] = out[b] or {}
+                    part.setdefault(w, {})[k] = list(values)
+        return out
+
+    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+        """One piece for every bin held, when anything changed (a ``PiecewiseState``)."""
+        if not self.changed_since:
+            return []
+        self.changed_since = False
+        held = self._bins()
+        pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(self._reported - held)]
+        if held:
+            value = {w: {k: list(vs) for k, vs in groups.items()} for w, groups in self.states.items()}
+            pieces.append((tuple(sorted(held)), value))
+        self._reported = held
+        return pieces
+
+    def restore(self, bin: int, value: Any) -> None:
+        """Install one bin's windows."""
+        self.restore_piece((bin,), value)
+
+    def restore_piece(self, bins: Iterable[int], value: Any) -> None:
+        """Install the values of the keys of ``bins`` in ``value``."""
+        if not value:
+            return
+        wanted, find = set(bins), self._find
+        for w, groups in value.items():
+            ours = {k: vs for k, vs in groups.items() if find(k) in wanted}
+            if ours:
+                mine = self.states.setdefault(w, {})
+                for k, vs in ours.items():
+                    mine.setdefault(k, []).extend(vs)
+        self._reported.update(wanted)
+
+
+class _WorkerWindows:
+    """The unkeyed windows as a :class:`~pytimely.dataflow.state.WorkerState`."""
+
+    def __init__(self, windows: _Windows) -> None:
+        self.windows = windows
+
+    def snapshot(self) -> dict[Any, list[Any]]:
+        """Every window's batches."""
+        return self.windows.snapshot_value()
+
+    def restore(self, values: Sequence[dict[Any, list[Any]]]) -> None:
+        """The old workers' windows, merged."""
+        self.windows.restore_values(values)
+
+    def next_change(self) -> int | None:
+        """The earliest window end."""
+        return self.windows.next_change()
+
+
 def collect(stream: Stream[Any], keyed: bool, every: int | None, name: str) -> Stream[Any]:
     """Gather each time's (or window's) records, per key or in all; see the module doc."""
     if every is not None and (type(every) is not int or every < 1):
         raise InvalidArgument(f"{name}: every must be a positive int (epochs per window) or None, got {every!r}")
     scope = stream.scope
-    route = key_route(0) if keyed else _to_zero
-    op = scope._operator(name, [(stream, Exchange(route, vectorized=True))], 1)
+    if keyed and every is not None:
+        pact = bin_exchange(0, DEFAULT_BINS)  # a restored window's keys are where their records arrive
+    else:
+        pact = Exchange(key_route(0) if keyed else _to_zero, vectorized=True)
+    op = scope._operator(name, [(stream, pact)], 1)
     op.notify = True
     port, out = op.inputs[0], op.outputs[0]
-    states: dict[Any, Any] = {}
+    windows = _Windows(keyed)
+    states = windows.states
     notificator: Notificator[Any] = Notificator()
+    initial: list[Capability[Any]] = []
+    if every is not None:
+        declare(op, "windows", windows if keyed else _WorkerWindows(windows), layout="collect/1")
+        # A capability at the scope's minimum until the first step: a restored copy keeps one per window it holds.
+        op.initial_caps = True
+        initial.append(Capability(scope.minimum, out, counted=True))
 
     def window_of(cap: InputCapability[Any]) -> Any:
         t = cap.time
@@ -103,7 +232,13 @@ def collect(stream: Stream[Any], keyed: bool, every: int | None, name: str) -> S
         return (t // every + 1) * every - 1
 
     def logic() -> None:
+        if initial:
+            start = initial.pop()
+            for w in states:
+                notificator.notify_at(start.delayed(w))
+            start.drop()
         for cap, batch in port:
+            windows.changed_since = True
             w = window_of(cap)
             if w not in states:
                 states[w] = {} if keyed else []
@@ -113,6 +248,7 @@ def collect(stream: Stream[Any], keyed: bool, every: int | None, name: str) -> S
             else:
                 states[w].append(batch)
         for held in notificator.ready(port.frontier):
+            windows.changed_since = True
             state = states.pop(held.time)
             if keyed:
                 out.give(held, list(state.items()))

@@ -1,5 +1,12 @@
 """``enrich_cached``: join records with values looked up from outside (a database, a service), each key
-fetched once and kept in a per-worker cache, optionally refreshed after a number of epochs."""
+fetched once and kept in a per-worker cache, optionally refreshed after a number of epochs.
+
+The cache is declared state (a :class:`~pytimely.dataflow.state.LogState` of fetches, ``"cache"``): with
+recovery on, a snapshot writes the values fetched since the previous one (and now and then the whole cache), and
+a resumed run answers from the values the interrupted one had fetched by the epoch it resumes after, as an
+uninterrupted run would have, instead of asking the outside again. On another number of workers, a worker takes
+the caches of the old workers it stands in for (the newest fetch of a key wins).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely import container
+from pytimely.dataflow.state import declare
 from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -29,6 +37,8 @@ class EnrichCache(Generic[K, V]):
         """The time of the batch being enriched (set by the operator)."""
         self.fetches = 0
         """How many times ``getter`` was called on this worker."""
+        self._fetched: list[tuple[K, Any, V]] | None = None
+        """The fetches since the last snapshot (None: recovery is off, nothing is noted)."""
 
     def get(self, key: K) -> V:
         """The value for ``key``, fetched if it is not cached or has expired."""
@@ -38,6 +48,8 @@ class EnrichCache(Generic[K, V]):
         self.fetches += 1
         value = self._getter(key)
         self._values[key] = (self.now, value)
+        if self._fetched is not None:
+            self._fetched.append((key, self.now, value))
         return value
 
     def get_many(self, keys: Iterable[K]) -> dict[K, V]:
@@ -46,6 +58,29 @@ class EnrichCache(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+    # -- declared state (pytimely.dataflow.state: LogState, Tracked) ------------------------------------
+
+    def track(self) -> None:
+        """Note fetches from now on (recovery is on)."""
+        self._fetched = []
+
+    def appended(self) -> list[tuple[K, Any, V]]:
+        """``(key, fetched at, value)`` of the fetches since the last call."""
+        new, self._fetched = self._fetched or [], []
+        return new
+
+    def entries(self) -> list[tuple[K, Any, V]]:
+        """``(key, fetched at, value)`` of every value cached now (what a whole rewrite of the log holds)."""
+        return [(k, at, v) for k, (at, v) in self._values.items()]
+
+    def restore(self, entries: list[tuple[K, Any, V]]) -> None:
+        """Put back fetches of the old workers this worker stands in for; a key's newest fetch wins."""
+        values = self._values
+        for k, at, v in entries:
+            held = values.get(k)
+            if held is None or held[0] <= at:
+                values[k] = (at, v)
 
 
 def enrich_cached(
@@ -67,6 +102,7 @@ def enrich_cached(
     op = stream.scope._operator(name, [(stream, None)], 1)
     port, out = op.inputs[0], op.outputs[0]
     cache: EnrichCache[Any, Any] = EnrichCache(getter, ttl)
+    declare(op, "cache", cache, layout="enrich/1")
 
     def logic() -> None:
         for time, batch in port.batches():

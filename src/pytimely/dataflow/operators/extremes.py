@@ -7,6 +7,11 @@ are reduced by key without a Python call per row (:mod:`~pytimely.dataflow.opera
 runs once per key and batch, not once per record. "First" is the value at the earliest timestamp and "last" at
 the latest; among records of one time, the order in which they reached the key's worker decides (which is
 only fixed when one worker sends them). Each key's result is sent at the latest time its records had.
+
+The per-key state is declared (:mod:`pytimely.dataflow.state`, a :class:`~pytimely.dataflow.state.KeyedState`
+of ``(best, its time, latest time)``), and records are routed by the bins of their keys: with recovery on, a
+run restored on any number of workers holds each key where its records arrive, and holds capabilities at the
+times its restored keys' results go out.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely import container
-from pytimely.dataflow.channels import Exchange
-from pytimely.dataflow.operators.fields import Field, check, column, column_errors, key_route, reader, rows
+from pytimely.dataflow.bins import DEFAULT_BINS
+from pytimely.dataflow.capability import Capability
+from pytimely.dataflow.operators.binned import bin_exchange
+from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
+from pytimely.dataflow.state import KeyedState, declare
 from pytimely.errors import InvalidArgument
 from pytimely.order import sort_key
 
 if TYPE_CHECKING:
-    from pytimely.dataflow.capability import Capability
     from pytimely.dataflow.stream import Stream
 
 __all__ = ["Extreme", "final"]
@@ -41,15 +48,14 @@ def _better(kind: Extreme) -> Callable[[Any, Any, Any, Any], bool]:
 
 
 class _Extremes:
-    """One worker's best value and latest time per key, and capabilities at the times results go out."""
+    """One worker's best value, its time and the latest time per key, and capabilities at the times results go out."""
 
     def __init__(self, kind: Extreme, key: Field, value: Field) -> None:
         self.kind = kind
         self.key_field, self.value_field = check(key, "key"), check(value, "value")
         self.better = _better(kind)
-        self.best: dict[Any, Any] = {}
-        self.when: dict[Any, Any] = {}
-        self.last: dict[Any, Any] = {}
+        self.keyed: KeyedState[Any, tuple[Any, Any, Any]] = KeyedState(DEFAULT_BINS)
+        """Key -> ``(best value, its time, the key's latest time)``: the declared state."""
         self.caps: dict[Any, Capability[Any]] = {}
         self.prune_at = 16
 
@@ -60,13 +66,23 @@ class _Extremes:
             get_key, get_value = reader(batch, self.key_field), reader(batch, self.value_field)
             with column_errors(batch, self.key_field, self.value_field):
                 pairs = self._pairs(batch, get_key, get_value)
-        best, when, last, better = self.best, self.when, self.last, self.better
+        entries, better = self.keyed.data, self.better
+        keys: list[Any] = []
+        added: list[Any] = []
         for k, v in pairs:
-            if k not in best or better(v, t, best[k], when[k]):
-                best[k], when[k] = v, t
-            held = last.get(k)
-            if held is None or (held <= t and held != t):
-                last[k] = t
+            keys.append(k)
+            held = entries.get(k)
+            if held is None:
+                entries[k] = (v, t, t)
+                added.append(k)
+                continue
+            best, when, last = held
+            if better(v, t, best, when):
+                best, when = v, t
+            if last <= t and last != t:
+                last = t
+            entries[k] = (best, when, last)
+        self.keyed.touch_batch(keys, added)
 
     @staticmethod
     def _pairs(batch: Any, get_key: Any, get_value: Any) -> list[tuple[Any, Any]]:
@@ -114,7 +130,7 @@ class _Extremes:
 
     def prune(self) -> None:
         """Drop capabilities at times no key's result will be sent at (they would only hold back the frontier)."""
-        needed = set(self.last.values())
+        needed = {last for _, _, last in self.keyed.data.values()}
         for t in [t for t in self.caps if t not in needed]:
             self.caps.pop(t).drop()
 
@@ -124,12 +140,22 @@ def final(stream: Stream[Any], kind: Extreme, key: Field, value: Field, name: st
     if kind not in ("min", "max", "first", "last"):
         raise InvalidArgument(f"{name}: kind must be 'min', 'max', 'first' or 'last', got {kind!r}")
     scope = stream.scope
-    op = scope._operator(name, [(stream, Exchange(key_route(key), vectorized=True))], 1)
+    op = scope._operator(name, [(stream, bin_exchange(key, DEFAULT_BINS))], 1)
     op.notify = True
+    op.initial_caps = True
     port, out = op.inputs[0], op.outputs[0]
     state = _Extremes(kind, key, value)
+    declare(op, "extremes", state.keyed, layout=f"{kind}_final/1")
+    # A capability at the scope's minimum until the first step: a restored copy turns it into capabilities at
+    # the times its restored keys' results go out.
+    initial = [Capability(scope.minimum, out, counted=True)]
 
     def logic() -> None:
+        if initial:
+            start = initial.pop()
+            for t in {last for _, _, last in state.keyed.data.values()}:
+                state.caps[t] = start.delayed(t)
+            start.drop()
         for cap, batch in port:
             t = cap.time
             if t not in state.caps:
@@ -140,14 +166,14 @@ def final(stream: Stream[Any], kind: Extreme, key: Field, value: Field, name: st
             state.prune_at = 2 * len(state.caps) + 16
         if port.frontier.is_empty() and state.caps:
             by_time: dict[Any, list[tuple[Any, Any]]] = {}
-            for k, v in state.best.items():
-                by_time.setdefault(state.last[k], []).append((k, v))
+            for k, (v, _, last) in state.keyed.data.items():
+                by_time.setdefault(last, []).append((k, v))
             for t in sorted(by_time, key=sort_key):
                 out.give(state.caps[t], by_time[t])
             for cap in state.caps.values():
                 cap.drop()
             state.caps.clear()
-            state.best.clear()
+            state.keyed.clear()
 
     op.logic = logic
     return scope.stream(out)
