@@ -13,7 +13,6 @@ import pytest
 
 from pytimely.dataflow.operators.state_machine import state_machine
 from pytimely.errors import InvalidArgument, StoreNotWritableError
-from pytimely.recovery import fixed_bins
 from pytimely.spark import collect, run_dataflow
 
 SCHEMA = "epoch long, key string, n long"
@@ -29,7 +28,8 @@ def _add(key: str, _one: int, count: int | None) -> tuple[int, list[tuple[str, i
 
 
 class RunningCounts:
-    """Each key's running count across epochs (state kept by ``state_machine``, declared for snapshots).
+    """Each key's running count across epochs (state kept by ``state_machine``, which declares it: the build
+    knows nothing of recovery).
 
     Every batch an attempt computes leaves a file ``<attempt>-<epoch>-<token>`` in ``log``; the first attempt
     fails at epoch ``fail_at`` (a marker file remembers), raising or killing its own Python worker.
@@ -38,10 +38,9 @@ class RunningCounts:
     def __init__(self, log: Path, marker: Path, fail_at: int | None, kill: bool = False) -> None:
         self.log, self.marker, self.fail_at, self.kill = str(log), str(marker), fail_at, kill
 
-    def __call__(self, stream: Any, durable: Any) -> Any:
+    def __call__(self, stream: Any) -> Any:
         log, marker, fail_at, kill = self.log, self.marker, self.fail_at, self.kill
         attempt = 1 if os.path.exists(marker) else 0
-        counts = durable.keyed("counts")
 
         def note(t: int, _batch: Any) -> None:
             Path(log, f"{attempt}-{t}-{secrets.token_hex(4)}").touch()
@@ -52,8 +51,7 @@ class RunningCounts:
                 raise RuntimeError(f"the first attempt fails at epoch {t}")
 
         pairs = stream.inspect_batch(note).map_batch(_pairs)
-        return state_machine(pairs, _add, None, fixed_bins(stream.scope), durable.recovery.bins, "count",
-                             states=counts)  # fmt: skip
+        return state_machine(pairs, _add, None, None, 256, "count")
 
 
 def reference(rows: list[tuple[int, str]]) -> list[tuple[int, str, int]]:
