@@ -43,6 +43,7 @@ def test_as_a_source_it_resumes_without_reading_committed_epochs_and_records_its
     import time
 
     from pytimely import execute
+    from pytimely.errors import RecoveryMismatchError
     from pytimely.recovery import Recovery, SnapshotPolicy
     from tests.recovery.jobs import Crash, durable_sink
 
@@ -84,6 +85,13 @@ def test_as_a_source_it_resumes_without_reading_committed_epochs_and_records_its
     committed = int(newest.name)
     where = {"epoch": committed + 1, "offset": EpochLines(path, 4).offset(committed + 1), "path": str(path)}
     assert positions == {"0/lines#0/position": {"0": where}}
+    # A control plane reads the same without running anything: the epoch a run starts at, and the positions.
+    standing = Recovery(store).committed()
+    assert standing.resume_epoch == committed + 1
+    assert standing.positions == {"0/lines#0/position": {0: where}}
+    assert Recovery(tmp_path / "empty").committed().resume_epoch == 0
+    with pytest.raises(RecoveryMismatchError, match="job"):
+        Recovery(store, job="another").committed()
     read.clear()
     results = execute(job(False), 3, recovery=Recovery(store, policy=SnapshotPolicy(keep=100)))
     assert min(read) == committed + 1

@@ -10,13 +10,14 @@ from pytimely.recovery.fsspec_store import FsspecStore
 from pytimely.recovery.manifest import FINAL, FORMAT_VERSION, Identity, Layout, Manifest, Seal, fingerprint
 from pytimely.recovery.parts import Part, merge
 from pytimely.recovery.policy import SnapshotPolicy
-from pytimely.recovery.session import Recovery, Session
+from pytimely.recovery.session import Committed, Recovery, Session
 from pytimely.recovery.snapshots import Opened, RecoveryWarning, Snapshots
 from pytimely.recovery.store import LocalStore, SnapshotStore, open_store
 
 __all__ = [
     "FINAL",
     "FORMAT_VERSION",
+    "Committed",
     "FsspecStore",
     "Identity",
     "Layout",

@@ -41,6 +41,16 @@ WRITERS = 4
 """Threads a process writes payload files with."""
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Where a store stands (:meth:`Recovery.committed`)."""
+
+    resume_epoch: int
+    """The first epoch a run from this store computes (0: nothing committed; :data:`FINAL`: the run finished)."""
+    positions: dict[str, dict[int, Any]]
+    """Per declared source (``dataflow/operator#n/state``): partition -> position, as the source recorded it."""
+
+
 @dataclass(slots=True)
 class Recovery:
     """Where and how a job snapshots its declared state: ``execute(job, recovery=Recovery("DIR", ...))``.
@@ -89,6 +99,23 @@ class Recovery:
                         os.fspath(value),
                     ) from None
         return Identity(self.job, dict(self.parameters), inputs, key_id)
+
+    def committed(self) -> Committed:
+        """Where the store stands, as a run would resume from it, read without running anything: the epoch a run
+        would start at and the positions of the replayable sources (JSON, from the manifest: nothing is
+        unpickled). The store is refused as :meth:`open` refuses it (another job, input, key); nothing is
+        written. What a control plane asks before it hands out input (which micro-batches to deliver again)."""
+        store = open_store(self.store)
+        seal = Seal(self.key)
+        snapshots = Snapshots(store, seal)
+        if store.get("identity.json") is None and not store.list("manifests"):
+            return Committed(0, {})
+        identity = snapshots.check_identity(self.identity(seal.key_id), write=False)
+        opened = snapshots.latest(identity, self.announce)
+        if opened is None:
+            return Committed(0, {})
+        manifest = opened.manifest
+        return Committed(manifest.resume_epoch, {k: dict(v) for k, v in manifest.positions.items()})
 
     def open(self, *, process: int = 0, joining: bool = False) -> Session:
         """Open the store for this process (see the module doc); the first process (``process == 0``) cleans it.
