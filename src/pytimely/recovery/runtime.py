@@ -11,19 +11,19 @@ on any number of workers. Source operators then drop what they send at epochs th
 loop may run from the start: what it sends again of committed epochs goes nowhere), and a replayable source
 reads on from its restored position.
 
-**Snapshots, at epoch boundaries.** The dataflow has a *fence*: the next epoch ``e`` the policy snapshots.
-While it stands, operators that declared state are handed no message of a later epoch (they wait in their
-queues), and an operator that changes its state when a frontier moves does so at later epochs only once it may
-(``OperatorInfo.may_change``). At the first step in which no pointstamp at an epoch ``<= e`` is left in the
-dataflow (the worker's view of it is conservative, so none is left anywhere), before any operator runs, every
-declared state holds exactly the records of epochs ``<= e``: the worker takes its snapshot of the bins, values,
-log entries and positions that changed, pickles them (here, so later changes cannot reach them), hands the file
-to the writer thread, and moves the fence on. Nothing waits for the file: the fence stands only until the state
-is taken.
+**Snapshots, at epoch boundaries.** Every operator that declared state has a *fence*: the next epoch ``e`` the
+policy snapshots. While it stands, the operator is handed no message of a later epoch (they wait in its queues),
+and an operator that changes its state when a frontier moves does so at later epochs only once it may
+(``OperatorInfo.may_change``). Once its input frontiers hold no epoch ``<= e`` (the worker's view of them is
+conservative, so nothing at such an epoch can still reach it), it is scheduled, and right after it has run its
+declared state holds exactly the records of epochs ``<= e``: the worker takes what changed of it (bins, values,
+log entries, positions), pickles it (here, so later changes cannot reach it), and moves its fence on. Once every
+operator of the dataflow is past ``e``, the epoch's pieces go to a writer thread as one file. Nothing waits for
+the file: a fence stands only until the state is taken.
 
-**Commit.** Once a worker's file is written (fsynced and renamed), its report of where each piece lives (a
-:class:`~pytimely.recovery.parts.Part`) goes to worker 0 on a small dataflow of the runtime's own, at the
-snapshot's epoch. When that dataflow's frontier passes the epoch, every worker's report is in: worker 0 folds
+**Commit.** Once a worker's file is written (under a name of its own, fsynced), its report of where each piece
+lives (a :class:`~pytimely.recovery.parts.Part`) goes to worker 0 on a small dataflow of the runtime's own, at
+the snapshot's epoch. When that dataflow's frontier passes the epoch, every worker's report is in: worker 0 folds
 them into the manifest before (:func:`~pytimely.recovery.parts.merge`) and has it written, which commits the
 snapshot; then snapshots beyond the policy's ``keep`` and files no kept manifest names are removed. A worker
 that found nothing changed sends nothing; its last report stands. Once every dataflow has finished, worker 0
