@@ -20,8 +20,12 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
+# Three test processes on two cores: many tests wait on other processes, sockets and Spark; a file's tests stay
+# together (--dist loadfile) so module fixtures (Spark Connect servers) start once.
+TEST_PROCESSES ?= 3
+
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile
 
 verify: venv
 	for model in clocks exchange propagation combined datagram rescale; do $(PY) -m pytimely.verify $$model || exit 1; done
