@@ -57,10 +57,11 @@ def job(out: str, epochs: int, rows: int, plan_text: str, held: int, per: str = 
     """One process of a run: every worker writes its epoch times and progress-state sizes to ``out``."""
     from pytimely import Worker, execute
     from pytimely.algorithms.rescaling import count_keys, run_while_rescaling
-    from pytimely.config import config_from_args
+    from pytimely.config import RunConfig
     from pytimely.membership import Launcher, RescalePlan
 
-    config = config_from_args()
+    run_config = RunConfig.from_env()
+    config = run_config.cluster
     plan = RescalePlan.parse(plan_text, initial=config.initial_processes, workers=config.workers)
     vocabulary = [f"w{i}" for i in range(5000)]
     pool = [random.Random(seed).choices(vocabulary, k=rows) for seed in range(16)]
@@ -85,7 +86,7 @@ def job(out: str, epochs: int, rows: int, plan_text: str, held: int, per: str = 
             lambda w, e, _: pool[(7 * w + e) % len(pool)],
             epochs,
             plan,
-            coordinator=Launcher(),
+            coordinator=Launcher(address=run_config.control, secret=config.secret),
             on_epoch=on_epoch,
             bins_per_epoch=None if per == "all" else int(per),
         )

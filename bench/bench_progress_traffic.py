@@ -51,9 +51,9 @@ FRAME_OVERHEAD = 40 + 16
 def job(out: str, epochs: int, rows: int) -> None:
     """One process of a run: every worker writes its process's traffic counters before and after the epochs."""
     from pytimely import Worker, execute
-    from pytimely.config import config_from_args
+    from pytimely.config import RunConfig
 
-    config = config_from_args()
+    config = RunConfig.from_env().cluster
     vocabulary = [f"w{i}" for i in range(2000)]
 
     def run(worker: Worker) -> None:

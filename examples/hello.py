@@ -14,9 +14,10 @@ import argparse
 import sys
 from typing import Any
 
-from pytimely import InputHandle, Scope, Worker, execute
-from pytimely.config import add_arguments, parse_config
-from pytimely.errors import PytimelyError
+from pytimely import InputHandle, Scope, Worker
+from pytimely.command import job_main, run_with
+from pytimely.config import RunConfig
+from pytimely.eventlog import Sink
 
 
 def hello(worker: Worker) -> None:
@@ -40,16 +41,12 @@ def hello(worker: Worker) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the cluster flags and run; a failure is one line on stderr and exit status 1."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    _, config = parse_config(parser, argv)
-    try:
-        execute(hello, config=config)
-    except PytimelyError as exc:
-        print(f"hello: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """Parse the run's flags and run; a failure is one line on stderr and an exit status."""
+
+    def work(args: argparse.Namespace, run: RunConfig, log: Sink | None) -> None:
+        run_with(hello, run, name="hello", log=log)
+
+    return job_main("hello", argparse.ArgumentParser(description=__doc__.splitlines()[0]), work, argv)
 
 
 if __name__ == "__main__":

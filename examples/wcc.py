@@ -31,7 +31,6 @@ see ``--recovery-key-file`` for a store that refuses what it did not seal (``doc
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -41,12 +40,12 @@ import numpy as np
 
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.algorithms import connected_components
-from pytimely.cli import add_recovery_arguments, metrics_port_from, observers, recovery_from_args
-from pytimely.config import Config, add_arguments, parse_config
-from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
-from pytimely.eventlog import Sink, combine
+from pytimely.command import job_main
+from pytimely.config import Config, RunConfig
+from pytimely.errors import InputFormatError
+from pytimely.eventlog import Sink
 from pytimely.io import check_output, read_edges, write_table
-from pytimely.status import ProgressLine
+from pytimely.recovery import Recovery
 
 
 def run(
@@ -130,8 +129,12 @@ def run_on_spark(
     )
 
 
-def main_spark(args: argparse.Namespace, processes: int | None, workers: int) -> int:
-    """Read EDGES with Spark, compute on Spark-hosted workers, write OUT with Spark."""
+def main_spark(args: argparse.Namespace) -> str | None:
+    """With ``--spark``: read EDGES with Spark, compute on Spark-hosted workers (``-n``, ``-w`` lay out the
+    stage), write OUT with Spark; without, ``None``."""
+    if not args.spark:
+        return None
+    processes, workers = args.processes, args.workers or 1
     from pytimely import spark as on_spark
     from pytimely.spark.figures import Figures
 
@@ -146,8 +149,7 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
     on_spark.save(result, args.output, order_by=order, retries=args.retries)
     if figures is not None:
         print(figures.table(), file=sys.stderr)
-    print(f"wcc: on Spark {args.spark} in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
-    return 0
+    return f"on Spark {args.spark} in {time.perf_counter() - started:.2f} s -> {args.output}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,50 +160,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", action="store_true", help="EDGES has an epoch column; report changes per epoch")
     parser.add_argument("--spark", metavar="MASTER", help="run on Spark, e.g. local[2] (Spark reads and writes)")
     parser.add_argument("--retries", type=int, default=0, help="with --spark: re-run a failed computation")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
-    add_recovery_arguments(parser, what="the labels and changes found so far (with --epochs)")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.spark:
-        # On Spark, -n and -w lay out the barrier stage; there are no hosts to give.
-        try:
-            return main_spark(args, args.processes, args.workers or 1)
-        except InputFormatError as exc:
-            print(f"wcc: {exc}", file=sys.stderr)
-            return 2
-        except PytimelyError as exc:
-            print(f"wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-    args, config = parse_config(parser, argv)
-    if args.recovery and not args.epochs:
-        parser.error("--recovery needs --epochs")
-    started = time.perf_counter()
-    line = ProgressLine(quiet=args.quiet)
-    closers: list[Any] = []
-    try:
+
+    def work(args: argparse.Namespace, run_config: RunConfig, log: Sink | None) -> str | None:
+        if run_config.recovery is not None and not args.epochs:
+            parser.error("--recovery needs --epochs")
+        started = time.perf_counter()
+        config = run_config.cluster
         if config.first_worker == 0:
             check_output(args.output)  # before the work, not after it
-        observed, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port_from(os.environ))
-        recovery = recovery_from_args(args, "wcc", inputs={"edges": Path(args.edges)})
-        with line:
-            table = run(
-                args.edges, epochs=args.epochs, config=config, log=combine(line.sink, observed), recovery=recovery
+        recovery = (
+            None
+            if run_config.recovery is None
+            else Recovery.from_settings(
+                run_config.recovery, "wcc", inputs={"edges": Path(args.edges)}, announce=sys.stderr
             )
+        )
+        table = run(args.edges, epochs=args.epochs, config=config, log=log, recovery=recovery)
         if table is None:
-            return 0
+            return None
         names = ["epoch", "vertex", "label"] if args.epochs else ["vertex", "label"]
         write_table(args.output, names, table)
-    except (InputFormatError, OutputPathError, RecoveryError, ConfigError, OSError) as exc:
-        print(f"wcc: {exc}", file=sys.stderr)
-        return 2
-    except PytimelyError as exc:
-        print(f"wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        for close in closers:
-            close()
-    print(f"wcc: {len(table)} rows in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
-    return 0
+        return f"{len(table)} rows in {time.perf_counter() - started:.2f} s -> {args.output}"
+
+    return job_main(
+        "wcc", parser, work, argv, recovery="the labels and changes found so far (with --epochs)",
+        elsewhere=main_spark,
+    )
 
 
 if __name__ == "__main__":

@@ -24,9 +24,11 @@ import numpy as np
 
 from pytimely import Scope, Worker, execute
 from pytimely.atomic import atomic_output, check_output
-from pytimely.config import Config, add_arguments, parse_config
+from pytimely.command import job_main
+from pytimely.config import Config, RunConfig
 from pytimely.dataflow.operators.window import Session, Sliding, Tumbling
-from pytimely.errors import InputFormatError, OutputPathError, PytimelyError
+from pytimely.errors import InputFormatError
+from pytimely.eventlog import Sink
 
 Kind = Tumbling | Sliding | Session
 BATCH = 1 << 16
@@ -91,7 +93,9 @@ def parse_kind(args: argparse.Namespace) -> Kind:
     return Sliding(size, step)
 
 
-def run(path: str, kind: Kind, workers: int = 1, *, config: Config | None = None) -> list[tuple[Any, ...]] | None:
+def run(
+    path: str, kind: Kind, workers: int = 1, *, config: Config | None = None, log: Sink | None = None
+) -> list[tuple[Any, ...]] | None:
     """The sorted ``(start, end, key, count)`` rows (``None`` on cluster processes other than worker 0's)."""
     times, keys = read_events(path)
 
@@ -122,7 +126,7 @@ def run(path: str, kind: Kind, workers: int = 1, *, config: Config | None = None
         events: list[tuple[Any, list[Any]]] = captured
         return events
 
-    parts = execute(job, workers, config=config)
+    parts = execute(job, workers, config=config, log=log)
     if config is not None and config.first_worker != 0:
         return None
     return sorted(row for captured in parts for _, batch in captured for row in batch)
@@ -161,25 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     kinds.add_argument("--tumbling", type=_positive, metavar="S", help="windows [k*S, (k+1)*S)")
     kinds.add_argument("--sliding", type=_size_and_step, metavar="S,D", help="windows [k*D, k*D+S)")
     kinds.add_argument("--session", type=_positive, metavar="G", help="per-key sessions with gaps of at most G")
-    add_arguments(parser)
-    args, config = parse_config(parser, argv)
-    started = time.perf_counter()
-    try:
-        if config.first_worker == 0:
+
+    def work(args: argparse.Namespace, run_config: RunConfig, log: Sink | None) -> str | None:
+        started = time.perf_counter()
+        if run_config.cluster.first_worker == 0:
             check_output(args.output)
-        rows = run(os.fspath(args.input), parse_kind(args), config=config)
+        rows = run(os.fspath(args.input), parse_kind(args), config=run_config.cluster, log=log)
         if rows is None:
-            return 0
+            return None
         write_windows(args.output, rows)
-    except (InputFormatError, OutputPathError, OSError) as exc:
-        print(f"windows: {exc}", file=sys.stderr)
-        return 2
-    except PytimelyError as exc:
-        print(f"windows: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    elapsed = time.perf_counter() - started
-    print(f"windows: {len(rows)} windows in {elapsed:.2f} s -> {args.output}", file=sys.stderr)
-    return 0
+        return f"{len(rows)} windows in {time.perf_counter() - started:.2f} s -> {args.output}"
+
+    return job_main("windows", parser, work, argv)
 
 
 if __name__ == "__main__":

@@ -31,19 +31,17 @@ that refuses what it did not seal (see ``docs/recovery.md``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from pytimely import InputHandle, Scope, Worker, execute
-from pytimely.cli import add_recovery_arguments, metrics_port_from, observers, recovery_from_args
-from pytimely.config import Config, add_arguments, parse_config
-from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
-from pytimely.eventlog import Sink, combine
+from pytimely.command import job_main
+from pytimely.config import Config, RunConfig
+from pytimely.eventlog import Sink
 from pytimely.io import check_output, read_words, write_table
-from pytimely.status import ProgressLine
+from pytimely.recovery import Recovery
 
 BATCH = 1 << 16
 
@@ -81,6 +79,7 @@ def run_rescaling(
     leave_timeout: float = 60.0,
     log: Sink | None = None,
     recovery: Any = None,
+    control: str | None = None,
 ) -> list[tuple[str, int]] | None:
     """Count in ``epochs`` epochs while processes join and leave as ``plan_text`` says (the process of the plan's
     gathering worker gets the counts, the others ``None``).
@@ -107,7 +106,11 @@ def run_rescaling(
             epochs,
             plan,
             # A request refused or unanswered is tried again for as long as the wait it serves may take.
-            coordinator=Launcher(timeout=max(join_timeout, leave_timeout)) if plan.changes else None,
+            coordinator=(
+                Launcher(address=control, secret=config.secret, timeout=max(join_timeout, leave_timeout))
+                if plan.changes
+                else None
+            ),
             join_timeout=join_timeout,
             leave_timeout=leave_timeout,
         )
@@ -212,8 +215,12 @@ def run_on_spark(
     )
 
 
-def main_spark(args: argparse.Namespace, processes: int | None, workers: int) -> int:
-    """Read the text with Spark, count on Spark-hosted workers, write OUT with Spark."""
+def main_spark(args: argparse.Namespace) -> str | None:
+    """With ``--spark``: read the text with Spark, count on Spark-hosted workers (``-n``, ``-w`` lay out the
+    stage), write OUT with Spark; without, ``None``."""
+    if not args.spark:
+        return None
+    processes, workers = args.processes, args.workers or 1
     from pyspark.sql import functions as F
 
     from pytimely import spark as on_spark
@@ -234,8 +241,7 @@ def main_spark(args: argparse.Namespace, processes: int | None, workers: int) ->
     elapsed = time.perf_counter() - started
     if figures is not None:
         print(figures.table(), file=sys.stderr)
-    print(f"wordcount: on Spark {args.spark} in {elapsed:.2f} s -> {args.output}", file=sys.stderr)
-    return 0
+    return f"on Spark {args.spark} in {elapsed:.2f} s -> {args.output}"
 
 
 def _count_of_epochs(text: str) -> int:
@@ -267,67 +273,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--leave-timeout", type=float, default=60.0, help="with --rescale: seconds a leaver may take to say so (60)"
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal")
-    add_recovery_arguments(parser, what="the counts (with --epochs)")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.spark:
-        # On Spark, -n and -w lay out the barrier stage; there are no hosts to give.
-        try:
-            return main_spark(args, args.processes, args.workers or 1)
-        except InputFormatError as exc:
-            print(f"wordcount: {exc}", file=sys.stderr)
-            return 2
-        except PytimelyError as exc:
-            print(f"wordcount: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-    args, config = parse_config(parser, argv)
-    started = time.perf_counter()
-    if args.rescale and args.epochs == 0:
-        parser.error("--rescale needs --epochs")
-    if args.recovery and args.epochs == 0:
-        parser.error("--recovery needs --epochs")
-    line = ProgressLine(quiet=args.quiet, total_epochs=args.epochs or None)
-    closers: list[Any] = []
-    try:
+
+    def work(args: argparse.Namespace, run_config: RunConfig, log: Sink | None) -> str | None:
+        if args.rescale and args.epochs == 0:
+            parser.error("--rescale needs --epochs")
+        if run_config.recovery is not None and args.epochs == 0:
+            parser.error("--recovery needs --epochs")
+        started = time.perf_counter()
+        config = run_config.cluster
         if config.first_worker == 0:
             check_output(args.output)  # before the work, not after it
-        observed, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port_from(os.environ))
-        log = combine(line.sink, observed)
-        recovery = recovery_from_args(
-            args, "wordcount --rescale" if args.rescale else "wordcount", parameters={"epochs": args.epochs},
-            inputs={"text": Path(args.input)},
+        recovery = (
+            None
+            if run_config.recovery is None
+            else Recovery.from_settings(
+                run_config.recovery,
+                "wordcount --rescale" if args.rescale else "wordcount",
+                parameters={"epochs": args.epochs},
+                inputs={"text": Path(args.input)},
+                announce=sys.stderr,
+            )
         )
-        with line:
-            if args.epochs > 0 and not args.rescale:
-                counts = run_epochs(args.input, args.epochs, recovery, config=config, log=log)
-            elif args.epochs > 0:
-                counts = run_rescaling(
-                    args.input,
-                    args.epochs,
-                    args.rescale,
-                    config,
-                    join_timeout=args.join_timeout,
-                    leave_timeout=args.leave_timeout,
-                    log=log,
-                    recovery=recovery,
-                )
-            else:
-                counts = run(args.input, config=config, log=log)
+        if args.epochs > 0 and not args.rescale:
+            counts = run_epochs(args.input, args.epochs, recovery, config=config, log=log)
+        elif args.epochs > 0:
+            counts = run_rescaling(
+                args.input,
+                args.epochs,
+                args.rescale,
+                config,
+                join_timeout=args.join_timeout,
+                leave_timeout=args.leave_timeout,
+                log=log,
+                recovery=recovery,
+                control=run_config.control,
+            )
+        else:
+            counts = run(args.input, config=config, log=log)
         if counts is None:
-            return 0
+            return None
         write_table(args.output, ["word", "count"], counts, sep="\t")
-    except (InputFormatError, OutputPathError, RecoveryError, ConfigError, OSError) as exc:
-        print(f"wordcount: {exc}", file=sys.stderr)
-        return 2
-    except PytimelyError as exc:
-        print(f"wordcount: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        for close in closers:
-            close()
-    print(f"wordcount: {len(counts)} words in {time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
-    return 0
+        return f"{len(counts)} words in {time.perf_counter() - started:.2f} s -> {args.output}"
+
+    return job_main(
+        "wordcount", parser, work, argv, recovery="the counts (with --epochs)",
+        epochs=lambda args: args.epochs or None, elsewhere=main_spark,
+    )
 
 
 if __name__ == "__main__":

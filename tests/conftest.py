@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+import tests.profiles  # noqa: F401  (loads the Hypothesis profile before any test module is imported)
+
 
 @dataclass(frozen=True)
 class S3Server:

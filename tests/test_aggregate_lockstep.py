@@ -27,6 +27,7 @@ from pytimely.progress import ProgressBatch, ProgressMode, ProgressReceiver
 from pytimely.progress.broadcast import AGGREGATE_DELAY, ProgressAggregator, aggregate_sender
 from pytimely.verify import aggregate as A
 from pytimely.verify import exchange as E
+from tests.profiles import examples
 
 from .test_differential_exchange import ExchangeLockstep
 
@@ -168,7 +169,7 @@ def run_lockstep(machine: type[AggregateLockstep]) -> int:
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=60,
+            max_examples=examples(60),
             stateful_step_count=40,
             deadline=None,
             derandomize=True,

@@ -28,6 +28,7 @@ from pytimely.progress.broadcast import ProgressBatch, ProgressReceiver
 from pytimely.verify.configs import rescale_config
 from pytimely.verify.mutants import Mutant
 from pytimely.verify.rescale import Boot, RescaleConfig, missing_range
+from tests.profiles import examples
 
 NEWCOMER = 50
 FRESH_IDS = (60, 61)
@@ -253,7 +254,7 @@ def simulate(data: st.DataObject, drain_links: bool) -> tuple[Run, list[Update],
     return run, updates, receiver, state
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data())
 def test_view_after_finish_is_every_batch_sent(data: st.DataObject) -> None:
     """With every link drained before finish(), the view is the accumulation of all batches ever sent."""
@@ -263,7 +264,7 @@ def test_view_after_finish_is_every_batch_sent(data: st.DataObject) -> None:
     assert not run.server.serving  # the server closed the newcomer's log
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data())
 def test_view_with_batches_still_in_flight_at_finish(data: st.DataObject) -> None:
     """Link batches arriving after finish() complete the view, those in the state discarded (as in ``recv_upd``)."""
@@ -317,7 +318,7 @@ def test_batches_in_flight_at_finish_through_the_strict_receiver() -> None:
 # --- against the reference model ---------------------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_request_matches_the_models_missing_ranges(data: st.DataObject) -> None:
     """``Bootstrap.request()`` names exactly the model's non-empty ``missing_range`` of each member."""

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytimely.algorithms.connected_components import _components
+from tests.profiles import examples
 
 
 def union_find_roots(n: int, edges: list[tuple[int, int]]) -> list[int]:
@@ -41,7 +42,7 @@ def graphs(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]]]:
     return n, edges
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(graphs())
 def test_components_are_union_find_components_rooted_at_least_row(graph: tuple[int, list[tuple[int, int]]]) -> None:
     n, edges = graph

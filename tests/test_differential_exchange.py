@@ -27,6 +27,7 @@ from pytimely.verify import exchange as E
 from pytimely.verify.graph import implied_frontier
 from pytimely.verify.poset import Poset
 from pytimely.verify.zmset import ZMSet, vacant
+from tests.profiles import examples
 
 from .graphs import reference, wcc
 
@@ -215,7 +216,7 @@ class ThreeWorkerDemandLockstep(ExchangeLockstep):
     workers = 3
 
 
-_settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+_settings = settings(max_examples=examples(60), stateful_step_count=40, deadline=None)
 TestEagerExchange = ExchangeLockstep.TestCase
 TestEagerExchange.settings = _settings
 TestDemandExchange = DemandLockstep.TestCase

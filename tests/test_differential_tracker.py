@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pytimely.progress import Builder, Target
 from pytimely.verify.graph import implied_frontier
+from tests.profiles import examples
 
 from .graphs import nested_loop, product_times, random_graphs, reference, wcc
 
@@ -49,21 +50,21 @@ def batches(times: st.SearchStrategy[Any]) -> st.SearchStrategy[list[list[tuple[
     return st.lists(st.lists(st.tuples(st.integers(0, 50), times, diffs), min_size=1, max_size=4), max_size=12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(batches(product_times(1)))
 def test_wcc_graph_of_seed_fig_2(trace: list[list[tuple[int, Any, int]]]) -> None:
     builder, _ = wcc()
     run_trace(builder, trace)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(batches(product_times(2)))
 def test_nested_loop(trace: list[list[tuple[int, Any, int]]]) -> None:
     builder, _ = nested_loop()
     run_trace(builder, trace)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(random_graphs(), batches(st.integers(0, 6)))
 def test_random_graphs(builder: Builder[int, Any], trace: list[list[tuple[int, Any, int]]]) -> None:
     run_trace(builder, trace)

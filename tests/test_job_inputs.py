@@ -17,6 +17,7 @@ from pytimely import Scope, Worker, execute
 from pytimely.algorithms import connected_components
 from pytimely.errors import InputFormatError, InvalidArgument, OutputPathError
 from pytimely.io import read_edges, read_words, write_table
+from tests.profiles import examples
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -143,7 +144,7 @@ def test_words_of_a_pipe_are_shared_out_like_a_files(tmp_path: Path) -> None:
     ),
     st.integers(1, 6),
 )
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_word_shares_are_contiguous_and_together_the_whole_text(tmp_path: Path, pieces: list[str], parts: int) -> None:
     path = tmp_path / "words.txt"
     text = "".join(pieces)
@@ -241,7 +242,7 @@ csv_lines = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=csv_lines, epochs=st.booleans())
 def test_read_edges_agrees_with_a_line_by_line_reference(tmp_path: Path, lines: list[str], epochs: bool) -> None:
     path = tmp_path / "e.csv"

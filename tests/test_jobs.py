@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytimely.errors import InputFormatError
+from tests.profiles import examples
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -64,7 +65,7 @@ epoch_edges = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edges=edge_lists, workers=st.integers(1, 3), seed=st.integers(0, 1000))
 def test_wcc_agrees_with_networkx(tmp_path: Path, edges: list[tuple[int, int]], workers: int, seed: int) -> None:
     path = write(tmp_path / "edges.csv", edges)
@@ -72,7 +73,7 @@ def test_wcc_agrees_with_networkx(tmp_path: Path, edges: list[tuple[int, int]], 
     assert [tuple(r) for r in table.tolist()] == expected_labels(edges)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edges=epoch_edges, workers=st.integers(1, 3), seed=st.integers(0, 1000))
 def test_wcc_epochs_agree_with_networkx_on_prefixes(
     tmp_path: Path, edges: list[tuple[int, int, int]], workers: int, seed: int
@@ -137,7 +138,7 @@ def test_wcc_accepts_header_and_blank_lines(tmp_path: Path) -> None:
     assert [tuple(r) for r in wcc.run(str(path)).tolist()] == [(1, 1), (2, 1), (5, 5), (6, 5), (7, 5)]
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=st.lists(st.sampled_from(["a", "B", "b", "éé", "a-b", "x\ty", "", "  ", "\n"]), max_size=60).map(" ".join),
     workers=st.integers(1, 3),
@@ -148,7 +149,7 @@ def test_wordcount_agrees_with_counter(tmp_path: Path, text: str, workers: int) 
     assert wordcount.run(str(path), workers) == sorted(Counter(text.split()).items())
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=st.lists(st.sampled_from(["a", "B", "b", "éé", "a-b", "x\ty", "", "\n"]), max_size=60).map(" ".join),
     workers=st.integers(1, 3),

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytimely import Worker, execute
+from tests.profiles import examples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,7 +106,7 @@ def run(program: list[str], data: list[tuple[int, int]], workers: int, seed: int
     return out
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(program=stages, data=inputs, workers=st.integers(1, 3), seed=st.integers(0, 10_000))
 def test_random_dataflows_match_the_sequential_reference(
     program: list[str], data: list[tuple[int, int]], workers: int, seed: int
@@ -119,7 +120,7 @@ def test_random_dataflows_match_the_sequential_reference(
     assert {t: c for t, c in got.items() if c} == expected
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     data=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 30)), min_size=1, max_size=40),
     workers=st.integers(2, 3),

@@ -19,6 +19,7 @@ from pytimely.errors import (
 from pytimely.order import Product
 from pytimely.progress import Antichain, Builder, Increment, ProductSummary, Source, Target
 from pytimely.progress.timestamp import Enter, Leave
+from tests.profiles import examples
 
 
 def chain(length: int) -> tuple[Builder[int, Increment], list[int]]:
@@ -354,7 +355,7 @@ def stuck_by_brute_force(specs: list[Spec], edges: list[tuple[int, int]], top: i
     return False
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(nested_graphs())
 def test_build_refuses_exactly_the_cycles_a_timestamp_travels_without_advancing(
     graph: tuple[list[Spec], list[tuple[int, int]]],

@@ -34,6 +34,7 @@ from pytimely.recovery.parts import Part
 from pytimely.recovery.runtime import binned_changes, owner_on_restore, passed_fences
 from pytimely.verify import rescale as R
 from pytimely.verify.rescale import IN_FLIGHT, SnapshotConfig, SnapshotModel, SnapState
+from tests.profiles import examples
 
 KEY = "0/sums#0/totals"
 CONFIG = SnapshotConfig(
@@ -226,7 +227,7 @@ class SnapshotLockstep(RuleBasedStateMachine):
 
 
 TestSnapshotLockstep = SnapshotLockstep.TestCase
-TestSnapshotLockstep.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
+TestSnapshotLockstep.settings = settings(max_examples=examples(60), stateful_step_count=50, deadline=None)
 
 
 class EverySecondEpoch(SnapshotLockstep):
@@ -240,4 +241,4 @@ class EverySecondEpoch(SnapshotLockstep):
 
 
 TestEverySecondEpoch = EverySecondEpoch.TestCase
-TestEverySecondEpoch.settings = settings(max_examples=30, stateful_step_count=50, deadline=None)
+TestEverySecondEpoch.settings = settings(max_examples=examples(30), stateful_step_count=50, deadline=None)

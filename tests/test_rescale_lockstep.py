@@ -44,6 +44,7 @@ from pytimely.verify import rescale as R
 from pytimely.verify.poset import Poset
 from pytimely.verify.rescale import JOINING, LEAVING, MEMBER, RescaleConfig
 from pytimely.verify.zmset import ZMSet
+from tests.profiles import examples
 
 LOC = Source(0, 0)
 """The one output every worker's input operator has (the model's pointstamps are its times)."""
@@ -391,7 +392,7 @@ def test_the_clone_rule_lets_a_frontier_pass_a_held_time() -> None:
         run_state_machine_as_test(
             CloneMint,
             settings=settings(
-                max_examples=2000,
+                max_examples=examples(2000),
                 stateful_step_count=30,
                 deadline=None,
                 suppress_health_check=list(HealthCheck),
@@ -413,7 +414,7 @@ def test_the_model_refuses_the_clone_rule() -> None:
     assert CloneMint.minted(machine, 0) == [(LOC, 0)]
 
 
-_settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+_settings = settings(max_examples=examples(150), stateful_step_count=40, deadline=None)
 TestRescaleLockstep = RescaleLockstep.TestCase
 TestRescaleLockstep.settings = _settings
 TestThreeMembers = ThreeMembers.TestCase

@@ -15,6 +15,7 @@ from pytimely import Scope
 from pytimely.communication.simulated import SimulatedCluster
 from pytimely.errors import InvalidArgument, SimulatedAbortError
 from pytimely.testing import ABORT, EOF, TestingSink, run_dataflow, run_simulated, testing_source
+from tests.profiles import examples
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -150,7 +151,7 @@ def test_messages_between_processes_are_copies() -> None:
     assert received == sent and received is not sent
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(
     st.lists(st.lists(st.sampled_from("abcde"), max_size=8), min_size=1, max_size=5),
     st.integers(1, 3),

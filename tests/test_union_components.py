@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pytimely import Worker, execute
 from pytimely.algorithms.rescaling import merge_edges, union_components
 from pytimely.membership import balanced_moves
+from tests.profiles import examples
 
 edges_st = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=25)
 
@@ -47,7 +48,7 @@ def reference_changes(batches: list[list[tuple[int, int]]]) -> list[dict[int, in
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(batches=st.lists(edges_st, min_size=1, max_size=6))
 def test_merging_batch_by_batch_gives_the_components_and_their_changes(batches: list[list[tuple[int, int]]]) -> None:
     state = None
@@ -85,7 +86,7 @@ def _run_with_moves(worker: Worker, epochs: list[list[tuple[int, int]]], owners:
     return [(t, [r for rows in batch for r in rows.tolist()]) for t, batch in captured]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(
     epochs=st.lists(edges_st, min_size=1, max_size=4),
     owners=st.lists(st.sampled_from([[0], [1], [0, 1]]), min_size=4, max_size=4),

@@ -1,5 +1,6 @@
 """pytimely: Timely Dataflow for Python, with progress tracking checked against its formal model."""
 
+from pytimely.command import execute_from_args
 from pytimely.dataflow import (
     BinTable,
     Capability,
@@ -53,4 +54,5 @@ __all__ = [
     "Worker",
     "__version__",
     "execute",
+    "execute_from_args",
 ]

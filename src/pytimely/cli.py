@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import importlib
 import os
 import secrets
@@ -38,96 +37,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import IO, Any
 
-from pytimely.config import add_arguments, config_from_args
-from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
-from pytimely.eventlog import Sink, combine
+from pytimely.command import USAGE_ERRORS, add_run_arguments, observers, parse_run, run_with
+from pytimely.config import LAYOUT_VARIABLES, RECOVERY_TRUST, RecoverySettings, RunConfig
+from pytimely.errors import ConfigError, PytimelyError, RecoveryError
 from pytimely.status import ProgressLine, Status, status_from_metrics
 
-__all__ = ["add_recovery_arguments", "launch", "main", "metrics_port_from", "observers", "recovery_from_args"]
-
-RECOVERY_TRUST = (
-    "Snapshots are pickles: a store is trusted like this program's own files, unless it is sealed with "
-    "--recovery-key-file, and then every file not sealed by that key is refused before anything in it is "
-    "unpickled."
-)
-"""The trust model of a recovery store, as the command line's help states it."""
-
-
-def add_recovery_arguments(parser: argparse.ArgumentParser, *, what: str = "the job's declared state") -> None:
-    """Add ``--recovery DIR``, ``--recovery-mode``, ``--recovery-key-file`` and ``--snapshot-every`` to ``parser``.
-
-    Each reads its ``PYTIMELY_RECOVERY*`` variable by default (``pytimely launch --recovery`` sets them).
-    """
-    group = parser.add_argument_group("recovery", RECOVERY_TRUST)
-    group.add_argument(
-        "--recovery", metavar="DIR", default=os.environ.get("PYTIMELY_RECOVERY") or None,
-        help=f"snapshot {what} into DIR (a folder or s3:// URL) and resume from it after a crash, on any number "
-             "of processes (PYTIMELY_RECOVERY)",
-    )
-    group.add_argument(
-        "--recovery-mode", choices=("resume", "fresh"), default=os.environ.get("PYTIMELY_RECOVERY_MODE") or "resume",
-        help="resume (default): go on from DIR's last snapshot, refusing a store of another job, input or "
-             "parameter; fresh: empty DIR and start over (PYTIMELY_RECOVERY_MODE)",
-    )
-    group.add_argument(
-        "--recovery-key-file", metavar="FILE", default=os.environ.get("PYTIMELY_RECOVERY_KEY_FILE") or None,
-        help="seal DIR with the key in FILE (16 bytes or more) and refuse what it did not seal "
-             "(PYTIMELY_RECOVERY_KEY_FILE)",
-    )
-    group.add_argument(
-        "--snapshot-every", type=int, default=int(os.environ.get("PYTIMELY_SNAPSHOT_EVERY") or 1), metavar="E",
-        help="with --recovery: snapshot every E-th epoch (default 1; PYTIMELY_SNAPSHOT_EVERY)",
-    )
-
-
-def recovery_key(path: str | None) -> bytes | None:
-    """The key in ``path`` (surrounding whitespace stripped), or ``None``; a bad file is a :class:`ConfigError`."""
-    if path is None:
-        return None
-    try:
-        key = Path(path).read_bytes().strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the recovery key file {path}: {exc.strerror or exc}") from None
-    if len(key) < 16:
-        raise ConfigError(f"the recovery key in {path} is {len(key)} bytes long; at least 16 are needed")
-    return key
-
-
-def recovery_from_args(
-    args: argparse.Namespace,
-    job: str,
-    *,
-    parameters: Mapping[str, Any] | None = None,
-    inputs: Mapping[str, Any] | None = None,
-) -> Any:
-    """The :class:`~pytimely.recovery.Recovery` the flags of :func:`add_recovery_arguments` ask for (``None``
-    without ``--recovery``), announcing on stderr."""
-    if not getattr(args, "recovery", None):
-        return None
-    from pytimely.recovery import Recovery, SnapshotPolicy
-
-    if args.snapshot_every < 1:
-        raise ConfigError(f"--snapshot-every must be at least 1, got {args.snapshot_every}")
-    return Recovery(
-        args.recovery,
-        job=job,
-        policy=SnapshotPolicy(every_epochs=args.snapshot_every),
-        parameters=dict(parameters or {}),
-        inputs=dict(inputs or {}),
-        key=recovery_key(args.recovery_key_file),
-        mode=args.recovery_mode,
-        announce=sys.stderr,
-    )
-
+__all__ = ["launch", "main"]
 
 def _load(target: str) -> Callable[..., Any]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"expected module:function, got {target!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, "")  # modules of the current folder, as `python -m` finds them
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -163,46 +89,35 @@ def _explaining(func: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def _run(argv: Sequence[str], *, explain: bool = False) -> int:
-    from pytimely.execute import execute
-
     prog = "pytimely explain" if explain else "pytimely run"
-    parser = argparse.ArgumentParser(prog=prog, description="Run module:function on a worker layout.")
-    add_arguments(parser)
-    parser.add_argument(
-        "--metrics-port", type=int, default=None,
-        help="serve Prometheus metrics on this port (default: PYTIMELY_METRICS_PORT, else none)",
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Run module:function on a worker layout.", epilog=f"Recovery: {RECOVERY_TRUST}"
     )
-    add_recovery_arguments(parser)
-    parser.add_argument("target", help="module:function taking a Worker")
+    add_run_arguments(parser)
+    parser.add_argument("target", help="module:function taking a Worker (imported as `python -m` would)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments left in sys.argv for the function")
-    args = parser.parse_args(argv)
+    args, run = parse_run(parser, argv)
     try:
-        config = config_from_args(args)
         func = _load(args.target)
-        metrics_port = args.metrics_port if args.metrics_port is not None else metrics_port_from(os.environ)
-        recovery = recovery_from_args(args, args.target)
     except ConfigError as exc:
         parser.error(str(exc))
+    process = run.cluster.process
     try:
-        log, closers = observers(os.environ.get("PYTIMELY_LOG") or None, metrics_port)
+        log, closers = observers(run)
     except (PytimelyError, OSError) as exc:
-        print(f"pytimely run: process {config.process}: {exc}", file=sys.stderr)
+        print(f"{prog}: process {process}: {exc}", file=sys.stderr)
         return 2
     saved = sys.argv
     sys.argv = [args.target, *args.args]
-    on_leave = None
-    control = os.environ.get("PYTIMELY_CONTROL")
-    if config.elastic and control:
-        on_leave = functools.partial(_announce_leave, control, config.secret)
     if explain:
         func = _explaining(func)
     try:
-        results = execute(func, config=config, on_leave=on_leave, log=log, recovery=recovery)
-    except (InputFormatError, OutputPathError, RecoveryError) as exc:
-        print(f"pytimely run: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        results = run_with(func, run, name=args.target, log=log)
+    except USAGE_ERRORS as exc:
+        print(f"{prog}: process {process}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except PytimelyError as exc:
-        print(f"{prog}: process {config.process}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{prog}: process {process}: {type(exc).__name__}: {exc}", file=sys.stderr)
         if explain:
             for note in getattr(exc, "__notes__", ()):
                 print(note, file=sys.stderr)
@@ -213,48 +128,8 @@ def _run(argv: Sequence[str], *, explain: bool = False) -> int:
             close()
     for i, result in enumerate(results):
         if result is not None:
-            print(f"worker {config.first_worker + i}: {result!r}")
+            print(f"worker {run.cluster.first_worker + i}: {result!r}")
     return 0
-
-
-def _announce_leave(address: str, secret: bytes | None, process: int) -> None:
-    """Tell the launcher's control endpoint ``process`` leaves, so it hands no newcomer this process to dial."""
-    from pytimely.membership import request
-
-    request("leaving", process, address=address, secret=secret)
-
-
-def metrics_port_from(environ: Mapping[str, str]) -> int | None:
-    """``PYTIMELY_METRICS_PORT`` from ``environ`` (``pytimely launch --metrics-port`` sets it per process)."""
-    text = environ.get("PYTIMELY_METRICS_PORT", "")
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"PYTIMELY_METRICS_PORT must be a port number, got {text!r}") from None
-
-
-def observers(log_path: str | None, metrics_port: int | None) -> tuple[Sink | None, list[Callable[[], None]]]:
-    """The event-log sink for a JSON-lines file at ``log_path`` and metrics served on ``metrics_port`` (either
-    may be ``None``), and what to call when the computation ends; ``(None, [])`` when both are off."""
-    sinks: list[Sink] = []
-    closers: list[Callable[[], None]] = []
-    if log_path is not None:
-        from pytimely.eventlog import JsonLines
-
-        files = JsonLines(log_path)
-        sinks.append(files)
-        closers.append(files.close)
-    if metrics_port is not None:
-        from pytimely.metrics import Metrics
-
-        metrics = Metrics()
-        served = metrics.serve(metrics_port)
-        print(f"pytimely: metrics at http://127.0.0.1:{served}/metrics", file=sys.stderr, flush=True)
-        sinks.append(metrics)
-        closers.append(metrics.close)
-    return combine(*sinks), closers
 
 
 def _bind(port: int) -> socket.socket:
@@ -349,7 +224,7 @@ class _Elastic:
                 index, listener = self.waiting.pop(0)
                 live = set(self.live())
                 left = [q for q in range(index) if q not in live]
-                launcher.spawn(index, {"PYTIMELY_JOIN": "1", "PYTIMELY_LEFT": ",".join(map(str, left))}, listener)
+                launcher.spawn(index, listener, join=True, left=left)
         return None
 
     def close(self) -> None:
@@ -373,7 +248,7 @@ class _Elastic:
 class _Launcher:
     """The processes of one ``launch``: their hosts, their environment, their output."""
 
-    def __init__(self, command: Sequence[str], workers: int, hosts: list[str]) -> None:
+    def __init__(self, command: Sequence[str], workers: int, hosts: list[str], base: RunConfig) -> None:
         self.command = list(command)
         self.workers = workers
         self.hosts = hosts
@@ -383,28 +258,31 @@ class _Launcher:
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.forwarders: list[threading.Thread] = []
         self.lock = threading.RLock()
-        self.extra: dict[str, str] = {}
-        self.metrics_port: int | None = None
-        """With ``--metrics-port P``, process I serves metrics on P + I."""
+        self.base = base
+        """What every process is told alike (the tunables of this launcher's environment, recovery, control)."""
+        self.initial = len(hosts)
+        self.elastic = False
 
-    def spawn(self, index: int, extra: dict[str, str], listener: socket.socket) -> None:
-        """Start process ``index`` with ``listener`` (handed down, then closed here)."""
-        env = dict(os.environ)
-        env.update(
-            PYTIMELY_LISTEN_FD=str(listener.fileno()),
-            PYTIMELY_PROCESSES=str(index + 1 if extra.get("PYTIMELY_JOIN") else len(self.hosts)),
-            PYTIMELY_PROCESS=str(index),
-            PYTIMELY_WORKERS=str(self.workers),
-            PYTIMELY_HOSTS=",".join(self.hosts[: index + 1] if extra.get("PYTIMELY_JOIN") else self.hosts),
-            PYTIMELY_SECRET=self.secret,
-            PYTHONHASHSEED=self.hashseed,
-            **self.extra,
-            **extra,
+    def spawn(self, index: int, listener: socket.socket, *, join: bool = False, left: Sequence[int] = ()) -> None:
+        """Start process ``index`` with ``listener`` (handed down, then closed here); a newcomer with ``join``."""
+        hosts = self.hosts[: index + 1] if join else self.hosts
+        base = self.base
+        cluster = replace(
+            base.cluster,
+            workers=self.workers,
+            processes=len(hosts),
+            process=index,
+            hosts=tuple((h.rsplit(":", 1)[0], int(h.rsplit(":", 1)[1])) for h in hosts),
+            secret=self.secret.encode(),
+            listen_fd=listener.fileno(),
+            elastic=self.elastic,
+            initial=self.initial if self.elastic else 0,
+            join=join,
+            left=tuple(left),
         )
-        if self.metrics_port is not None:
-            env["PYTIMELY_METRICS_PORT"] = str(self.metrics_port + index)
-        env.pop("PYTIMELY_HOSTFILE", None)
-        env.pop("PYTIMELY_SECRET_FILE", None)
+        metrics = None if base.metrics_port is None else base.metrics_port + index
+        env = replace(base, cluster=cluster, metrics_port=metrics).child_env()
+        env["PYTHONHASHSEED"] = self.hashseed
         try:
             child = subprocess.Popen(
                 self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(listener.fileno(),)
@@ -453,19 +331,22 @@ def launch(
     """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
+    settings = None
     if recovery is not None:
         from pytimely.recovery import open_store
 
-        if recovery_mode not in ("resume", "fresh"):
-            raise ConfigError(f"--recovery-mode must be resume or fresh, got {recovery_mode!r}")
-        recovery_key(recovery_key_file)
-        open_store(recovery).check_writable()
+        settings = RecoverySettings(recovery, mode=recovery_mode, key_file=recovery_key_file).absolute()  # type: ignore[arg-type]
+        settings.key()
+        open_store(settings.store).check_writable()
     if not command:
         raise ConfigError("launch needs a command after --")
+    # The tunables (timeouts, windows...) of this environment reach every process; the layout is made here.
+    tunables = {k: v for k, v in os.environ.items() if k not in LAYOUT_VARIABLES}
+    base = RunConfig.from_env(tunables)
+    base = replace(base, recovery=settings or base.recovery, metrics_port=metrics_port)
     # Every process's port is bound here and handed down, so nothing can take it before the process starts.
     listeners = [_bind(port + i if port else 0) for i in range(processes)]
-    launcher = _Launcher(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners])
-    launcher.metrics_port = metrics_port
+    launcher = _Launcher(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners], base)
     endpoint = None
     membership: _Elastic | None = None
     if elastic:
@@ -473,18 +354,12 @@ def launch(
 
         membership = _Elastic(launcher, leave_timeout)
         endpoint = ControlEndpoint(launcher.secret.encode(), membership.handle)
-        launcher.extra = {
-            "PYTIMELY_ELASTIC": "1", "PYTIMELY_INITIAL": str(processes), "PYTIMELY_CONTROL": endpoint.address
-        }
-    if recovery is not None:
-        launcher.extra["PYTIMELY_RECOVERY"] = os.path.abspath(recovery) if "://" not in recovery else recovery
-        launcher.extra["PYTIMELY_RECOVERY_MODE"] = recovery_mode
-        if recovery_key_file is not None:
-            launcher.extra["PYTIMELY_RECOVERY_KEY_FILE"] = os.path.abspath(recovery_key_file)
+        launcher.elastic = True
+        launcher.base = replace(base, control=endpoint.address)
     try:
         with launcher.lock:
             for index in range(processes):
-                launcher.spawn(index, {}, listeners[index])
+                launcher.spawn(index, listeners[index])
         with _progress_line(launcher, quiet):
             status = _supervise(launcher, membership, grace)
     finally:
@@ -499,7 +374,7 @@ def launch(
 
 def _progress_line(launcher: _Launcher, quiet: bool) -> ProgressLine:
     """The launcher's progress line, drawn from its processes' metrics (off without ``--metrics-port``)."""
-    port = launcher.metrics_port or 0
+    port = launcher.base.metrics_port or 0
     started = time.monotonic()
 
     def scrape() -> Status:
@@ -515,7 +390,7 @@ def _progress_line(launcher: _Launcher, quiet: bool) -> ProgressLine:
                 continue  # not serving yet, or gone: the line shows the others
         return status_from_metrics(texts, time.monotonic() - started)
 
-    return ProgressLine(quiet=quiet or launcher.metrics_port is None, source=scrape)
+    return ProgressLine(quiet=quiet or launcher.base.metrics_port is None, source=scrape)
 
 
 def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -> int:

@@ -33,6 +33,21 @@ can configure processes without touching their command lines::
 A flag wins over its variable. Worker indices are global: process ``p`` runs
 workers ``p*W .. p*W+W-1``. The secret is never taken on the command line,
 where other users could read it.
+
+The whole of what a process is told to do is a :class:`RunConfig` (the layout above, plus recovery, the event
+log, metrics and the launcher's control endpoint)::
+
+    --recovery DIR               PYTIMELY_RECOVERY           the recovery store (docs/recovery.md)
+    --recovery-mode MODE         PYTIMELY_RECOVERY_MODE      resume (default) or fresh
+    --recovery-key-file FILE     PYTIMELY_RECOVERY_KEY_FILE  the key sealing the store
+    --snapshot-every E           PYTIMELY_SNAPSHOT_EVERY     a snapshot every E-th epoch (default 1)
+    --log PATH                   PYTIMELY_LOG                write the event log as JSON lines to PATH
+    --metrics-port PORT          PYTIMELY_METRICS_PORT       serve Prometheus metrics on PORT
+                                 PYTIMELY_CONTROL            the launcher's control endpoint (elastic runs)
+
+:meth:`RunConfig.from_env` and :meth:`RunConfig.to_env` are the only places in the library where these variables
+are read or written (``pytimely launch`` writes them for every process it starts; a test checks no other module
+reads the environment).
 """
 
 from __future__ import annotations
@@ -43,10 +58,20 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal, cast
 
 from pytimely.errors import ConfigError, WeakSecretError
 
-__all__ = ["MIN_SECRET", "Config", "add_arguments", "config_from_args", "is_loopback"]
+__all__ = [
+    "MIN_SECRET",
+    "Config",
+    "RecoverySettings",
+    "RunConfig",
+    "add_arguments",
+    "add_recovery_arguments",
+    "config_from_args",
+    "is_loopback",
+]
 
 MIN_SECRET = 16
 """The shortest cluster secret accepted, in bytes (128 bits)."""
@@ -318,3 +343,208 @@ def parse_config(
         return args, config_from_args(args)
     except ConfigError as exc:
         parser.error(str(exc))
+
+
+RECOVERY_TRUST = (
+    "Snapshots are pickles: a store is trusted like this program's own files, unless it is sealed with "
+    "--recovery-key-file, and then every file not sealed by that key is refused before anything in it is "
+    "unpickled."
+)
+"""The trust model of a recovery store, as the command line's help states it."""
+
+_RECOVERY_MODES = ("resume", "fresh")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySettings:
+    """Where a run keeps its recovery store and how (``--recovery`` and the flags beside it)."""
+
+    store: str
+    """A folder, or an fsspec URL such as ``s3://bucket/prefix``."""
+    mode: Literal["resume", "fresh"] = "resume"
+    """``resume``: go on from the store's last snapshot; ``fresh``: empty it and start over."""
+    key_file: str | None = None
+    """A file holding the key that seals the store (16 bytes or more)."""
+    snapshot_every: int = 1
+    """A snapshot every this many epochs."""
+
+    def __post_init__(self) -> None:
+        if not self.store:
+            raise ConfigError("the recovery store must be named (a folder or an fsspec URL)")
+        if self.mode not in _RECOVERY_MODES:
+            raise ConfigError(f"the recovery mode must be resume or fresh, got {self.mode!r}")
+        if type(self.snapshot_every) is not int or self.snapshot_every < 1:
+            raise ConfigError(f"--snapshot-every must be at least 1, got {self.snapshot_every!r}")
+
+    def key(self) -> bytes | None:
+        """The key in :attr:`key_file` (surrounding whitespace stripped), or ``None``; a bad file is refused."""
+        if self.key_file is None:
+            return None
+        try:
+            key = Path(self.key_file).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the recovery key file {self.key_file}: {exc.strerror or exc}") from None
+        if len(key) < MIN_SECRET:
+            raise ConfigError(
+                f"the recovery key in {self.key_file} is {len(key)} bytes long; at least {MIN_SECRET} are needed"
+            )
+        return key
+
+    def absolute(self) -> RecoverySettings:
+        """These settings with local paths made absolute (for processes started in another folder)."""
+        store = self.store if "://" in self.store else os.path.abspath(self.store)
+        key_file = None if self.key_file is None else os.path.abspath(self.key_file)
+        return replace(self, store=store, key_file=key_file)
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Everything a process is told: the cluster layout, recovery, the event log, metrics, the control endpoint."""
+
+    cluster: Config = field(default_factory=Config)
+    recovery: RecoverySettings | None = None
+    log: str | None = None
+    """A path to write the event log to, as JSON lines."""
+    metrics_port: int | None = None
+    """A port to serve Prometheus metrics on."""
+    control: str | None = None
+    """``HOST:PORT`` of the launcher's control endpoint, in an elastic run."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RunConfig:
+        """The run the ``PYTIMELY_*`` variables of ``env`` (default: this process's) describe."""
+        return cls.from_args(None, env)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace | None, env: Mapping[str, str] | None = None) -> RunConfig:
+        """The run given by flags (:func:`add_arguments`, :func:`add_recovery_arguments`) and, where a flag is
+        absent, the environment."""
+        env = os.environ if env is None else env
+        values = vars(args) if args is not None else {}
+
+        def pick(flag: str, var: str) -> str | None:
+            value = values.get(flag)
+            if value is not None:
+                return str(value)
+            got = env.get(var)
+            return got if got not in (None, "") else None
+
+        recovery = None
+        store = pick("recovery", "PYTIMELY_RECOVERY")
+        if store is not None:
+            every = pick("snapshot_every", "PYTIMELY_SNAPSHOT_EVERY") or "1"
+            if not every.isdigit():
+                raise ConfigError(f"--snapshot-every / PYTIMELY_SNAPSHOT_EVERY: {every!r} is not a whole number")
+            recovery = RecoverySettings(
+                store,
+                mode=cast(Literal["resume", "fresh"], pick("recovery_mode", "PYTIMELY_RECOVERY_MODE") or "resume"),
+                key_file=pick("recovery_key_file", "PYTIMELY_RECOVERY_KEY_FILE"),
+                snapshot_every=int(every),
+            )
+        port = pick("metrics_port", "PYTIMELY_METRICS_PORT")
+        if port is not None and not port.isdigit():
+            raise ConfigError(f"PYTIMELY_METRICS_PORT must be a port number, got {port!r}")
+        return cls(
+            cluster=config_from_args(args, env),
+            recovery=recovery,
+            log=pick("log", "PYTIMELY_LOG"),
+            metrics_port=None if port is None else int(port),
+            control=env.get("PYTIMELY_CONTROL") or None,
+        )
+
+    def to_env(self) -> dict[str, str]:
+        """The ``PYTIMELY_*`` variables from which :meth:`from_env` gives this run back (the secret included)."""
+        c = self.cluster
+        env = {
+            "PYTIMELY_WORKERS": str(c.workers),
+            "PYTIMELY_PROCESSES": str(c.processes),
+            "PYTIMELY_PROCESS": str(c.process),
+            "PYTIMELY_BIND": c.bind,
+            "PYTIMELY_HEARTBEAT": repr(c.heartbeat),
+            "PYTIMELY_TIMEOUT": repr(c.timeout),
+            "PYTIMELY_CONNECT_TIMEOUT": repr(c.connect_timeout),
+            "PYTIMELY_HANDSHAKE_TIMEOUT": repr(c.handshake_timeout),
+            "PYTIMELY_SEND_TIMEOUT": repr(c.send_timeout),
+            "PYTIMELY_STALL_TIMEOUT": repr(c.stall_timeout),
+            "PYTIMELY_ENCRYPT": "1" if c.encrypt else "0",
+            "PYTIMELY_AGGREGATE_PROGRESS": "1" if c.aggregate_progress else "0",
+            "PYTIMELY_SHARED_MEMORY": str(c.shared_memory),
+            "PYTIMELY_SEND_WINDOW": str(c.send_window),
+            "PYTIMELY_RECV_WINDOW": str(c.recv_window),
+        }
+        if c.hosts:
+            env["PYTIMELY_HOSTS"] = ",".join(f"{host}:{port}" for host, port in c.hosts)
+        if c.secret is not None:
+            env["PYTIMELY_SECRET"] = c.secret.decode()
+        if c.elastic:
+            env["PYTIMELY_ELASTIC"] = "1"
+            env["PYTIMELY_INITIAL"] = str(c.initial)
+        if c.join:
+            env["PYTIMELY_JOIN"] = "1"
+        if c.left:
+            env["PYTIMELY_LEFT"] = ",".join(map(str, c.left))
+        if c.listen_fd is not None:
+            env["PYTIMELY_LISTEN_FD"] = str(c.listen_fd)
+        if self.recovery is not None:
+            env["PYTIMELY_RECOVERY"] = self.recovery.store
+            env["PYTIMELY_RECOVERY_MODE"] = self.recovery.mode
+            env["PYTIMELY_SNAPSHOT_EVERY"] = str(self.recovery.snapshot_every)
+            if self.recovery.key_file is not None:
+                env["PYTIMELY_RECOVERY_KEY_FILE"] = self.recovery.key_file
+        if self.log is not None:
+            env["PYTIMELY_LOG"] = self.log
+        if self.metrics_port is not None:
+            env["PYTIMELY_METRICS_PORT"] = str(self.metrics_port)
+        if self.control is not None:
+            env["PYTIMELY_CONTROL"] = self.control
+        return env
+
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default: this process's environment) without the run contract's variables, plus this run's:
+        the environment of a process started to run it."""
+        base = os.environ if base is None else base
+        env = {k: v for k, v in base.items() if k not in RUN_VARIABLES}
+        env.update(self.to_env())
+        return env
+
+
+LAYOUT_VARIABLES = frozenset({
+    "PYTIMELY_WORKERS", "PYTIMELY_PROCESSES", "PYTIMELY_PROCESS", "PYTIMELY_HOSTS", "PYTIMELY_HOSTFILE",
+    "PYTIMELY_SECRET", "PYTIMELY_SECRET_FILE", "PYTIMELY_LISTEN_FD", "PYTIMELY_ELASTIC", "PYTIMELY_INITIAL",
+    "PYTIMELY_JOIN", "PYTIMELY_LEFT", "PYTIMELY_CONTROL",
+})
+"""Variables that say where one process stands in one cluster (a launcher sets them anew for each process)."""
+
+RUN_VARIABLES = LAYOUT_VARIABLES | {
+    "PYTIMELY_BIND", "PYTIMELY_HEARTBEAT", "PYTIMELY_TIMEOUT", "PYTIMELY_CONNECT_TIMEOUT",
+    "PYTIMELY_HANDSHAKE_TIMEOUT", "PYTIMELY_SEND_TIMEOUT", "PYTIMELY_STALL_TIMEOUT", "PYTIMELY_ENCRYPT",
+    "PYTIMELY_AGGREGATE_PROGRESS", "PYTIMELY_SHARED_MEMORY", "PYTIMELY_SEND_WINDOW", "PYTIMELY_RECV_WINDOW",
+    "PYTIMELY_RECOVERY", "PYTIMELY_RECOVERY_MODE", "PYTIMELY_RECOVERY_KEY_FILE", "PYTIMELY_SNAPSHOT_EVERY",
+    "PYTIMELY_LOG", "PYTIMELY_METRICS_PORT",
+}
+"""Every variable of the run contract."""
+
+
+def add_recovery_arguments(parser: argparse.ArgumentParser, *, what: str = "the job's declared state") -> None:
+    """Add ``--recovery DIR``, ``--recovery-mode``, ``--recovery-key-file`` and ``--snapshot-every`` to ``parser``;
+    absent, each is read from its ``PYTIMELY_RECOVERY*`` variable by :meth:`RunConfig.from_args`."""
+    group = parser.add_argument_group("recovery", RECOVERY_TRUST)
+    group.add_argument(
+        "--recovery", metavar="DIR",
+        help=f"snapshot {what} into DIR (a folder or s3:// URL) and resume from it after a crash, on any number "
+             "of processes (PYTIMELY_RECOVERY)",
+    )
+    group.add_argument(
+        "--recovery-mode", choices=_RECOVERY_MODES,
+        help="resume (default): go on from DIR's last snapshot, refusing a store of another job, input or "
+             "parameter; fresh: empty DIR and start over (PYTIMELY_RECOVERY_MODE)",
+    )
+    group.add_argument(
+        "--recovery-key-file", metavar="FILE",
+        help="seal DIR with the key in FILE (16 bytes or more) and refuse what it did not seal "
+             "(PYTIMELY_RECOVERY_KEY_FILE)",
+    )
+    group.add_argument(
+        "--snapshot-every", type=int, metavar="E",
+        help="with --recovery: snapshot every E-th epoch (default 1; PYTIMELY_SNAPSHOT_EVERY)",
+    )

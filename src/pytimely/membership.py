@@ -19,7 +19,6 @@ tells every process, the same way, which workers take part at each epoch.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import selectors
 import socket
@@ -211,13 +210,12 @@ _WINDOW = 300.0
 
 
 def _target(address: str | None, secret: bytes | None) -> tuple[tuple[str, int], bytes]:
-    address = address or os.environ.get("PYTIMELY_CONTROL")
     if not address:
-        raise MembershipError("no control endpoint: run under `pytimely launch --elastic` or set PYTIMELY_CONTROL")
-    if secret is None:
-        secret = os.environ.get("PYTIMELY_SECRET", "").encode()
+        raise MembershipError(
+            "no control endpoint: run under `pytimely launch --elastic` (RunConfig.from_env().control names it)"
+        )
     if not secret:
-        raise MembershipError("the control endpoint needs the cluster secret (PYTIMELY_SECRET)")
+        raise MembershipError("the control endpoint needs the cluster secret (RunConfig.from_env().cluster.secret)")
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise MembershipError(f"the control endpoint address {address!r} is not HOST:PORT")
@@ -233,8 +231,8 @@ def request(op: str, process: int | None = None, *, address: str | None = None, 
     on its own; ``"joined"`` that worker ``process`` (a worker index here) of a newcomer has bootstrapped;
     ``"status"`` gives ``{"process": p, "state": ..., "status": exit status or None}``, the state one of
     ``waiting`` (not started yet), ``running``, ``joined`` (every worker bootstrapped), ``leaving``, ``exited``.
-    ``address`` and ``secret`` default to ``PYTIMELY_CONTROL`` and ``PYTIMELY_SECRET``, which the launcher gives
-    every process it starts.
+    ``address`` and ``secret`` are the launcher's control endpoint and the cluster secret, which the launcher gives
+    every process it starts (``RunConfig.from_env().control`` and ``.cluster.secret``).
 
     A connection that fails, is refused or closed, or gets no answer, is tried again (a fresh connection after a
     pause of 0.05 s, doubling up to 0.5 s) until ``timeout`` seconds have passed since the call

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.communication.simulated import Delivery, SimulatedCluster
 from pytimely.errors import InvalidArgument, SimulatedAbortError
 

@@ -18,6 +18,14 @@ from typing import Any
 from pytimely.membership import request
 
 
+def _control() -> dict[str, object]:
+    """Where the launcher's control endpoint is, and the secret to sign with (the run contract's)."""
+    from pytimely.config import RunConfig
+
+    run = RunConfig.from_env()
+    return {"address": run.control, "secret": run.cluster.secret}
+
+
 def main(out: str) -> int:
     """Run as the process the launcher says this is."""
     me = int(os.environ["PYTIMELY_PROCESS"])
@@ -40,11 +48,11 @@ def main(out: str) -> int:
         if time.monotonic() > deadline:
             return 4
         time.sleep(0.01)
-    request("remove", 1)
-    newcomer = int(request("add")["process"])
+    request("remove", 1, **_control())
+    newcomer = int(request("add", **_control())["process"])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        leaver, joiner = request("status", 1), request("status", newcomer)
+        leaver, joiner = request("status", 1, **_control()), request("status", newcomer, **_control())
         seen.append({"leaver": leaver["state"], "newcomer": joiner["state"]})
         if joiner["state"] == "exited":
             break
@@ -56,3 +64,4 @@ def main(out: str) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))
+

@@ -102,7 +102,15 @@ def leave_on_its_own(worker: Worker) -> str | None:
         return None
     deadline = time.monotonic() + 30
     worker.step_while(lambda: 1 in worker.members and time.monotonic() < deadline)
-    state = request("status", 1)["state"]
+    state = request("status", 1, **_control())["state"]
     handle.close()
     worker.step_while(lambda: not probe.done(), timeout=30)
     return str(state)
+
+
+def _control() -> dict[str, object]:
+    """Where the launcher's control endpoint is, and the secret to sign with (the run contract's)."""
+    from pytimely.config import RunConfig
+
+    run = RunConfig.from_env()
+    return {"address": run.control, "secret": run.cluster.secret}

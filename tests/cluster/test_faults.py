@@ -20,6 +20,7 @@ import pytest
 from tests.cluster.helpers import Cluster, report
 from tests.cluster.jobs import expected_sums
 from tests.cluster.proxy import FIELDS, Fault, Proxy, Strangers
+from tests.waiting import wait_until
 
 SUM = ["tests.cluster.jobs:exchange_sum"]
 
@@ -205,9 +206,7 @@ def test_twenty_strangers_do_not_delay_start_up(tmp_path: Path, trickle: float |
     # The strangers are queued on process 0's port before it even starts accepting.
     strangers = Strangers(cluster.hosts[0], 20, trickle=trickle)
     try:
-        deadline = time.monotonic() + 10
-        while strangers.connected < 20 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: strangers.connected >= 20, 30, "20 strangers connected")
         assert strangers.connected == 20
         started = time.monotonic()
         cluster.start([*SUM, str(out), "2", "1000"])

@@ -20,6 +20,7 @@ from pytimely.errors import MembershipError
 from pytimely.membership import ControlEndpoint, request
 from pytimely.signed_lines import MAX_LINE, encode
 from tests.cluster.helpers import ROOT
+from tests.waiting import wait_until
 
 
 def words_file(tmp_path: Path, lines: int = 3000) -> Path:
@@ -97,9 +98,7 @@ def test_an_elastic_run_with_200_silent_connections_on_its_control_endpoint_join
     assert done.returncode == 0, done.stderr
     assert counted(out) == dict(Counter(text.read_text(encoding="utf-8").split()))
     assert time.monotonic() - started < 90
-    deadline = time.monotonic() + 30
-    while not report.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)  # the strangers stop once the endpoint is gone
+    wait_until(report.exists, 60, "the strangers' report (they stop once the endpoint is gone)")
     held = json.loads(report.read_text())
     # Held from before the run started until the launcher closed its endpoint at the end.
     assert held["peak"] == 200 and held["stopped"] == "endpoint gone", held

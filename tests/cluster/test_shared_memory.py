@@ -17,6 +17,7 @@ import pytest
 from pytimely.communication.ring import shared_memory_dir
 from tests.cluster.helpers import Cluster, report
 from tests.cluster.jobs import ring_batches, ring_digest
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(shared_memory_dir() is None, reason="needs /dev/shm")
 EPOCHS, ROWS = 12, 200_000  # 1.6 MB a batch: well over the size that goes through a ring
@@ -31,10 +32,7 @@ def rings() -> set[str]:
 def no_leftover_rings() -> Iterator[None]:
     before = rings()
     yield
-    deadline = time.monotonic() + 5
-    while rings() - before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not rings() - before, "a ring file was left in /dev/shm"
+    wait_until(lambda: not rings() - before, 30, "every ring file of the run to leave /dev/shm")
 
 
 def expected(workers: int) -> dict[int, tuple[int, str]]:

@@ -21,6 +21,7 @@ from pytimely.errors import (
     FrameLengthError,
     FrameSequenceError,
 )
+from tests.profiles import examples
 
 KEYS = FrameKeys(os.urandom(32), os.urandom(32))
 """One direction's keys, as a handshake would derive them."""
@@ -48,7 +49,7 @@ def encode_all(specs: list[tuple[int, int, int, int, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(frames, st.lists(st.integers(1, 5000), min_size=1, max_size=20))
 def test_frames_round_trip_whatever_the_chunking(
     specs: list[tuple[int, int, int, int, int, bytes]], cuts: list[int]
@@ -83,7 +84,7 @@ def test_large_payload_is_read_into_its_own_buffer() -> None:
     assert [bytes(f.payload) for f in got] == [payload, b"x"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.binary(min_size=1, max_size=200), st.data())
 def test_every_single_bit_flip_is_caught(payload: bytes, data: st.DataObject) -> None:
     wire = bytearray(encode_all([(1, 2, 3, 0, 1, payload)]))
@@ -232,7 +233,7 @@ def test_encrypted_or_only_authenticated_frames_round_trip_and_refuse_any_change
         FrameDecoder(1, FrameKeys(KEYS.payload, KEYS.header, not encrypt)).feed(wire)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(
         st.lists(

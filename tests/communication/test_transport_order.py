@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pytimely.communication.allocator import Precedence
 from pytimely.communication.cluster import OutgoingFrame, SendQueues
 from pytimely.communication.frame import FrameDecoder, FrameEncoder, FrameKeys
+from tests.profiles import examples
 
 CHANNELS = {(0, 0): 2, (0, 1): 1, (0, 2): 1, (1, 0): 2, (4294967295, 0): 3}
 """Channel -> its precedence (progress channels are 2, data 1, control 3)."""
@@ -95,4 +96,4 @@ class Transport(RuleBasedStateMachine):
 
 
 TestTransport = Transport.TestCase
-TestTransport.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestTransport.settings = settings(max_examples=examples(150), stateful_step_count=40, deadline=None)

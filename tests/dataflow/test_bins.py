@@ -30,6 +30,7 @@ from pytimely.errors import (
     UnknownWorkerError,
 )
 from tests.dataflow.helpers import Events, merge
+from tests.profiles import examples
 
 EPOCHS = 5
 
@@ -238,7 +239,7 @@ def add(key: Any, value: int, state: int | None) -> tuple[int, list[tuple[Any, i
     return total, [(key, total)]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(runs, epoch_data, st.data())
 def test_a_running_sum_state_machine_gives_the_same_output_whatever_the_moves(
     run: tuple[int, int | None], values: list[tuple[int, int]], data: st.DataObject
@@ -305,7 +306,7 @@ def test_moved_state_continues_on_the_new_owner() -> None:
     assert all(5 not in held for w, t, held in snapshots if w == old and t >= 2)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(runs, st.lists(st.tuples(st.integers(0, EPOCHS - 1), st.sampled_from("abcdefgh")), max_size=60), st.data())
 def test_word_count_and_per_time_aggregations_ignore_moves(
     run: tuple[int, int | None], words: list[tuple[int, str]], data: st.DataObject
@@ -342,7 +343,7 @@ _AGGREGATES: dict[str, Callable[[int, str], int]] = {
 }
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(runs, epoch_data, epoch_data, st.data())
 def test_a_join_gives_the_same_matches_whatever_the_moves(
     run: tuple[int, int | None], left: list[tuple[int, int]], right: list[tuple[int, int]], data: st.DataObject
@@ -438,7 +439,7 @@ def test_key_hash_of_other_types_falls_back_to_python_hash() -> None:
     assert key_hash(Point()) == 12345
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(runs, st.lists(st.tuples(st.integers(0, EPOCHS - 1), st.integers(-(1 << 40), 1 << 40)), max_size=80), st.data())
 def test_numpy_batches_are_routed_by_vectorised_bins(
     run: tuple[int, int | None], values: list[tuple[int, int]], data: st.DataObject

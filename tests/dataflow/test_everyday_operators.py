@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pytimely import Scope, Stream, Worker, execute
 from pytimely.errors import InvalidArgument
+from tests.profiles import examples
 
 Row = tuple[int, int, int]
 """``(epoch, key, value)``."""
@@ -49,7 +50,7 @@ def run(
     return out
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(rows, workers, forms)
 def test_key_on_and_map_value(data: list[Row], n: int, form: str) -> None:
     def build(s: Stream[Any]) -> Stream[Any]:
@@ -77,7 +78,7 @@ def test_key_on_arrow_reads_the_key_column() -> None:
     assert [r for _, b in events for r in b] == [(1, (1, "a")), (2, (2, "b")), (1, (1, "c"))]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(rows, workers)
 def test_stateful_map_running_sum_in_epoch_order(data: list[Row], n: int) -> None:
     """A running sum per key, forgotten (state ``None``) once it passes 40; one value per key and epoch, so
@@ -98,7 +99,7 @@ def test_stateful_map_running_sum_in_epoch_order(data: list[Row], n: int) -> Non
     assert sorted(got) == sorted(expected)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(rows, workers, forms, st.sampled_from([None, 1, 2, 3]))
 def test_collect_keyed_per_epoch_and_window(data: list[Row], n: int, form: str, every: int | None) -> None:
     got = run(data, n, lambda s: s.collect(every=every), form)
@@ -110,7 +111,7 @@ def test_collect_keyed_per_epoch_and_window(data: list[Row], n: int, form: str, 
     assert {(t, k): Counter(vs) for t, (k, vs) in got} == expected
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(rows, workers, forms)
 def test_collect_unkeyed_gathers_one_collection_keeping_numpy(data: list[Row], n: int, form: str) -> None:
     def job(worker: Worker) -> Any:
@@ -140,7 +141,7 @@ def test_collect_unkeyed_gathers_one_collection_keeping_numpy(data: list[Row], n
     assert got == expected
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(st.integers(0, 300), st.integers(2, 4), forms)
 def test_redistribute_spreads_evenly(size: int, n: int, form: str) -> None:
     def job(worker: Worker) -> Any:
@@ -207,7 +208,7 @@ def test_enrich_cached_vectorized_mapper_sees_whole_batches() -> None:
     assert isinstance(batch, np.ndarray) and batch.tolist() == [1001, 1002, 1001, 1003]
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(rows, workers, forms, st.sampled_from(["min", "max", "first", "last"]))
 def test_final_extremes(data: list[Row], n: int, form: str, kind: str) -> None:
     got = run(data, n, lambda s: getattr(s, f"{kind}_final")(), form)
@@ -258,7 +259,7 @@ def test_bad_arguments_are_typed() -> None:
     execute(job)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.tuples(st.integers(-(2**40), 2**40), st.integers(-100, 100)), min_size=1, max_size=80),
     st.sampled_from([None, 1, 2**20]),

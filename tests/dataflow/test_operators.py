@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pytimely import Antichain, Capability, Notificator, Product, Stream, Worker, execute
 from pytimely.dataflow import OperatorInfo
+from tests.profiles import examples
 
 from .helpers import DATA, RUNS, Events, feed, merge, per_epoch, records, run_pipeline
 
@@ -307,7 +308,7 @@ def test_numpy_batches_through_vectorized_exchange_and_map_batch(workers: int, s
         assert ((batch // 3) % workers == w).all()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     workers=st.sampled_from([2, 3, 4]),
     dtype=st.sampled_from(["int64", "int32", "uint32"]),

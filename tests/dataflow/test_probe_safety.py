@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytimely import Product, Worker, execute
+from tests.profiles import examples
 
 from .helpers import share
 
@@ -136,7 +137,7 @@ def check(trace: Trace, variant: str, data: list[tuple[int, int]], workers: int)
             assert mine[-1] == []
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     data=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), min_size=1, max_size=30),
     workers=st.integers(2, 3),

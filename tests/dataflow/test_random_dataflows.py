@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytimely import Stream, Worker, execute
+from tests.profiles import examples
 
 from .helpers import Events, merge, share
 
@@ -126,7 +127,7 @@ def run(
     return merge(execute(job, workers, seed=seed, check_serialization=True))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     program=programs,
     data=inputs,

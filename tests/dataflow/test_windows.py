@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pytimely import Scope, Worker, execute
 from pytimely.dataflow.operators.window import DropLate, Session, SideOutput, Sliding, Tumbling
 from pytimely.errors import InvalidArgument
+from tests.profiles import examples
 
 Kind = Tumbling | Sliding | Session
 Event = tuple[int, int, int, int]
@@ -146,7 +147,7 @@ def _check(kind: Kind, events: list[Event], windows: list[tuple[int, tuple[Any, 
         assert time == end - 1  # emitted at the window's last instant
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(kind=kinds(), events=events_strategy, workers=st.integers(1, 4), form=st.sampled_from(sorted(FORMS)))
 def test_windows_match_the_reference_and_late_records_are_counted(
     kind: Kind, events: list[Event], workers: int, form: str
@@ -156,7 +157,7 @@ def test_windows_match_the_reference_and_late_records_are_counted(
     assert dropped == sum(1 for t, x, _, _ in events if x < t)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     kind=kinds(),
     events=events_strategy,

@@ -18,10 +18,10 @@ from typing import Any
 
 from pytimely import Worker, execute
 from pytimely.atomic import atomic_output
-from pytimely.cli import add_recovery_arguments, recovery_from_args
-from pytimely.config import add_arguments, parse_config
+from pytimely.command import add_run_arguments, parse_run
 from pytimely.dataflow.operators.state_machine import state_machine
 from pytimely.errors import PytimelyError
+from pytimely.recovery import Recovery
 
 WINDOW = 5
 """Tumbling windows of this many units of event time."""
@@ -111,17 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orders")
     parser.add_argument("--payments")
     parser.add_argument("--output", required=True)
-    add_recovery_arguments(parser)
-    add_arguments(parser)
-    args, config = parse_config(parser, argv)
+    add_run_arguments(parser)
+    args, run = parse_run(parser, argv)
+    config = run.cluster
+
+    def recovery_of(job: str, inputs: dict[str, Path]) -> Recovery | None:
+        if run.recovery is None:
+            return None
+        return Recovery.from_settings(run.recovery, job, inputs=inputs, announce=sys.stderr)
+
     try:
         if args.job == "window":
-            recovery = recovery_from_args(args, "window", inputs={"events": Path(args.events)})
-            rows = window_job(args.events, recovery, config)
+            rows = window_job(args.events, recovery_of("window", {"events": Path(args.events)}), config)
         else:
-            recovery = recovery_from_args(
-                args, "join", inputs={"orders": Path(args.orders), "payments": Path(args.payments)}
-            )
+            recovery = recovery_of("join", {"orders": Path(args.orders), "payments": Path(args.payments)})
             rows = join_job(args.orders, args.payments, recovery, config)
     except PytimelyError as exc:
         print(f"kill_jobs: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pytimely.errors import InputFormatError, SparkError, SparkSlotsError, SparkTaskError
 from pytimely.spark import collect, read, run_dataflow, save, to_record_batch
 from pytimely.spark.output import task_message, translate
+from tests.profiles import examples
 from tests.test_components_kernel import union_find_roots
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,7 +40,10 @@ wcc = _example("wcc")
 wordcount = _example("wordcount")
 
 SPARK_SETTINGS = settings(
-    max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(4),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 

@@ -14,6 +14,7 @@ import pytest
 from pytimely.errors import SparkRendezvousError
 from pytimely.signed_lines import encode
 from pytimely.spark.rendezvous import Registry, Ticket, meet
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -86,10 +87,7 @@ def test_a_task_gives_up_on_its_own_timeout(registry: Registry) -> None:
     ticket = Ticket(registry.host, registry.port, registry.ticket(b"s" * 32).run, b"s" * 32, 0.5)
     with pytest.raises(SparkRendezvousError, match=r"did not arrive within 0.5 s"):
         meet(ticket, "3.0", 1, 2, "h:1")
-    deadline = time.monotonic() + 3
-    while registry.waiting and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert registry.waiting == 0  # the registry forgot the task that left
+    wait_until(lambda: registry.waiting == 0, 30, "the registry to forget the task that left")
 
 
 def test_announcements_signed_with_another_secret_are_ignored(registry: Registry) -> None:
@@ -147,9 +145,7 @@ def test_closing_stops_the_thread_and_tells_waiting_tasks() -> None:
     results: list[Any] = []
     waiter = threading.Thread(target=lambda: results.extend(in_threads([lambda: meet(ticket, "1.0", 0, 2, "h:0")])))
     waiter.start()
-    deadline = time.monotonic() + 5
-    while reg.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: reg.waiting > 0, 30, "a task waiting at the registry")
     reg.close()
     waiter.join(timeout=10)
     assert isinstance(results[0], SparkRendezvousError)
@@ -190,10 +186,7 @@ def test_a_finished_meeting_leaves_no_open_sockets(registry: Registry) -> None:
         )
         assert results == [["h:0", "h:1"]] * 2
     # The registry closes its side after replying, on its own thread: give it a moment, not forever.
-    deadline = time.monotonic() + 5.0
-    while registry_sockets(registry.port) > 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert registry_sockets(registry.port) == 1  # the listener alone
+    wait_until(lambda: registry_sockets(registry.port) == 1, 30, "the registry's listener alone")
 
 
 def test_a_second_announcement_of_a_partition_takes_the_first_ones_place(registry: Registry) -> None:
@@ -202,9 +195,7 @@ def test_a_second_announcement_of_a_partition_takes_the_first_ones_place(registr
     late: list[Any] = []
     first = threading.Thread(target=lambda: early.extend(in_threads([lambda: meet(ticket, "1.0", 0, 2, "old:0")])))
     first.start()
-    deadline = time.monotonic() + 5
-    while registry.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: registry.waiting > 0, 30, "a task waiting at the registry")
     second = threading.Thread(target=lambda: late.extend(in_threads([lambda: meet(ticket, "1.0", 0, 2, "new:0")])))
     second.start()
     first.join(timeout=10)  # the old announcement is told it was replaced, so the new one is in place
@@ -274,9 +265,7 @@ def test_a_replayed_announcement_takes_no_live_tasks_place(registry: Registry) -
         first: list[Any] = []
         task = threading.Thread(target=lambda: first.extend(in_threads([lambda: meet(through, "1.0", 0, 2, "h:0")])))
         task.start()
-        deadline = time.monotonic() + 5
-        while registry.waiting == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: registry.waiting > 0, 30, "a task waiting at the registry")
         # The observer sends what it saw on a connection of its own.
         with socket.create_connection((registry.host, registry.port), timeout=10) as replay:
             replay.sendall(b"".join(heard))

@@ -16,6 +16,7 @@ from pytimely.errors import ModuleFailedError
 from pytimely.workflow.executors import Call, SparkExecutor
 from pytimely.workflow.fingerprint import value_fingerprint
 from pytimely.workflow.staging import FsspecStaging, LocalStaging, MemoryStaging, StagingArea
+from tests.profiles import examples
 
 rows = st.lists(st.tuples(st.integers(-1000, 1000), st.text("abcxyz", max_size=4)), max_size=20)
 
@@ -36,7 +37,7 @@ def areas(tmp_path: Path) -> dict[str, StagingArea]:
     }
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows)
 def test_dataframe_round_trip(
     spark: Any, tmp_path_factory: pytest.TempPathFactory, data: list[tuple[int, str]]

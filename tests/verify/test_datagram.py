@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from tests.profiles import examples
 
 from pytimely.verify import datagram as G
 from pytimely.verify.__main__ import main
@@ -111,7 +112,7 @@ def test_mutants_stay_in_their_model() -> None:
 # --- random walks -------------------------------------------------------------------------------------------
 
 SETTINGS = settings(
-    max_examples=40, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(40), stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
@@ -127,13 +128,13 @@ def test_state_machine_far_large() -> None:
 
 def test_state_machine_mixed_large_four_locations() -> None:
     """Four locations (0 and 1 neighbours, the others far), three messages each, two faults."""
-    _run(state_machine(make_model("datagram", "mixed-large", 4)), settings(SETTINGS, max_examples=25))
+    _run(state_machine(make_model("datagram", "mixed-large", 4)), settings(SETTINGS, max_examples=examples(25)))
 
 
 def test_state_machine_finds_reordering() -> None:
     machine = state_machine(make_model("datagram", "far-large", mutant=Mutant.RECEIVE_REORDERS), ["FifoPerChannel"])
     with pytest.raises(AssertionError, match="violation of FifoPerChannel"):
-        _run(machine, settings(SETTINGS, max_examples=500, phases=[Phase.generate], print_blob=False))
+        _run(machine, settings(SETTINGS, max_examples=examples(500), phases=[Phase.generate], print_blob=False))
 
 
 # --- Send ---------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.profiles import examples
 
 from pytimely.order import Product
 from pytimely.progress.timestamp import Increment, ProductSummary
@@ -134,7 +135,7 @@ def test_posets() -> None:
         Poset(["x", "y"], lambda a, b: True)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.data())
 def test_propagation_converges_to_implied_frontier(data: st.DataObject) -> None:
     """Running local propagation to quiescence yields exactly the implied frontier everywhere (§5)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from tests.profiles import examples
 
 from pytimely.verify import rescale as R
 from pytimely.verify.__main__ import main
@@ -158,7 +159,7 @@ def test_mutants_stay_in_their_model() -> None:
 # --- random walks -------------------------------------------------------------------------------------------
 
 SETTINGS = settings(
-    max_examples=30, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(30), stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
@@ -173,7 +174,7 @@ def test_state_machine_churn_large() -> None:
 
 
 def test_state_machine_four_members() -> None:
-    _run(state_machine(make_model("rescale", "churn-large", 4)), settings(SETTINGS, max_examples=15))
+    _run(state_machine(make_model("rescale", "churn-large", 4)), settings(SETTINGS, max_examples=examples(15)))
 
 
 def test_state_machine_finds_leave_drops_early() -> None:
@@ -181,7 +182,13 @@ def test_state_machine_finds_leave_drops_early() -> None:
     with pytest.raises(AssertionError, match="violation of Safe"):
         _run(
             machine,
-            settings(SETTINGS, max_examples=2000, stateful_step_count=10, phases=[Phase.generate], print_blob=False),
+            settings(
+                SETTINGS,
+                max_examples=examples(2000),
+                stateful_step_count=10,
+                phases=[Phase.generate],
+                print_blob=False,
+            ),
         )
 
 

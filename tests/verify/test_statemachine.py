@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from tests.profiles import examples
 
 from pytimely.verify.configs import make_model
 from pytimely.verify.mutants import Mutant
 from pytimely.verify.statemachine import state_machine
 
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=examples(40),
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -36,11 +37,11 @@ def test_combined_three_workers_wcc() -> None:
 
 def test_combined_three_workers_wcc_large() -> None:
     """All six locations of Fig. 2 and three iterations as pointstamps, wider bounds."""
-    _run(state_machine(make_model("combined", "wcc-large", workers=3)), settings(SETTINGS, max_examples=25))
+    _run(state_machine(make_model("combined", "wcc-large", workers=3)), settings(SETTINGS, max_examples=examples(25)))
 
 
 def test_combined_nested() -> None:
-    _run(state_machine(make_model("combined", "nested", workers=3)), settings(SETTINGS, max_examples=20))
+    _run(state_machine(make_model("combined", "nested", workers=3)), settings(SETTINGS, max_examples=examples(20)))
 
 
 def test_propagation_nested() -> None:
@@ -52,5 +53,11 @@ def test_state_machine_finds_a_mutant() -> None:
     with pytest.raises(AssertionError, match="violation of Safe"):
         _run(
             machine,
-            settings(SETTINGS, max_examples=1000, stateful_step_count=10, phases=[Phase.generate], print_blob=False),
+            settings(
+                SETTINGS,
+                max_examples=examples(1000),
+                stateful_step_count=10,
+                phases=[Phase.generate],
+                print_blob=False,
+            ),
         )

@@ -14,6 +14,7 @@ from pytimely.workflow.interpreter import Trace
 from pytimely.workflow.model import CONTINUE, Connection, Kind, Module, Port, PortRef
 from pytimely.workflow.runner import plan, run
 from pytimely.workflow.staging import LocalStaging, StagingArea
+from tests.profiles import examples
 
 PIPELINE = """
     from typing import NamedTuple
@@ -362,7 +363,7 @@ def in_folder(folder: str, action: Any) -> Any:
         os.chdir(before)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs(), st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 9)), min_size=3, max_size=5))
 def test_early_cutoff_never_hides_a_change(spec: dict[str, Any], edits: list[tuple[int, int]]) -> None:
     with tempfile.TemporaryDirectory() as home:

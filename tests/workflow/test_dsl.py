@@ -30,6 +30,7 @@ from pytimely.workflow import (
     simple,
 )
 from pytimely.workflow.executors import Call, ProcessExecutor
+from tests.profiles import examples
 
 
 class Summary(NamedTuple):
@@ -360,7 +361,7 @@ def programs(draw: st.DrawFn) -> tuple[int, list[tuple[int, list[int], dict[int,
     return n_in, steps, returned
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(programs())
 def test_random_programs_build_the_module_they_describe(
     program: tuple[int, list[tuple[int, list[int], dict[int, set[int]]]], list[int]],

@@ -35,6 +35,7 @@ from pytimely.workflow.executors import (
     dataflow_step,
 )
 from pytimely.workflow.fingerprint import code_fingerprint
+from tests.profiles import examples
 
 # -- module-level functions: a process pool finds them by reference ------------------------------------------------
 
@@ -197,7 +198,7 @@ def test_thread_calls_run_at_once() -> None:
     assert asyncio.run(main()) == [{"out": i} for i in range(4)]
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.tuples(st.integers(), st.integers()), max_size=8))
 def test_thread_results_match_calls(pairs: list[tuple[int, int]]) -> None:
     async def main() -> list[dict[str, Any]]:
@@ -298,7 +299,7 @@ def test_no_threads_or_processes_left_after_close(kind: str) -> None:
 # -- a dataflow as a module ----------------------------------------------------------------------------------------
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(
     lines=st.lists(
         st.lists(st.sampled_from(["a", "rose", "is", "Rose", "b", "c"]), max_size=6).map(" ".join), max_size=30

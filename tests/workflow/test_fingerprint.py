@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from pytimely.errors import FingerprintError
 from pytimely.workflow.fingerprint import code_fingerprint, derive, value_fingerprint
+from tests.profiles import examples
 
 
 def clean(rows: list[int], limit: int) -> list[int]:
@@ -144,7 +145,7 @@ json_like = st.recursive(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(value=json_like)
 def test_equal_values_equal_fingerprints(value: Any) -> None:
     import copy
@@ -165,13 +166,13 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(a=json_like, b=json_like)
 def test_fingerprints_equal_exactly_when_values_are(a: Any, b: Any) -> None:
     assert (value_fingerprint(a) == value_fingerprint(b)) == same(a, b)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(a=json_like)
 def test_one_change_changes_the_fingerprint(a: Any) -> None:
     assert value_fingerprint([a]) != value_fingerprint([a, None])
@@ -183,7 +184,7 @@ def test_value_kinds_are_told_apart() -> None:
     assert len({value_fingerprint(v) for v in values}) == len(values)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.dictionaries(st.text(max_size=4), st.integers(), max_size=6), st.randoms())
 def test_dict_order_matters_and_set_order_does_not(mapping: dict[str, int], rnd: Any) -> None:
     items = list(mapping.items())
@@ -213,7 +214,7 @@ arrays = st.sampled_from([np.int64, np.float32, np.uint8, np.bool_]).flatmap(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(arrays)
 def test_numpy_by_dtype_shape_and_bytes(array: np.ndarray) -> None:
     assert value_fingerprint(array) == value_fingerprint(array.copy())
@@ -236,7 +237,7 @@ tables = st.lists(st.tuples(st.integers(-5, 5), st.text(max_size=3) | st.none())
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(tables, st.integers(1, 5))
 def test_arrow_tables_by_content_not_chunking(table: pa.Table, chunk: int) -> None:
     rechunked = pa.Table.from_batches(table.to_batches(max_chunksize=chunk), schema=table.schema)
@@ -270,7 +271,7 @@ def test_unpicklable_value_is_a_typed_error() -> None:
 # -- derived -------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     params=st.dictionaries(st.text(max_size=4), json_like, max_size=4),
     inputs=st.dictionaries(st.text(max_size=4), st.text("0123456789abcdef", min_size=1, max_size=8), max_size=4),

@@ -24,6 +24,7 @@ from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
 from pytimely.workflow.resume import compute_resume_state
 from pytimely.workflow.runner import plan, run
 from pytimely.workflow.staging import LocalStaging, MemoryStaging, StagingArea
+from tests.profiles import examples
 
 CALLS: Counter[str] = Counter()
 FAIL: dict[str, int] = {}
@@ -451,7 +452,7 @@ def workflows(draw: st.DrawFn) -> tuple[Module, dict[str, int], list[str]]:
     return wf, values, tags
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workflows(), st.data())
 def test_random_workflows_killed_at_a_module_resume_to_the_same_outputs(
     case: tuple[Module, dict[str, int], list[str]], data: st.DataObject

@@ -30,6 +30,7 @@ from pytimely.workflow.model import (
     minimal_deps,
     ports,
 )
+from tests.profiles import examples
 
 
 def ref(text: str) -> PortRef:
@@ -257,7 +258,7 @@ def closure_deps(module: Module) -> dict[str, frozenset[str]]:
     }
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(nested_modules())
 def test_minimal_deps_are_exactly_reachability(module: Module) -> None:
     assert module.deps == closure_deps(module)
@@ -310,7 +311,7 @@ def test_is_assignable(source: Any, target: Any, expected: bool) -> None:
 CLASSES = [bool, int, float, complex, str, bytes, list, tuple, dict, collections.abc.Sequence, collections.abc.Mapping]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.sampled_from(CLASSES), st.sampled_from(CLASSES), st.sampled_from(CLASSES))
 def test_is_assignable_is_a_preorder_on_classes(a: type, b: type, c: type) -> None:
     assert is_assignable(a, a)
@@ -370,7 +371,7 @@ def unrolled_deps(loop: Module) -> dict[str, frozenset[str]]:
     return deps
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(loop_modules())
 def test_loop_deps_match_the_unrolled_loop(loop: Module) -> None:
     assert minimal_deps(loop) == unrolled_deps(loop)

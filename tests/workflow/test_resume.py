@@ -25,6 +25,7 @@ from pytimely.workflow.resume import (
     compute_resume_state,
     compute_resume_state_async,
 )
+from tests.profiles import examples
 
 
 def simple(name: str, ins: Iterable[str], outs: Iterable[str], deps: dict[str, set[str]]) -> Module:
@@ -241,7 +242,7 @@ def modules(draw: st.DrawFn) -> tuple[Module, frozenset[Vertex], frozenset[str],
     return module, frozenset(h), recomputed, requested
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(modules())
 def test_random_modules_against_brute_force_and_every_queue(
     case: tuple[Module, frozenset[Vertex], frozenset[str], frozenset[str]],
@@ -344,7 +345,7 @@ def test_a_failing_lazy_check_fails_the_run_and_cancels_the_others() -> None:
     assert set(cancelled) == set(started) - {Vertex.outport("s")}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.one_of(st.integers(0, 5), st.none()), max_size=40))
 def test_every_queue_kind_meets_the_specification(ops: list[int | None]) -> None:
     """§2.4's queue contract: dequeue returns x fewer times than enqueue(x) was called; set semantics keep an

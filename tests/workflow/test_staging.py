@@ -10,9 +10,12 @@ from hypothesis import strategies as st
 
 from pytimely.errors import StagingKeyError, ValueMissingError
 from pytimely.workflow.staging import StagingArea, check_key
+from tests.profiles import examples
 
 # Hypothesis reuses one area per test function: every example uses keys of its own.
-AREA_SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+AREA_SETTINGS = settings(
+    max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def test_is_a_staging_area(staging: StagingArea) -> None:

@@ -26,8 +26,11 @@ from pytimely.workflow.staging import (
     format_of,
     open_staging,
 )
+from tests.profiles import examples
 
-AREA_SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+AREA_SETTINGS = settings(
+    max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 picklable = st.recursive(
     st.none()

@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from pytimely.errors import ValueMissingError
 from pytimely.workflow.staging import FsspecStaging, LocalStaging, MemoryStaging, StagingArea
+from tests.profiles import examples
 
 KEYS = ["a/out", "a/out/iter-1", "a/outer", "b/c/out", "b"]
 FINGERPRINTS = ["f1", "f2", "f3"]
@@ -79,7 +80,7 @@ class StagingMachine(RuleBasedStateMachine):
 
 
 MACHINE_SETTINGS = settings(
-    max_examples=30, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(30), stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

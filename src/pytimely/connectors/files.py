@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.atomic import atomic_output
 from pytimely.connectors.formats import Format, format_of, read_batches
 from pytimely.connectors.source import Action, Advance, End, Send, polled_source

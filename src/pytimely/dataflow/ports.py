@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.communication.allocator import Members
 from pytimely.communication.payload import dumps, loads
 from pytimely.dataflow.capability import Capability, InputCapability

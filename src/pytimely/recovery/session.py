@@ -30,6 +30,7 @@ from pytimely.recovery.snapshots import Opened, Snapshots
 from pytimely.recovery.store import SnapshotStore, open_store
 
 if TYPE_CHECKING:
+    from pytimely.config import RecoverySettings
     from pytimely.recovery.runtime import WorkerRecovery
     from pytimely.worker import Worker
 
@@ -99,6 +100,28 @@ class Recovery:
                         os.fspath(value),
                     ) from None
         return Identity(self.job, dict(self.parameters), inputs, key_id)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: RecoverySettings,
+        job: str,
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+        announce: Any = None,
+    ) -> Recovery:
+        """The recovery a run's :class:`~pytimely.config.RecoverySettings` (``--recovery`` and its flags) ask for."""
+        return cls(
+            settings.store,
+            job=job,
+            policy=SnapshotPolicy(every_epochs=settings.snapshot_every),
+            parameters=dict(parameters or {}),
+            inputs=dict(inputs or {}),
+            key=settings.key(),
+            mode=settings.mode,
+            announce=announce,
+        )
 
     def committed(self) -> Committed:
         """Where the store stands, as a run would resume from it, read without running anything: the epoch a run

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.config import Config
 from pytimely.errors import (
     BatchKindError,

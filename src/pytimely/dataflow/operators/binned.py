@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.container.kind import Field
 from pytimely.dataflow.bins import BinTable, Move, binner, bins_of
 from pytimely.dataflow.capability import Capability, InputCapability

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.channels import Broadcast, Exchange, Pact
 from pytimely.errors import ArityError, RouteError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.state import declare
 from pytimely.errors import InvalidArgument
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from operator import itemgetter
 from typing import Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.container.arrow import dict_records
 from pytimely.errors import ColumnError, InvalidArgument
 

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.container.kind import BatchKind
 from pytimely.dataflow.capability import Capability
 from pytimely.errors import BatchError, BatchKindError, DroppedDataflowError, InputError, InvalidArgument

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.operators.binned import bin_routes
 from pytimely.order import sort_key

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.operators.fields import column_errors
 from pytimely.errors import InvalidArgument

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.container.kind import Field
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import InputCapability

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.operators.binned import FIRST_COLUMN, Router, bin_routes, earlier
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.state import KeyedState, declare

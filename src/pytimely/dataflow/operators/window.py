@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.operators.binned import bin_exchange
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 
