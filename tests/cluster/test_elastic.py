@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pytimely.membership import RescalePlan
+from tests.algorithms.test_union_components import reference_changes
 from tests.cluster.bins_jobs import words_for
 from tests.cluster.elastic_jobs import edges_for
 from tests.cluster.helpers import Cluster, env_for, listen, report, start
-from tests.test_union_components import reference_changes
 
 EPOCHS, ROWS = 6, 2000
 

@@ -8,9 +8,9 @@ import pytest
 
 from pytimely.algorithms.rescaling import migration_schedule
 from pytimely.membership import RescalePlan
+from tests.algorithms.test_union_components import reference_changes
 from tests.cluster.elastic_jobs import edges_for
 from tests.cluster.test_elastic import EPOCHS, expected_counts, run_elastic
-from tests.test_union_components import reference_changes
 
 
 @pytest.mark.parametrize("per", ["2", "all"])

@@ -50,7 +50,7 @@ def run(tmp_path: Path, **env: str) -> list[dict[str, object]]:
         {"PYTIMELY_AGGREGATE_PROGRESS": "1"},
         {"PYTIMELY_AGGREGATE_PROGRESS": "0"},
         # Elastic clusters combine too: a newcomer hears from every other process's aggregate sender (the rescale
-        # model's aggregated senders; tests/test_rescale_lockstep.py).
+        # model's aggregated senders; tests/lockstep/test_rescale_lockstep.py).
         {"PYTIMELY_ELASTIC": "1"},
     ],
     ids=["aggregated", "per-worker", "elastic"],

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from pytimely.errors import InputFormatError, SparkError, SparkSlotsError, SparkTaskError
 from pytimely.spark import collect, read, run_dataflow, save, to_record_batch
 from pytimely.spark.output import task_message, translate
+from tests.algorithms.test_components_kernel import union_find_roots
 from tests.profiles import examples
-from tests.test_components_kernel import union_find_roots
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -280,7 +280,7 @@ class ProgressAggregator(Generic[T]):
     process directly); :meth:`flush` takes the oldest batches, in order, as one batch from
     :func:`aggregate_sender` of the process. Sent once per remote process and handed to each of its
     workers, it replaces one frame per remote worker and per sending worker (``agg_send`` of
-    :mod:`pytimely.verify.aggregate`, checked in lockstep in ``tests/test_aggregate_lockstep.py``).
+    :mod:`pytimely.verify.aggregate`, checked in lockstep in ``tests/lockstep/test_aggregate_lockstep.py``).
 
     *When* to flush is decided here too, with the time passed in (nothing here reads a clock). A worker says
     when its step begins (:meth:`begin`) and when it ends (:meth:`end`, after its offer, if it made one), and

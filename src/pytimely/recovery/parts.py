@@ -12,7 +12,7 @@ took over on restore. :func:`merge` folds the parts of an epoch into the manifes
 A worker whose dataflow has finished sends no parts for later epochs: what it reported last stays in every
 later manifest, which is right, as nothing it holds changes any more.
 
-The merge is a pure function, so the rescaling model's lockstep test (``tests/test_rescale_lockstep.py``)
+The merge is a pure function, so the rescaling model's lockstep test (``tests/lockstep/test_rescale_lockstep.py``)
 drives exactly the code the committing worker runs.
 """
 

@@ -27,9 +27,8 @@ from pytimely.verify import exchange as E
 from pytimely.verify.graph import implied_frontier
 from pytimely.verify.poset import Poset
 from pytimely.verify.zmset import ZMSet, vacant
+from tests.graphs import reference, wcc
 from tests.profiles import examples
-
-from .graphs import reference, wcc
 
 TIMES = [Product(e, i) for e in range(2) for i in range(3)]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_quick import run_quick
+from tests.bench.bench_quick import run_quick
 
 FIGURES = [
     "progress_frames_per_epoch",

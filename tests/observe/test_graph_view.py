@@ -12,7 +12,7 @@ import pytest
 from pytimely.dataflow.graph_view import DataflowGraph, to_dot, to_mermaid
 from pytimely.inspection import built_graphs
 from pytimely.progress.timestamp import Increment, ProductSummary
-from tests import inspect_jobs
+from tests.observe import inspect_jobs
 
 
 def _edges(graph: DataflowGraph) -> set[tuple[str, str, str]]:
@@ -111,21 +111,21 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_show_prints_the_graph_without_running_it() -> None:
-    done = _cli("show", "tests.inspect_jobs:wcc", "-w", "2")
+    done = _cli("show", "tests.observe.inspect_jobs:wcc", "-w", "2")
     assert done.returncode == 0, done.stderr
     _check_mermaid(done.stdout, built_graphs(inspect_jobs.wcc, 2)[0])
-    done = _cli("show", "--format", "dot", "tests.inspect_jobs:wordcount")
+    done = _cli("show", "--format", "dot", "tests.observe.inspect_jobs:wordcount")
     assert done.returncode == 0, done.stderr
     _check_dot(done.stdout, built_graphs(inspect_jobs.wordcount)[0])
     # -w after the target still sets the layout: with 2 workers count_by has its combining stage.
-    done = _cli("show", "tests.inspect_jobs:wordcount", "-w", "2", "--format", "dot")
+    done = _cli("show", "tests.observe.inspect_jobs:wordcount", "-w", "2", "--format", "dot")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("count_by") == 2
     _check_dot(done.stdout, built_graphs(inspect_jobs.wordcount, 2)[0])
 
 
 def test_show_svg_without_graphviz_is_a_typed_error() -> None:
-    done = _cli("show", "--format", "svg", "tests.inspect_jobs:wordcount")
+    done = _cli("show", "--format", "svg", "tests.observe.inspect_jobs:wordcount")
     if shutil.which("dot") is None:
         assert done.returncode == 2
         assert "GraphvizError" in done.stderr and "Traceback" not in done.stderr
@@ -134,7 +134,7 @@ def test_show_svg_without_graphviz_is_a_typed_error() -> None:
 
 
 def test_show_refuses_a_bad_target() -> None:
-    done = _cli("show", "tests.inspect_jobs:nothing_here")
+    done = _cli("show", "tests.observe.inspect_jobs:nothing_here")
     assert done.returncode == 2 and "Traceback" not in done.stderr
 
 

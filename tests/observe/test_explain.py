@@ -98,7 +98,7 @@ def test_a_stall_carries_the_explanation() -> None:
 
 def test_pytimely_explain_prints_what_holds_a_stalled_run() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pytimely", "explain", "tests.inspect_jobs:held_at_zero"],
+        [sys.executable, "-m", "pytimely", "explain", "tests.observe.inspect_jobs:held_at_zero"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -139,7 +139,7 @@ def _start_explain(cluster: Cluster, target: str) -> list[subprocess.Popen[str]]
 def test_explain_over_two_processes_names_own_worker_and_another_process(job: str, time: int) -> None:
     cluster = Cluster(2, PYTIMELY_STALL_TIMEOUT="1")
     try:
-        _start_explain(cluster, f"tests.inspect_jobs:{job}")
+        _start_explain(cluster, f"tests.observe.inspect_jobs:{job}")
         results = cluster.wait(timeout=240)
     finally:
         cluster.kill()

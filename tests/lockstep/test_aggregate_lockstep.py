@@ -1,7 +1,7 @@
 """Progress aggregated per process, in lockstep with its model (``pytimely.verify.aggregate``).
 
 Three workers, 0 and 1 in process 0 and 2 in process 1, run the WCC dataflow of seed 000 Fig. 2 as in
-``tests/test_differential_exchange.py``. The runtime's own path decides when batches leave and how many go as
+``tests/progress/test_differential_exchange.py``. The runtime's own path decides when batches leave and how many go as
 one: a worker's step begins (``ProgressAggregator.begin``) and ends with its flush, which goes straight to the
 workers of its own process (waking them, as a mailbox does) and into its process's ``ProgressAggregator``; the
 end of the step (``ProgressAggregator.end``, told which workers have messages waiting) says how many queued
@@ -28,8 +28,7 @@ from pytimely.progress.broadcast import AGGREGATE_DELAY, ProgressAggregator, agg
 from pytimely.verify import aggregate as A
 from pytimely.verify import exchange as E
 from tests.profiles import examples
-
-from .test_differential_exchange import ExchangeLockstep
+from tests.progress.test_differential_exchange import ExchangeLockstep
 
 PROCESSES = (0, 0, 1)
 

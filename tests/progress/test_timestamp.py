@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from pytimely.errors import SummaryGoesBackError, TimestampError
 from pytimely.order import Product, comparable, sort_key
 from pytimely.progress.timestamp import Increment, ProductSummary, identity_for, minimum_for, strictly_advances
-
-from .strategies import shapes, summaries, timestamps
+from tests.strategies import shapes, summaries, timestamps
 
 
 def le(a: Any, b: Any) -> bool:

@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 
 from pytimely.progress import Builder, Target
 from pytimely.verify.graph import implied_frontier
+from tests.graphs import nested_loop, product_times, random_graphs, reference, wcc
 from tests.profiles import examples
-
-from .graphs import nested_loop, product_times, random_graphs, reference, wcc
 
 diffs = st.sampled_from([-1, 1, 1, 2])
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_quick(script: str, *extra: str, timeout: float = 280.0) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tests.bench_quick import run_quick
+from tests.bench.bench_quick import run_quick
 
 EXCHANGE = [
     "records",

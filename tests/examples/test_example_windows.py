@@ -13,8 +13,8 @@ import pytest
 from pytimely.dataflow.operators.window import Session, Sliding, Tumbling
 from tests.dataflow.test_windows import reference
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "windows.py"
-SRC = Path(__file__).resolve().parent.parent / "src"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "windows.py"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

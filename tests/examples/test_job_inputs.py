@@ -19,7 +19,7 @@ from pytimely.errors import InputFormatError, InvalidArgument, OutputPathError
 from pytimely.io import read_edges, read_words, write_table
 from tests.profiles import examples
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def run_cli(script: str, *args: str) -> subprocess.CompletedProcess[str]:

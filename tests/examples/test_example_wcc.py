@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "wcc_progress.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wcc_progress.py"
 
 
 def load() -> ModuleType:

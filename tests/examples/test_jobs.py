@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pytimely.errors import InputFormatError
 from tests.profiles import examples
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load(name: str) -> ModuleType:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tests.bench_quick import run_quick
+from tests.bench.bench_quick import run_quick
 
 PHASES = ["a before the join", "a join", "a between", "a leave", "a after the leave"]
 LATENCY = ["epochs", "p50_ms", "p99_ms", "baseline_p50_ms", "baseline_p99_ms", "p50_vs_baseline"]

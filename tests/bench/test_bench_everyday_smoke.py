@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bench_quick import run_quick
+from tests.bench.bench_quick import run_quick
 
 
 @pytest.mark.timeout(300)
