@@ -45,3 +45,33 @@ def s3_server() -> Iterator[S3Server]:
         yield s3
     finally:
         server.stop()
+
+
+SLOWEST_FIRST = (
+    "spark/test_standalone.py",
+    "bench/test_bench_spark_smoke.py",
+    "examples/test_demo.py",
+    "verify/test_rescale.py",
+    "spark/test_streaming.py",
+    "spark/test_figures.py",
+    "spark/test_connect.py",
+    "bench/test_bench_windows_smoke.py",
+    "workflow/test_concurrency.py",
+    "bench/test_bench_cluster_smoke.py",
+    "lockstep/test_rescale_lockstep.py",
+    "spark/test_baselines.py",
+)
+"""The files that take longest (``--durations``), slowest first: run in parallel, a file's tests stay together
+(``--dist loadfile``) and files are handed out in collection order, so a long file started last would hold up the
+whole run while the other processes sit idle."""
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the slowest files first; the rest keep their order."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        path = item.path.as_posix()
+        return next((i for name, i in rank.items() if path.endswith("tests/" + name)), len(rank))
+
+    items.sort(key=key)
