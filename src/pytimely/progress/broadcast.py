@@ -210,7 +210,7 @@ class ProgressReceiver:
         self._counted: dict[int, int] = {}
         for sender, n in (counted or {}).items():
             if sender not in self._expected:
-                raise ValueError(f"counted batches of worker {sender}, which is not a sender")
+                raise InvalidArgument(f"counted batches of worker {sender}, which is not a sender")
             if n > self._expected[sender]:
                 self._counted[sender] = n
 

@@ -50,6 +50,8 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from pytimely.errors import (
     ExecutorClosedError,
+    InvalidArgument,
+    ModuleDefinitionError,
     ModuleOutputError,
     ModuleRaisedError,
     UnpicklableCallError,
@@ -88,9 +90,9 @@ class Call:
     def __post_init__(self) -> None:
         both = set(self.inputs) & set(self.params)
         if both:
-            raise ValueError(f"module {self.module!r}: {sorted(both)} given both as inputs and as parameters")
+            raise ModuleDefinitionError(f"module {self.module!r}: {sorted(both)} given as inputs and as parameters")
         if len(set(self.outputs)) != len(self.outputs):
-            raise ValueError(f"module {self.module!r}: out-port names repeat: {list(self.outputs)}")
+            raise ModuleDefinitionError(f"module {self.module!r}: out-port names repeat: {list(self.outputs)}")
 
     def arguments(self) -> dict[str, Any]:
         """The keyword arguments of the function: inputs and parameters together."""
@@ -555,7 +557,7 @@ class SparkExecutor(_ExecutorBase):
         self, session: Any = None, max_workers: int | None = None, *, start: Callable[[], Any] | None = None
     ) -> None:
         if session is None and start is None:
-            raise ValueError("SparkExecutor needs a session, or start= to make one when a module first needs it")
+            raise InvalidArgument("SparkExecutor needs a session, or start= to make one when a module first needs it")
         self._session = session
         self._start = start
         self._session_lock = threading.Lock()
@@ -645,9 +647,9 @@ class DataflowStep:
         self, build: Callable[..., Any], workers: int = 1, *, seed: int | None = None, batch_size: int = 1 << 16
     ) -> None:
         if type(workers) is not int or workers < 1:
-            raise ValueError(f"workers must be a positive int, got {workers!r}")
+            raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size!r}")
+            raise InvalidArgument(f"batch_size must be positive, got {batch_size!r}")
         self.build = build
         self.workers = workers
         self.seed = seed

@@ -418,10 +418,10 @@ def _spark_bytes(frame: Any) -> bytes:
 def derive(code: str, params: Mapping[str, Any], inputs: Mapping[str, str]) -> str:
     """The fingerprint of a module's outputs: its code fingerprint, parameters and named inputs' fingerprints."""
     if not isinstance(code, str):
-        raise TypeError(f"derive() takes the code fingerprint as a str, got {type(code).__name__}")
+        raise FingerprintError(f"derive() takes the code fingerprint as a str, got {type(code).__name__}")
     for name, fp in inputs.items():
         if not isinstance(fp, str):
-            raise TypeError(f"input {name!r}: an input's fingerprint is a str, got {type(fp).__name__}")
+            raise FingerprintError(f"input {name!r}: an input's fingerprint is a str, got {type(fp).__name__}")
     param_parts = sorted(_pair(_value_bytes(str(k)), _value_bytes(v)) for k, v in params.items())
     input_parts = sorted(_pair(_value_bytes(str(k)), v.encode()) for k, v in inputs.items())
     return _digest(b"derive", code.encode(), _sequence_of_bytes(param_parts), _sequence_of_bytes(input_parts))

@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from pytimely.errors import InvalidArgument
 from pytimely.workflow.staging.area import StagingArea
 from pytimely.workflow.staging.codec import format_of
 from pytimely.workflow.staging.commit import ABANDONED_SECONDS, MARKER
@@ -73,7 +74,7 @@ def open_staging(url: str | os.PathLike[str], **storage_options: Any) -> Staging
     text = os.fspath(url)
     if text.startswith("memory://"):
         if storage_options:
-            raise ValueError(f"memory:// takes no storage options, got {sorted(storage_options)}")
+            raise InvalidArgument(f"memory:// takes no storage options, got {sorted(storage_options)}")
         return MemoryStaging()
     if "://" not in text:
         return LocalStaging(text, **storage_options)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from pytimely.errors import FingerprintError
+
 __all__ = ["StagingArea", "check_fingerprint"]
 
 @runtime_checkable
@@ -37,5 +39,5 @@ class StagingArea(Protocol):
 
 def check_fingerprint(fingerprint: str) -> str:
     if not isinstance(fingerprint, str) or not fingerprint:
-        raise TypeError(f"a fingerprint is a non-empty str, got {fingerprint!r}")
+        raise FingerprintError(f"a fingerprint is a non-empty str, got {fingerprint!r}")
     return fingerprint
