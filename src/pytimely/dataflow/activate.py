@@ -16,7 +16,7 @@ from typing import Any
 
 from pytimely.errors import DataflowError
 
-__all__ = ["Doorbell", "SyncActivator"]
+__all__ = ["Alarm", "Doorbell", "SyncActivator"]
 
 
 class Doorbell:
@@ -93,3 +93,54 @@ class SyncActivator:
 
     def __repr__(self) -> str:
         return f"SyncActivator({self._name!r}{', closed' if self._closed else ''})"
+
+
+class Alarm:
+    """Wakes one operator at a deadline from a timer thread (its ``SyncActivator``); one timer at a time.
+
+    While armed or not, the alarm holds its activator open, so the worker does not take a wait for the wall
+    clock for a stall; :meth:`close` gives it up (when the operator no longer waits for time to pass).
+    """
+
+    __slots__ = ("_activator", "_due", "_lock", "_timer")
+
+    def __init__(self, activator: SyncActivator) -> None:
+        self._activator = activator
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._due: float | None = None
+
+    def arm(self, delay: float) -> None:
+        """Wake the operator in ``delay`` seconds (or sooner, if already armed for sooner)."""
+        import time
+
+        due = time.monotonic() + max(0.0, delay)
+        with self._lock:
+            if self._activator.closed or (self._due is not None and self._due <= due):
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+            self._due = due
+            self._timer = threading.Timer(max(0.0, delay), self._ring)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _ring(self) -> None:
+        with self._lock:
+            self._due = None
+            self._timer = None
+            if self._activator.closed:
+                return
+            self._activator.activate()
+
+    def close(self) -> None:
+        """Cancel any timer and close the activator (the operator waits for time no more)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._due = None
+            self._activator.close()
+
+    def __repr__(self) -> str:
+        return f"Alarm({self._activator!r}, due={self._due!r})"

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from pytimely.dataflow.capability import Capability
     from pytimely.dataflow.operator import OperatorInfo
+    from pytimely.dataflow.operators.clock import EventClock, SystemClock
     from pytimely.dataflow.operators.probe import ProbeHandle
     from pytimely.dataflow.operators.window import Aggregate, DropLate, Field, SideOutput
     from pytimely.dataflow.ports import InputPort, OutputPort
@@ -315,6 +316,7 @@ class Stream(Generic[D]):
         value: Field = None,
         aggregate: Aggregate = "count",
         late: DropLate | SideOutput | None = None,
+        clock: EventClock | SystemClock | None = None,
         name: str = "tumbling",
     ) -> Stream[tuple[int, int, Any, Any]]:
         """``(start, end, key, aggregate)`` per key and window ``[k*size, (k+1)*size)`` of event time.
@@ -322,10 +324,22 @@ class Stream(Generic[D]):
         ``time``/``key``/``value`` are functions of the record or columns (``time=None``: the
         record's timestamp, windows over epochs; ``key=None``: the record itself). A window is emitted at
         time ``end - 1`` once the frontier has passed it; a record whose event time is before its own
-        timestamp is late and goes to ``late`` (default: dropped). See ``pytimely.dataflow.operators.window``.
+        timestamp is late and goes to ``late`` (default: dropped). ``aggregate`` is ``"count"``, ``"sum"``,
+        ``"min"``, ``"max"`` of the values, ``"collect"`` (their list), ``"max_by"``/``"min_by"`` (the record
+        with the largest/smallest value), ``Fold(init, fold, merge)`` or ``Reduce(f)``. ``clock`` makes the
+        watermark from the data (``EventClock(delay)``) or the wall clock (``SystemClock()``) instead of the
+        frontier. See ``pytimely.dataflow.operators.window``, ``folds`` and ``clock``.
         """
         return _window.window(
-            self, _window.Tumbling(size), time=time, key=key, value=value, aggregate=aggregate, late=late, name=name
+            self,
+            _window.Tumbling(size),
+            time=time,
+            key=key,
+            value=value,
+            aggregate=aggregate,
+            late=late,
+            name=name,
+            clock=clock,
         )
 
     def sliding(
@@ -338,6 +352,7 @@ class Stream(Generic[D]):
         value: Field = None,
         aggregate: Aggregate = "count",
         late: DropLate | SideOutput | None = None,
+        clock: EventClock | SystemClock | None = None,
         name: str = "sliding",
     ) -> Stream[tuple[int, int, Any, Any]]:
         """``(start, end, key, aggregate)`` per key and window ``[k*step, k*step + size)`` (as ``tumbling``)."""
@@ -350,6 +365,7 @@ class Stream(Generic[D]):
             aggregate=aggregate,
             late=late,
             name=name,
+            clock=clock,
         )
 
     def session(
@@ -361,6 +377,7 @@ class Stream(Generic[D]):
         value: Field = None,
         aggregate: Aggregate = "count",
         late: DropLate | SideOutput | None = None,
+        clock: EventClock | SystemClock | None = None,
         name: str = "session",
     ) -> Stream[tuple[int, int, Any, Any]]:
         """``(first, last + 1, key, aggregate)`` per key and run of event times at most ``gap`` apart.
@@ -368,7 +385,15 @@ class Stream(Generic[D]):
         A session is emitted at time ``last`` once the frontier has passed ``last + gap`` (as ``tumbling``).
         """
         return _window.window(
-            self, _window.Session(gap), time=time, key=key, value=value, aggregate=aggregate, late=late, name=name
+            self,
+            _window.Session(gap),
+            time=time,
+            key=key,
+            value=value,
+            aggregate=aggregate,
+            late=late,
+            name=name,
+            clock=clock,
         )
 
     # -- capture --------------------------------------------------------------------------

@@ -38,11 +38,18 @@ if TYPE_CHECKING:
 import pytimely.container as container
 from pytimely.dataflow.operators.binned import bin_exchange
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
+from pytimely.dataflow.operators.folds import Fold, Folds, Reduce, aggregation
 
-__all__ = ["Aggregate", "DropLate", "Field", "Session", "SideOutput", "Sliding", "Tumbling", "window"]
+__all__ = [
+    "Aggregate", "DropLate", "Field", "Fold", "Reduce", "Session", "SideOutput", "Sliding", "Tumbling", "window",
+]
 
-Aggregate = Literal["count", "sum", "min", "max"]
-"""What a window computes over its records' values."""
+Numeric = Literal["count", "sum", "min", "max"]
+"""What the vectorised windows of this module compute over their records' values."""
+
+Aggregate = Numeric | Literal["collect", "max_by", "min_by"] | Fold | Reduce
+"""What a window computes over its records' values (see :mod:`pytimely.dataflow.operators.folds` for the last
+five)."""
 
 _COMBINE: dict[str, Callable[[Any, Any], Any]] = {
     "count": lambda a, b: a + b,
@@ -140,7 +147,7 @@ class _Windows:
         time: Field,
         key: Field,
         value: Field,
-        aggregate: Aggregate,
+        aggregate: Numeric,
         late: DropLate | SideOutput,
         out: OutputPort[Any, Any],
         late_out: OutputPort[Any, Any] | None,
@@ -724,22 +731,34 @@ def window(
     aggregate: Aggregate,
     late: DropLate | SideOutput | None,
     name: str,
+    clock: Any = None,
 ) -> Stream[tuple[int, int, Any, Any]]:
     """``(start, end, key, aggregate)`` for every window of ``kind`` holding a record (module doc).
 
     ``time``: the event time (``None``: the record's dataflow time, windows over epochs); ``key``: the key
-    (``None``: the record itself); ``value``: what ``sum``/``min``/``max`` aggregate (``None``: the record).
-    An int names a column of tuple records, numpy rows or Arrow batches.
+    (``None``: the record itself); ``value``: what the aggregate works on (``None``: the record).
+    An int names a column of tuple records, numpy rows or Arrow batches. ``clock`` (an
+    :class:`~pytimely.dataflow.operators.clock.EventClock` or ``SystemClock``) makes the watermark from the data
+    or the wall clock instead of the input's frontier (see :mod:`pytimely.dataflow.operators.clock`).
     """
     _check(kind)
-    if aggregate not in _COMBINE:
-        raise InvalidArgument(f"{name!r}: aggregate must be one of {sorted(_COMBINE)}, got {aggregate!r}")
+    folds = aggregation(aggregate, type(kind).__name__, name)
+    if folds is None and aggregate not in _COMBINE:
+        raise InvalidArgument(
+            f"{name!r}: aggregate must be one of {[*sorted(_COMBINE), 'collect', 'max_by', 'min_by']}, Fold(...) or "
+            f"Reduce(...), got {aggregate!r}"
+        )
     scope = stream.scope
     if type(scope.minimum) is not int:
         raise InvalidArgument(f"{name!r}: windows need integer timestamps, not {type(scope.minimum).__name__}")
     policy = DropLate() if late is None else late
     if not isinstance(policy, DropLate | SideOutput):
         raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
+    clock_late: Stream[Any] | None = None
+    if clock is not None:
+        from pytimely.dataflow.operators.clock import clocked
+
+        stream, time, clock_late = clocked(stream, clock, time, policy, name)
     side = isinstance(policy, SideOutput)
     # Routed by the bins of the keys (the default table): a run restored on another number of workers finds the
     # windows of a key where its records arrive.
@@ -749,31 +768,43 @@ def window(
     port: InputPort[Any, Any] = op.inputs[0]
     out: OutputPort[Any, Any] = op.outputs[0]
     late_out: OutputPort[Any, Any] | None = op.outputs[1] if side else None
-    state = _Windows(kind, time, key, value, aggregate, policy, out, late_out)
-    declare(op, "windows", state, layout="windows/1")
-    if isinstance(policy, DropLate):
-        declare(op, "dropped", policy, layout="dropped/1")
+    state: _Windows | Folds
+    if folds is not None:
+        state = Folds(kind, folds, time, key, value, policy, out, late_out)
+        op.undeclared_state = "its open windows"
+    else:
+        state = _Windows(kind, time, key, value, aggregate, policy, out, late_out)  # type: ignore[arg-type]
+        declare(op, "windows", state, layout="windows/1")
+        if isinstance(policy, DropLate):
+            declare(op, "dropped", policy, layout="dropped/1")
     # Every copy starts with a capability at the scope's minimum: a restored one keeps it for its pending windows.
     initial: list[Capability[Any]] = [Capability(scope.minimum, o, counted=True) for o in op.outputs]
     subgraph, index = scope.subgraph, op.index
 
     def logic() -> None:
         if initial:
-            earliest = state.earliest_emission() if state.restored else None
+            restored = isinstance(state, _Windows) and state.restored
+            earliest = state.earliest_emission() if isinstance(state, _Windows) and restored else None
             for other in initial[1:]:
                 other.drop()
             if earliest is None:
                 initial[0].drop()
             else:
+                assert isinstance(state, _Windows)
                 initial[0].downgrade(earliest)
                 state.emitting = initial[0]
             initial.clear()
         for cap, batch in port:
             state.absorb(cap, batch)
-        state.close(port.frontier, subgraph.fences.get(index))
+        if isinstance(state, _Windows):
+            state.close(port.frontier, subgraph.fences.get(index))
+        else:
+            state.close(port.frontier)
 
     op.logic = logic
     if isinstance(policy, SideOutput):
         assert late_out is not None
         policy.stream = scope.stream(late_out)
+        if clock_late is not None:
+            policy.stream = policy.stream.concat(clock_late, name=f"{name}.late")
     return scope.stream(out)

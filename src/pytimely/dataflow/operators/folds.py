@@ -1,0 +1,531 @@
+"""Window folds: :class:`Fold`, :class:`Reduce`, ``"collect"``, ``"max_by"`` and ``"min_by"`` per key and window.
+
+The windows, their emission times and late records are those of :mod:`pytimely.dataflow.operators.window`; what
+differs is what a window holds. Each aggregation works on a record's *value* (``value=``; the record itself by
+default):
+
+* ``Fold(init, fold, merge)``: ``acc = fold(acc, value)`` from ``init()``, in the order values reach the key's
+  worker; ``merge(a, b)`` combines two accumulators (``a`` earlier in event time). Sliding windows are folded in
+  *panes* of ``gcd(size, step)`` — each value is folded once, into its pane — and a window's result is the merge
+  of its panes, from a fresh ``init()``; sessions merge when a value bridges two. Both need ``merge``;
+  ``merge`` may change and return its first argument, never its second.
+* ``Reduce(f)``: ``f(f(v1, v2), v3)...``; ``f`` is also the merge (a window of several panes starts from a
+  shallow copy of its first pane's result, so ``f`` may change its first argument).
+* ``"collect"``: the list of values, in arrival order (panes and sessions in event-time order).
+* ``"max_by"`` / ``"min_by"``: the **record** whose value is largest / smallest (the first to arrive wins a tie).
+
+Numpy and Arrow batches are windowed on their columns: late rows are picked out with one comparison, each row's
+pane is computed on the time column, and rows are grouped by ``(pane, key)`` with one stable sort, so Python
+runs once per group for ``max_by``/``min_by`` over a numeric value column (the best row of every group is found
+with ``reduceat``), and once per value only where the aggregation calls user code (``fold``, ``reduce``) or
+builds the result (``collect``). The state is per key (``{key: {pane: accumulator}}`` and each key's sessions);
+the heap of pending window ends is derived from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import gcd
+from typing import TYPE_CHECKING, Any
+
+from pytimely import container
+from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
+from pytimely.errors import ColumnError, InvalidArgument
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.capability import Capability, InputCapability
+    from pytimely.dataflow.ports import OutputPort
+
+__all__ = ["Fold", "Reduce", "aggregation"]
+
+_MISSING: Any = object()
+"""No accumulator yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """Fold each window's values: ``acc = fold(acc, value)`` from ``init()``; ``merge(a, b)`` joins two
+    accumulators (needed by sliding and session windows; see the module doc)."""
+
+    init: Callable[[], Any]
+    fold: Callable[[Any, Any], Any]
+    merge: Callable[[Any, Any], Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """Reduce each window's values with ``f(acc, value)`` (associative: it also merges panes and sessions)."""
+
+    f: Callable[[Any, Any], Any]
+
+
+class _Aggregation:
+    """How one kind of aggregation starts, adds values, merges and finishes an accumulator."""
+
+    by = False
+    """Whether items are ``(value, record)`` pairs (max_by / min_by) rather than values."""
+
+    def add(self, acc: Any, items: list[Any]) -> Any:
+        """``acc`` (or ``_MISSING``) with ``items`` folded in, in order."""
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        """``a`` and ``b`` together (``a`` earlier); may change ``a``, never ``b``."""
+        raise NotImplementedError
+
+    def fresh(self, first: Any) -> Any:
+        """An accumulator equal to ``first`` that merging into does not change ``first`` (a pane shared by windows)."""
+        return first
+
+    def finish(self, acc: Any) -> Any:
+        """What the window emits for ``acc``."""
+        return acc
+
+
+class _Fold(_Aggregation):
+    def __init__(self, spec: Fold) -> None:
+        self.init, self.fold, self.merger = spec.init, spec.fold, spec.merge
+
+    def add(self, acc: Any, items: list[Any]) -> Any:
+        fold = self.fold
+        if acc is _MISSING:
+            acc = self.init()
+        for v in items:
+            acc = fold(acc, v)
+        return acc
+
+    def merge(self, a: Any, b: Any) -> Any:
+        assert self.merger is not None
+        return self.merger(a, b)
+
+    def fresh(self, first: Any) -> Any:
+        return self.merge(self.init(), first)
+
+
+class _Reduce(_Aggregation):
+    def __init__(self, spec: Reduce) -> None:
+        self.f = spec.f
+
+    def add(self, acc: Any, items: list[Any]) -> Any:
+        f = self.f
+        it = iter(items)
+        if acc is _MISSING:
+            acc = next(it)
+        for v in it:
+            acc = f(acc, v)
+        return acc
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self.f(a, b)
+
+    def fresh(self, first: Any) -> Any:
+        return copy.copy(first)
+
+
+class _Collect(_Aggregation):
+    def add(self, acc: Any, items: list[Any]) -> Any:
+        if acc is _MISSING:
+            return list(items)
+        acc.extend(items)
+        return acc
+
+    def merge(self, a: Any, b: Any) -> Any:
+        a.extend(b)
+        return a
+
+    def fresh(self, first: Any) -> Any:
+        return list(first)
+
+
+class _By(_Aggregation):
+    by = True
+
+    def __init__(self, largest: bool) -> None:
+        self.largest = largest
+
+    def add(self, acc: Any, items: list[Any]) -> Any:
+        largest = self.largest
+        for item in items:
+            if acc is _MISSING or (item[0] > acc[0] if largest else item[0] < acc[0]):
+                acc = item
+        return acc
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return b if (b[0] > a[0] if self.largest else b[0] < a[0]) else a
+
+    def finish(self, acc: Any) -> Any:
+        return acc[1]
+
+
+def aggregation(spec: Any, kind_name: str, name: str) -> _Aggregation | None:
+    """The aggregation for ``spec`` (None when ``spec`` is one of the numeric aggregates); checks its arguments."""
+    if isinstance(spec, Fold):
+        if not callable(spec.init) or not callable(spec.fold) or not (spec.merge is None or callable(spec.merge)):
+            raise InvalidArgument(f"{name!r}: Fold takes functions init(), fold(acc, value) and merge(a, b)")
+        if spec.merge is None and kind_name in ("Sliding", "Session"):
+            raise InvalidArgument(
+                f"{name!r}: a fold over {kind_name.lower()} windows needs merge(a, b): a {kind_name.lower()} window "
+                "is the merge of " + ("its panes" if kind_name == "Sliding" else "the sessions a value bridges")
+            )
+        return _Fold(spec)
+    if isinstance(spec, Reduce):
+        if not callable(spec.f):
+            raise InvalidArgument(f"{name!r}: Reduce takes a function f(acc, value), got {spec.f!r}")
+        return _Reduce(spec)
+    if spec == "collect":
+        return _Collect()
+    if spec in ("max_by", "min_by"):
+        return _By(spec == "max_by")
+    return None
+
+
+class Folds:
+    """One worker's window folds: per key, the accumulators of its panes or its sessions (see the module doc)."""
+
+    def __init__(
+        self,
+        kind: Any,
+        agg: _Aggregation,
+        time: Field,
+        key: Field,
+        value: Field,
+        late: Any,
+        out: OutputPort[Any, Any],
+        late_out: OutputPort[Any, Any] | None,
+    ) -> None:
+        from pytimely.dataflow.operators.window import Session, Sliding
+
+        self.kind = kind
+        self.agg = agg
+        self.time_field = check(time, "time")
+        self.key_field = check(key, "key")
+        self.value_field = check(value, "value")
+        self.late = late
+        self.out = out
+        self.late_out = late_out
+        self.session = isinstance(kind, Session)
+        if self.session:
+            self.size = self.step = self.pane = 0
+        else:
+            self.size = kind.size
+            self.step = kind.step if isinstance(kind, Sliding) else kind.size
+            self.pane = gcd(self.size, self.step)
+        self.held: Capability[Any] | None = None
+        self.panes: dict[Any, dict[int, Any]] = {}
+        """Per key: pane start -> accumulator (the operator's state)."""
+        self.pending: dict[int, set[Any]] = {}
+        """Window end -> keys with a value in that window (derived from ``panes``)."""
+        self.ends: list[int] = []
+        self.sessions: dict[Any, list[list[Any]]] = {}
+        """Per key: its open sessions ``[first, last, acc, live]``, sorted (the operator's state)."""
+        self.deadlines: list[tuple[int, int, Any, list[Any]]] = []
+        self.seq = 0
+
+    # -- taking records -------------------------------------------------------------------------
+
+    def absorb(self, cap: InputCapability[Any], batch: Any) -> None:
+        """Fold one batch into the open windows; send or count its late records."""
+        kind = container.kind_of(batch)
+        if kind.columnar and not callable(self.key_field) and not callable(self.time_field):
+            xs = None if self.time_field is None else self._times(batch)
+            coded = self._key_codes(batch)
+            if coded is not None:
+                self._absorb_columns(cap, batch, xs, coded)
+                return
+        self._absorb_records(cap, batch)
+
+    def _times(self, batch: Any) -> Any:
+        from pytimely.dataflow.operators.window import _column_type
+
+        xs = column(batch, self.time_field)
+        kind = container.kind_of(batch)
+        if xs is None:
+            raise ColumnError(
+                f"event times must be integers; column {self.time_field!r} of this {kind.name} batch holds "
+                f"{_column_type(batch, self.time_field)}",
+                kind=kind.name,
+                column=self.time_field,
+            )
+        if xs.dtype.kind not in "iu":
+            raise ColumnError(
+                f"event times must be integers (the scope's timestamps are); column {self.time_field!r} holds "
+                f"{xs.dtype} values",
+                kind=kind.name,
+                column=self.time_field,
+            )
+        return xs
+
+    def _key_codes(self, batch: Any) -> tuple[Any, list[Any]] | None:
+        """``(codes, distinct keys)`` of the key column, or None when it must be read record by record."""
+        import numpy as np
+
+        keys = column(batch, self.key_field)
+        if keys is not None:
+            distinct, codes = np.unique(keys, return_inverse=True)
+            values = distinct.tolist()
+            if self.key_field is None and container.kind_of(batch).name == "arrow":
+                values = [(k,) for k in values]  # an Arrow record is a tuple, even of one column
+            return codes.astype(np.int64, copy=False), values
+        if self.key_field is None or callable(self.key_field):
+            return None
+        return container.encoded(batch, self.key_field)
+
+    def _items(self, batch: Any) -> list[Any]:
+        """Each row's item: its value, or ``(value, record)`` for max_by / min_by."""
+        records = rows(batch)
+        get = reader(batch, self.value_field)
+        with column_errors(batch, self.value_field):
+            values = list(records) if get is None else list(map(get, records))
+        return list(zip(values, records, strict=True)) if self.agg.by else values
+
+    def _absorb_records(self, cap: InputCapability[Any], batch: Any) -> None:
+        from pytimely.dataflow.operators.window import _not_an_int
+
+        t = cap.time
+        records = rows(batch)
+        get_time, get_key, get_value = (reader(batch, f) for f in (self.time_field, self.key_field, self.value_field))
+        late: list[Any] = []
+        by = self.agg.by
+        with column_errors(batch, self.time_field, self.key_field, self.value_field):
+            for r in records:
+                x = t if get_time is None else get_time(r)
+                if type(x) is not int:
+                    raise _not_an_int(x, r, self.time_field, batch)
+                if x < t:
+                    late.append(r)
+                    continue
+                k = r if get_key is None else get_key(r)
+                v = r if get_value is None else get_value(r)
+                item = (v, r) if by else v
+                if self.session:
+                    self._session(cap, k, x, x, [item])
+                else:
+                    self._pane(cap, k, x, [item])
+        if late:
+            self._late(cap, late)
+
+    def _absorb_columns(self, cap: InputCapability[Any], batch: Any, xs: Any, coded: tuple[Any, list[Any]]) -> None:
+        import numpy as np
+
+        t = cap.time
+        codes, distinct = coded
+        n = len(codes)
+        if xs is None:
+            xs = np.full(n, t, dtype=np.int64)
+        keep_mask = xs >= t
+        if not keep_mask.all():
+            self._late(cap, container.take(batch, np.flatnonzero(~keep_mask)))
+        if not self.session:
+            # Sliding windows with gaps between them hold no value whose offset in its step is past the size.
+            keep_mask &= (xs % self.step) < self.size
+        rows_of = np.arange(n)
+        if not keep_mask.all():
+            rows_of = np.flatnonzero(keep_mask)
+            if not rows_of.size:
+                return
+            xs, codes = xs[rows_of], codes[rows_of]
+        by_column = self._by_column(batch) if self.agg.by else None
+        items = None if by_column is not None else self._items(batch)
+        if self.session:
+            order = np.lexsort((xs, codes))
+            xs_o, codes_o = xs[order], codes[order]
+            gap = self.kind.gap
+            cut = np.concatenate(([True], (codes_o[1:] != codes_o[:-1]) | (xs_o[1:] - xs_o[:-1] > gap)))
+        else:
+            panes = xs // self.pane * self.pane
+            order = np.lexsort((codes, panes))
+            xs_o, codes_o = panes[order], codes[order]
+            cut = np.concatenate(([True], (codes_o[1:] != codes_o[:-1]) | (xs_o[1:] != xs_o[:-1])))
+        starts = np.flatnonzero(cut)
+        bounds = [*starts.tolist(), len(order)]
+        src = rows_of[order]
+        firsts = xs_o[starts].tolist()
+        lasts = xs_o[np.append(starts[1:], len(order)) - 1].tolist()
+        group_keys = [distinct[c] for c in codes_o[starts].tolist()]
+        if by_column is not None:
+            best = self._best_rows(by_column, src, starts)
+            picked = container.records(container.take(batch, best))
+            group_items: Any = [[item] for item in zip(by_column[best].tolist(), picked, strict=True)]
+        else:
+            assert items is not None
+            srcs = src.tolist()
+            group_items = [[items[j] for j in srcs[bounds[i] : bounds[i + 1]]] for i in range(len(starts))]
+        if self.session:
+            for k, first, last, its in zip(group_keys, firsts, lasts, group_items, strict=True):
+                self._session(cap, k, first, last, its)
+        else:
+            for k, pane, its in zip(group_keys, firsts, group_items, strict=True):
+                self._pane(cap, k, pane, its)
+
+    def _by_column(self, batch: Any) -> Any:
+        """The value column as numbers when max_by / min_by can pick rows on it at once, else None."""
+        if self.value_field is None or callable(self.value_field):
+            return None
+        values = column(batch, self.value_field)
+        if values is None or values.dtype.kind not in "iuf":
+            return None
+        return values
+
+    def _best_rows(self, by_column: Any, src: Any, starts: Any) -> Any:
+        """The row of each group holding its largest (smallest) value; the earliest row wins a tie."""
+        import numpy as np
+
+        values = by_column[src]
+        largest = isinstance(self.agg, _By) and self.agg.largest
+        best = (np.maximum if largest else np.minimum).reduceat(values, starts)
+        counts = np.diff(np.append(starts, len(src)))
+        hit = values == np.repeat(best, counts)
+        positions = np.where(hit, np.arange(len(src)), len(src))
+        first = np.minimum.reduceat(positions, starts)
+        return src[first]
+
+    def _late(self, cap: InputCapability[Any], records: Any) -> None:
+        if self.late_out is not None:
+            self.late_out.give(cap, records)
+        else:
+            self.late.dropped += container.length(records)
+
+    # -- tumbling and sliding: panes ------------------------------------------------------------
+
+    def _pane(self, cap: InputCapability[Any], k: Any, x: int, items: list[Any]) -> None:
+        """Fold ``items`` into the pane of key ``k`` holding event time ``x``."""
+        step, size, g = self.step, self.size, self.pane
+        if x % step >= size:
+            return  # between two sliding windows
+        p = x // g * g
+        mine = self.panes.get(k)
+        if mine is None:
+            mine = self.panes[k] = {}
+        acc = mine.get(p, _MISSING)
+        if acc is _MISSING:
+            # The windows holding this pane: starts k*step with k*step <= p and p + g <= k*step + size.
+            last = p // step
+            first = max(0, -((size - g - p) // step))
+            for j in range(first, last + 1):
+                end = j * step + size
+                keys = self.pending.get(end)
+                if keys is None:
+                    keys = self.pending[end] = set()
+                    heapq.heappush(self.ends, end)
+                    self._hold(cap, end - 1)
+                keys.add(k)
+        mine[p] = self.agg.add(acc, items)
+
+    def _close_panes(self, bound: int | None) -> None:
+        agg = self.agg
+        size, g = self.size, self.pane
+        while self.ends and (bound is None or self.ends[0] <= bound):
+            end = heapq.heappop(self.ends)
+            rows: list[tuple[Any, ...]] = []
+            for k in self.pending.pop(end):
+                mine = self.panes[k]
+                accs = [mine[p] for p in range(end - size, end, g) if p in mine]
+                if not accs:
+                    continue
+                if len(accs) == 1:
+                    acc = accs[0] if size == g else agg.fresh(accs[0])
+                else:
+                    acc = agg.fresh(accs[0])
+                    for other in accs[1:]:
+                        acc = agg.merge(acc, other)
+                rows.append((end - size, end, k, agg.finish(acc)))
+                # Panes whose last window has now closed are of no more use.
+                step = self.step
+                for p in [p for p in mine if p // step * step + size <= end]:
+                    del mine[p]
+                if not mine:
+                    del self.panes[k]
+            if rows:
+                self._emit(end - 1, rows)
+        self._settle(self.ends[0] - 1 if self.ends else None)
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def _session(self, cap: InputCapability[Any], k: Any, first: int, last: int, items: list[Any]) -> None:
+        """Add ``items`` (event times ``first..last``) to key ``k``'s sessions, joining those within the gap."""
+        gap = self.kind.gap
+        agg = self.agg
+        mine = self.sessions.get(k)
+        if mine is None:
+            mine = self.sessions[k] = []
+        lo = bisect_left(mine, first - gap, key=_last)
+        hi = bisect_right(mine, last + gap, key=_first)
+        if lo < hi:
+            joined = mine[lo:hi]
+            acc = joined[0][2]
+            for s in joined:
+                s[3] = False  # its deadline entry is stale now
+            for s in joined[1:]:
+                acc = agg.merge(acc, s[2])
+            acc = agg.add(acc, items)
+            first = min(first, joined[0][0])
+            last = max(last, joined[-1][1])
+        else:
+            acc = agg.add(_MISSING, items)
+        session = [first, last, acc, True]
+        mine[lo:hi] = [session]
+        self.seq += 1
+        heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
+        self._hold(cap, last)
+
+    def _close_sessions(self, bound: int | None) -> None:
+        gap = self.kind.gap
+        deadlines = self.deadlines
+        while deadlines and (not deadlines[0][3][3] or bound is None or deadlines[0][0] < bound):
+            _, _, k, session = heapq.heappop(deadlines)
+            if not session[3]:
+                continue
+            mine = self.sessions[k]
+            del mine[bisect_left(mine, session[0], key=_first)]
+            if not mine:
+                del self.sessions[k]
+            first, last, acc, _ = session
+            self._emit(last, [(first, last + 1, k, self.agg.finish(acc))])
+        self._settle(deadlines[0][0] - gap if deadlines else None)
+
+    # -- capabilities ---------------------------------------------------------------------------
+
+    def close(self, frontier: Any) -> None:
+        """Emit every window the frontier has passed, at its last instant, in time order."""
+        from pytimely.dataflow.operators.window import _bound
+
+        bound = _bound(frontier)
+        if self.session:
+            self._close_sessions(bound)
+        else:
+            self._close_panes(bound)
+
+    def _hold(self, cap: InputCapability[Any], emit: int) -> None:
+        held = self.held
+        if held is None:
+            self.held = cap.delayed(emit)
+        elif emit < held.time:
+            self.held = cap.delayed(emit)
+            held.drop()
+
+    def _emit(self, time: int, out: list[tuple[Any, ...]]) -> None:
+        held = self.held
+        assert held is not None
+        held.downgrade(time)
+        self.out.give(held, out)
+
+    def _settle(self, earliest: int | None) -> None:
+        if self.held is None:
+            return
+        if earliest is None:
+            self.held.drop()
+            self.held = None
+        elif self.held.time < earliest:
+            self.held.downgrade(earliest)
+
+
+def _first(session: list[Any]) -> Any:
+    return session[0]
+
+
+def _last(session: list[Any]) -> Any:
+    return session[1]
