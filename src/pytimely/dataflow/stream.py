@@ -10,7 +10,7 @@ record batch) at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pytimely.dataflow.operators import capture as _capture
 from pytimely.dataflow.operators import collect as _collect
@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from pytimely.dataflow.capability import Capability
     from pytimely.dataflow.operator import OperatorInfo
     from pytimely.dataflow.operators.clock import EventClock, SystemClock
+    from pytimely.dataflow.operators.join import Interval
     from pytimely.dataflow.operators.probe import ProbeHandle
-    from pytimely.dataflow.operators.window import Aggregate, DropLate, Field, SideOutput
+    from pytimely.dataflow.operators.window import Aggregate, DropLate, Field, Session, SideOutput, Sliding, Tumbling
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.scope import LoopHandle, Scope
 
@@ -276,12 +277,26 @@ class Stream(Generic[D]):
         self: Stream[tuple[K, V]],
         other: Stream[tuple[K, W]],
         *,
+        how: Literal["inner", "left", "outer"] = "inner",
+        over: Literal["time", "latest"] | Tumbling | Sliding | Session | Interval = "time",
+        time: Field | tuple[Field, Field] = None,
+        clock: EventClock | SystemClock | None = None,
+        late: DropLate | SideOutput | None = None,
         name: str = "join",
         control: Stream[Any] | None = None,
         bins: int = 256,
     ) -> Stream[tuple[K, tuple[V, W]]]:
-        """For ``(k, a)`` here and ``(k, b)`` in ``other`` at the same time: ``(k, (a, b))``."""
-        return _join.join(self, other, name, control, bins)
+        """For ``(k, a)`` here and ``(k, b)`` in ``other`` that meet: ``(k, (a, b))``.
+
+        ``over`` says what meets: values at the same timestamp (``"time"``), each side's latest value per key
+        (``"latest"``), values in the same window of event time (``Tumbling``/``Sliding``/``Session``, with
+        ``time=`` read from the values and ``clock=``/``late=`` as for windows) or in an ``Interval(lower,
+        upper)`` of event time. ``how="left"``/``"outer"`` also sends values without a partner, with ``None``
+        for the missing side. See ``pytimely.dataflow.operators.join``.
+        """
+        return _join.join(
+            self, other, name, control, bins, how=how, over=over, time=time, clock=clock, late=late
+        )
 
     # -- keyed, across timestamps ---------------------------------------------------------
 
