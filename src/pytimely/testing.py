@@ -92,6 +92,7 @@ def testing_source(
         items = [(scope.minimum + i, batch) for i, batch in enumerate(epochs)]
     else:
         raise InvalidArgument(f"{name}: epochs must be a sequence of batches or a mapping from time to batch")
+    _check_epochs(items, scope.minimum, name)
     index, peers = scope.index, scope.peers
 
     def constructor(cap: Capability[Any], info: OperatorInfo) -> Callable[[OutputPort[Any, Any]], None]:
@@ -122,6 +123,24 @@ def testing_source(
         return logic
 
     return scope.source(constructor, name=name)
+
+
+def _check_epochs(items: list[tuple[Any, Any]], minimum: Any, name: str) -> None:
+    """Refuse, before anything is sent, an epoch that is not a batch and a time not of the scope's kind."""
+    from pytimely.dataflow.capability import same_kind
+    from pytimely.errors import BatchKindError
+
+    for i, (time, batch) in enumerate(items):
+        same_kind(minimum, time, f"{name}: epoch {i}")
+        if batch is EOF or batch is ABORT:
+            continue
+        try:
+            container.kind_of(batch)
+        except BatchKindError:
+            raise InvalidArgument(
+                f"{name}: epoch {i} (time {time!r}) is {batch!r}, not a batch (a list, numpy array or Arrow batch "
+                f"of records); to send one record per epoch write [[1], [2], [3]], to send them all at once [[1, 2, 3]]"
+            ) from None
 
 
 testing_source.__test__ = False  # type: ignore[attr-defined]  # pytest would collect it as a test by its name

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pytimely.errors import CapabilityError
+from pytimely.errors import CapabilityError, InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.operator import OperatorCore
@@ -24,6 +24,21 @@ if TYPE_CHECKING:
 __all__ = ["Capability", "InputCapability"]
 
 T = TypeVar("T")
+
+
+def same_kind(old: Any, time: Any, where: str) -> Any:
+    """``time``, refused with :class:`InvalidArgument` where ``old`` is an int and ``time`` is not a whole number
+    (a float time in an integer scope); a numpy integer becomes an int."""
+    if type(time) is type(old) or type(old) is not int:
+        return time
+    import numbers
+
+    if not isinstance(time, bool) and isinstance(time, numbers.Integral):
+        return int(time)
+    raise InvalidArgument(
+        f"{where}: times of this scope are ints; {time!r} is a {type(time).__name__} (round it, or give the event "
+        "time to a window or clock as time= and keep timestamps whole)"
+    )
 
 
 class Capability(Generic[T]):
@@ -67,6 +82,7 @@ class Capability(Generic[T]):
     def delayed(self, time: T, output: int | None = None) -> Capability[T]:
         """A new capability at ``time`` (not earlier than this one's), optionally for another output."""
         self._check()
+        time = same_kind(self._time, time, self._output.operator_name)
         if not self._time <= time:  # type: ignore[operator]
             raise CapabilityError(
                 f"{self._describe()} cannot be delayed to {time!r}, which is not later than {self._time!r}"
@@ -78,6 +94,7 @@ class Capability(Generic[T]):
         """Move this capability forward to ``time``; moving it backwards raises :class:`CapabilityError`."""
         self._check()
         old = self._time
+        time = same_kind(old, time, self._output.operator_name)
         if not old <= time:  # type: ignore[operator]
             raise CapabilityError(f"{self._describe()} cannot be downgraded backwards (or sideways) to {time!r}")
         if old == time:
@@ -154,6 +171,7 @@ class InputCapability(Generic[T]):
         message's input to ``output``, else :class:`~pytimely.errors.SummaryViolationError`.
         """
         self._check()
+        time = same_kind(self._time, time, self._op.name)
         if not self._time <= time:  # type: ignore[operator]
             raise CapabilityError(
                 f"{self._op.name} cannot hold a capability at {time!r} from a message at {self._time!r}"

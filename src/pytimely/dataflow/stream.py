@@ -18,6 +18,7 @@ from pytimely.dataflow.operators import core as _core
 from pytimely.dataflow.operators import enrich as _enrich
 from pytimely.dataflow.operators import enterleave as _enterleave
 from pytimely.dataflow.operators import extremes as _extremes
+from pytimely.dataflow.operators import finals as _finals
 from pytimely.dataflow.operators import gather as _gather
 from pytimely.dataflow.operators import generic as _generic
 from pytimely.dataflow.operators import join as _join
@@ -48,6 +49,7 @@ E = TypeVar("E")
 K = TypeVar("K")
 V = TypeVar("V")
 W = TypeVar("W")
+S = TypeVar("S")
 
 UnaryLogic = Callable[["InputPort[Any, list[D]]", "OutputPort[Any, list[E]]"], None]
 """``logic(input, output)`` of a unary operator from ``Stream[D]`` to ``Stream[E]`` (batches typed as lists)."""
@@ -470,21 +472,59 @@ class Stream(Generic[D]):
         return _keyed.map_value(self, f, name)
 
     def stateful_map(
-        self,
-        mapper: Callable[[Any, Any], tuple[Any, E]],
+        self: Stream[tuple[K, V]],
+        mapper: Callable[[S | None, V], tuple[S | None, E]],
         *,
         name: str = "stateful_map",
         control: Stream[Any] | None = None,
         bins: int = 256,
-    ) -> Stream[tuple[Any, E]]:
-        """``(key, output)`` per ``(key, value)``, ``(state, output) = mapper(state, value)`` per key across times."""
+    ) -> Stream[tuple[K, E]]:
+        """``(key, output)`` per ``(key, value)``, ``(state, output) = mapper(state, value)`` per key across times.
+
+        ``mapper`` must return a ``(state, output)`` tuple (anything else is an ``InvalidArgument`` naming the
+        operator); a state of ``None`` forgets the key.
+        """
 
         return _keyed.stateful_map(self, mapper, name, control, bins)
 
-    def collect(self, *, keyed: bool = True, every: int | None = None, name: str = "collect") -> Stream[Any]:
-        """Each time's (or each ``every``-epoch window's) records gathered: ``(key, [values])``, or one collection."""
+    @overload
+    def collect(
+        self: Stream[tuple[K, V]],
+        *,
+        keyed: Literal[True] = ...,
+        every: int | None = ...,
+        max_size: int | None = ...,
+        timeout: float | None = ...,
+        name: str = ...,
+    ) -> Stream[tuple[K, list[V]]]: ...
 
-        return _collect.collect(self, keyed, every, name)
+    @overload
+    def collect(
+        self,
+        *,
+        keyed: Literal[False],
+        every: int | None = ...,
+        max_size: None = ...,
+        timeout: None = ...,
+        name: str = ...,
+    ) -> Stream[Any]: ...
+
+    def collect(
+        self,
+        *,
+        keyed: bool = True,
+        every: int | None = None,
+        max_size: int | None = None,
+        timeout: float | None = None,
+        name: str = "collect",
+    ) -> Stream[Any]:
+        """Each time's (or each ``every``-epoch window's) records gathered: ``(key, [values])``, or one collection.
+
+        With ``max_size``/``timeout`` (keyed), a key's values are gathered across times and sent once there are
+        ``max_size`` of them or ``timeout`` seconds after the first came (Bytewax's ``collect``).
+        """
+
+        return _collect.collect(self, keyed, every, name, max_size, timeout)
 
     def redistribute(self, *, name: str = "redistribute") -> Stream[D]:
         """The same records spread evenly over the workers, round robin."""
@@ -523,6 +563,47 @@ class Stream(Generic[D]):
         """``(key, value at the latest time)`` per key, once the input has ended."""
 
         return _extremes.final(self, "last", key, value, name)
+
+    @overload
+    def count_final(self, key: None = None, *, name: str = ...) -> Stream[tuple[D, int]]: ...
+
+    @overload
+    def count_final(self, key: Callable[[D], K], *, name: str = ...) -> Stream[tuple[K, int]]: ...
+
+    @overload
+    def count_final(self, key: int | str, *, name: str = ...) -> Stream[tuple[Any, int]]: ...
+
+    def count_final(
+        self, key: Callable[[D], Any] | int | str | None = None, *, name: str = "count_final"
+    ) -> Stream[tuple[Any, int]]:
+        """``(key, count)`` per key over the whole stream, once the input has ended (the record is its own key)."""
+
+        return _finals.count_final(self, key, name)
+
+    def fold_final(
+        self,
+        init: Callable[[], E],
+        fold: Callable[[E, Any], E],
+        *,
+        key: Field = 0,
+        value: Field = 1,
+        name: str = "fold_final",
+    ) -> Stream[tuple[Any, E]]:
+        """``(key, acc)`` per key once the input has ended, ``acc = fold(acc, value)`` from ``init()``."""
+
+        return _finals.fold_final(self, init, fold, key, value, name)
+
+    def reduce_final(
+        self,
+        f: Callable[[Any, Any], Any],
+        *,
+        key: Field = 0,
+        value: Field = 1,
+        name: str = "reduce_final",
+    ) -> Stream[tuple[Any, Any]]:
+        """``(key, f(f(v1, v2), v3)...)`` per key once the input has ended (records ``(key, value)`` by default)."""
+
+        return _finals.reduce_final(self, f, key, value, name)
 
     def capture_into(self, open_writer: Callable[[Any], Any], *, name: str = "capture_into") -> None:
         """Write this stream's messages and progress to ``open_writer(binding)``, an ``EventWriter`` (the

@@ -13,11 +13,18 @@ With ``every=n`` a window gathers over several epochs, so what it holds is decla
 of their keys (records are then routed by bin, so a run restored on any number of workers finds a key's values
 where its records arrive); unkeyed, worker 0's windows as its own value. Without ``every`` nothing outlives its
 time and nothing is declared.
+
+With ``max_size`` or ``timeout`` (keyed only; Bytewax's ``collect``) a key's values are gathered across times
+instead: ``(key, [values])`` goes out as soon as the key holds ``max_size`` values (at the time of the value
+that filled it), or ``timeout`` seconds of wall clock after its first value came (at that value's time), and
+whatever is left when the input ends goes out then. Sizes follow arrival order: the same input sent by one
+worker in the same order gives the same lists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time as _time
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
@@ -29,6 +36,7 @@ from pytimely.dataflow.operators.fields import key_route
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.state import declare
 from pytimely.errors import InvalidArgument
+from pytimely.order import sort_key
 
 if TYPE_CHECKING:
     from pytimely.dataflow.capability import InputCapability
@@ -201,10 +209,27 @@ class _WorkerWindows:
         return self.windows.next_change()
 
 
-def collect(stream: Stream[Any], keyed: bool, every: int | None, name: str) -> Stream[Any]:
+def collect(
+    stream: Stream[Any],
+    keyed: bool,
+    every: int | None,
+    name: str,
+    max_size: int | None = None,
+    timeout: float | None = None,
+    now: Callable[[], float] = _time.monotonic,
+) -> Stream[Any]:
     """Gather each time's (or window's) records, per key or in all; see the module doc."""
     if every is not None and (type(every) is not int or every < 1):
         raise InvalidArgument(f"{name}: every must be a positive int (epochs per window) or None, got {every!r}")
+    if max_size is not None or timeout is not None:
+        if max_size is not None and (type(max_size) is not int or max_size < 1):
+            raise InvalidArgument(f"{name}: max_size must be a positive int or None, got {max_size!r}")
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            raise InvalidArgument(f"{name}: timeout must be seconds > 0 or None, got {timeout!r}")
+        if not keyed or every is not None:
+            raise InvalidArgument(f"{name}: max_size= and timeout= gather keyed values across times; not with "
+                                  "keyed=False or every=")
+        return _bounded(stream, max_size, timeout, now, name)
     scope = stream.scope
     if keyed and every is not None:
         pact = bin_exchange(0, DEFAULT_BINS)  # a restored window's keys are where their records arrive
@@ -255,6 +280,71 @@ def collect(stream: Stream[Any], keyed: bool, every: int | None, name: str) -> S
             else:
                 out.give(held, [gather(state)])
             held.drop()
+
+    op.logic = logic
+    return scope.stream(out)
+
+
+def _bounded(
+    stream: Stream[Any], max_size: int | None, timeout: float | None, now: Callable[[], float], name: str
+) -> Stream[Any]:
+    """Per key, lists of at most ``max_size`` values, or what came within ``timeout`` seconds of the first."""
+    from pytimely.dataflow.activate import Alarm
+
+    scope = stream.scope
+    op = scope._operator(name, [(stream, Exchange(key_route(0), vectorized=True))], 1)
+    op.notify = True
+    op.undeclared_state = "the values it gathers per key"
+    port, out = op.inputs[0], op.outputs[0]
+    buffers: dict[Any, list[Any]] = {}
+    """Per key: ``[values, time of the first, wall-clock time of the first]`` (the operator's state)."""
+    caps: dict[Any, list[Any]] = {}
+    """Time -> ``[capability, keys whose first value is at that time]``."""
+    alarm = Alarm(scope._info(op).sync_activator()) if timeout is not None else None
+
+    def release(t: Any) -> None:
+        held = caps[t]
+        held[1] -= 1
+        if held[1] == 0:
+            held[0].drop()
+            del caps[t]
+
+    def send(k: Any, buffer: list[Any]) -> None:
+        values, t, _ = buffer
+        out.give(caps[t][0], [(k, values)])
+        release(t)
+
+    def logic() -> None:
+        for cap, batch in port:
+            t = cap.time
+            filled: list[Any] = []
+            for k, v in container.records(batch):
+                buffer = buffers.get(k)
+                if buffer is None:
+                    buffer = buffers[k] = [[], t, now()]
+                    held = caps.get(t)
+                    if held is None:
+                        caps[t] = [cap.retain(), 1]
+                    else:
+                        held[1] += 1
+                buffer[0].append(v)
+                if max_size is not None and len(buffer[0]) >= max_size:
+                    filled.append((k, buffer[0]))
+                    del buffers[k]
+                    release(buffer[1])
+            if filled:
+                out.give(cap, filled)
+        ended = port.frontier.is_empty()
+        if timeout is not None or ended:
+            moment = now()
+            due = [k for k, b in buffers.items() if ended or moment - b[2] >= timeout]
+            for k in sorted(due, key=lambda k: sort_key(buffers[k][1])):
+                send(k, buffers.pop(k))
+            if alarm is not None:
+                if ended:
+                    alarm.close()
+                elif buffers:
+                    alarm.arm(min(b[2] for b in buffers.values()) + timeout - moment)
 
     op.logic = logic
     return scope.stream(out)

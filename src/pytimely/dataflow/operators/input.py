@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pytimely.container as container
 from pytimely.container.kind import BatchKind
-from pytimely.dataflow.capability import Capability
+from pytimely.dataflow.capability import Capability, same_kind
 from pytimely.errors import BatchError, BatchKindError, DroppedDataflowError, InputError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ class InputHandle(Generic[T, D]):
     def advance_to(self, time: T) -> None:
         """Move the current time forward to ``time``; earlier (or incomparable) times raise :class:`InputError`."""
         cap = self._open()
+        time = same_kind(self._time, time, f"input {self._name!r}")
         if not self._time <= time:  # type: ignore[operator]
             raise InputError(
                 f"input {self._name!r} cannot advance from {self._time!r} to {time!r}: input times only move forward"
@@ -287,6 +288,7 @@ class SyncInputHandle(Generic[T, D]):
 
     def send(self, time: T, records: Any) -> None:
         """Send ``records`` (a list, numpy array or Arrow batch) at ``time``, which must not be before :attr:`time`."""
+        time = same_kind(self._time, time, f"input {self._name!r}")
         with self._lock:
             if self._closed:
                 raise InputError(f"input {self._name!r} is closed; nothing more can be sent")
@@ -297,6 +299,7 @@ class SyncInputHandle(Generic[T, D]):
 
     def advance_to(self, time: T) -> None:
         """Promise that nothing earlier than ``time`` will be sent."""
+        time = same_kind(self._time, time, f"input {self._name!r}")
         with self._lock:
             if self._closed:
                 raise InputError(f"input {self._name!r} is closed; it cannot advance")

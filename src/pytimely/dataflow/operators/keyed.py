@@ -80,7 +80,14 @@ def stateful_map(
     from pytimely.dataflow.operators.state_machine import state_machine
 
     def fold(k: Any, v: Any, state: Any) -> tuple[Any, list[Any]]:
-        new, output = mapper(state, v)
+        returned = mapper(state, v)
+        # A string of two characters or a list would unpack too, and silently: only a pair is a pair.
+        if not isinstance(returned, tuple) or len(returned) != 2:
+            raise InvalidArgument(
+                f"stateful_map {name!r}: the mapper must return a (state, output) tuple; for key {k!r} it "
+                f"returned {returned!r}"
+            )
+        new, output = returned
         return new, [(k, output)]
 
     return state_machine(stream, fold, None, control, bins, name)

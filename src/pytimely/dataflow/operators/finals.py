@@ -1,0 +1,175 @@
+"""``count_final``, ``fold_final``, ``reduce_final``: one result per key over the whole stream, sent once the
+input has ended (Bytewax's operators of the same names).
+
+``count_final(key)`` counts records by ``key`` (a function, a column, or ``None``: the record itself); numpy and
+Arrow batches are counted on the key column at once. ``fold_final(init, fold)`` folds each key's values
+(``acc = fold(acc, value)`` from ``init()``) and ``reduce_final(f)`` reduces them, over ``(key, value)`` pairs
+by default (``key=0, value=1``; ``value=None`` takes the whole record). Values are folded in the order they
+reach the key's worker: in timestamp order only where the input's times are complete before later ones come,
+and within one time in arrival order. Each key's result is sent at the latest time its records had; until the
+input ends the operator holds capabilities at those times (and only those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytimely import container
+from pytimely.dataflow.channels import Exchange
+from pytimely.dataflow.operators.fields import Field, check, column_errors, key_route, reader, rows
+from pytimely.errors import InvalidArgument
+from pytimely.order import sort_key
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.capability import Capability
+    from pytimely.dataflow.stream import Stream
+
+__all__ = ["count_final", "fold_final", "reduce_final"]
+
+_MISSING: Any = object()
+
+
+class _Final:
+    """One worker's accumulator and latest time per key, and capabilities at the times results go out."""
+
+    def __init__(self) -> None:
+        self.accs: dict[Any, Any] = {}
+        """Per key: its accumulator (the operator's state, with ``last``)."""
+        self.last: dict[Any, Any] = {}
+        self.caps: dict[Any, Capability[Any]] = {}
+        self.prune_at = 16
+
+    def seen(self, t: Any, keys: Any) -> None:
+        """Note that ``keys`` had a record at ``t``."""
+        last = self.last
+        for k in keys:
+            held = last.get(k)
+            if held is None or (held <= t and held != t):
+                last[k] = t
+
+    def prune(self) -> None:
+        """Drop capabilities at times no key's result will be sent at."""
+        needed = set(self.last.values())
+        for t in [t for t in self.caps if t not in needed]:
+            self.caps.pop(t).drop()
+        self.prune_at = 2 * len(self.caps) + 16
+
+
+def _final(
+    stream: Stream[Any],
+    key: Field,
+    name: str,
+    absorb: Callable[[_Final, Any], list[Any]],
+    finish: Callable[[Any], Any],
+) -> Stream[Any]:
+    """``(key, finish(acc))`` per key once the input has ended; ``absorb(state, batch)`` gives the batch's keys."""
+    scope = stream.scope
+    op = scope._operator(name, [(stream, Exchange(key_route(key), vectorized=True))], 1)
+    op.notify = True
+    op.undeclared_state = "its accumulator per key"
+    port, out = op.inputs[0], op.outputs[0]
+    state = _Final()
+
+    def logic() -> None:
+        for cap, batch in port:
+            t = cap.time
+            if t not in state.caps:
+                state.caps[t] = cap.retain()
+            state.seen(t, absorb(state, batch))
+        if len(state.caps) > state.prune_at:
+            state.prune()
+        if port.frontier.is_empty() and state.caps:
+            by_time: dict[Any, list[tuple[Any, Any]]] = {}
+            for k, acc in state.accs.items():
+                by_time.setdefault(state.last[k], []).append((k, finish(acc)))
+            for t in sorted(by_time, key=sort_key):
+                out.give(state.caps[t], by_time[t])
+            for cap in state.caps.values():
+                cap.drop()
+            state.caps.clear()
+            state.accs.clear()
+            state.last.clear()
+
+    op.logic = logic
+    return scope.stream(out)
+
+
+def count_final(stream: Stream[Any], key: Field, name: str) -> Stream[Any]:
+    """``(key, count)`` per key over the whole stream, once the input has ended."""
+    from pytimely.dataflow.operators.reduce import _column_counts
+
+    check(key, "key")
+
+    def absorb(state: _Final, batch: Any) -> list[Any]:
+        accs = state.accs
+        get = accs.get
+        if not callable(key) and container.kind_of(batch).columnar:
+            counted = _column_counts(batch, key)
+            if counted is not None:
+                for k, n in counted:
+                    accs[k] = get(k, 0) + n
+                return [k for k, _ in counted]
+        records = rows(batch)
+        read = reader(batch, key)
+        with column_errors(batch, key):
+            keys = list(records) if read is None else list(map(read, records))
+        for k in keys:
+            accs[k] = get(k, 0) + 1
+        return keys
+
+    return _final(stream, key, name, absorb, lambda acc: acc)
+
+
+def _values(key: Field, value: Field, name: str) -> Callable[[Any], list[tuple[Any, Any]]]:
+    check(key, "key")
+    check(value, "value")
+
+    def pairs(batch: Any) -> list[tuple[Any, Any]]:
+        records = rows(batch)
+        get_key, get_value = reader(batch, key), reader(batch, value)
+        with column_errors(batch, key, value):
+            return [(r if get_key is None else get_key(r), r if get_value is None else get_value(r)) for r in records]
+
+    return pairs
+
+
+def fold_final(
+    stream: Stream[Any],
+    init: Callable[[], Any],
+    fold: Callable[[Any, Any], Any],
+    key: Field,
+    value: Field,
+    name: str,
+) -> Stream[Any]:
+    """``(key, acc)`` per key once the input has ended, ``acc = fold(acc, value)`` from ``init()``."""
+    if not callable(init) or not callable(fold):
+        raise InvalidArgument(f"{name!r}: fold_final takes functions init() and fold(acc, value)")
+    pairs = _values(key, value, name)
+
+    def absorb(state: _Final, batch: Any) -> list[Any]:
+        accs = state.accs
+        got = pairs(batch)
+        for k, v in got:
+            acc = accs.get(k, _MISSING)
+            accs[k] = fold(init() if acc is _MISSING else acc, v)
+        return [k for k, _ in got]
+
+    return _final(stream, key, name, absorb, lambda acc: acc)
+
+
+def reduce_final(stream: Stream[Any], f: Callable[[Any, Any], Any], key: Field, value: Field, name: str) -> Stream[Any]:
+    """``(key, f(f(v1, v2), v3)...)`` per key once the input has ended."""
+    if not callable(f):
+        raise InvalidArgument(f"{name!r}: reduce_final takes a function f(acc, value), got {f!r}")
+    pairs = _values(key, value, name)
+
+    def absorb(state: _Final, batch: Any) -> list[Any]:
+        accs = state.accs
+        got = pairs(batch)
+        for k, v in got:
+            acc = accs.get(k, _MISSING)
+            accs[k] = v if acc is _MISSING else f(acc, v)
+        return [k for k, _ in got]
+
+    return _final(stream, key, name, absorb, lambda acc: acc)
