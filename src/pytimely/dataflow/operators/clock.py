@@ -19,8 +19,9 @@ same order gives the same late records and the same windows on any number of wor
 
 With ``idle`` (seconds), a worker whose clock has had no record for that long stops holding windows open: its
 watermark moves past the highest event time any worker's clock has seen (each worker reports its highest to
-every other), so a quiet worker follows the busy ones, and when every worker is quiet every window holding
-a record seen so far closes. A record a worker receives after that is judged against the moved watermark.
+every other), so a quiet worker follows the busy ones (Flink's ``withIdleness``), and when every worker is
+quiet every window that ends at or before that highest time closes (the window holding it stays open: a
+record may still come for it). A record a worker receives after that is judged against the moved watermark.
 This is the one part that depends on the wall clock.
 
 **System clock** (``SystemClock(unit=1.0)``; Bytewax's ``SystemClock``, Flink's processing time): each record
