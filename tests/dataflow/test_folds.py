@@ -302,7 +302,7 @@ def test_float_event_times_are_refused_by_the_clock_naming_the_column() -> None:
         handle = worker.dataflow(build)
         handle.send_batch(pa.record_batch({"t": [1.5], "k": [1]}))
 
-    with pytest.raises(ColumnError, match="operator 'per minute.clock'.*event times must be integers.*float64"):
+    with pytest.raises(ColumnError, match=r"operator 'per minute\.clock'.*event times must be integers.*float64"):
         execute(job, 1)
 
 
@@ -531,7 +531,7 @@ def test_stateful_map_refuses_a_mapper_that_does_not_return_a_pair() -> None:
         handle = worker.dataflow(build)
         handle.send(("k", 1))
 
-    with pytest.raises(InvalidArgument, match="stateful_map 'running': the mapper must return a .state, output."):
+    with pytest.raises(InvalidArgument, match=r"stateful_map 'running': the mapper must return a \(state, output\)"):
         execute(job, 1)
 
 
@@ -553,5 +553,5 @@ def test_an_input_refuses_a_float_time_in_an_integer_scope() -> None:
         assert type(handle.time) is int
         handle.advance_to(2.5)
 
-    with pytest.raises(InvalidArgument, match="input 'readings': times of this scope are ints; 2.5 is a float"):
+    with pytest.raises(InvalidArgument, match=r"input 'readings': times of this scope are ints; 2\.5 is a float"):
         execute(job, 1)
