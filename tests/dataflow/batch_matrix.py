@@ -23,7 +23,11 @@ import numpy as np
 import pyarrow as pa
 
 from pytimely import Scope, Stream, Worker
+from pytimely.dataflow.operators.clock import EventClock
+from pytimely.dataflow.operators.folds import Fold, Reduce
+from pytimely.dataflow.operators.join import Interval
 from pytimely.dataflow.operators.window import Session, Sliding, Tumbling
+from tests.dataflow.test_folds import groups
 from tests.dataflow.test_windows import reference as window_reference
 
 EPOCHS = 3
@@ -349,6 +353,157 @@ OPERATORS: list[Operator] = [
         for how in ("min", "max")
         for key_name, key in (("key", KEY), ("word", WORD), ("nullable", MAYBE))
     ),
+]
+
+
+def _fold_build(kind: Any, key: int, aggregate: Any) -> Callable[[Stream[Any]], Stream[Any]]:
+    def build(stream: Stream[Any]) -> Stream[Any]:
+        common: dict[str, Any] = {"time": TIME, "key": key, "value": VALUE, "aggregate": aggregate}
+        if isinstance(kind, Tumbling):
+            return stream.tumbling(kind.size, **common)
+        if isinstance(kind, Sliding):
+            return stream.sliding(kind.size, kind.step, **common)
+        return stream.session(kind.gap, **common)
+
+    return build
+
+
+FOLDS: dict[str, tuple[Any, Callable[[list[Any]], Any], Callable[[Any], Any]]] = {
+    # name: (aggregate, reference over a window's records, normal form of one result)
+    "collect": ("collect", lambda rs: tuple(sorted((r[VALUE] for r in rs), key=repr)),
+                lambda vs: tuple(sorted(vs, key=repr))),
+    "max_by": ("max_by", lambda rs: max(r[VALUE] for r in rs), lambda r: r[VALUE] if type(r) is tuple else r),
+    "min_by": ("min_by", lambda rs: min(r[VALUE] for r in rs), lambda r: r[VALUE] if type(r) is tuple else r),
+    "fold": (Fold(lambda: 0, lambda acc, v: acc + v, lambda a, b: a + b), lambda rs: sum(r[VALUE] for r in rs),
+             lambda x: x),
+    "reduce": (Reduce(max), lambda rs: max(r[VALUE] for r in rs), lambda x: x),
+}
+
+
+def _fold_reference(kind: Any, key: int, how: str) -> Callable[[dict[int, list[tuple[Any, ...]]], int], Expected]:
+    reference = FOLDS[how][1]
+
+    def expected(epochs: dict[int, list[Any]], peers: int) -> Expected:
+        on_time = [(r[TIME], r[key], r) for t, rows in epochs.items() for r in rows if r[TIME] >= t]
+        out: Expected = Counter()
+        for (s, e, k), members in groups(kind, on_time).items():  # type: ignore[arg-type]
+            when = e - 1 if not isinstance(kind, Session) else max(m[0] for m in members)
+            out[when, (s, e, k, reference([m[2] for m in members]))] += 1
+        return out
+
+    return expected
+
+
+def _fold_normal(how: str) -> Callable[[Any], Any]:
+    normal = FOLDS[how][2]
+    return lambda w: (w[0], w[1], w[2], normal(w[3]))
+
+
+DELAY = 3
+
+
+def _clocked(epochs: dict[int, list[Any]], peers: int) -> Expected:
+    """Tumbling counts of 4 by key behind an event clock: each worker's clock takes its share in epoch order."""
+    on_time = []
+    for i in range(peers):
+        watermark, highest = 0, None
+        for t in sorted(epochs):
+            for r in epochs[t][i::peers]:
+                if r[TIME] >= watermark:
+                    on_time.append((r[TIME], r[KEY], 1))
+                highest = r[TIME] if highest is None else max(highest, r[TIME])
+                watermark = max(watermark, highest - DELAY)
+    return Counter((e - 1, w) for w in window_reference(Tumbling(4), on_time) for e in [w[1]])
+
+
+def _left_join(epochs: dict[int, list[Any]], peers: int) -> Expected:
+    out: Expected = Counter()
+    for t, rows in epochs.items():
+        for a in rows:
+            partners = [b for b in rows if b[KEY] == a[KEY] and b[KEY] % 2 == 0]
+            for b in partners:
+                out[t, (a[KEY], (a[VALUE], b[TIME]))] += 1
+            if not partners:
+                out[t, (a[KEY], (a[VALUE], None))] += 1
+    return out
+
+
+def _window_join(epochs: dict[int, list[Any]], peers: int) -> Expected:
+    on_time = [(r[TIME], r[KEY], r) for t, rows in epochs.items() for r in rows if r[TIME] >= t]
+    out: Expected = Counter()
+    for (_, e, k), members in groups(Tumbling(4), on_time).items():  # type: ignore[arg-type]
+        for a in members:
+            for b in members:
+                out[e - 1, (k, ((a[0], a[2][VALUE]), (b[0], b[2][KEY] * 2)))] += 1
+    return out
+
+
+def _interval_join(epochs: dict[int, list[Any]], peers: int) -> Expected:
+    on_time = [r for t, rows in epochs.items() for r in rows if r[TIME] >= t]
+    return Counter(
+        (max(ta, tb), (a[KEY], ((a[TIME], a[VALUE]), (b[TIME], b[KEY] * 2))))
+        for ta, rows_a in epochs.items() for a in rows_a if a[TIME] >= ta
+        for tb, rows_b in epochs.items() for b in rows_b if b[TIME] >= tb
+        if a[KEY] == b[KEY] and a[TIME] - 1 <= b[TIME] <= a[TIME] + 1
+    ) if on_time else Counter()
+
+
+def _finals(how: str) -> Callable[[dict[int, list[Any]], int], Expected]:
+    def reference(epochs: dict[int, list[Any]], peers: int) -> Expected:
+        values: dict[Any, list[Any]] = defaultdict(list)
+        last: dict[Any, int] = {}
+        for t, rows in epochs.items():
+            for r in rows:
+                values[r[KEY]].append(r[VALUE])
+                last[r[KEY]] = t
+        combine = {"count": len, "fold": sum, "reduce": max}[how]
+        return Counter((last[k], (k, combine(vs))) for k, vs in values.items())
+
+    return reference
+
+
+def _timed(stream: Stream[Any], value: int) -> Stream[Any]:
+    return stream.map(lambda r: (r[KEY], (r[TIME], r[value] if value != KEY else r[KEY] * 2)), name="timed")
+
+
+OPERATORS += [
+    *(
+        Operator(
+            f"{label} {how} by {key_name}",
+            _fold_build(kind, key, FOLDS[how][0]),
+            _fold_reference(kind, key, how),
+            ("list", "numpy", "arrow") if key == KEY else ("list", "arrow"),
+            normal=_fold_normal(how),
+        )
+        for label, kind in (("tumbling", Tumbling(4)), ("sliding", Sliding(4, 2)), ("session", Session(2)))
+        for how in FOLDS
+        for key_name, key in (("key", KEY), ("word", WORD))
+    ),
+    Operator(
+        "event clock tumbling count",
+        lambda s: s.tumbling(4, time=TIME, key=KEY, clock=EventClock(DELAY)),
+        _clocked,
+    ),
+    Operator(
+        "left join",
+        lambda s: _pairs(s).join(s.filter(lambda r: r[KEY] % 2 == 0).map(lambda r: (r[KEY], r[TIME])), how="left"),
+        _left_join,
+    ),
+    Operator(
+        "window join",
+        lambda s: _timed(s, VALUE).join(_timed(s, KEY), over=Tumbling(4), time=0),
+        _window_join,
+    ),
+    Operator(
+        "interval join",
+        lambda s: _timed(s, VALUE).join(_timed(s, KEY), over=Interval(-1, 1), time=0),
+        _interval_join,
+    ),
+    Operator("count_final", lambda s: s.count_final(KEY), lambda e, p: Counter(
+        {(t, (k, n)): c for (t, (k, n)), c in _finals("count")(e, p).items()})),
+    Operator("fold_final", lambda s: s.fold_final(lambda: 0, lambda a, v: a + v, key=KEY, value=VALUE),
+             _finals("fold")),
+    Operator("reduce_final", lambda s: s.reduce_final(max, key=KEY, value=VALUE), _finals("reduce")),
 ]
 
 

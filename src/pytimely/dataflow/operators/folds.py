@@ -11,7 +11,8 @@ default):
   ``merge`` may change and return its first argument, never its second.
 * ``Reduce(f)``: ``f(f(v1, v2), v3)...``; ``f`` is also the merge (a window of several panes starts from a
   shallow copy of its first pane's result, so ``f`` may change its first argument).
-* ``"collect"``: the list of values, in arrival order (panes and sessions in event-time order).
+* ``"collect"``: the list of values in event-time order (values of one event time in arrival order), as
+  Bytewax's ``collect_window`` gives them.
 * ``"max_by"`` / ``"min_by"``: the **record** whose value is largest / smallest (the first to arrive wins a tie).
 
 Numpy and Arrow batches are windowed on their columns: late rows are picked out with one comparison, each row's
@@ -68,6 +69,9 @@ class _Aggregation:
 
     by = False
     """Whether items are ``(value, record)`` pairs (max_by / min_by) rather than values."""
+
+    timed = False
+    """Whether items are ``(event time, value)`` pairs (collect: sorted by time when the window closes)."""
 
     def add(self, acc: Any, items: list[Any]) -> Any:
         """``acc`` (or ``_MISSING``) with ``items`` folded in, in order."""
@@ -127,6 +131,12 @@ class _Reduce(_Aggregation):
 
 
 class _Collect(_Aggregation):
+    timed = True
+
+    def finish(self, acc: Any) -> Any:
+        acc.sort(key=_first)
+        return [v for _, v in acc]
+
     def add(self, acc: Any, items: list[Any]) -> Any:
         if acc is _MISSING:
             return list(items)
@@ -289,7 +299,7 @@ class Folds:
         records = rows(batch)
         get_time, get_key, get_value = (reader(batch, f) for f in (self.time_field, self.key_field, self.value_field))
         late: list[Any] = []
-        by = self.agg.by
+        by, timed = self.agg.by, self.agg.timed
         with column_errors(batch, self.time_field, self.key_field, self.value_field):
             for r in records:
                 x = t if get_time is None else get_time(r)
@@ -300,7 +310,7 @@ class Folds:
                     continue
                 k = r if get_key is None else get_key(r)
                 v = r if get_value is None else get_value(r)
-                item = (v, r) if by else v
+                item = (v, r) if by else (x, v) if timed else v
                 if self.session:
                     self._session(cap, k, x, x, [item])
                 else:
@@ -323,6 +333,7 @@ class Folds:
             # Sliding windows with gaps between them hold no value whose offset in its step is past the size.
             keep_mask &= (xs % self.step) < self.size
         rows_of = np.arange(n)
+        xs_all = xs
         if not keep_mask.all():
             rows_of = np.flatnonzero(keep_mask)
             if not rows_of.size:
@@ -353,6 +364,9 @@ class Folds:
         else:
             assert items is not None
             srcs = src.tolist()
+            if self.agg.timed:
+                times = xs_all.tolist()
+                items = list(zip(times, items, strict=True))
             group_items = [[items[j] for j in srcs[bounds[i] : bounds[i + 1]]] for i in range(len(starts))]
         if self.session:
             for k, first, last, its in zip(group_keys, firsts, lasts, group_items, strict=True):

@@ -16,7 +16,7 @@ for a left value, ``"outer"`` does that for both sides (``(key, (None, right))``
   go to ``late=`` as ``(key, side, value)``, side 0 for the left.
 * ``Interval(lower, upper)`` (Flink's interval join): a left value at event time ``x`` meets the right values
   of its key at ``y`` with ``x + lower <= y <= x + upper``. Matches go out as soon as both are there, at the
-  later one's timestamp; a left value without a partner goes out at ``x`` once the right frontier has passed
+  later of their two timestamps; a left value without a partner goes out at ``x`` once the right frontier has passed
   ``x + upper`` (a right one at ``y`` once the left frontier has passed ``y - lower``). Late values go to
   ``late=`` as above.
 
@@ -412,7 +412,7 @@ class _IntervalState:
         self.lower, self.upper = lower, upper
         self.getters = getters
         self.values: tuple[dict[Any, list[list[Any]]], dict[Any, list[list[Any]]]] = ({}, {})
-        """Per side, per key: ``[x, seq, value, matched]`` sorted by event time (the operator's state)."""
+        """Per side, per key: ``[x, seq, value, matched, timestamp]`` sorted by event time (the operator's state)."""
         self.expiry: tuple[list[Any], list[Any]] = ([], [])
         """Per side, a heap of ``(deadline, seq, key, entry)``: when the other side's frontier passes it."""
         self.caps: dict[int, list[Any]] = {}
@@ -426,7 +426,7 @@ class _IntervalState:
         get = self.getters[side]
         mine, theirs = self.values[side], self.values[1 - side]
         lo, hi = (self.lower, self.upper) if side == 0 else (-self.upper, -self.lower)
-        matches: list[Any] = []
+        matches: dict[Any, list[Any]] = {}
         lost: list[Any] = []
         seen = None
         for k, v in container.records(batch):
@@ -441,7 +441,7 @@ class _IntervalState:
             if x < t:
                 lost.append((k, side, v))
                 continue
-            entry = [x, self.seq, v, False]
+            entry = [x, self.seq, v, False, t]
             self.seq += 1
             partners = theirs.get(k)
             if partners:
@@ -450,12 +450,19 @@ class _IntervalState:
                 for p in partners[a:b]:
                     p[3] = True
                     entry[3] = True
-                    matches.append((k, (v, p[2]) if side == 0 else (p[2], v)))
-            group = mine.get(k)
-            if group is None:
+                    # At the later of the two timestamps, whichever came first: the same in every schedule.
+                    when = p[4] if p[4] > t else t
+                    pair = (k, (v, p[2]) if side == 0 else (p[2], v))
+                    group = matches.get(when)
+                    if group is None:
+                        matches[when] = [pair]
+                    else:
+                        group.append(pair)
+            values = mine.get(k)
+            if values is None:
                 mine[k] = [entry]
             else:
-                insort(group, entry, key=_time)
+                insort(values, entry, key=_time)
             # A left value expires once the right frontier passes x + upper; a right one once the left frontier
             # passes y - lower. Unmatched, it goes out at its own event time.
             deadline = x + hi
@@ -466,8 +473,13 @@ class _IntervalState:
                     self.caps[x] = [cap.delayed(x), 1]
                 else:
                     held[1] += 1
-        if matches:
-            out.give(cap, matches)
+        for when, pairs in matches.items():
+            if when == t:
+                out.give(cap, pairs)
+            else:
+                later = cap.delayed(when)
+                out.give(later, pairs)
+                later.drop()
         return lost
 
     def expire(self, left_frontier: Any, right_frontier: Any, out: Any) -> None:
