@@ -121,3 +121,14 @@ def test_the_wcc_command_runs_on_a_connect_server(connect_server: Any, tmp_path:
         assert done.returncode == 0, done.stderr[-2000:]
         outputs[name] = out.read_text()
     assert outputs["connect"] == outputs["here"]
+
+
+def test_the_connect_fragment_of_the_docs_runs(connect: Any, connect_server: Any, tmp_path: Path) -> None:
+    from tests.docs_fragments import groups, run_group
+
+    (fragments,) = [group for (_, needs), group in groups().items() if needs == {"connect"}]
+    namespace = run_group(fragments, tmp_path, {"connect_url": connect_server.url})
+    if namespace["spark"] is not connect:  # a second client: stop it before the server goes
+        namespace["spark"].stop()
+    labels = sorted(tuple(map(int, line.split(","))) for line in (tmp_path / "labels.csv").read_text().split())
+    assert labels == [(1, 1), (2, 1), (3, 1), (4, 4), (5, 4), (6, 4), (7, 7), (8, 7)]
