@@ -194,8 +194,10 @@ class TestingSink(Generic[R]):
         return out
 
     def records(self) -> list[Any]:
-        """Every record received, over all times and workers, sorted like :meth:`by_epoch`."""
-        return [r for _, rs in sorted(self.by_epoch().items(), key=lambda kv: repr(kv[0])) for r in rs]
+        """Every record received, in time order, each time's sorted like :meth:`by_epoch`."""
+        from pytimely.order import sort_key
+
+        return [r for _, rs in sorted(self.by_epoch().items(), key=lambda kv: sort_key(kv[0])) for r in rs]
 
 
 def run_dataflow(
