@@ -11,5 +11,5 @@ from tests.bench.bench_quick import run_quick
 @pytest.mark.timeout(300)
 def test_bench_everyday_quick_reports_every_workload() -> None:
     rows = run_quick("bench_everyday.py")[1:]
-    assert {row["workload"] for row in rows} == {"max_final", "collect", "capture+replay"}
+    assert {row["workload"] for row in rows} == {"max_final", "collect", "capture+replay", "running join"}
     assert all(row["seconds"] > 0 for row in rows)

@@ -447,10 +447,12 @@ class Folds:
                     for other in accs[1:]:
                         acc = agg.merge(acc, other)
                 rows.append((end - size, end, k, agg.finish(acc)))
-                # Panes whose last window has now closed are of no more use.
+                # This window's panes whose last window it is are of no more use (later panes belong to later
+                # windows still open; earlier ones went with earlier windows).
                 step = self.step
-                for p in [p for p in mine if p // step * step + size <= end]:
-                    del mine[p]
+                for p in range(end - size, end, g):
+                    if p in mine and p // step * step + size <= end:
+                        del mine[p]
                 if not mine:
                     del self.panes[k]
             if rows:
