@@ -23,6 +23,12 @@ def tag(cap: Capability[int], info: OperatorInfo) -> UnaryLogic[str, tuple[str, 
 Captured = list[tuple[Any, list[tuple[str, int]]]]
 
 
+def running_total(total: int | None, n: int) -> tuple[int, int]:
+    """A ``stateful_map`` mapper: the running total, kept and sent."""
+    new = (total or 0) + n
+    return new, new
+
+
 def build(scope: Scope[int]) -> tuple[InputHandle[int, str], ProbeHandle[Any], Captured]:
     """Count words, join the counts with the words' lengths, and tag them by worker."""
     handle, words = scope.new_input(type=str)
@@ -39,6 +45,13 @@ def build(scope: Scope[int]) -> tuple[InputHandle[int, str], ProbeHandle[Any], C
     assert_type(totals, Stream[tuple[str, int]])
     letters = words.fold_by(len, lambda: 0, lambda acc, w: acc + len(w))
     assert_type(letters, Stream[tuple[int, int]])
+    running = counts.stateful_map(running_total)
+    assert_type(running, Stream[tuple[str, int]])
+    gathered = counts.collect()
+    assert_type(gathered, Stream[tuple[str, list[int]]])
+    bounded = counts.collect(max_size=3, timeout=1.0)
+    assert_type(bounded, Stream[tuple[str, list[int]]])
+    assert_type(words.count_final(), Stream[tuple[str, int]])
     tagged = words.unary(tag)
     assert_type(tagged, Stream[tuple[str, int]])
     pairs = joined.map(lambda kv: (kv[0].upper(), kv[1][0] + kv[1][1]))

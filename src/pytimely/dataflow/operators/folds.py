@@ -286,6 +286,9 @@ class Folds:
 
     def _items(self, batch: Any) -> list[Any]:
         """Each row's item: its value, or ``(value, record)`` for max_by / min_by."""
+        field = self.value_field
+        if not self.agg.by and field is not None and not callable(field):
+            return container.values(batch, field)  # one column read: no tuple per row
         records = rows(batch)
         get = reader(batch, self.value_field)
         with column_errors(batch, self.value_field):
