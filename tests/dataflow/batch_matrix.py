@@ -119,7 +119,8 @@ def _windows(kind: Any, key: int, value: int, aggregate: str) -> Callable[[dict[
         keys = sorted({k for _, k, _ in on_time}, key=repr)
         code = {k: i for i, k in enumerate(keys)}
         coded = [(x, code[k], v) for x, k, v in on_time]
-        return Counter((e - 1, (s, e, keys[k], a)) for s, e, k, a in window_reference(kind, coded, aggregate))
+        gap = kind.gap if isinstance(kind, Session) else 0  # a session goes out at last + gap
+        return Counter((e - 1 + gap, (s, e, keys[k], a)) for s, e, k, a in window_reference(kind, coded, aggregate))
 
     return reference
 
@@ -387,7 +388,7 @@ def _fold_reference(kind: Any, key: int, how: str) -> Callable[[dict[int, list[t
         on_time = [(r[TIME], r[key], r) for t, rows in epochs.items() for r in rows if r[TIME] >= t]
         out: Expected = Counter()
         for (s, e, k), members in groups(kind, on_time).items():  # type: ignore[arg-type]
-            when = e - 1 if not isinstance(kind, Session) else max(m[0] for m in members)
+            when = e - 1 if not isinstance(kind, Session) else max(m[0] for m in members) + kind.gap
             out[when, (s, e, k, reference([m[2] for m in members]))] += 1
         return out
 

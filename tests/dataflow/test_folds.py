@@ -81,7 +81,7 @@ def _check_windows(
     assert len(got) == len(windows), "a window was emitted twice"
     assert got == expected
     for time, (_, end, _, _) in windows:
-        assert time == end - 1 or isinstance(kind, Session)
+        assert time == end - 1 + (kind.gap if isinstance(kind, Session) else 0)
     if aggregate in ("max_by", "min_by"):
         records = {w: set(rs) for w, rs in groups(kind, on_time).items()}
         for _, (s, e, k, r) in windows:
@@ -400,7 +400,7 @@ def test_window_joins_match_the_reference(left: Side, right: Side, workers: int,
     for (_, end, k), records in groups(kind, on_time).items():  # type: ignore[arg-type]
         ls = [v for _, _, (side, v) in records if side == 0]
         rs = [v for _, _, (side, v) in records if side == 1]
-        when = end - 1 if not isinstance(kind, Session) else max(r[0] for r in records)
+        when = end - 1 if not isinstance(kind, Session) else max(r[0] for r in records) + kind.gap
         expected.update((when, r) for r in _lonely(how, k, ls, rs))
     assert got == expected
 

@@ -399,7 +399,7 @@ class Stream(Generic[D]):
     ) -> Stream[tuple[int, int, Any, Any]]:
         """``(first, last + 1, key, aggregate)`` per key and run of event times at most ``gap`` apart.
 
-        A session is emitted at time ``last`` once the frontier has passed ``last + gap`` (as ``tumbling``).
+        A session is emitted at time ``last + gap`` once the frontier has passed it (as ``tumbling``).
         """
         return _window.window(
             self,

@@ -489,7 +489,7 @@ class Folds:
         mine[lo:hi] = [session]
         self.seq += 1
         heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
-        self._hold(cap, last)
+        self._hold(cap, last + gap)
 
     def _close_sessions(self, bound: int | None) -> None:
         gap = self.kind.gap
@@ -503,8 +503,8 @@ class Folds:
             if not mine:
                 del self.sessions[k]
             first, last, acc, _ = session
-            self._emit(last, [(first, last + 1, k, self.agg.finish(acc))])
-        self._settle(deadlines[0][0] - gap if deadlines else None)
+            self._emit(last + gap, [(first, last + 1, k, self.agg.finish(acc))])
+        self._settle(deadlines[0][0] if deadlines else None)
 
     # -- capabilities ---------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ for a left value, ``"outer"`` does that for both sides (``(key, (None, right))``
   changed sends ``(key, (latest left, latest right))`` once — for ``"inner"`` only when both sides have one,
   for ``"left"`` when the left has one.
 * ``Tumbling``, ``Sliding`` or ``Session`` windows of **event time** (``time=``, read from the value): values
-  of the same key in the same window meet once the window closes, sent at its last instant (``end - 1``);
+  of the same key in the same window meet once the window closes, sent at its last instant (``end - 1``; a
+  session at ``last + gap``);
   ``clock=`` as for windows. Late values (event time before their timestamp, or behind the clock's watermark)
   go to ``late=`` as ``(key, side, value)``, side 0 for the left.
 * ``Interval(lower, upper)`` (Flink's interval join): a left value at event time ``x`` meets the right values

@@ -9,8 +9,11 @@ the same windows.
 A window ``[start, end)`` closes, and its ``(start, end, key, aggregate)`` is emitted at time ``end - 1``,
 once the input frontier has passed ``end - 1``: every on-time record with ``x < end`` has ``t <= x < end``,
 so none can still arrive. A session ``[first, last + 1)`` closes once the frontier has passed ``last +
-gap``: a later on-time record has ``x >= t > last + gap`` and cannot join it. Late records are dropped and
-counted (:class:`DropLate`) or sent on a side stream at their own time (:class:`SideOutput`).
+gap``: a later on-time record has ``x >= t > last + gap`` and cannot join it; it is emitted at ``last + gap``,
+the first time at which it is known to be closed (emitted at ``last``, a snapshot of an epoch between ``last``
+and ``last + gap`` would hold the session open while a capture downstream held its result: a resumed run
+would send it twice). Late records are dropped and counted (:class:`DropLate`) or sent on a side stream at
+their own time (:class:`SideOutput`).
 
 Numpy batches (rows of columns named by index) and Arrow record batches are grouped with numpy sorts and
 ``reduceat``: count, sum, min and max need no Python call per record, only per window touched. Keys that are
@@ -484,7 +487,7 @@ class _Windows:
         mine[lo:hi] = [session]
         self.seq += 1
         heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
-        self._hold(cap, last)
+        self._hold(cap, last + gap)
 
     def close(self, frontier: Any, fence: int | None = None) -> None:
         """Emit every window the frontier has passed, at its last instant, in time order.
@@ -523,8 +526,8 @@ class _Windows:
             if not mine:
                 del self.sessions[k]
             first, last, acc, _ = session
-            self._emit(last, [(first, last + 1, k, acc)])
-        self._settle(deadlines[0][0] - gap if deadlines else None)
+            self._emit(last + gap, [(first, last + 1, k, acc)])
+        self._settle(deadlines[0][0] if deadlines else None)
 
     def _emit(self, time: int, rows: list[tuple[Any, ...]]) -> None:
         self._changed = True
@@ -546,12 +549,11 @@ class _Windows:
 
     def earliest_emission(self) -> int | None:
         """The time of the earliest pending emission, if any (what a restored operator holds a capability at)."""
-        gap = self.kind.gap if isinstance(self.kind, Session) else 0
         pending = [self.heap[0] - 1] if self.heap else []
         if self.chunk_low is not None:
             pending.append(self.chunk_low - 1)
         if self.deadlines:
-            pending.append(self.deadlines[0][0] - gap)
+            pending.append(self.deadlines[0][0])
         return min(pending) if pending else None
 
     def next_change(self) -> int | None:
