@@ -248,6 +248,8 @@ def collect(
         op.initial_caps = True
         initial.append(Capability(scope.minimum, out, counted=True))
 
+    may_change = scope._info(op).may_change
+
     def window_of(cap: InputCapability[Any]) -> Any:
         t = cap.time
         if every is None:
@@ -273,6 +275,10 @@ def collect(
             else:
                 states[w].append(batch)
         for held in notificator.ready(port.frontier):
+            if not may_change(held.time):
+                # Sending a window empties it: not at an epoch after a pending snapshot's (it is run again then).
+                notificator.notify_at(held)
+                continue
             windows.changed_since = True
             state = states.pop(held.time)
             if keyed:
