@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytimely import Worker, execute
+from pytimely.dataflow.operators.folds import Fold
 
 FENCE = 1
 JUMP = 40
@@ -60,12 +61,20 @@ def _left(f: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
     return lambda left, _right: f(left)
 
 
+_FOLD = Fold(lambda: 0, lambda acc, v: acc + v[2], lambda a, b: a + b)
+
 CASES: dict[str, tuple[Callable[[Any, Any], Any], str, dict[int, list[Any]]]] = {
     # name: (build, the fenced operator, batches); every output comes after the fence once the frontier moves.
     "tumbling count": (_left(lambda s: s.tumbling(5, time=0, key=1, name="w")), "w", {0: [(0, (3, 1, 1))]}),
     "session count": (_left(lambda s: s.session(3, time=0, key=1, name="w")), "w", {1: [(0, (1, 1, 1))]}),
     "collect every 3": (_left(lambda s: s.map(lambda r: (r[1], r[2])).collect(every=3, name="c")), "c",
                         {0: [(0, (0, 1, 7))]}),
+    "tumbling fold": (_left(lambda s: s.tumbling(5, time=0, key=1, aggregate=_FOLD, name="w")), "w",
+                      {0: [(0, (3, 1, 1))]}),
+    "sliding fold": (_left(lambda s: s.sliding(6, 2, time=0, key=1, aggregate=_FOLD, name="w")), "w",
+                     {1: [(0, (1, 1, 1))]}),
+    "session fold": (_left(lambda s: s.session(3, time=0, key=1, aggregate=_FOLD, name="w")), "w",
+                     {1: [(0, (1, 1, 1))]}),
 }
 
 

@@ -21,6 +21,13 @@ runs once per group for ``max_by``/``min_by`` over a numeric value column (the b
 with ``reduceat``), and once per value only where the aggregation calls user code (``fold``, ``reduce``) or
 builds the result (``collect``). The state is per key (``{key: {pane: accumulator}}`` and each key's sessions);
 the heap of pending window ends is derived from it.
+
+That state is declared (:mod:`pytimely.dataflow.state`): a :class:`~pytimely.dataflow.state.KeyedState` of the
+panes or of the sessions, each key's bin written when one of its panes or sessions changed, records routed by
+the bins of their keys. A window closes only while its epoch may change (``OperatorInfo.may_change``: no
+snapshot of an earlier epoch is pending), so a snapshot of epoch ``e`` holds exactly the windows ending after
+``e + 1``; a restored copy derives its pending window ends and deadlines from the panes and sessions it was
+given (ends after the epoch the run resumes at) and holds a capability at the earliest emission.
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ from math import gcd
 from typing import TYPE_CHECKING, Any
 
 from pytimely import container
+from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
+from pytimely.dataflow.state import KeyedState
 from pytimely.errors import ColumnError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -234,6 +243,10 @@ class Folds:
         """Per key: its open sessions ``[first, last, acc, live]``, sorted (the operator's state)."""
         self.deadlines: list[tuple[int, int, Any, list[Any]]] = []
         self.seq = 0
+        self.keyed = _Declared(self, self.sessions if self.session else self.panes)
+        """The panes or the sessions as declared state (keys written are noted once per batch or close)."""
+        self._written: list[Any] = []
+        self._came_or_went: list[Any] = []
 
     # -- taking records -------------------------------------------------------------------------
 
@@ -417,13 +430,11 @@ class Folds:
         mine = self.panes.get(k)
         if mine is None:
             mine = self.panes[k] = {}
+            self._came_or_went.append(k)
+        self._written.append(k)
         acc = mine.get(p, _MISSING)
         if acc is _MISSING:
-            # The windows holding this pane: starts k*step with k*step <= p and p + g <= k*step + size.
-            last = p // step
-            first = max(0, -((size - g - p) // step))
-            for j in range(first, last + 1):
-                end = j * step + size
+            for end in self._ends_of(p):
                 keys = self.pending.get(end)
                 if keys is None:
                     keys = self.pending[end] = set()
@@ -456,8 +467,10 @@ class Folds:
                 for p in range(end - size, end, g):
                     if p in mine and p // step * step + size <= end:
                         del mine[p]
+                self._written.append(k)
                 if not mine:
                     del self.panes[k]
+                    self._came_or_went.append(k)
             if rows:
                 self._emit(end - 1, rows)
         self._settle(self.ends[0] - 1 if self.ends else None)
@@ -471,6 +484,8 @@ class Folds:
         mine = self.sessions.get(k)
         if mine is None:
             mine = self.sessions[k] = []
+            self._came_or_went.append(k)
+        self._written.append(k)
         lo = bisect_left(mine, first - gap, key=_last)
         hi = bisect_right(mine, last + gap, key=_first)
         if lo < hi:
@@ -500,23 +515,78 @@ class Folds:
                 continue
             mine = self.sessions[k]
             del mine[bisect_left(mine, session[0], key=_first)]
+            self._written.append(k)
             if not mine:
                 del self.sessions[k]
+                self._came_or_went.append(k)
             first, last, acc, _ = session
             self._emit(last + gap, [(first, last + 1, k, self.agg.finish(acc))])
         self._settle(deadlines[0][0] if deadlines else None)
 
     # -- capabilities ---------------------------------------------------------------------------
 
-    def close(self, frontier: Any) -> None:
-        """Emit every window the frontier has passed, at its last instant, in time order."""
+    def close(self, frontier: Any, fence: int | None = None) -> None:
+        """Emit every window the frontier has passed, at its last instant, in time order.
+
+        While a snapshot of epoch ``fence`` is pending, a window closing at a later time waits: closing it
+        changes the declared state at that time (``OperatorInfo.may_change``).
+        """
         from pytimely.dataflow.operators.window import _bound
 
         bound = _bound(frontier)
+        if fence is not None:
+            bound = fence + 1 if bound is None else min(bound, fence + 1)
         if self.session:
             self._close_sessions(bound)
         else:
             self._close_panes(bound)
+        if self._written:
+            self.keyed.touch_batch(self._written, self._came_or_went)
+            self._written, self._came_or_went = [], []
+
+    def resume(self, start: Capability[Any], horizon: int | None) -> None:
+        """Before the first step: derive the pending window ends (those after ``horizon``, the epoch the run
+        resumes at: a snapshot closed every earlier one) or the session deadlines from the restored state, and
+        hold ``start`` (a capability at the scope's minimum) at the earliest emission, or drop it."""
+        if self.session:
+            gap = self.kind.gap
+            for k, mine in self.sessions.items():
+                for session in mine:
+                    session[3] = True
+                    self.seq += 1
+                    heapq.heappush(self.deadlines, (session[1] + gap, self.seq, k, session))
+        else:
+            low = -1 if horizon is None else horizon
+            for k, panes in self.panes.items():
+                for p in panes:
+                    for end in self._ends_of(p):
+                        if end - 1 >= low:
+                            keys = self.pending.get(end)
+                            if keys is None:
+                                keys = self.pending[end] = set()
+                                heapq.heappush(self.ends, end)
+                            keys.add(k)
+        earliest = self.next_change()
+        if earliest is None:
+            start.drop()
+        else:
+            start.downgrade(earliest)
+            self.held = start
+
+    def _ends_of(self, p: int) -> range:
+        """The ends of the windows holding pane ``p``: starts ``j*step`` with ``j*step <= p`` and ``p + pane <=
+        j*step + size``."""
+        step, size = self.step, self.size
+        first = max(0, -((size - self.pane - p) // step))
+        return range(first * step + size, p // step * step + size + 1, step)
+
+    def next_change(self) -> int | None:
+        """The earliest pending emission: the first epoch at which a window or session closes without any more
+        input (a window ``[start, end)`` with epoch ``end - 1``, a session at its deadline)."""
+        pending = [self.ends[0] - 1] if self.ends else []
+        if self.deadlines:
+            pending.append(self.deadlines[0][0])  # a stale entry at the top is earlier: stepping there is harmless
+        return min(pending) if pending else None
 
     def _hold(self, cap: InputCapability[Any], emit: int) -> None:
         held = self.held
@@ -548,3 +618,18 @@ def _first(session: list[Any]) -> Any:
 
 def _last(session: list[Any]) -> Any:
     return session[1]
+
+
+class _Declared(KeyedState[Any, Any]):
+    """The panes or the sessions of :class:`Folds` as a :class:`~pytimely.dataflow.state.KeyedState`, telling the
+    runtime when they next change without input (its earliest pending emission)."""
+
+    __slots__ = ("_folds",)
+
+    def __init__(self, folds: Folds, data: dict[Any, Any]) -> None:
+        super().__init__(DEFAULT_BINS, data=data)
+        self._folds = folds
+
+    def next_change(self) -> int | None:
+        """The first epoch at which a window or session closes without input."""
+        return self._folds.next_change()

@@ -134,6 +134,28 @@ class DropLate:
         self.dropped += sum(values)
 
 
+class _Dropped:
+    """A :class:`DropLate` count as declared state of its window operator: it changes only when records come,
+    so it tells the runtime the windows' next change (without it, a restored or finished run would step its
+    snapshots epoch by epoch up to windows far ahead in event time)."""
+
+    def __init__(self, policy: DropLate, windows: Any) -> None:
+        self.policy = policy
+        self.windows = windows
+
+    def snapshot(self) -> int:
+        """The count."""
+        return self.policy.snapshot()
+
+    def restore(self, values: list[int]) -> None:
+        """Add the counts of the old workers this worker stands in for."""
+        self.policy.restore(values)
+
+    def next_change(self) -> int | None:
+        """The windows' next change without input."""
+        return self.windows.next_change()  # type: ignore[no-any-return]
+
+
 class SideOutput:
     """Late records go, unchanged and at their own time, to ``stream`` (set when the operator is built)."""
 
@@ -547,6 +569,16 @@ class _Windows:
             self.emitting.downgrade(earliest)
 
 
+    def resume(self, start: Capability[Any], _horizon: int | None) -> None:
+        """Before the first step: hold ``start`` (a capability at the scope's minimum) at the earliest pending
+        emission of a restored copy, or drop it."""
+        earliest = self.earliest_emission() if self.restored else None
+        if earliest is None:
+            start.drop()
+        else:
+            start.downgrade(earliest)
+            self.emitting = start
+
     def earliest_emission(self) -> int | None:
         """The time of the earliest pending emission, if any (what a restored operator holds a capability at)."""
         pending = [self.heap[0] - 1] if self.heap else []
@@ -773,35 +805,25 @@ def window(
     state: _Windows | Folds
     if folds is not None:
         state = Folds(kind, folds, time, key, value, policy, out, late_out)
-        op.undeclared_state = "its open windows"
+        declare(op, "sessions" if isinstance(kind, Session) else "panes", state.keyed, layout="folds/1")
     else:
         state = _Windows(kind, time, key, value, aggregate, policy, out, late_out)  # type: ignore[arg-type]
         declare(op, "windows", state, layout="windows/1")
-        if isinstance(policy, DropLate):
-            declare(op, "dropped", policy, layout="dropped/1")
+    if isinstance(policy, DropLate):
+        declare(op, "dropped", _Dropped(policy, state), layout="dropped/1")
     # Every copy starts with a capability at the scope's minimum: a restored one keeps it for its pending windows.
     initial: list[Capability[Any]] = [Capability(scope.minimum, o, counted=True) for o in op.outputs]
     subgraph, index = scope.subgraph, op.index
 
     def logic() -> None:
         if initial:
-            restored = isinstance(state, _Windows) and state.restored
-            earliest = state.earliest_emission() if isinstance(state, _Windows) and restored else None
             for other in initial[1:]:
                 other.drop()
-            if earliest is None:
-                initial[0].drop()
-            else:
-                assert isinstance(state, _Windows)
-                initial[0].downgrade(earliest)
-                state.emitting = initial[0]
+            state.resume(initial[0], subgraph.resume_epoch)
             initial.clear()
         for cap, batch in port:
             state.absorb(cap, batch)
-        if isinstance(state, _Windows):
-            state.close(port.frontier, subgraph.fences.get(index))
-        else:
-            state.close(port.frontier)
+        state.close(port.frontier, subgraph.fences.get(index))
 
     op.logic = logic
     if isinstance(policy, SideOutput):
