@@ -17,6 +17,7 @@ import pytest
 
 from pytimely import Worker, execute
 from pytimely.dataflow.operators.folds import Fold
+from pytimely.dataflow.operators.join import Interval
 
 FENCE = 1
 JUMP = 40
@@ -75,6 +76,11 @@ CASES: dict[str, tuple[Callable[[Any, Any], Any], str, dict[int, list[Any]]]] = 
                      {1: [(0, (1, 1, 1))]}),
     "session fold": (_left(lambda s: s.session(3, time=0, key=1, aggregate=_FOLD, name="w")), "w",
                      {1: [(0, (1, 1, 1))]}),
+    "interval left join": (
+        lambda ls, rs: ls.join(rs, over=Interval(0, 4), how="left", time=0, name="j"),
+        "j",
+        {0: [(0, (1, (2, "a"))), (1, (2, (2, "b")))]},  # a left value of key 1 alone: it goes out at 2 + 4
+    ),
 }
 
 

@@ -17,9 +17,10 @@ for a left value, ``"outer"`` does that for both sides (``(key, (None, right))``
   go to ``late=`` as ``(key, side, value)``, side 0 for the left.
 * ``Interval(lower, upper)`` (Flink's interval join): a left value at event time ``x`` meets the right values
   of its key at ``y`` with ``x + lower <= y <= x + upper``. Matches go out as soon as both are there, at the
-  later of their two timestamps; a left value without a partner goes out at ``x`` once the right frontier has passed
-  ``x + upper`` (a right one at ``y`` once the left frontier has passed ``y - lower``). Late values go to
-  ``late=`` as above.
+  later of their two timestamps; a left value without a partner goes out once the right frontier has passed
+  ``x + upper``, at ``x + upper`` (a right one once the left frontier has passed ``y - lower``, at ``y -
+  lower``; at the value's own timestamp if that is later): the first time at which it is known to have none.
+  Late values go to ``late=`` as above.
 
 The two sides' keys must be comparable: a key type seen on one side and none of the other's (``1`` and
 ``"1"``) is an :class:`~pytimely.errors.InputFormatError` naming the operator, raised with the first batch
@@ -39,6 +40,7 @@ from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.operators.binned import bin_routes
 from pytimely.dataflow.operators.fields import Field, check, getter
 from pytimely.dataflow.operators.generic import Notificator
+from pytimely.dataflow.state import KeyedState, declare
 from pytimely.errors import InputFormatError, InvalidArgument
 from pytimely.order import sort_key
 
@@ -344,7 +346,8 @@ def _meet(k: Any, lefts: list[Any], rights: list[Any], how: How) -> list[Any]:
 def _interval(
     left: Stream[Any], right: Stream[Any], name: str, how: How, over: Interval, time: Any, clock: Any, late: Any
 ) -> Stream[Any]:
-    from pytimely.dataflow.operators.window import DropLate, SideOutput
+    from pytimely.dataflow.capability import Capability
+    from pytimely.dataflow.operators.window import DropLate, SideOutput, _Dropped
 
     lower, upper = over.lower, over.upper
     if type(lower) is not int or type(upper) is not int or lower > upper:
@@ -367,15 +370,30 @@ def _interval(
             if lost is not None:
                 clock_late.append(lost.map(_tagged(i), name=f"{name}.{i}.late"))
     side_out = isinstance(policy, SideOutput)
-    inputs, _ = bin_routes(sides, [0, 0], name, None, DEFAULT_BINS)
+    # Routed by the bins of the keys: a run restored on another number of workers finds a key's values where
+    # its records arrive.
+    inputs, _ = bin_routes(sides, [0, 0], name, None, DEFAULT_BINS, migrate=True)
     op = scope._operator(name, inputs, 2 if side_out else 1)
     op.notify = True
-    op.undeclared_state = "the values waiting for partners"
+    op.initial_caps = True
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
     late_out = op.outputs[1] if side_out else None
     state = _IntervalState(how, lower, upper, (get_left, get_right), name)
+    declare(op, "left", state.declared[0], layout="interval_join/1")
+    declare(op, "right", state.declared[1], layout="interval_join/1")
+    if isinstance(policy, DropLate):
+        declare(op, "dropped", _Dropped(policy, state), layout="dropped/1")
+    # A capability at the scope's minimum until the first step: a restored copy holds capabilities at the times
+    # its restored values go out unmatched.
+    initial = [Capability(scope.minimum, o, counted=True) for o in op.outputs]
+    subgraph, index = scope.subgraph, op.index
 
     def logic() -> None:
+        if initial:
+            for other in initial[1:]:
+                other.drop()
+            state.resume(initial[0])
+            initial.clear()
         for side, port in ((0, in1), (1, in2)):
             for cap, batch in port:
                 lost = state.absorb(side, cap, batch, out)
@@ -384,7 +402,7 @@ def _interval(
                         late_out.give(cap, lost)
                     else:
                         policy.dropped += len(lost)  # type: ignore[union-attr]
-        state.expire(in1.frontier, in2.frontier, out)
+        state.expire(in1.frontier, in2.frontier, out, subgraph.fences.get(index))
 
     op.logic = logic
     if isinstance(policy, SideOutput):
@@ -406,7 +424,14 @@ def _tagged(side: int) -> Any:
 
 
 class _IntervalState:
-    """One worker's interval join: per key, each side's values in event-time order, and when they expire."""
+    """One worker's interval join: per key, each side's values in event-time order, and when they expire.
+
+    A value at event time ``x`` and timestamp ``t`` expires at its *deadline* ``x + upper`` (a left one; a right
+    one at ``y - lower``): once the other side's frontier has passed it no partner can come. Unmatched, it goes
+    out then, at ``max(deadline, t)``: the first time at which it is known to have no partner, so that a
+    snapshot of any earlier epoch holds the value and no output of it. Values expire only while that time may
+    change (``OperatorInfo.may_change``: no snapshot of an earlier epoch pending).
+    """
 
     def __init__(self, how: How, lower: int, upper: int, getters: tuple[Any, Any], name: str) -> None:
         self.keep = (how != "inner", how == "outer")
@@ -414,12 +439,17 @@ class _IntervalState:
         self.getters = getters
         self.values: tuple[dict[Any, list[list[Any]]], dict[Any, list[list[Any]]]] = ({}, {})
         """Per side, per key: ``[x, seq, value, matched, timestamp]`` sorted by event time (the operator's state)."""
+        self.declared = (_Values(self, self.values[0]), _Values(self, self.values[1]))
+        """Each side's values as declared state (the keys written are noted once per batch and expiry)."""
         self.expiry: tuple[list[Any], list[Any]] = ([], [])
         """Per side, a heap of ``(deadline, seq, key, entry)``: when the other side's frontier passes it."""
         self.caps: dict[int, list[Any]] = {}
-        """Emission time -> [capability, values waiting to be sent unmatched there]."""
+        """Emission time -> [capability, values of the kept sides that may go out unmatched there]."""
         self.seq = 0
         self.types = _KeyTypes(name)
+
+    def _deadline(self, side: int, x: int) -> int:
+        return x + (self.upper if side == 0 else -self.lower)
 
     def absorb(self, side: int, cap: Any, batch: Any, out: Any) -> list[Any]:
         """Match one batch of a side against the other side's values; return its late records (tagged)."""
@@ -430,6 +460,8 @@ class _IntervalState:
         matches: dict[Any, list[Any]] = {}
         lost: list[Any] = []
         seen = None
+        written: tuple[list[Any], list[Any]] = ([], [])
+        came: tuple[list[Any], list[Any]] = ([], [])
         for k, v in container.records(batch):
             if type(k) is not seen:
                 seen = type(k)
@@ -449,7 +481,9 @@ class _IntervalState:
                 a = bisect_left(partners, x + lo, key=_time)
                 b = bisect_right(partners, x + hi, key=_time)
                 for p in partners[a:b]:
-                    p[3] = True
+                    if not p[3]:
+                        p[3] = True
+                        written[1 - side].append(k)
                     entry[3] = True
                     # At the later of the two timestamps, whichever came first: the same in every schedule.
                     when = p[4] if p[4] > t else t
@@ -462,16 +496,17 @@ class _IntervalState:
             values = mine.get(k)
             if values is None:
                 mine[k] = [entry]
+                came[side].append(k)
             else:
                 insort(values, entry, key=_time)
-            # A left value expires once the right frontier passes x + upper; a right one once the left frontier
-            # passes y - lower. Unmatched, it goes out at its own event time.
+            written[side].append(k)
             deadline = x + hi
             heapq.heappush(self.expiry[side], (deadline, entry[1], k, entry))
             if self.keep[side]:
-                held = self.caps.get(x)
+                when = deadline if deadline > t else t
+                held = self.caps.get(when)
                 if held is None:
-                    self.caps[x] = [cap.delayed(x), 1]
+                    self.caps[when] = [cap.delayed(when), 1]
                 else:
                     held[1] += 1
         for when, pairs in matches.items():
@@ -481,28 +516,42 @@ class _IntervalState:
                 later = cap.delayed(when)
                 out.give(later, pairs)
                 later.drop()
+        for s in (0, 1):
+            if written[s]:
+                self.declared[s].touch_batch(written[s], came[s])
         return lost
 
-    def expire(self, left_frontier: Any, right_frontier: Any, out: Any) -> None:
-        """Drop the values no future value can meet; send the unmatched ones of the kept sides."""
+    def expire(self, left_frontier: Any, right_frontier: Any, out: Any, fence: int | None = None) -> None:
+        """Drop the values no future value can meet; send the unmatched ones of the kept sides (not past
+        ``fence``, the epoch of a pending snapshot)."""
         from pytimely.dataflow.operators.window import _bound
 
         by_time: dict[int, list[Any]] = {}
+        released: set[int] = set()
         # A left value waits on the right frontier, a right one on the left frontier.
         for side, bound in ((0, _bound(right_frontier)), (1, _bound(left_frontier))):
+            if fence is not None:
+                bound = fence + 1 if bound is None else min(bound, fence + 1)
             heap = self.expiry[side]
+            written: list[Any] = []
+            gone: list[Any] = []
             while heap and (bound is None or heap[0][0] < bound):
                 _, _, k, entry = heapq.heappop(heap)
-                self._drop(side, k, entry, by_time)
-        for x in sorted(by_time):
-            held = self.caps[x]
-            out.give(held[0], by_time[x])
-            held[1] -= len(by_time[x])
+                self._drop(side, k, entry, by_time, gone, released)
+                written.append(k)
+            if written:
+                self.declared[side].touch_batch(written, gone)
+        for when in sorted(by_time):
+            out.give(self.caps[when][0], by_time[when])
+        for when in released:
+            held = self.caps[when]
             if held[1] == 0:
                 held[0].drop()
-                del self.caps[x]
+                del self.caps[when]
 
-    def _drop(self, side: int, k: Any, entry: list[Any], by_time: dict[int, list[Any]]) -> None:
+    def _drop(
+        self, side: int, k: Any, entry: list[Any], by_time: dict[int, list[Any]], gone: list[Any], released: set[int]
+    ) -> None:
         group = self.values[side][k]
         i = bisect_left(group, entry[0], key=_time)
         while group[i] is not entry:
@@ -510,16 +559,55 @@ class _IntervalState:
         del group[i]
         if not group:
             del self.values[side][k]
+            gone.append(k)
         if self.keep[side]:
-            held = self.caps[entry[0]]
-            if entry[3]:
-                held[1] -= 1
-                if held[1] == 0:
-                    held[0].drop()
-                    del self.caps[entry[0]]
-            else:
+            deadline, t = self._deadline(side, entry[0]), entry[4]
+            when = deadline if deadline > t else t
+            self.caps[when][1] -= 1
+            released.add(when)
+            if not entry[3]:
                 v = entry[2]
-                by_time.setdefault(entry[0], []).append((k, (v, None) if side == 0 else (None, v)))
+                by_time.setdefault(when, []).append((k, (v, None) if side == 0 else (None, v)))
+
+    def next_change(self) -> int | None:
+        """The first epoch at which a value expires without input (its deadline)."""
+        tops = [heap[0][0] for heap in self.expiry if heap]
+        return min(tops) if tops else None
+
+    def resume(self, start: Any) -> None:
+        """Before the first step: rebuild the expiry heaps from the restored values (numbered afresh) and hold
+        ``start`` (a capability at the scope's minimum) at the times the kept sides' values may go out, or drop it."""
+        for side in (0, 1):
+            heap = self.expiry[side]
+            for k, group in self.values[side].items():
+                for entry in group:
+                    entry[1] = self.seq
+                    self.seq += 1
+                    heapq.heappush(heap, (self._deadline(side, entry[0]), entry[1], k, entry))
+                    if self.keep[side]:
+                        deadline, t = self._deadline(side, entry[0]), entry[4]
+                        when = deadline if deadline > t else t
+                        held = self.caps.get(when)
+                        if held is None:
+                            self.caps[when] = [start.delayed(when), 1]
+                        else:
+                            held[1] += 1
+        start.drop()
+
+
+class _Values(KeyedState[Any, Any]):
+    """One side's values of an interval join as a :class:`~pytimely.dataflow.state.KeyedState`, telling the
+    runtime when they next change without input (the earliest deadline)."""
+
+    __slots__ = ("_join",)
+
+    def __init__(self, join: _IntervalState, data: dict[Any, Any]) -> None:
+        super().__init__(DEFAULT_BINS, data=data)
+        self._join = join
+
+    def next_change(self) -> int | None:
+        """The first epoch at which a value expires without input."""
+        return self._join.next_change()
 
 
 def _time(entry: list[Any]) -> Any:
