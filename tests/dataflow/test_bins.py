@@ -280,6 +280,36 @@ def test_a_running_sum_state_machine_gives_the_same_output_whatever_the_moves(
             assert all(owners[bin_of(k, bins)] == w for k, _ in batch)
 
 
+@settings(max_examples=50, deadline=None)
+@given(runs, st.lists(st.tuples(st.integers(0, EPOCHS - 1), st.integers(0, 30)), max_size=40), st.data())
+def test_the_running_join_gives_the_same_output_whatever_the_moves(
+    run: tuple[int, int | None], values: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    workers, seed = run
+    bins = data.draw(st.sampled_from([2, 4, 256]))
+    # One value per key and epoch, so which is latest does not depend on arrival order within a time.
+    records: Data = list({(e, v % 5): (e, (v % 5, v)) for e, v in values}.values())
+    moves = data.draw(move_plans(bins))
+
+    def build(stream: Any, control: Any, worker: Worker) -> Any:
+        evens = stream.filter(lambda kv: kv[1] % 2 == 0, name="evens")
+        return stream.join(evens, over="latest", how="left", control=control, bins=bins)
+
+    moved = run_keyed(build, workers, seed, records, moves)
+    still = run_keyed(build, workers, seed, records, None)
+    latest: dict[int, list[Any]] = {}
+    expected: Counter[tuple[int, Any]] = Counter()
+    for epoch in sorted({e for e, _ in records}):
+        for e, (k, v) in records:
+            if e == epoch:
+                pair = latest.setdefault(k, [None, None])
+                pair[0] = v
+                pair[1] = v if v % 2 == 0 else pair[1]
+                expected[epoch, (k, tuple(pair))] += 1
+    assert sum((flat(e) for e in moved), Counter()) == expected
+    assert sum((flat(e) for e in still), Counter()) == expected
+
+
 def test_moved_state_continues_on_the_new_owner() -> None:
     """Bin of key 5 moves from worker 0 to 1 at time 2: worker 1 emits 3, 4 (not 1, 2) and holds the key."""
     bins = 4

@@ -25,6 +25,12 @@ for a left value, ``"outer"`` does that for both sides (``(key, (None, right))``
 The two sides' keys must be comparable: a key type seen on one side and none of the other's (``1`` and
 ``"1"``) is an :class:`~pytimely.errors.InputFormatError` naming the operator, raised with the first batch
 that shows it.
+
+State that outlives a timestamp is declared (:mod:`pytimely.dataflow.state`), by the bins of the keys, and the
+sides are routed by those bins: the running join's latest values per key (``"latest"``; with a control stream
+of moves they go with their bins to the new owner, as ``state_machine``'s do), the interval join's values per
+side and key, and the windowed join's through the window folds it is built on. A join per timestamp keeps
+nothing across times and declares nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
-from pytimely.dataflow.operators.binned import bin_routes
+from pytimely.dataflow.operators.binned import bin_routes, earlier
 from pytimely.dataflow.operators.fields import Field, check, getter
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.state import KeyedState, declare
@@ -215,14 +221,28 @@ def _per_time(
 def _latest(
     left: Stream[Any], right: Stream[Any], name: str, control: Stream[Any] | None, bins: int, how: How
 ) -> Stream[Any]:
-    scope, inputs = _sides(left, right, name, control, bins)
+    scope = left.scope
+    # Routed by the bins of the keys (the state outlives a time: with a control stream, a moving bin's keys go
+    # to their new owner; with recovery, a run restored on another number of workers finds them where they arrive).
+    inputs, router = bin_routes([left, right], [0, 0], name, control, bins, migrate=True)
+    if router is not None:
+        assert router.state_output is not None
+        inputs.append((router.state_output, router.pact))
     op = scope._operator(name, inputs, 1)
     op.notify = True
-    op.undeclared_state = "each side's latest value per key"
-    in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
-    latest: dict[Any, list[Any]] = {}
-    """Per key: ``[left value, right value]`` (None: none yet) — the operator's state."""
+    ports: list[Any] = list(op.inputs)
+    in1, in2, out = ports[0], ports[1], op.outputs[0]
+    state_in = ports[2] if router is not None else None
+    keyed: KeyedState[Any, list[Any]] = KeyedState(bins)
+    declare(op, "latest", keyed, layout="latest_join/1")
+    latest = keyed.data
+    """Per key: ``[left value, right value]`` (None: none yet) — the operator's declared state."""
     pending: dict[Any, list[tuple[int, Any]]] = {}
+    held = _Latest(ports, router, keyed, pending)
+    if router is not None:
+        router.holder = held
+        subgraph, index = scope.subgraph, op.index
+        router.may_change = lambda time: subgraph.may_change(index, time)
     notificator: Notificator[Any] = Notificator()
     types = _KeyTypes(name)
     need = {"inner": (True, True), "left": (True, False), "outer": (False, False)}[how]
@@ -242,27 +262,67 @@ def _latest(
                 waiting.append((side, (k, v)))
 
     def logic() -> None:
+        if state_in is not None:
+            # Shipped state goes in before any value is applied (binned.py, step 1).
+            for _, shipped in state_in.batches():
+                latest.update(shipped)
+                keyed.touch(k for k, _ in shipped)
         absorb(in1, 0)
         absorb(in2, 1)
-        for held in notificator.ready(in1.frontier, in2.frontier):
+        for done in notificator.ready(*(p.frontier for p in ports)):
             changed: dict[Any, list[Any]] = {}
-            for side, (k, v) in pending.pop(held.time):
+            came: list[Any] = []
+            for side, (k, v) in pending.pop(done.time):
                 pair = latest.get(k)
                 if pair is None:
                     pair = latest[k] = [None, None]
+                    came.append(k)
                 pair[side] = v
                 changed[k] = pair
+            keyed.touch_batch(list(changed), came)
             sent = [
                 (k, (lv, rv))
                 for k, (lv, rv) in changed.items()
                 if (lv is not None or not need[0]) and (rv is not None or not need[1])
             ]
             if sent:
-                out.give(held, sent)
-            held.drop()
+                out.give(done, sent)
+            done.drop()
+        if router is not None and router.waiting:
+            router.activate()
 
     op.logic = logic
     return scope.stream(out)
+
+
+class _Latest:
+    """The running join's state as a router sees it (:class:`~pytimely.dataflow.operators.binned.StateHolder`)."""
+
+    def __init__(
+        self, ports: list[Any], router: Any, keyed: KeyedState[Any, list[Any]], pending: dict[Any, list[Any]]
+    ) -> None:
+        self.keyed = keyed
+        self.pending = pending
+        self._ports = ports
+        self._router = router
+
+    def settled_before(self, time: Any) -> bool:
+        """Whether every value at a time ``< time`` that will reach this worker has been applied."""
+        for port in self._ports:
+            if any(earlier(e, time) for e in port.frontier.frontier_elements()):
+                return False
+        return not any(earlier(s, time) for s in self.pending)
+
+    def extract(self, leaving: set[int], owners: Any) -> dict[int, list[Any]]:
+        """Remove the latest values of the keys in the bins ``leaving``; ``(key, [left, right])`` by new owner."""
+        find = self._router.find
+        latest = self.keyed.data
+        out: dict[int, list[Any]] = {}
+        for k in [k for k in latest if find(k) in leaving]:
+            out.setdefault(owners[find(k)], []).append((k, latest.pop(k)))
+        for items in out.values():
+            self.keyed.touch(k for k, _ in items)
+        return out
 
 
 def _time_getters(time: Field | tuple[Field, Field], name: str) -> tuple[Any, Any]:
