@@ -8,6 +8,11 @@ by default (``key=0, value=1``; ``value=None`` takes the whole record). Values a
 reach the key's worker: in timestamp order only where the input's times are complete before later ones come,
 and within one time in arrival order. Each key's result is sent at the latest time its records had; until the
 input ends the operator holds capabilities at those times (and only those).
+
+Each key's accumulator and latest time are declared state (:mod:`pytimely.dataflow.state`, two
+:class:`~pytimely.dataflow.state.KeyedState`), and records are routed by the bins of their keys: with recovery
+on, a run restored on any number of workers holds each key where its records arrive, with capabilities at the
+times its restored keys' results go out (as ``min_final`` … ``last_final`` do).
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytimely import container
-from pytimely.dataflow.channels import Exchange
-from pytimely.dataflow.operators.fields import Field, check, column_errors, key_route, reader, rows
+from pytimely.dataflow.bins import DEFAULT_BINS
+from pytimely.dataflow.capability import Capability
+from pytimely.dataflow.operators.binned import bin_exchange
+from pytimely.dataflow.operators.fields import Field, check, column_errors, reader, rows
+from pytimely.dataflow.state import KeyedState, declare
 from pytimely.errors import InvalidArgument
 from pytimely.order import sort_key
 
 if TYPE_CHECKING:
-    from pytimely.dataflow.capability import Capability
     from pytimely.dataflow.stream import Stream
 
 __all__ = ["count_final", "fold_final", "reduce_final"]
@@ -34,19 +41,28 @@ class _Final:
     """One worker's accumulator and latest time per key, and capabilities at the times results go out."""
 
     def __init__(self) -> None:
-        self.accs: dict[Any, Any] = {}
-        """Per key: its accumulator (the operator's state, with ``last``)."""
-        self.last: dict[Any, Any] = {}
+        self.declared_accs: KeyedState[Any, Any] = KeyedState(DEFAULT_BINS)
+        self.declared_last: KeyedState[Any, Any] = KeyedState(DEFAULT_BINS)
+        self.accs: dict[Any, Any] = self.declared_accs.data
+        """Per key: its accumulator (declared state, with ``last``)."""
+        self.last: dict[Any, Any] = self.declared_last.data
+        """Per key: the latest time it had a record at, where its result goes out."""
         self.caps: dict[Any, Capability[Any]] = {}
         self.prune_at = 16
 
-    def seen(self, t: Any, keys: Any) -> None:
-        """Note that ``keys`` had a record at ``t``."""
+    def seen(self, t: Any, keys: list[Any]) -> None:
+        """Note that ``keys`` had a record at ``t`` (and that their accumulators were written)."""
         last = self.last
+        came: list[Any] = []
         for k in keys:
             held = last.get(k)
-            if held is None or (held <= t and held != t):
+            if held is None:
                 last[k] = t
+                came.append(k)
+            elif held <= t and held != t:
+                last[k] = t
+        self.declared_accs.touch_batch(keys, came)
+        self.declared_last.touch_batch(keys, came)
 
     def prune(self) -> None:
         """Drop capabilities at times no key's result will be sent at."""
@@ -62,16 +78,27 @@ def _final(
     name: str,
     absorb: Callable[[_Final, Any], list[Any]],
     finish: Callable[[Any], Any],
+    kind: str,
 ) -> Stream[Any]:
     """``(key, finish(acc))`` per key once the input has ended; ``absorb(state, batch)`` gives the batch's keys."""
     scope = stream.scope
-    op = scope._operator(name, [(stream, Exchange(key_route(key), vectorized=True))], 1)
+    op = scope._operator(name, [(stream, bin_exchange(key, DEFAULT_BINS))], 1)
     op.notify = True
-    op.undeclared_state = "its accumulator per key"
+    op.initial_caps = True
     port, out = op.inputs[0], op.outputs[0]
     state = _Final()
+    declare(op, "accumulators", state.declared_accs, layout=f"{kind}/1")
+    declare(op, "latest", state.declared_last, layout="final_latest/1")
+    # A capability at the scope's minimum until the first step: a restored copy turns it into capabilities at
+    # the times its restored keys' results go out.
+    initial = [Capability(scope.minimum, out, counted=True)]
 
     def logic() -> None:
+        if initial:
+            start = initial.pop()
+            for t in set(state.last.values()):
+                state.caps[t] = start.delayed(t)
+            start.drop()
         for cap, batch in port:
             t = cap.time
             if t not in state.caps:
@@ -88,8 +115,8 @@ def _final(
             for cap in state.caps.values():
                 cap.drop()
             state.caps.clear()
-            state.accs.clear()
-            state.last.clear()
+            state.declared_accs.clear()
+            state.declared_last.clear()
 
     op.logic = logic
     return scope.stream(out)
@@ -118,7 +145,7 @@ def count_final(stream: Stream[Any], key: Field, name: str) -> Stream[Any]:
             accs[k] = get(k, 0) + 1
         return keys
 
-    return _final(stream, key, name, absorb, lambda acc: acc)
+    return _final(stream, key, name, absorb, lambda acc: acc, "count_final")
 
 
 def _values(key: Field, value: Field, name: str) -> Callable[[Any], list[tuple[Any, Any]]]:
@@ -155,7 +182,7 @@ def fold_final(
             accs[k] = fold(init() if acc is _MISSING else acc, v)
         return [k for k, _ in got]
 
-    return _final(stream, key, name, absorb, lambda acc: acc)
+    return _final(stream, key, name, absorb, lambda acc: acc, "fold_final")
 
 
 def reduce_final(stream: Stream[Any], f: Callable[[Any, Any], Any], key: Field, value: Field, name: str) -> Stream[Any]:
@@ -172,4 +199,4 @@ def reduce_final(stream: Stream[Any], f: Callable[[Any, Any], Any], key: Field, 
             accs[k] = v if acc is _MISSING else f(acc, v)
         return [k for k, _ in got]
 
-    return _final(stream, key, name, absorb, lambda acc: acc)
+    return _final(stream, key, name, absorb, lambda acc: acc, "reduce_final")
