@@ -529,6 +529,25 @@ def test_collect_sends_what_a_key_gathered_after_the_timeout_while_the_input_is_
     assert execute(job, 1) == [[(0, ("a", [1, 2]))]]
 
 
+def test_a_timeout_after_the_input_moved_on_sends_at_the_earliest_epoch_still_open() -> None:
+    # Not at the first value's time: a snapshot of an epoch in between would hold the values and, in a capture
+    # downstream, their list (tests/recovery/test_fences.py).
+    def job(worker: Worker) -> Any:
+        def build(scope: Scope[int]) -> Any:
+            handle, stream = scope.new_input()
+            return handle, stream.collect(max_size=100, timeout=0.2).capture()
+
+        handle, captured = worker.dataflow(build)
+        handle.send_batch([("a", 1), ("a", 2)])
+        handle.advance_to(4)
+        worker.step_while(lambda: not captured, timeout=60)
+        got = [(t, r) for t, b in captured for r in b]
+        handle.close()
+        return got
+
+    assert execute(job, 1) == [[(4, ("a", [1, 2]))]]
+
+
 def test_stateful_map_refuses_a_mapper_that_does_not_return_a_pair() -> None:
     def job(worker: Worker) -> None:
         def build(scope: Scope[int]) -> Any:

@@ -16,9 +16,13 @@ time and nothing is declared.
 
 With ``max_size`` or ``timeout`` (keyed only; Bytewax's ``collect``) a key's values are gathered across times
 instead: ``(key, [values])`` goes out as soon as the key holds ``max_size`` values (at the time of the value
-that filled it), or ``timeout`` seconds of wall clock after its first value came (at that value's time), and
-whatever is left when the input ends goes out then. Sizes follow arrival order: the same input sent by one
-worker in the same order gives the same lists.
+that filled it), or ``timeout`` seconds of wall clock after its first value came (at the earliest epoch still
+open then, or its first value's time if later), and whatever is left when the input ends goes out then, at its
+first value's time. Sizes follow arrival order: the same input sent by one worker in the same order gives the
+same lists. What a key gathered is declared state too (by the bins of the keys, records routed by them), with
+the time of its first value; the wall clock is not: a key restored from a snapshot starts its timeout again.
+A timeout fires at an epoch no pending snapshot has passed, so a snapshot holds a key's values or a capture
+downstream their list, never both.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from pytimely.dataflow.channels import Exchange
 from pytimely.dataflow.operators.binned import bin_exchange
 from pytimely.dataflow.operators.fields import key_route
 from pytimely.dataflow.operators.generic import Notificator
-from pytimely.dataflow.state import declare
+from pytimely.dataflow.state import KeyedState, declare
 from pytimely.errors import InvalidArgument
 from pytimely.order import sort_key
 
@@ -296,17 +300,33 @@ def _bounded(
 ) -> Stream[Any]:
     """Per key, lists of at most ``max_size`` values, or what came within ``timeout`` seconds of the first."""
     from pytimely.dataflow.activate import Alarm
+    from pytimely.dataflow.operators.window import _bound
 
     scope = stream.scope
-    op = scope._operator(name, [(stream, Exchange(key_route(0), vectorized=True))], 1)
+    # Routed by the bins of the keys: a run restored on another number of workers finds a key's values where its
+    # records arrive.
+    op = scope._operator(name, [(stream, bin_exchange(0, DEFAULT_BINS))], 1)
     op.notify = True
-    op.undeclared_state = "the values it gathers per key"
+    op.initial_caps = True
     port, out = op.inputs[0], op.outputs[0]
-    buffers: dict[Any, list[Any]] = {}
-    """Per key: ``[values, time of the first, wall-clock time of the first]`` (the operator's state)."""
+    declared: KeyedState[Any, list[Any]] = KeyedState(DEFAULT_BINS)
+    declare(op, "buffers", declared, layout="collect_bounded/1")
+    buffers = declared.data
+    """Per key: ``[values, time of the first, wall-clock time of the first]`` (the operator's declared state)."""
     caps: dict[Any, list[Any]] = {}
     """Time -> ``[capability, keys whose first value is at that time]``."""
     alarm = Alarm(scope._info(op).sync_activator()) if timeout is not None else None
+    # A capability at the scope's minimum until the first step: a restored copy holds capabilities at its keys'
+    # first values' times.
+    initial = [Capability(scope.minimum, out, counted=True)]
+    subgraph, index = scope.subgraph, op.index
+
+    def hold(t: Any, cap: Any) -> None:
+        held = caps.get(t)
+        if held is None:
+            caps[t] = [cap.delayed(t), 1]
+        else:
+            held[1] += 1
 
     def release(t: Any) -> None:
         held = caps[t]
@@ -315,37 +335,67 @@ def _bounded(
             held[0].drop()
             del caps[t]
 
-    def send(k: Any, buffer: list[Any]) -> None:
-        values, t, _ = buffer
-        out.give(caps[t][0], [(k, values)])
-        release(t)
+    def restore(start: Capability[Any]) -> None:
+        moment = now()
+        for buffer in buffers.values():
+            buffer[2] = moment  # the old run's clock means nothing here: a restored key's timeout starts again
+            hold(buffer[1], start)
+        start.drop()
+
+    def flush(due: list[Any], ended: bool) -> None:
+        """Send the buffers of ``due``: at the end of the input at their first values' times; on a timeout at the
+        earliest epoch still open (no earlier than the first value's time), which a snapshot has not passed."""
+        now_at = None
+        if not ended:
+            fence = subgraph.fences.get(index)
+            now_at = fence if fence is not None else _bound(port.frontier)
+        by_time: dict[Any, list[Any]] = {}
+        for k in sorted(due, key=lambda k: sort_key(buffers[k][1])):
+            values, t, _ = buffers.pop(k)
+            at = t if now_at is None or not t <= now_at else now_at
+            by_time.setdefault((t, at), []).append((k, values))
+        for (t, at), rows in by_time.items():
+            held = caps[t][0]
+            if at == t:
+                out.give(held, rows)
+            else:
+                later = held.delayed(at)
+                out.give(later, rows)
+                later.drop()
+            for _ in rows:
+                release(t)
+        declared.touch_batch(due, due)
 
     def logic() -> None:
+        if initial:
+            restore(initial.pop())
         for cap, batch in port:
             t = cap.time
             filled: list[Any] = []
+            keys: list[Any] = []
+            came_or_went: list[Any] = []
             for k, v in container.records(batch):
+                keys.append(k)
                 buffer = buffers.get(k)
                 if buffer is None:
                     buffer = buffers[k] = [[], t, now()]
-                    held = caps.get(t)
-                    if held is None:
-                        caps[t] = [cap.retain(), 1]
-                    else:
-                        held[1] += 1
+                    came_or_went.append(k)
+                    hold(t, cap)
                 buffer[0].append(v)
                 if max_size is not None and len(buffer[0]) >= max_size:
                     filled.append((k, buffer[0]))
                     del buffers[k]
+                    came_or_went.append(k)
                     release(buffer[1])
+            declared.touch_batch(keys, came_or_went)
             if filled:
                 out.give(cap, filled)
         ended = port.frontier.is_empty()
         if timeout is not None or ended:
             moment = now()
             due = [k for k, b in buffers.items() if ended or moment - b[2] >= timeout]
-            for k in sorted(due, key=lambda k: sort_key(buffers[k][1])):
-                send(k, buffers.pop(k))
+            if due:
+                flush(due, ended)
             if alarm is not None:
                 if ended:
                     alarm.close()
