@@ -191,7 +191,9 @@ def event_clock(
     # No path from the inputs' timestamps to the outputs: the clock holds its own capability at the watermark.
     op = scope._operator(f"{name}.clock", inputs, outputs, summary={})
     op.notify = True
-    op.undeclared_state = "its watermark"
+    # Recovery cuts snapshots at epochs; the clock's output runs on event time, so no epoch cuts the windows after
+    # it consistently with it (docs/recovery.md, "Clocks"): a job with a clock is refused before any snapshot.
+    op.undeclared_state = "its watermark, and sends records on at event times rather than epochs,"
     ports, outs = op.inputs, op.outputs
     from pytimely.dataflow.capability import Capability
 
@@ -290,6 +292,7 @@ def system_clock(stream: Stream[Any], clock: SystemClock, name: str) -> Stream[A
         raise InvalidArgument(f"{name!r}: a system clock needs integer timestamps, not {type(scope.minimum).__name__}")
     op = scope._operator(f"{name}.clock", [(stream, None)], 1, summary={})
     op.notify = True
+    op.undeclared_state = "records re-timed by the wall clock, a timeline replayed records cannot follow,"
     port, out = op.inputs[0], op.outputs[0]
     from pytimely.dataflow.activate import Alarm
     from pytimely.dataflow.capability import Capability
