@@ -64,7 +64,8 @@ def _run(
             worker.step()
         handle.close()
         worker.finish()
-        rows = sorted((t, r) for t, batch in captured for r in batch)
+        # Ordered by time, then by text: records may hold None beside numbers (an outer join's).
+        rows = sorted(((t, r) for t, batch in captured for r in batch), key=lambda tr: (tr[0], repr(tr[1])))
         return rows, extra() if extra else None, worker.resume_epoch
 
     return execute(job, workers, recovery=Recovery(store, job="ops"))
