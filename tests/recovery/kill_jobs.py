@@ -1,11 +1,15 @@
 """Two jobs for the ``kill -9`` trials, run as ``python -m tests.recovery.kill_jobs {window,join} ...`` under
-``pytimely launch``: a windowed count over event time, and a join of orders with payments feeding running
-totals per customer. Neither knows about recovery beyond passing ``recovery=`` to ``execute``.
+``pytimely launch``: a windowed count and a sliding windowed fold over event time, and a join of orders with
+payments feeding running totals per customer beside a running join of each customer's orders and payments per
+epoch. Neither knows about recovery beyond passing ``recovery=`` to ``execute``.
 
-    window --events CSV --output OUT      CSV ``epoch,time,key``; OUT ``start,end,key,count`` rows
+    window --events CSV --output OUT      CSV ``epoch,time,key``; OUT rows ``count,start,end,key,count`` (tumbling
+                                          windows) and ``sum,start,end,key,sum of times`` (sliding windows)
     join --orders CSV --payments CSV --output OUT
                                           ``epoch,order,customer`` and ``epoch,order,amount``; OUT rows
-                                          ``epoch,customer,updates,total`` (updates: joined payments that epoch)
+                                          ``total,epoch,customer,updates,total`` (updates: joined payments that
+                                          epoch) and ``latest,epoch,customer,orders,paid`` (the latest epoch's
+                                          count of orders and sum of payments, for a customer either changed)
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ from typing import Any
 from pytimely import Worker, execute
 from pytimely.atomic import atomic_output
 from pytimely.command import add_run_arguments, parse_run
+from pytimely.dataflow.operators.folds import Fold
 from pytimely.dataflow.operators.state_machine import state_machine
 from pytimely.errors import PytimelyError
 from pytimely.recovery import Recovery
 
 WINDOW = 5
 """Tumbling windows of this many units of event time."""
+
+SLIDING = (10, 5)
+"""Sliding windows of this size and step, folding the event times."""
 
 
 def _rows(path: str) -> list[tuple[int, ...]]:
@@ -50,7 +58,12 @@ def window_job(events: str, recovery: Any, config: Any) -> list[tuple[int, ...]]
         def build(scope: Any) -> tuple[Any, Any, Any]:
             handle, stream = scope.new_input(name="events")
             counts = stream.tumbling(WINDOW, time=0, key=1, name="per window")
-            return handle, counts.probe(), counts.exchange(lambda _: 0, name="gather").capture()
+            total = Fold(lambda: 0, lambda acc, x: acc + x, lambda a, b: a + b)
+            sums = stream.sliding(*SLIDING, time=0, key=1, value=0, aggregate=total, name="sliding sums")
+            rows = counts.map(lambda w: ("count", *w), name="counts").concat(
+                sums.map(lambda w: ("sum", *w), name="sums")
+            )
+            return handle, rows.probe(), rows.exchange(lambda _: 0, name="gather").capture()
 
         handle, probe, captured = worker.dataflow(build)
         for epoch in range(epochs):
@@ -81,8 +94,16 @@ def join_job(orders: str, payments: str, recovery: Any, config: Any) -> list[tup
             right, payments_stream = scope.new_input(name="payments")
             joined = orders_stream.join(payments_stream, name="order payments")
             spent = joined.map(lambda kv: (kv[1][0], kv[1][1]), name="customer amount")
-            totals = state_machine(spent, _add, None, None, 256, "totals")
-            return left, right, totals.probe(), totals.exchange(lambda _: 0, name="gather").capture()
+            totals = state_machine(spent, _add, None, None, 256, "totals").map(
+                lambda ct: ("total", *ct), name="tag totals"
+            )
+            ordered = orders_stream.count_by(lambda kv: kv[1], name="orders per customer")
+            paid = spent.sum_by(lambda ca: ca[0], lambda ca: ca[1], name="paid per customer")
+            latest = ordered.join(paid, over="latest", name="latest per customer").map(
+                lambda kv: ("latest", kv[0], *kv[1]), name="tag latest"
+            )
+            rows = totals.concat(latest)
+            return left, right, rows.probe(), rows.exchange(lambda _: 0, name="gather").capture()
 
         left, right, probe, captured = worker.dataflow(build)
         for epoch in range(epochs):
@@ -97,10 +118,14 @@ def join_job(orders: str, payments: str, recovery: Any, config: Any) -> list[tup
     if config.first_worker != 0:
         return None
     seen: dict[tuple[int, int], list[int]] = {}
+    latest: list[tuple[Any, ...]] = []
     for t, batch in results[0]:
-        for customer, total in batch:
-            seen.setdefault((t, customer), []).append(total)
-    return sorted((t, c, len(v), max(v)) for (t, c), v in seen.items())
+        for row in batch:
+            if row[0] == "total":
+                seen.setdefault((t, row[1]), []).append(row[2])
+            else:
+                latest.append(("latest", t, *row[1:]))
+    return sorted([("total", t, c, len(v), max(v)) for (t, c), v in seen.items()] + latest)
 
 
 def main(argv: list[str] | None = None) -> int:

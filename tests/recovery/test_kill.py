@@ -115,19 +115,36 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[str
     events = [(e, 2 * e + rng.randrange(4), rng.randrange(12)) for e in range(EPOCHS) for _ in range(40)]
     (folder / "events.csv").write_text("epoch,time,key\n" + "".join(f"{e},{t},{k}\n" for e, t, k in events))
     windows = Counter(((t // 5) * 5, (t // 5) * 5 + 5, k) for _, t, k in events)
+    sliding: Counter[tuple[int, int, int]] = Counter()  # sliding windows of 10 every 5: the sum of their times
+    for _, t, k in events:
+        for start in range(max(0, (t // 5 - 1) * 5), t + 1, 5):
+            sliding[start, start + 10, k] += t
+    window_rows = sorted([("count", s, e, k, c) for (s, e, k), c in windows.items()]
+                         + [("sum", s, e, k, c) for (s, e, k), c in sliding.items()])
     orders, payments, totals, log = [], [], {}, []
+    latest: dict[int, list[int | None]] = {}  # per customer: the latest epoch's orders and payments
     for epoch in range(EPOCHS):
         updates: Counter[int] = Counter()
+        ordered: Counter[int] = Counter()
+        paid: Counter[int] = Counter()
         for n in range(30):
             order, customer = epoch * 100 + n, rng.randrange(8)
             orders.append((epoch, order, customer))
+            ordered[customer] += 1
             for _ in range(rng.randrange(3)):
                 amount = rng.randrange(1, 50)
                 payments.append((epoch, order, amount))
                 totals[customer] = totals.get(customer, 0) + amount
                 updates[customer] += 1
+                paid[customer] += amount
         payments.append((epoch, epoch * 100 + 99, 7))  # no order: joins nothing
-        log += [(epoch, c, n, totals[c]) for c, n in sorted(updates.items())]
+        log += [("total", epoch, c, n, totals[c]) for c, n in sorted(updates.items())]
+        for c in set(ordered) | set(paid):
+            pair = latest.setdefault(c, [None, None])
+            pair[0] = ordered[c] if c in ordered else pair[0]
+            pair[1] = paid[c] if c in paid else pair[1]
+            if pair[0] is not None and pair[1] is not None:
+                log.append(("latest", epoch, c, pair[0], pair[1]))
     (folder / "orders.csv").write_text("epoch,order,customer\n" + "".join(f"{e},{o},{c}\n" for e, o, c in orders))
     (folder / "payments.csv").write_text("epoch,order,amount\n" + "".join(f"{e},{o},{a}\n" for e, o, a in payments))
     jobs = "tests/recovery/kill_jobs.py"
@@ -137,7 +154,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[str
         "wcc": ([str(ROOT / "examples" / "wcc.py"), "--edges", str(folder / "edges.csv"), "--epochs", "-q",
                  "--output"], _changelog(edges)),
         "window": ([str(ROOT / jobs), "window", "--events", str(folder / "events.csv"), "--output"],
-                   "".join(f"{s},{e},{k},{c}\n" for (s, e, k), c in sorted(windows.items())).encode()),
+                   "".join(",".join(map(str, row)) + "\n" for row in window_rows).encode()),
         "join": ([str(ROOT / jobs), "join", "--orders", str(folder / "orders.csv"), "--payments",
                   str(folder / "payments.csv"), "--output"],
                  "".join(",".join(map(str, row)) + "\n" for row in sorted(log)).encode()),
