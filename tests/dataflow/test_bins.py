@@ -280,7 +280,7 @@ def test_a_running_sum_state_machine_gives_the_same_output_whatever_the_moves(
             assert all(owners[bin_of(k, bins)] == w for k, _ in batch)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(runs, st.lists(st.tuples(st.integers(0, EPOCHS - 1), st.integers(0, 30)), max_size=40), st.data())
 def test_the_running_join_gives_the_same_output_whatever_the_moves(
     run: tuple[int, int | None], values: list[tuple[int, int]], data: st.DataObject

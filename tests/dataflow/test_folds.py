@@ -20,6 +20,7 @@ from pytimely.dataflow.operators.join import Interval
 from pytimely.dataflow.operators.window import DropLate, Session, SideOutput, Sliding, Tumbling
 from pytimely.errors import InputFormatError, InvalidArgument
 from tests.dataflow.test_windows import FORMS, Event, Kind, events_strategy, kinds, run_windows
+from tests.profiles import examples
 
 
 def groups(kind: Kind, events: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
@@ -88,7 +89,7 @@ def _check_windows(
             assert tuple(r) in records[s, e, k]  # a record of the window, not a made-up one
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     kind=kinds(),
     events=events_strategy,
@@ -164,7 +165,7 @@ ordered_events = st.lists(
 )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     kind=kinds(),
     events=ordered_events,
@@ -350,7 +351,7 @@ def _lonely(how: str, k: Any, ls: list[Any], rs: list[Any]) -> list[Any]:
     return []
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(left=side_strategy, right=side_strategy, workers=st.integers(1, 4),
        how=st.sampled_from(["inner", "left", "outer"]))
 def test_joins_per_timestamp_match_the_reference(left: Side, right: Side, workers: int, how: str) -> None:
@@ -364,7 +365,7 @@ def test_joins_per_timestamp_match_the_reference(left: Side, right: Side, worker
     assert got == expected
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(left=side_strategy, right=side_strategy, workers=st.integers(1, 4),
        how=st.sampled_from(["inner", "left", "outer"]))
 def test_the_running_join_matches_the_reference(left: Side, right: Side, workers: int, how: str) -> None:
@@ -388,7 +389,7 @@ def test_the_running_join_matches_the_reference(left: Side, right: Side, workers
     assert got == expected
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(left=side_strategy, right=side_strategy, workers=st.integers(1, 4), kind=kinds(),
        how=st.sampled_from(["inner", "left", "outer"]))
 def test_window_joins_match_the_reference(left: Side, right: Side, workers: int, kind: Kind, how: str) -> None:
@@ -405,7 +406,7 @@ def test_window_joins_match_the_reference(left: Side, right: Side, workers: int,
     assert got == expected
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(left=side_strategy, right=side_strategy, workers=st.integers(1, 4),
        bounds=st.tuples(st.integers(-6, 6), st.integers(0, 8)), how=st.sampled_from(["inner", "left", "outer"]))
 def test_interval_joins_match_the_reference(
@@ -460,7 +461,7 @@ def test_a_join_of_keys_of_different_kinds_names_the_operator() -> None:
 # -- finals and collect ------------------------------------------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(
     data=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5), st.integers(-9, 9)), max_size=60),
     workers=st.integers(1, 4),

@@ -124,7 +124,7 @@ def test_the_wcc_command_runs_on_a_connect_server(connect_server: Any, tmp_path:
 
 
 def test_the_connect_fragment_of_the_docs_runs(connect: Any, connect_server: Any, tmp_path: Path) -> None:
-    from tests.docs_fragments import groups, run_group
+    from tests.docs.fragments import groups, run_group
 
     (fragments,) = [group for (_, needs), group in groups().items() if needs == {"connect"}]
     namespace = run_group(fragments, tmp_path, {"connect_url": connect_server.url})

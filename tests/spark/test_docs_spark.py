@@ -1,5 +1,5 @@
 """The fragments of README.md and docs/*.md that need Spark, run on the suite's SparkSession (see
-:mod:`tests.docs_fragments`); Spark Connect's run in ``test_connect.py`` beside its server."""
+:mod:`tests.docs.fragments`); Spark Connect's run in ``test_connect.py`` beside its server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.docs_fragments import group_id, groups, run_group
+from tests.docs.fragments import group_id, groups, run_group
 
 SPARK = {key: frags for key, frags in groups().items() if key[1] == {"spark"}}
 

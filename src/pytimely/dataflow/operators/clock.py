@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 from pytimely.errors import ColumnError, InvalidArgument
 

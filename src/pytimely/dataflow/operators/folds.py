@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from math import gcd
 from typing import TYPE_CHECKING, Any
 
-from pytimely import container
+import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 from pytimely.dataflow.state import KeyedState

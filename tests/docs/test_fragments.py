@@ -1,4 +1,4 @@
-"""Every Python fragment of README.md and docs/*.md runs as written (see :mod:`tests.docs_fragments`); the ones
+"""Every Python fragment of README.md and docs/*.md runs as written (see :mod:`tests.docs.fragments`); the ones
 needing Spark or Spark Connect run in ``tests/spark``, beside the sessions the suite already has."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.docs_fragments import group_id, groups, run_group
+from tests.docs.fragments import group_id, groups, run_group
 
 GROUPS = groups()
 PLAIN = {key: frags for key, frags in GROUPS.items() if not key[1] - {"s3"}}

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 DIRECTIVE = re.compile(r"<!--\s*(.*?)\s*-->\s*$")
 PRINTS = re.compile(r"#\s*prints:\s?(.*)$")
