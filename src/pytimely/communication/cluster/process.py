@@ -14,6 +14,7 @@ from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
+from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
 from pytimely.communication.frame import CONTROL_CHANNEL, EVERY_WORKER, Control, Frame, LinkKeys
@@ -118,7 +119,7 @@ class Cluster:
         """The link to ``peer`` over an authenticated socket with its keys (not started yet)."""
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = self.links[peer] = Link(self, peer, sock, keys)
+        link = self.links[peer] = Link(peer, sock, keys, self.config, self, self.quiescence)
         return link
 
     def _start(self) -> None:
@@ -234,7 +235,7 @@ class Cluster:
         shape = shape if self.config.encrypt else shape | 1 << 30
         return shape if self.config.aggregate_progress else shape | 1 << 29
 
-    def _joined(self, peer: int, text: str) -> None:
+    def joined(self, peer: int, text: str) -> None:
         """A process connected to every member and said it joins (its ``JOIN`` frame)."""
         try:
             server, workers = (int(x) for x in text.split(","))
@@ -255,7 +256,7 @@ class Cluster:
         log.info("process %d: process %d joins (bootstrap server: worker %d)", self.me, peer, server)
         self._wake_all()
 
-    def _leaving(self, peer: int) -> None:
+    def leaving(self, peer: int) -> None:
         """A process said it leaves: once every worker here stops sending to it, tell it ``DONE``."""
         first = peer * self.workers
         with self._lock:
@@ -266,7 +267,8 @@ class Cluster:
         log.info("process %d: process %d leaves", self.me, peer)
         self._wake_all()
 
-    def _applied_by_worker(self, index: int) -> None:
+    def applied_by_worker(self, index: int) -> None:
+        """A worker here has applied membership event ``index`` to its channels."""
         with self._lock:
             self._applied[index] += 1
             self._check_applied(index)
@@ -280,7 +282,7 @@ class Cluster:
                     link.done_wanted = True
                     link.cond.notify_all()
 
-    def _retire_worker(self) -> None:
+    def retire_worker(self) -> None:
         """A worker here has finished: it applies no more membership changes, so count it as having applied all."""
         with self._lock:
             self._retired += 1
@@ -288,7 +290,7 @@ class Cluster:
                 self._applied[index] += 1
                 self._check_applied(index)
 
-    def _worker_leaves(self) -> None:
+    def worker_leaves(self) -> None:
         """A worker here is ready to leave; once all are, tell every other process."""
         with self._lock:
             self._ready += 1
@@ -321,8 +323,7 @@ class Cluster:
             box = self._mailboxes[key] = ClusterMailbox(self, self._wakes[target - self.first])
             pending = self._pending.pop(key, None)
             if pending:
-                box._queue.extend(pending)
-                box._wake.set()
+                box.wire(pending)
         return box
 
     def open(self, channel: tuple[int, int]) -> list[ClusterMailbox]:
@@ -413,7 +414,8 @@ class Cluster:
             channel=wire.channel,
         )
 
-    def _deliver(self, peer: int, frame: Frame) -> None:
+    def deliver(self, peer: int, frame: Frame) -> None:
+        """A checked data or progress frame from ``peer``: into the mailboxes of the workers it is for."""
         target = frame.target
         channel = (frame.dataflow, frame.channel)
         if target == EVERY_WORKER:
@@ -431,7 +433,6 @@ class Cluster:
         # A message with out-of-band buffers (numpy, Arrow) is rebuilt on top of its payload: every worker but the
         # first gets a copy of its own, made here rather than on the wire.
         copies = len(targets) > 1 and has_buffers(payload)
-        boxes: list[ClusterMailbox] = []
         with self._lock:
             # Each worker handed the payload decodes it, and counts it consumed, on its own.
             self._unconsumed += len(payload) * len(targets)
@@ -446,17 +447,16 @@ class Cluster:
                         self._unknown(wire)
                     self._pending.setdefault((worker, channel), []).append(wire)
                 else:
-                    box._queue.append(wire)
-                    boxes.append(box)
-        for box in boxes:
-            box._wake.set()
+                    box.arrive(wire)
 
-    def _consumed(self, nbytes: int) -> None:
+    def consumed(self, nbytes: int) -> None:
+        """A worker here took ``nbytes`` of received payloads: receiving threads may read again."""
         with self._lock:
             self._unconsumed -= nbytes
             self._lock.notify_all()
 
-    def _sender_blocked(self, delta: int) -> None:
+    def sender_blocked(self, delta: int) -> None:
+        """A worker here starts (+1) or stops (-1) waiting for a full send window."""
         with self._lock:
             self._blocked += delta
             self._lock.notify_all()
@@ -465,7 +465,7 @@ class Cluster:
         """Whether received data not yet taken has reached the hard bound (receive window plus send window)."""
         return self._unconsumed > self.config.recv_window + self.config.send_window
 
-    def _throttle(self) -> bool:
+    def throttle(self) -> bool:
         """Called by receiving threads: wait while too much received data is untaken; whether it waited.
 
         While a worker here waits to send, reading goes on up to ``recv_window + send_window`` so that two
@@ -482,6 +482,22 @@ class Cluster:
                 waited = True
                 self._lock.wait(0.1)
         return waited
+
+    def done(self, peer: int) -> None:
+        """``DONE`` went to or came from ``peer``: wake every worker and whoever waits in :meth:`finish`."""
+        self._wake_all()
+
+    def wake_event(self, local: int) -> threading.Event:
+        """What this process's ``local``-th worker waits on between idle steps."""
+        return self._wakes[local]
+
+    def linked(self, process: int) -> bool:
+        """Whether this process has a link to ``process``."""
+        return process in self.links
+
+    def enqueue(self, process: int, frames: list[OutgoingFrame]) -> None:
+        """Queue ``frames`` on the link to ``process`` (data frames wait while its send window is full)."""
+        self.links[process].enqueue(frames)
 
     def _wake_all(self) -> None:
         for wake in self._wakes:
