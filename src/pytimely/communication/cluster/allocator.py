@@ -27,6 +27,7 @@ class ClusterAllocator:
         self._local = local
         self._index = cluster.first + local
         self._wake = cluster.wake_event(local)
+        self._checkpoint = cluster.platform.threads.checkpoint
         self._outbox: list[tuple[int, OutgoingFrame]] = []
         self.sent: dict[Precedence, list[int]] = {p: [0, 0] for p in Precedence}
         """Frames and payload bytes this worker sent to other processes, by precedence (progress traffic)."""
@@ -127,6 +128,7 @@ class ClusterAllocator:
 
     def receive(self) -> None:
         """Raise if the cluster has failed; apply membership changes to this worker's channels."""
+        self._checkpoint("worker-step")
         cluster = self._cluster
         if cluster.failure is not None:
             raise cluster.failure

@@ -17,17 +17,15 @@ no circle.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pytimely.communication.allocator import ProcessGroup
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.frame import Frame
+from pytimely.communication.platform import Event, Lock, Platform
 from pytimely.config import Config
-
-if TYPE_CHECKING:
-    import threading
 
 __all__ = ["Hub", "Inbox", "LinkEvents", "MailboxOwner"]
 
@@ -101,6 +99,7 @@ class Hub(ProcessGroup, Protocol):
     """What a worker's allocator and its push ends ask of their process's part of the cluster."""
 
     config: Config
+    platform: Platform
     me: int
     workers: int
     first: int
@@ -124,7 +123,7 @@ class Hub(ProcessGroup, Protocol):
         """Raise the cluster's failure, if there is one."""
         ...
 
-    def wake_event(self, local: int) -> threading.Event:
+    def wake_event(self, local: int) -> Event:
         """What the ``local``-th worker here waits on between idle steps (set when something arrives for it)."""
         ...
 
@@ -132,7 +131,7 @@ class Hub(ProcessGroup, Protocol):
         """The mailboxes of ``channel`` for every worker of this process."""
         ...
 
-    def shared(self, channel: tuple[int, int], make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+    def shared(self, channel: tuple[int, int], make: Callable[[], Any]) -> tuple[Any, Lock]:
         """The object this process's workers share for a grouped ``channel`` (made once) and their lock."""
         ...
 

@@ -16,12 +16,7 @@ the peer's control frames, the receiving side's flow control) and its :class:`~.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import select
-import socket
-import threading
-import time
 
 from pytimely.communication.allocator import Precedence
 from pytimely.communication.cluster.events import LinkEvents
@@ -38,7 +33,9 @@ from pytimely.communication.frame import (
     FrameEncoder,
     LinkKeys,
 )
+from pytimely.communication.platform import Platform, Task
 from pytimely.communication.ring import RingOffer, RingReader, RingWriter, same_host, shared_memory_dir, sweep
+from pytimely.communication.transport import Connection
 from pytimely.config import Config
 from pytimely.errors import (
     CommunicationError,
@@ -56,7 +53,6 @@ __all__ = ["Link"]
 
 log = logging.getLogger("pytimely.cluster")
 
-_POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _RECEIVER_FIRST = 1.0
 """Seconds a sending thread that lost its connection waits for the receiving thread to report why."""
 _ANNOUNCE = 256 << 10
@@ -69,18 +65,21 @@ class Link:
     def __init__(
         self,
         peer: int,
-        sock: socket.socket,
+        sock: Connection,
         keys: LinkKeys,
         config: Config,
         events: LinkEvents,
         quiescence: Quiescence,
+        platform: Platform,
     ) -> None:
         self.config = config
         self.events = events
         self.quiescence = quiescence
+        self.platform = platform
+        self._now = platform.clock.monotonic
         self.peer = peer
         self.sock = sock
-        self.cond = threading.Condition()
+        self.cond = platform.threads.condition()
         self.outgoing = SendQueues()
         self.queues = self.outgoing.queues
         self.queued = 0
@@ -94,20 +93,20 @@ class Link:
         self.controls_unsent = 0
         self.encoder = FrameEncoder(keys.send, reuse=True)
         self.decoder = FrameDecoder(peer, keys.receive)
-        self.last_heard = time.monotonic()
+        self.last_heard = self._now()
         """When the last *whole* frame from the peer arrived (or reading resumed after this process paused it)."""
         self.frames_sent = 0
         self.bytes_sent = 0
         self.ring: RingWriter | None = None
         """The ring this process puts big payloads for the peer in, once offered (see :mod:`~.ring`)."""
         self._ring_reported = 0
-        self._sender = threading.Thread(target=self._send_loop, name=f"pytimely-send-{peer}", daemon=True)
-        self._receiver = threading.Thread(target=self._receive_loop, name=f"pytimely-recv-{peer}", daemon=True)
+        self._sender: Task | None = None
+        self._receiver: Task | None = None
 
     @property
     def sending(self) -> bool:
         """Whether frames queued now can still leave (the link is open and its sending thread runs)."""
-        return not self.closed and self._sender.is_alive()
+        return not self.closed and self._sender is not None and self._sender.is_alive()
 
     def start(self) -> None:
         """Start the sending and receiving threads, offering the peer a shared-memory ring if configured."""
@@ -122,17 +121,16 @@ class Link:
             else:
                 # Offered before anything else goes on the link; used once the peer says it mapped it.
                 self.control(Control.RING, self.ring.offer.encode())
-        self._sender.start()
-        self._receiver.start()
+        threads, peer = self.platform.threads, self.peer
+        self._sender = threads.spawn(self._send_loop, f"pytimely-send-{peer}")
+        self._receiver = threads.spawn(self._receive_loop, f"pytimely-recv-{peer}")
 
     def _on_this_host(self) -> bool:
         """Whether the peer runs on this host: its address on this connection is this end's own, or both are
         loopback (for a process that joined later too, whose address no host list names)."""
-        if self.sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                return same_host(self.sock.getpeername()[0], self.sock.getsockname()[0])
-            except OSError:
-                return False
+        known = self.sock.same_host()
+        if known is not None:
+            return known
         hosts, me = self.config.hosts, self.config.process
         return self.peer < len(hosts) and me < len(hosts) and same_host(hosts[self.peer][0], hosts[me][0])
 
@@ -155,12 +153,13 @@ class Link:
         events, config = self.events, self.config
         self.waits += 1
         events.sender_blocked(+1)
-        since = time.monotonic()
+        now = self._now
+        since = now()
         try:
             while self.queued > window and events.failure is None and not self.closed:
                 self.cond.wait(0.1)
                 # Waiting on a slow peer is fine; waiting while this process can read no more is a deadlock.
-                if events.receiving_full() and time.monotonic() - since > config.timeout:
+                if events.receiving_full() and now() - since > config.timeout:
                     raise FlowControlError(
                         f"process {config.process} waited {config.timeout} s to send to process {self.peer} "
                         "while its own receive buffer was full: one step's output exceeds the send and receive "
@@ -169,7 +168,7 @@ class Link:
                         self.peer,
                     )
                 if not events.receiving_full():
-                    since = time.monotonic()
+                    since = now()
         finally:
             events.sender_blocked(-1)
         failure = events.failure
@@ -190,7 +189,9 @@ class Link:
         heartbeat = self.config.heartbeat
         me = self.config.process
         elastic = self.config.elastic
-        last_sent = time.monotonic()
+        now = self._now
+        checkpoint = self.platform.threads.checkpoint
+        last_sent = now()
         done_taken = False
         try:
             while True:
@@ -208,14 +209,15 @@ class Link:
                             batch = [OutgoingFrame.control(Control.DONE, me, self.peer)]
                             done_taken = True
                             break
-                        wait = heartbeat - (time.monotonic() - last_sent)
+                        wait = heartbeat - (now() - last_sent)
                         if wait <= 0:
                             report = self.quiescence.report()
                             batch = [OutgoingFrame.control(Control.HEARTBEAT, me, self.peer, report)]
                             break
                         self.cond.wait(wait)
+                checkpoint("link-send")
                 self._write(batch)
-                last_sent = time.monotonic()
+                last_sent = now()
                 with self.cond:
                     self.queued -= sum(f.length for f in batch)
                     self.controls_unsent -= controls
@@ -228,7 +230,7 @@ class Link:
             if not self.closed and not (self.done_sent and self.done_received):
                 # A broken pipe says less than what the receiving thread sees of the same end (a frame cut off, a
                 # peer's ABORT): let it name the cause first, for a moment.
-                if self._receiver.is_alive():
+                if self._receiver is not None and self._receiver.is_alive():
                     self._receiver.join(timeout=_RECEIVER_FIRST)
                 self.events.fail(self._lost(exc))
         except CommunicationError as exc:
@@ -276,30 +278,24 @@ class Link:
         sock = self.sock
         views = [memoryview(b).cast("B") for b in buffers]
         send_timeout = self.config.send_timeout
-        poller: select.poll | None = None
-        progress = time.monotonic()
+        now = self._now
+        progress = now()
         while views:
             # A slow reader holds this thread here, which is the backpressure; only a reader that takes no byte at
             # all for send_timeout seconds fails.
-            try:
-                sent = sock.sendmsg(views[:1024], [], socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                sent = 0
+            sent = sock.send(views[:1024])
             if not sent:
-                if poller is None:
-                    poller = select.poll()
-                    poller.register(sock.fileno(), select.POLLOUT)
                 if self.closed:
                     return False
-                if time.monotonic() - progress > send_timeout:
+                if now() - progress > send_timeout:
                     raise SendTimeoutError(
                         f"process {self.peer} took no data for {send_timeout} s while frames waited for it "
                         "(PYTIMELY_SEND_TIMEOUT): it is stalled or no longer reads",
                         self.peer,
                     )
-                poller.poll(100)
+                sock.wait_writable(0.1)
                 continue
-            progress = time.monotonic()
+            progress = now()
             while sent:
                 head = views[0]
                 if sent >= len(head):
@@ -321,9 +317,9 @@ class Link:
         config = self.config
         sock = self.sock
         decoder = self.decoder
-        poller = select.poll()
-        poller.register(sock.fileno(), _POLL_IN)
-        slice_ms = int(config.heartbeat * 1000)
+        now = self._now
+        checkpoint = self.platform.threads.checkpoint
+        slice_seconds = config.heartbeat
         waited = False
         try:
             while not self.closed:
@@ -332,16 +328,16 @@ class Link:
                 else:
                     # Read first and wait only when nothing is there: while a stream flows, one system call (and
                     # one release of the interpreter lock) per read instead of two.
-                    try:
-                        n = sock.recv_into(decoder.buffer(), 0, socket.MSG_DONTWAIT)
-                    except BlockingIOError:
+                    got = sock.recv_into(decoder.buffer())
+                    if got is None:
                         if waited:
                             # A whole slice passed without a byte, and none is there now that this thread runs
                             # again: judged only after that second look, since a busy worker may have kept it from
                             # running long after its wait ended while frames queued up.
                             self._check_silence()
-                        waited = not poller.poll(slice_ms)
+                        waited = not sock.wait_readable(slice_seconds)
                         continue
+                    n = got
                     waited = False
                     if n == 0:
                         if self.done_received or self.closed:
@@ -354,7 +350,8 @@ class Link:
                         )
                 frames = decoder.advance(n)
                 if frames:
-                    self.last_heard = time.monotonic()
+                    checkpoint("link-receive")
+                    self.last_heard = now()
                     for frame in frames:
                         self._handle(frame)
                     ring = decoder.ring
@@ -371,7 +368,7 @@ class Link:
                     self._check_silence()
                 if events.throttle():
                     # This process stopped reading, not the peer: its silence meanwhile proves nothing.
-                    self.last_heard = max(self.last_heard, time.monotonic())
+                    self.last_heard = max(self.last_heard, now())
         except OSError as exc:
             if not self.closed and not self.done_received:
                 events.fail(self._lost(exc))
@@ -384,7 +381,7 @@ class Link:
     def _check_silence(self) -> None:
         """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
         timeout = self.config.timeout
-        silent = time.monotonic() - self.last_heard
+        silent = self._now() - self.last_heard
         if silent > timeout and not self.done_received and not self.closed:
             partial = "" if self.decoder.idle else " (a frame it started never completed)"
             raise PeerFailedError(
@@ -475,10 +472,9 @@ class Link:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.shutdown()
         for thread in (self._sender, self._receiver):
-            if thread.is_alive() and thread is not threading.current_thread():
+            if thread is not None and thread.is_alive() and not thread.is_current():
                 thread.join(timeout=2)
         self.sock.close()
         if self.ring is not None:

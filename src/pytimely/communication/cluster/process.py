@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,13 +11,15 @@ from pytimely.communication.allocator import Deferred
 from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
-from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
+from pytimely.communication.cluster.networking import accept_all, accept_one, connect
 from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
 from pytimely.communication.frame import CONTROL_CHANNEL, EVERY_WORKER, Control, Frame, LinkKeys
 from pytimely.communication.handshake import check_secret
 from pytimely.communication.payload import has_buffers
+from pytimely.communication.platform import REAL, Event, Lock, Platform, Task
+from pytimely.communication.transport import Connection, Listener, SocketListener, TcpTransport
 from pytimely.config import Config
 from pytimely.errors import (
     CommunicationError,
@@ -43,8 +43,14 @@ class Cluster:
         *,
         listener: socket.socket | None = None,
         on_leave: Callable[[int], None] | None = None,
+        platform: Platform = REAL,
     ) -> None:
         self.config = config
+        self.platform = platform
+        """The clock, threads and transport this process runs on (:data:`~pytimely.communication.platform.REAL`
+        unless simulated)."""
+        self._clock = platform.clock
+        threads = self._threads = platform.threads
         self._on_leave = on_leave
         """Told this process's index before it says ``LEAVING`` (whoever starts newcomers must hear of it first)."""
         self.me = config.process
@@ -53,18 +59,18 @@ class Cluster:
         self.peers = config.peers
         self.failure: BaseException | None = None
         self.links: dict[int, Link] = {}
-        self._lock = threading.Condition()
+        self._lock = threads.condition()
         self._mailboxes: dict[tuple[int, tuple[int, int]], ClusterMailbox] = {}
         self._pending: dict[tuple[int, tuple[int, int]], list[Wire]] = {}
         self._highest: tuple[int, int] = (-1, -1)
         self._sealed = -1
-        self._wakes = [threading.Event() for _ in range(config.workers)]
+        self._wakes = [threads.event() for _ in range(config.workers)]
         self._unconsumed = 0
         self.max_unconsumed = 0
         self._blocked = 0
         # A host that hands out addresses before the cluster starts (Spark's barrier stage) binds the
         # listening socket itself, so the port it announced cannot be taken in between.
-        self._listener: socket.socket | None = listener
+        self._listener: Listener | None = None if listener is None else SocketListener(listener)
         self.elastic = config.elastic
         self.initial_peers = config.initial_peers if config.elastic else config.peers
         self.events: list[Membership] = []
@@ -78,14 +84,14 @@ class Cluster:
         self.leave_requested = False
         """Set when someone asked this process to leave (``pytimely launch``'s control endpoint)."""
         self._ready = 0
-        self._acceptor: threading.Thread | None = None
+        self._acceptor: Task | None = None
         self._allocators: dict[int, ClusterAllocator] = {}
-        self._shared: dict[tuple[int, int], tuple[Any, threading.Lock]] = {}
-        self._deferred = threading.Condition()
+        self._shared: dict[tuple[int, int], tuple[Any, Lock]] = {}
+        self._deferred = threads.condition()
         self._deferred_due = float("inf")
-        self._flusher: threading.Thread | None = None
+        self._flusher: Task | None = None
         self._closing = False
-        self.quiescence = Quiescence(config.workers)
+        self.quiescence = Quiescence(config.workers, clock=platform.clock.monotonic)
         """How long this process and its peers have been quiet (heartbeats carry its reports)."""
 
     # -- setting up ------------------------------------------------------------------------
@@ -100,26 +106,25 @@ class Cluster:
         if self.elastic:
             self._accept_later()
 
-    def _listen(self, backlog: int) -> socket.socket:
+    def _listen(self, backlog: int) -> Listener:
         """The listener on this process's port (made here unless one was handed in)."""
         if self._listener is not None:
             return self._listener
         config = self.config
         port = config.hosts[self.me][1]
         if config.listen_fd is not None:
-            self._listener = inherited_listener(config.listen_fd, port)
+            self._listener = TcpTransport.inherit(config.listen_fd, port)
             return self._listener
         try:
-            self._listener = socket.create_server((config.bind, port), backlog=backlog)
+            self._listener = self.platform.transport.listen(config.bind, port, backlog)
         except OSError as exc:
             raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
         return self._listener
 
-    def _link(self, peer: int, sock: socket.socket, keys: LinkKeys) -> Link:
-        """The link to ``peer`` over an authenticated socket with its keys (not started yet)."""
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = self.links[peer] = Link(peer, sock, keys, self.config, self, self.quiescence)
+    def _link(self, peer: int, sock: Connection, keys: LinkKeys) -> Link:
+        """The link to ``peer`` over an authenticated connection with its keys (not started yet)."""
+        sock.start_streaming()
+        link = self.links[peer] = Link(peer, sock, keys, self.config, self, self.quiescence, self.platform)
         return link
 
     def _start(self) -> None:
@@ -127,21 +132,26 @@ class Cluster:
         secret = config.secret
         assert secret is not None
         listener = self._listen(backlog=max(16, config.processes))
-        deadline = time.monotonic() + config.connect_timeout
-        accepted: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        deadline = self._clock.monotonic() + config.connect_timeout
+        accepted: dict[int, tuple[Connection, LinkKeys]] = {}
         accept_error: list[BaseException] = []
-        acceptor = threading.Thread(
-            target=accept_all,
-            args=(listener, config, secret, deadline, self._shape(), accepted, accept_error),
-            kwargs={"extra": self._link_joiner if self.elastic else None},
-            name="pytimely-accept",
-            daemon=True,
+        acceptor = self._threads.spawn(
+            accept_all,
+            "pytimely-accept",
+            listener,
+            config,
+            secret,
+            deadline,
+            self._shape(),
+            accepted,
+            accept_error,
+            self.platform,
+            self._link_joiner if self.elastic else None,
         )
-        acceptor.start()
-        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        sockets: dict[int, tuple[Connection, LinkKeys]] = {}
         try:
             for peer in range(self.me):
-                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
+                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape(), self.platform)
         finally:
             acceptor.join()
             if not self.elastic:
@@ -161,14 +171,14 @@ class Cluster:
         secret = config.secret
         assert secret is not None
         listener = self._listen(backlog=16)
-        deadline = time.monotonic() + config.connect_timeout
+        deadline = self._clock.monotonic() + config.connect_timeout
         members = sorted(self.live - {self.me})
         if not members:
             raise MembershipError(f"process {self.me} has no running process to join")
-        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        sockets: dict[int, tuple[Connection, LinkKeys]] = {}
         try:
             for peer in members:
-                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
+                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape(), self.platform)
         except BaseException:
             for sock, _ in sockets.values():
                 sock.close()
@@ -184,37 +194,36 @@ class Cluster:
 
     def _accept_later(self) -> None:
         """Accept processes that join later, for as long as this process runs."""
-        self._acceptor = threading.Thread(target=self._accept_joiners, name="pytimely-accept-joiners", daemon=True)
-        self._acceptor.start()
+        self._acceptor = self._threads.spawn(self._accept_joiners, "pytimely-accept-joiners")
 
     def _accept_joiners(self) -> None:
         listener = self._listener
         assert listener is not None and self.config.secret is not None
-        listener.settimeout(0.2)
         while self.failure is None:
             try:
-                sock, address = listener.accept()
-            except TimeoutError:
-                continue
+                got = listener.accept(0.2)
             except OSError:
                 return  # closed: this process is finishing
+            if got is None:
+                continue
             # Each handshake in a thread of its own: a silent stranger must not hold up a joiner.
-            threading.Thread(
-                target=self._admit_joiner, args=(sock, address), name="pytimely-handshake", daemon=True
-            ).start()
+            self._threads.spawn(self._admit_joiner, "pytimely-handshake", *got)
 
-    def _admit_joiner(self, sock: socket.socket, address: tuple[str, int]) -> None:
+    def _admit_joiner(self, sock: Connection, address: tuple[str, int]) -> None:
         """Authenticate a process that joins; link it unless this process is leaving or knows it already."""
         assert self.config.secret is not None
+        clock = self._clock
         try:
-            got = accept_one(sock, address, self.config, self.config.secret, time.monotonic() + 3600, self._shape())
+            got = accept_one(
+                sock, address, self.config, self.config.secret, clock.monotonic() + 3600, self._shape(), clock
+            )
         except ConfigError as exc:
             log.warning("process %d refused a joining connection from %s:%s: %s", self.me, address[0], address[1], exc)
             return
         if got is not None:
             self._link_joiner(got[0], sock, got[1])
 
-    def _link_joiner(self, peer: int, sock: socket.socket, keys: LinkKeys) -> None:
+    def _link_joiner(self, peer: int, sock: Connection, keys: LinkKeys) -> None:
         """Link an authenticated process that joins, unless this process is leaving or knows it already."""
         with self._lock:
             if self._ready:
@@ -334,12 +343,12 @@ class Cluster:
                 self._reject_pending_below(channel)
             return [self._mailbox(self.first + i, channel) for i in range(self.workers)]
 
-    def shared(self, channel: tuple[int, int], make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+    def shared(self, channel: tuple[int, int], make: Callable[[], Any]) -> tuple[Any, Lock]:
         """The object this process's workers share for a grouped ``channel`` (made once) and their lock."""
         with self._lock:
             entry = self._shared.get(channel)
             if entry is None:
-                entry = self._shared[channel] = (make(), threading.Lock())
+                entry = self._shared[channel] = (make(), self._threads.lock())
             return entry
 
     def awake(self) -> list[int]:
@@ -354,8 +363,11 @@ class Cluster:
                 self._deferred_due = deadline
                 self._deferred.notify()
             if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_deferred, name="pytimely-outbox", daemon=True)
-                self._flusher.start()
+                self._flusher = self._threads.spawn(self._flush_deferred, "pytimely-outbox")
+
+    def monotonic(self) -> float:
+        """The time on this process's clock (what :meth:`wake_by`'s deadlines are measured on)."""
+        return self._clock.monotonic()
 
     def flush_deferred(self) -> None:
         """Send everything every :class:`~pytimely.communication.allocator.Deferred` shared object here holds back
@@ -370,24 +382,25 @@ class Cluster:
     def _flush_deferred(self) -> None:
         """The thread that sends what :class:`Deferred` shared objects still hold at their deadlines."""
         deferred = self._deferred
+        now = self._clock.monotonic
         try:
             while True:
                 with deferred:
-                    while self._deferred_due > time.monotonic() and not self._closing:
-                        deferred.wait(min(1.0, self._deferred_due - time.monotonic()))
+                    while self._deferred_due > now() and not self._closing:
+                        deferred.wait(min(1.0, self._deferred_due - now()))
                     if self._closing:
                         return
                     self._deferred_due = float("inf")
                 with self._lock:
                     entries = list(self._shared.values())
-                now = time.monotonic()
+                at = now()
                 for shared, lock in entries:
                     if isinstance(shared, Deferred):
                         with lock:  # the lock the workers change it under
                             if (due := shared.deadline()) is None:
                                 continue
-                            if due <= now:
-                                shared.flush_due(now)
+                            if due <= at:
+                                shared.flush_due(at)
                                 due = shared.deadline()
                         if due is not None:
                             self.wake_by(due)
@@ -487,7 +500,7 @@ class Cluster:
         """``DONE`` went to or came from ``peer``: wake every worker and whoever waits in :meth:`finish`."""
         self._wake_all()
 
-    def wake_event(self, local: int) -> threading.Event:
+    def wake_event(self, local: int) -> Event:
         """What this process's ``local``-th worker waits on between idle steps."""
         return self._wakes[local]
 
@@ -550,15 +563,16 @@ class Cluster:
         with self._deferred:
             self._closing = True
             self._deferred.notify()
-        if self._flusher is not None and self._flusher is not threading.current_thread():
+        if self._flusher is not None and not self._flusher.is_current():
             self._flusher.join(timeout=2)
         if self._listener is not None and self.elastic:
             self._listener.close()
         if self.failure is not None:
-            deadline = time.monotonic() + grace
+            now = self._clock.monotonic
+            deadline = now() + grace
             for link in self.links.values():
                 with link.cond:
-                    while link.controls_unsent and link.sending and time.monotonic() < deadline:
+                    while link.controls_unsent and link.sending and now() < deadline:
                         link.cond.wait(0.02)
         for link in list(self.links.values()):
             link.close()

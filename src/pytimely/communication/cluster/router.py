@@ -8,7 +8,6 @@ pickle into the worker's outbox as typed :class:`~pytimely.communication.cluster
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +17,7 @@ from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.frame import EVERY_WORKER
 from pytimely.communication.mailbox import Mailbox
 from pytimely.communication.payload import dumps, loads
+from pytimely.communication.platform import Event
 from pytimely.errors import MembershipError, PayloadError
 
 __all__ = ["ClusterMailbox", "ProcessPush", "ProcessPushes", "Pushes", "RemotePush", "Wire"]
@@ -132,7 +132,7 @@ class ClusterMailbox(Mailbox):
 
     __slots__ = ("_owner", "_wake")
 
-    def __init__(self, owner: MailboxOwner, wake: threading.Event) -> None:
+    def __init__(self, owner: MailboxOwner, wake: Event) -> None:
         super().__init__()
         self._owner = owner
         self._wake = wake
