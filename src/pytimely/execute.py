@@ -218,7 +218,7 @@ def run_process(
     session = None
     try:
         if recovery is not None:
-            session = recovery.open(process=config.process, joining=config.join)
+            session = recovery.open(process=config.process, joining=config.join, threads=platform.threads)
         cluster = Cluster(config, listener=listener, on_leave=on_leave, platform=platform)
     except BaseException:
         if session is not None:
@@ -266,6 +266,7 @@ def _run_cluster(
                 log=log,
                 join_timeout=config.connect_timeout,  # a newcomer's bootstrap is part of its start-up
                 clock=platform.clock,
+                threads=platform.threads,
             )
             for i in range(config.workers)
         ]

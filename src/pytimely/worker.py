@@ -8,7 +8,7 @@ from typing import Any, Protocol, TypeVar
 
 from pytimely.collector import burst
 from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
-from pytimely.communication.platform import REAL_CLOCK, Clock
+from pytimely.communication.platform import REAL_CLOCK, REAL_THREADS, Clock, Threads
 from pytimely.dataflow.activate import Doorbell
 from pytimely.dataflow.explain import Explanation, explain
 from pytimely.dataflow.graph_view import DataflowGraph, describe
@@ -81,6 +81,7 @@ class Worker:
         log: Sink | None = None,
         join_timeout: float | None = None,
         clock: Clock = REAL_CLOCK,
+        threads: Threads = REAL_THREADS,
     ) -> None:
         self._allocator = allocator
         self._recovery: RecoveryHook | None = None
@@ -98,7 +99,7 @@ class Worker:
         self.check_serialization = check_serialization
         """Whether exchanges pickle their records even between workers of one process (see ``execute``)."""
         self._dataflows: list[Subgraph] = []
-        self._doorbell = Doorbell()
+        self._doorbell = Doorbell(threads.event())
         self._dropped: list[Pull[Any]] = []
         """Receiving ends of dropped dataflows' channels, drained each step (peers may still send)."""
         self._count = 0

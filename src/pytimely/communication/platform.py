@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -144,6 +145,11 @@ class Threads(Protocol):
         """A new event."""
         ...
 
+    def executor(self, workers: int, name: str) -> Executor:
+        """A pool of ``workers`` threads running submitted calls, named after ``name`` (what recovery writes
+        snapshots with)."""
+        ...
+
     def checkpoint(self, site: str) -> None:
         """The calling thread is at ``site``, where another thread may run before it goes on (nothing happens in
         production; a simulator may switch threads there, or make this one slow)."""
@@ -209,6 +215,10 @@ class RealThreads:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         thread.start()
         return _RealTask(thread)
+
+    def executor(self, workers: int, name: str) -> Executor:
+        """A ``ThreadPoolExecutor``."""
+        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
 
 
 REAL_CLOCK: Clock = RealClock()

@@ -226,8 +226,9 @@ class Cluster:
     def _link_joiner(self, peer: int, sock: Connection, keys: LinkKeys) -> None:
         """Link an authenticated process that joins, unless this process is leaving or knows it already."""
         with self._lock:
-            if self._ready:
-                log.warning("process %d is leaving and refused process %d, which tried to join", self.me, peer)
+            if self._ready or self._closing:
+                log.warning("process %d is leaving or closing and refused process %d, which tried to join",
+                            self.me, peer)
                 sock.close()
                 return
             if peer in self.links or peer in self.live:
@@ -567,14 +568,17 @@ class Cluster:
             self._flusher.join(timeout=2)
         if self._listener is not None and self.elastic:
             self._listener.close()
+        with self._lock:
+            self._closing = True  # no process that joins from now on is linked
+            links = list(self.links.values())
         if self.failure is not None:
             now = self._clock.monotonic
             deadline = now() + grace
-            for link in self.links.values():
+            for link in links:
                 with link.cond:
                     while link.controls_unsent and link.sending and now() < deadline:
                         link.cond.wait(0.02)
-        for link in list(self.links.values()):
+        for link in links:
             link.close()
 
     def stats(self) -> dict[str, Any]:
