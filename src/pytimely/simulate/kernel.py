@@ -59,6 +59,54 @@ WATCHDOG = 60.0
 outside the simulator."""
 
 
+class _Carrier:
+    """A real thread that carries one simulated thread after another (starting a thread costs more than a turn)."""
+
+    def __init__(self) -> None:
+        self.job: Callable[[], None] | None = None
+        self.ready = threading.Lock()
+        self.ready.acquire()
+        self.thread = threading.Thread(target=self._loop, name="sim-carrier", daemon=True)
+        _CARRIERS.add(self.thread)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self.ready.acquire()
+            job, self.job = self.job, None
+            assert job is not None
+            job()
+            _IDLE.append(self)
+
+    def carry(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on this thread."""
+        self.job = job
+        self.ready.release()
+
+
+_CARRIERS: set[threading.Thread] = set()
+"""Every real thread that carries simulated ones."""
+_IDLE: list[_Carrier] = []
+"""Carriers waiting for a simulated thread to carry."""
+_RUNNING: list[Kernel] = []
+"""The kernel that runs now (any thread started meanwhile that is not a carrier is a stranger to it)."""
+
+
+def _carrier() -> _Carrier:
+    try:
+        return _IDLE.pop()
+    except IndexError:
+        return _Carrier()
+
+
+def _first_call(frame: Any, event: str, arg: Any) -> None:
+    """The profile hook of a thread started while a kernel runs: a carrier goes on; any other is a stranger."""
+    sys.setprofile(None)
+    thread = threading.current_thread()
+    if thread not in _CARRIERS and _RUNNING:
+        _RUNNING[-1].stranger(thread)
+
+
 class Killed(BaseException):
     """Unwinds a simulated thread whose process was killed (or every thread, when a simulation ends)."""
 
@@ -112,6 +160,7 @@ class SimTask:
         "timed_out",
         "token",
     )
+    thread: threading.Thread | None
 
     def __init__(
         self, kernel: Kernel, name: str, process: SimProcess, target: Callable[..., object], args: tuple[Any, ...]
@@ -128,10 +177,12 @@ class SimTask:
         self.timed_out = False
         self.token = 0
         self.joiners: list[SimTask] = []
-        self.thread = threading.Thread(target=self._main, name=f"sim:{process.name}:{name}", daemon=True)
+        self.thread = None
+        """The real thread carrying it, while it runs."""
 
     def _main(self) -> None:
         kernel = self.kernel
+        self.thread = threading.current_thread()
         self.go.acquire()
         try:
             if not self.process.killed and not kernel.stopping:
@@ -185,7 +236,7 @@ class Kernel:
         self._runnable: list[SimTask] = []
         self._back = threading.Lock()
         self._back.acquire()
-        self._threads_before = set(threading.enumerate())
+        self._strangers: list[str] = []
 
     # -- threads ----------------------------------------------------------------------------------------------
 
@@ -194,7 +245,7 @@ class Kernel:
         task = SimTask(self, name, process, target, args)
         self.tasks.append(task)
         process.tasks.append(task)
-        task.thread.start()
+        _carrier().carry(task._main)
         self.wake(task)
         return task
 
@@ -306,7 +357,18 @@ class Kernel:
 
     def run(self, done: Callable[[], bool], *, until: float, max_switches: int) -> bool:
         """Run threads and timers until ``done()``, simulated time ``until`` or ``max_switches`` turns; whether
-        ``done()`` held."""
+        ``done()`` held. A thread that something other than the kernel starts meanwhile is a
+        :class:`~pytimely.errors.NotSimulableError`."""
+        previous = threading.getprofile()
+        threading.setprofile(_first_call)
+        _RUNNING.append(self)
+        try:
+            return self._run(done, until, max_switches)
+        finally:
+            _RUNNING.pop()
+            threading.setprofile(previous)
+
+    def _run(self, done: Callable[[], bool], until: float, max_switches: int) -> bool:
         rng = self.rng
         runnable = self._runnable
         timers = self._timers
@@ -327,6 +389,12 @@ class Kernel:
                 runnable.remove(task)
                 task.runnable = False
                 self._switch(task)
+                if self._strangers:
+                    raise NotSimulableError(
+                        f"{self._strangers[0]}: the simulator runs only threads it starts itself (a user operator "
+                        "with threads of its own cannot be simulated; give it the platform's threads, or test it "
+                        "on real processes)"
+                    )
             elif timers:
                 if timers[0][0] > until:
                     return False
@@ -353,7 +421,7 @@ class Kernel:
         self.current = task
         task.go.release()
         if not self._back.acquire(timeout=WATCHDOG):
-            frame = sys._current_frames().get(task.thread.ident or -1)
+            frame = sys._current_frames().get(task.thread.ident or -1) if task.thread is not None else None
             where = "".join(traceback.format_stack(frame)) if frame is not None else "(no stack)"
             raise NotSimulableError(
                 f"simulated thread {task.process.name}:{task.name} ran {WATCHDOG:g} s of wall time without giving "
@@ -362,12 +430,23 @@ class Kernel:
             )
         self.current = None
 
+    def stranger(self, thread: threading.Thread) -> None:
+        """``thread`` started while this kernel ran, and not by it."""
+        target = getattr(thread, "_target", None)
+        what = getattr(target, "__qualname__", repr(target))
+        by = self.current
+        started = ""
+        if by is not None:
+            started = f" by simulated thread {by.process.name}:{by.name}"
+            frame = sys._current_frames().get(by.thread.ident or -1) if by.thread is not None else None
+            calls = [f for f in traceback.extract_stack(frame) if not f.filename.endswith("threading.py")]
+            if calls:
+                started += f" in {calls[-1].name} ({calls[-1].filename.rsplit('/', 1)[-1]}:{calls[-1].lineno})"
+        self._strangers.append(f"thread {thread.name!r} (running {what}) was started{started}")
+
     def strangers(self) -> list[str]:
-        """Threads running now that the kernel did not start (and that did not run before it): a workload's own."""
-        mine = {t.thread for t in self.tasks}
-        return sorted(
-            t.name for t in threading.enumerate() if t not in mine and t not in self._threads_before and t.is_alive()
-        )
+        """Threads that started while the kernel ran, not by it (a workload's own)."""
+        return list(self._strangers)
 
     def kill(self, process: SimProcess) -> None:
         """Stop every thread of ``process`` where it is: none runs again (each unwinds at the end, see
@@ -393,8 +472,6 @@ class Kernel:
                 if not self._back.acquire(timeout=WATCHDOG):
                     raise NotSimulableError(f"simulated thread {task.process.name}:{task.name} did not unwind")
                 self.current = None
-        for task in self.tasks:
-            task.thread.join(timeout=WATCHDOG)
         self._runnable.clear()
         self._timers.clear()
 

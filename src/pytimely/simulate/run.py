@@ -131,6 +131,8 @@ class Simulation:
         """Whether a fault that may fail a run befell the current attempt."""
         self.failed_at: float | None = None
         self.launching = False
+        self._exits: list[Any] = []
+        """The launcher's thread, while it waits for a process to end."""
         self.last_fault = 0.0
         if "delay" in faults:
             self.counts["delay"] += 1
@@ -290,6 +292,7 @@ class Simulation:
         process.ended = True
         process.results = results
         process.error = error
+        self.kernel.notify(self._exits)
         if error is None:
             plan = self.workload.plan
             leaves = plan is not None and process.index not in plan.processes_at(1 << 30)
@@ -317,6 +320,7 @@ class Simulation:
             self._kill(process)
 
     def _kill(self, process: _Process) -> None:
+        self.kernel.notify(self._exits)
         process.killed = True
         self.kernel.kill(process.sim)
         self.network.kill(process.index)
@@ -335,7 +339,7 @@ class Simulation:
             while not all(q in self.processes and self.processes[q].ended for q in gone):
                 if attempt != self.attempt or self.failed_at is not None:
                     return
-                kernel.sleep(0.005)
+                kernel.wait_on(self._exits, None)
             kernel.sleep(workload.delays.get(index, 0.0))
             if attempt != self.attempt or self.failed_at is not None:
                 return
