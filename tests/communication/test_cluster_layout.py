@@ -1,4 +1,6 @@
-"""The cluster package's modules form no import circle, type-only imports included, and a link knows no Cluster."""
+"""No module of the cluster package imports its process module (type-only imports included): a link knows its process
+only through events, a mailbox its owner only through a protocol. That the package has no import circle at all is
+checked with every other package by tests/test_architecture.py."""
 
 from __future__ import annotations
 
@@ -30,40 +32,7 @@ def imports_within_package() -> dict[str, set[str]]:
     return graph
 
 
-def circle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One circle of ``graph``, as the modules along it, or ``None``."""
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            if nxt not in state and (found := visit(nxt)) is not None:
-                return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)) is not None:
-            return found
-    return None
-
-
-def test_the_cluster_package_has_no_import_circle() -> None:
-    graph = imports_within_package()
-    assert "process" in graph and "link" in graph, graph
-    assert circle(graph) is None, " -> ".join(circle(graph) or [])
-
-
-def test_the_circle_finder_finds_a_circle() -> None:
-    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert circle({"a": {"b"}, "b": set()}) is None
-
-
 def test_nothing_below_the_process_module_imports_it() -> None:
     graph = imports_within_package()
+    assert "process" in graph and "link" in graph, graph
     assert [name for name, found in graph.items() if "process" in found] == []
