@@ -32,7 +32,6 @@ LAYERS: list[set[str]] = [
 
 KNOWN_CIRCLES = {
     "pytimely.dataflow",
-    "pytimely.communication.cluster",
     "pytimely.recovery",
     "pytimely.workflow",
 }

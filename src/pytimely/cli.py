@@ -6,6 +6,7 @@
     pytimely launch -n N [-w W] [--port P] [--metrics-port M] [-q] [--elastic] [--recovery DIR ...] -- COMMAND ...
     pytimely workflow {run,plan,show,logs} ...     (see pytimely.workflow.cli)
     pytimely log-summary FILE ...   (event logs written under PYTIMELY_LOG=path, see pytimely.logsummary)
+    pytimely simulate [--seeds N] [--faults LIST] [--replay SEED] [--mutant NAME] [--list]   (pytimely.simulate)
 
 ``run`` imports ``function`` from ``module`` and calls ``execute(function)``
 with the layout the flags and ``PYTIMELY_*`` variables give (see
@@ -554,7 +555,7 @@ def _show(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``pytimely`` command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: pytimely {run,explain,show,launch,workflow,log-summary} ...  (pytimely COMMAND --help)"
+    usage = "usage: pytimely {run,explain,show,launch,workflow,log-summary,simulate} ...  (pytimely COMMAND --help)"
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
@@ -571,6 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytimely.logsummary import main as summary_main
 
         return summary_main(rest)
+    if command == "simulate":
+        return int(importlib.import_module("pytimely.simulate.cli").main(rest))
     if command == "workflow":
         from pytimely.workflow.cli import main as workflow_main
 

@@ -651,3 +651,12 @@ class StagingLockLostError(StagingLockedError):
 
 class UnknownModuleError(WorkflowUsageError):
     """A module named to rerun or stop after (``--rerun``, ``--until``) is not in the workflow, or is ambiguous."""
+
+
+class SimulationError(PytimelyError):
+    """The simulator cannot run or check a workload (see :mod:`pytimely.simulate`)."""
+
+
+class NotSimulableError(SimulationError):
+    """A workload does something the simulator cannot control: a thread of its own, a wait on a real lock or socket,
+    an activator opened from another thread. Names the thread or operator, and where it was."""

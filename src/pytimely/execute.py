@@ -22,12 +22,12 @@ import random
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pytimely.communication.cluster import Cluster
 from pytimely.communication.local import LocalAllocator
+from pytimely.communication.platform import REAL, Platform, Task
 from pytimely.config import Config
 from pytimely.errors import InvalidArgument
 from pytimely.eventlog import Sink
@@ -201,13 +201,16 @@ def run_process(
     on_leave: Callable[[int], None] | None = None,
     log: Sink | None = None,
     recovery: Recovery | None = None,
+    platform: Platform = REAL,
 ) -> list[R]:
     """Run this process's part of a cluster: ``func`` on each of its workers; their results, in order.
 
     ``listener``, a socket already listening on this process's address, is for hosts that must announce
     the address before the cluster starts; it is closed once every peer has connected.
     ``check_serialization``, ``log`` and ``recovery`` are as for :func:`execute` (the store is opened before
-    this process connects to the others; a process joining a running computation restores nothing). In an
+    this process connects to the others; a process joining a running computation restores nothing). ``platform``
+    is the clock, threads and transport the process runs on (:mod:`pytimely.communication.platform`; a
+    simulator's in :mod:`pytimely.simulate`). In an
     elastic cluster, ``on_leave(process)`` is called when this process leaves (however its workers came to call
     :meth:`Worker.leave`), before any peer hears of it: ``pytimely run`` uses it to tell
     ``pytimely launch --elastic``'s control endpoint.
@@ -215,8 +218,8 @@ def run_process(
     session = None
     try:
         if recovery is not None:
-            session = recovery.open(process=config.process, joining=config.join)
-        cluster = Cluster(config, listener=listener, on_leave=on_leave)
+            session = recovery.open(process=config.process, joining=config.join, threads=platform.threads)
+        cluster = Cluster(config, listener=listener, on_leave=on_leave, platform=platform)
     except BaseException:
         if session is not None:
             session.close()
@@ -224,7 +227,7 @@ def run_process(
             listener.close()
         raise
     previous: Any = None
-    if config.elastic and threading.current_thread() is threading.main_thread():
+    if config.elastic and platform is REAL and threading.current_thread() is threading.main_thread():
         # ``pytimely launch --elastic`` asks a process to leave with SIGUSR1; its job decides when. The
         # caller's handler is put back when the run ends.
         previous = signal.signal(signal.SIGUSR1, lambda *_: setattr(cluster, "leave_requested", True))
@@ -255,12 +258,15 @@ def _run_cluster(
             listener.close()
         raise
     try:
+        platform = cluster.platform
         workers = [
             Worker(
                 cluster.allocator(i),
                 check_serialization=check_serialization,
                 log=log,
                 join_timeout=config.connect_timeout,  # a newcomer's bootstrap is part of its start-up
+                clock=platform.clock,
+                threads=platform.threads,
             )
             for i in range(config.workers)
         ]
@@ -281,11 +287,8 @@ def _run_cluster(
                 cluster.fail(exc)
 
         threads = [
-            threading.Thread(target=body, args=(i,), name=f"pytimely-worker-{config.first_worker + i}", daemon=True)
-            for i in range(config.workers)
+            platform.threads.spawn(body, f"pytimely-worker-{config.first_worker + i}", i) for i in range(config.workers)
         ]
-        for thread in threads:
-            thread.start()
         _join(threads, cluster, config.heartbeat)
         if errors:
             raise errors[0]
@@ -295,13 +298,14 @@ def _run_cluster(
         cluster.close()
 
 
-def _join(threads: list[threading.Thread], cluster: Cluster, grace: float) -> None:
+def _join(threads: list[Task], cluster: Cluster, grace: float) -> None:
     """Wait for the worker threads; after a failure, wait only ``grace`` more (a thread may be stuck in user code)."""
+    now = cluster.platform.clock.monotonic
     failed_at: float | None = None
     for thread in threads:
         while thread.is_alive():
             thread.join(0.05)
             if cluster.failure is not None:
-                failed_at = failed_at if failed_at is not None else time.monotonic()
-                if time.monotonic() - failed_at > grace:
+                failed_at = failed_at if failed_at is not None else now()
+                if now() - failed_at > grace:
                     raise cluster.failure

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from pytimely.collector import burst
 from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
+from pytimely.communication.platform import REAL_CLOCK, REAL_THREADS, Clock, Threads
 from pytimely.dataflow.activate import Doorbell
 from pytimely.dataflow.explain import Explanation, explain
 from pytimely.dataflow.graph_view import DataflowGraph, describe
@@ -80,9 +80,13 @@ class Worker:
         check_serialization: bool = False,
         log: Sink | None = None,
         join_timeout: float | None = None,
+        clock: Clock = REAL_CLOCK,
+        threads: Threads = REAL_THREADS,
     ) -> None:
         self._allocator = allocator
         self._recovery: RecoveryHook | None = None
+        self._clock = clock
+        """What every deadline of this worker is measured on (a simulator's clock in a simulated process)."""
         # Decided once: checking a runtime Protocol costs microseconds, and step_while is called per epoch.
         self._elastic: ElasticAllocator | None = elastic_view(allocator)
         self.join_timeout = join_timeout
@@ -95,7 +99,7 @@ class Worker:
         self.check_serialization = check_serialization
         """Whether exchanges pickle their records even between workers of one process (see ``execute``)."""
         self._dataflows: list[Subgraph] = []
-        self._doorbell = Doorbell()
+        self._doorbell = Doorbell(threads.event())
         self._dropped: list[Pull[Any]] = []
         """Receiving ends of dropped dataflows' channels, drained each step (peers may still send)."""
         self._count = 0
@@ -157,7 +161,7 @@ class Worker:
             timeout = self.join_timeout
             self._step_until(
                 lambda: not subgraph.bootstrapped,
-                None if timeout is None else time.monotonic() + timeout,
+                None if timeout is None else self._clock.monotonic() + timeout,
                 lambda: JoinTimeoutError(
                     f"worker {self.index} joined the computation but had no progress state for dataflow {label!r} "
                     f"from its server within {timeout:g} s (PYTIMELY_CONNECT_TIMEOUT): the server's worker is not "
@@ -170,10 +174,10 @@ class Worker:
         return result
 
     def _step_until(self, busy: Callable[[], bool], deadline: float | None, late: Callable[[], Exception]) -> None:
-        """Step while ``busy()``; raise ``late()`` once ``deadline`` (``time.monotonic()`` seconds) has passed."""
+        """Step while ``busy()``; raise ``late()`` once ``deadline`` (a time of the worker's clock) has passed."""
 
         try:
-            self.step_while(busy, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self.step_while(busy, timeout=None if deadline is None else max(0.0, deadline - self._clock.monotonic()))
         except StepTimeoutError:
             raise late() from None
 
@@ -260,7 +264,7 @@ class Worker:
             raise MembershipError("only a worker of an elastic cluster (PYTIMELY_ELASTIC=1) can leave it")
         for subgraph in self._dataflows:
             subgraph.check_leave()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
         if self._recovery is not None:
             self._recovery.leaving(at)
 
@@ -328,13 +332,13 @@ class Worker:
         """
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout >= 0):
             raise InvalidArgument(f"step_while: timeout must be a number of seconds >= 0 or None, got {timeout!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
         idle = 0
         waiting, self.waiting = self.waiting, True
         cluster = self._elastic
         try:
             while condition():
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and self._clock.monotonic() >= deadline:
                     raise self._explained(
                         StepTimeoutError(
                             f"worker {self.index}: step_while's condition still held after {timeout} s; the "
@@ -346,7 +350,7 @@ class Worker:
                 if self._stalled_for(idle, cluster):
                     raise self._stalled("step_while's condition can never become false")
                 if idle:
-                    wait = _PARK if deadline is None else max(0.0, min(_PARK, deadline - time.monotonic()))
+                    wait = _PARK if deadline is None else max(0.0, min(_PARK, deadline - self._clock.monotonic()))
                     self._park(wait)
         finally:
             self.waiting = waiting
@@ -418,7 +422,7 @@ class Worker:
 
     def _log_stats(self, logger: EventLogger) -> None:
         """At most once a second, log the communication counters (queue depths) as a ``stats`` event."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now >= self._stats_due:
             self._stats_due = now + _STATS_EVERY
             logger.emit("stats", communication=self.communication_stats(), dataflows=len(self._dataflows))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytimely.communication.cluster import Cluster
+from pytimely.communication.transport import SocketListener
 from pytimely.config import Config, add_arguments, config_from_args
 from pytimely.errors import ConfigError
 
@@ -102,7 +103,9 @@ def listener() -> Iterator[socket.socket]:
 def adopt(fd: int, port: int) -> socket.socket:
     """What a cluster process listens on, given ``fd`` and ``port`` as its own in hosts."""
     config = Config(processes=2, hosts=(("127.0.0.1", port), ("127.0.0.1", 1)), secret=b"s", listen_fd=fd)
-    return Cluster(config)._listen(backlog=16)
+    listening = Cluster(config)._listen(backlog=16)
+    assert isinstance(listening, SocketListener)
+    return listening.sock
 
 
 def test_an_inherited_listener_is_used_and_accepts_connections(listener: socket.socket) -> None:

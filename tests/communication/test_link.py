@@ -12,8 +12,11 @@ import pytest
 
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.queues import OutgoingFrame
+from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.frame import FrameDecoder, FrameKeys, LinkKeys
+from pytimely.communication.platform import REAL
 from pytimely.communication.ring import RingReader, RingWriter, shared_memory_dir
+from pytimely.communication.transport import SocketConnection
 from pytimely.config import Config
 from pytimely.errors import SendTimeoutError
 
@@ -21,9 +24,9 @@ KEYS = LinkKeys(FrameKeys(os.urandom(32), os.urandom(32)), FrameKeys(os.urandom(
 
 
 def link_over(sock: socket.socket, send_timeout: float) -> Link:
-    """A link whose cluster is only what sending needs (its configuration)."""
+    """A link with no process behind it: sending needs only its configuration."""
     config = Config(send_timeout=send_timeout)
-    return Link(SimpleNamespace(config=config), 1, sock, KEYS)  # type: ignore[arg-type]
+    return Link(1, SocketConnection(sock), KEYS, config, SimpleNamespace(), Quiescence(1), REAL)  # type: ignore[arg-type]
 
 
 def batch(frames: int, size: int = 1 << 20) -> list[OutgoingFrame]:

@@ -144,3 +144,17 @@ def test_demand_mode_without_what_it_needs_is_refused_and_keeps_the_changes() ->
         sender.flush()
     assert sender.pending() == {(tgt, 0): 1}
     assert sender.next_seq() == 0
+
+
+def test_an_outbox_batch_is_due_at_its_deadline_to_the_last_bit() -> None:
+    # Found by the simulator: at 2.6872848822480244 s, (since + delay) - since < delay in floats, so a flush thread
+    # woken at deadline() found nothing due and, asked to look again by that same deadline, spun.
+    from pytimely.progress.broadcast import ProgressAggregator
+
+    since = 2.6872848822480244
+    aggregator: ProgressAggregator[int] = ProgressAggregator(0, delay=0.001)
+    aggregator.offer(ProgressBatch(0, 0, ((Source(0, 0), 1, 1),)), since)
+    aggregator.begin(1)  # another worker still inside its step: only the delay lets the batch go
+    deadline = aggregator.deadline()
+    assert deadline is not None and deadline - since < 0.001
+    assert aggregator.due(deadline) == 1

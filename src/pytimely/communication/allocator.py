@@ -14,10 +14,11 @@ serialises them. Nothing here knows about operators or timestamps.
 from __future__ import annotations
 
 import enum
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from pytimely.communication.platform import Lock
 
 if TYPE_CHECKING:
     from pytimely.communication.cluster.membership import Membership
@@ -211,7 +212,7 @@ class Grouped(Generic[S]):
     others: ToProcesses
     pull: Pull[Any]
     shared: S
-    lock: threading.Lock
+    lock: Lock
     group: ProcessGroup
 
 
@@ -248,8 +249,12 @@ class ProcessGroup(Protocol):
         ...
 
     def wake_by(self, deadline: float) -> None:
-        """Have every :class:`Deferred` shared object of this process looked at by ``deadline`` (monotonic time),
-        even if no worker steps by then."""
+        """Have every :class:`Deferred` shared object of this process looked at by ``deadline`` (a time of
+        :meth:`monotonic`), even if no worker steps by then."""
+        ...
+
+    def monotonic(self) -> float:
+        """The time on the communication layer's clock (what deadlines here are measured on)."""
         ...
 
 

@@ -41,12 +41,13 @@ import hmac
 import os
 import socket
 import struct
-import time
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from pytimely.communication.frame import FrameKeys, LinkKeys
+from pytimely.communication.platform import REAL_CLOCK, Clock
+from pytimely.communication.transport import Connection, SocketConnection
 from pytimely.config import MIN_SECRET
 from pytimely.errors import AuthenticationError, ConfigError, HandshakeTimeoutError, WeakSecretError
 
@@ -93,15 +94,18 @@ def _keys(secret: bytes, hello: bytes, server_nonce: bytes, server: int, encrypt
     return FrameKeys(material[0:32], material[32:64], encrypt), FrameKeys(material[64:96], material[96:128], encrypt)
 
 
-def _recv_exact(sock: socket.socket, n: int, what: str, deadline: float, peer: str) -> bytes:
+def _connection(sock: socket.socket | Connection) -> Connection:
+    return SocketConnection(sock) if isinstance(sock, socket.socket) else sock
+
+
+def _recv_exact(sock: Connection, n: int, what: str, deadline: float, peer: str, clock: Clock) -> bytes:
     data = bytearray()
     while len(data) < n:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - clock.monotonic()
         if remaining <= 0:
             raise HandshakeTimeoutError(f"{peer} did not complete the handshake in time (awaiting {what})")
-        sock.settimeout(remaining)
         try:
-            chunk = sock.recv(n - len(data))
+            chunk = sock.recv(n - len(data), remaining)
         except TimeoutError:
             raise HandshakeTimeoutError(f"{peer} did not complete the handshake in time (awaiting {what})") from None
         if not chunk:
@@ -110,16 +114,15 @@ def _recv_exact(sock: socket.socket, n: int, what: str, deadline: float, peer: s
     return bytes(data)
 
 
-def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
-    sock.settimeout(max(0.001, deadline - time.monotonic()))
+def _send(sock: Connection, data: bytes, deadline: float, clock: Clock) -> None:
     try:
-        sock.sendall(data)
+        sock.send_all(data, max(0.001, deadline - clock.monotonic()))
     except TimeoutError:
         raise HandshakeTimeoutError("the peer took nothing during the handshake within its deadline") from None
 
 
 def connect_peer(
-    sock: socket.socket,
+    sock: socket.socket | Connection,
     secret: bytes,
     me: int,
     server: int,
@@ -127,22 +130,24 @@ def connect_peer(
     *,
     deadline: float | None = None,
     encrypt: bool = True,
+    clock: Clock = REAL_CLOCK,
 ) -> LinkKeys:
     """Authenticate a connection this process (index ``me``) opened to process ``server``; the link's keys.
 
     ``encrypt`` False: frames are authenticated but not encrypted (both sides must agree; make it part of
-    ``shape``, as the cluster does).
+    ``shape``, as the cluster does). ``deadline`` is a time on ``clock``.
     """
     check_secret(secret)
-    deadline = time.monotonic() + 30.0 if deadline is None else deadline
+    conn = _connection(sock)
+    deadline = clock.monotonic() + 30.0 if deadline is None else deadline
     who = f"process {server}"
     hello = _HELLO.pack(_MAGIC, _VERSION, me, shape, hash_probe(), os.urandom(_NONCE))
-    _send(sock, hello, deadline)
-    server_nonce = _recv_exact(sock, _NONCE, "the server's nonce", deadline, who)
+    _send(conn, hello, deadline, clock)
+    server_nonce = _recv_exact(conn, _NONCE, "the server's nonce", deadline, who, clock)
     transcript = hello + server_nonce + struct.pack("<I", server)
-    _send(sock, _mac(secret, b"client", transcript), deadline)
+    _send(conn, _mac(secret, b"client", transcript), deadline, clock)
     try:
-        reply = _recv_exact(sock, _MAC + 1, "the server's proof", deadline, who)
+        reply = _recv_exact(conn, _MAC + 1, "the server's proof", deadline, who, clock)
     except AuthenticationError as exc:
         if isinstance(exc, HandshakeTimeoutError):
             raise
@@ -172,7 +177,7 @@ def connect_peer(
 
 
 def accept_peer(
-    sock: socket.socket,
+    sock: socket.socket | Connection,
     secret: bytes,
     me: int,
     shape: int,
@@ -181,6 +186,7 @@ def accept_peer(
     deadline: float | None = None,
     processes: int | None = None,
     encrypt: bool = True,
+    clock: Clock = REAL_CLOCK,
 ) -> tuple[int, LinkKeys]:
     """Authenticate a connection accepted by process ``me``; the connecting process's index and the link's keys.
 
@@ -189,19 +195,20 @@ def accept_peer(
     computation take indices beyond the first ``processes``.
     """
     check_secret(secret)
-    deadline = time.monotonic() + 30.0 if deadline is None else deadline
+    conn = _connection(sock)
+    deadline = clock.monotonic() + 30.0 if deadline is None else deadline
     bound = (shape if processes is None else processes) if bound is None else bound
     who = "a connecting peer"
-    hello = _recv_exact(sock, _HELLO.size, "a greeting", deadline, who)
+    hello = _recv_exact(conn, _HELLO.size, "a greeting", deadline, who, clock)
     magic, version, client, their_shape, probe, _client_nonce = _HELLO.unpack(hello)
     if magic != _MAGIC:
         raise AuthenticationError("the peer is not a pytimely process (bad greeting)")
     if version != _VERSION:
         raise AuthenticationError(f"the peer speaks handshake version {version}, this process speaks {_VERSION}")
     server_nonce = os.urandom(_NONCE)
-    _send(sock, server_nonce, deadline)
+    _send(conn, server_nonce, deadline, clock)
     transcript = hello + server_nonce + struct.pack("<I", me)
-    proof = _recv_exact(sock, _MAC, "the client's proof", deadline, who)
+    proof = _recv_exact(conn, _MAC, "the client's proof", deadline, who, clock)
     if not hmac.compare_digest(proof, _mac(secret, b"client", transcript)):
         raise AuthenticationError(
             f"a peer claiming to be process {client} did not prove it knows the cluster secret", client
@@ -213,7 +220,7 @@ def accept_peer(
         verdict = _BAD_HASH
     else:
         verdict = _OK
-    _send(sock, _mac(secret, b"server", transcript + verdict) + verdict, deadline)
+    _send(conn, _mac(secret, b"server", transcript + verdict) + verdict, deadline, clock)
     if verdict == _BAD_SHAPE:
         raise ConfigError(
             f"process {client} believes the cluster has another shape ({their_shape:#x}) than this one (process "

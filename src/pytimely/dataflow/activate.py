@@ -14,16 +14,18 @@ import threading
 from collections import deque
 from typing import Any
 
+from pytimely.communication.platform import Event
 from pytimely.errors import DataflowError
 
 __all__ = ["Alarm", "Doorbell", "SyncActivator"]
 
 
 class Doorbell:
-    """What a worker waits on between idle steps: rung by activators on other threads."""
+    """What a worker waits on between idle steps: rung by activators on other threads (``event``: the platform's,
+    a simulator's in a simulated process)."""
 
-    def __init__(self) -> None:
-        self._event = threading.Event()
+    def __init__(self, event: Event | None = None) -> None:
+        self._event: Event = threading.Event() if event is None else event
         self._lock = threading.Lock()
         self._open = 0
 

@@ -316,7 +316,7 @@ class Progcaster:
         # its own (the model's send_upd is one step), and combined batches reach each link in order.
         with grouped.lock:
             outbox = grouped.shared
-            now = time.monotonic()
+            now = grouped.group.monotonic()
             if batch is not None:
                 for push in grouped.local:
                     push.push(batch)

@@ -330,7 +330,9 @@ class ProgressAggregator(Generic[T]):
         if not self._queued:
             return 0
         oldest, since = self._offered[0]
-        if not self.combine or now - since >= self.delay:
+        # Compared as deadline() computes it: ``now - since >= delay`` can be false one ulp after the deadline,
+        # and whoever waits for the deadline would look again and again without anything leaving.
+        if not self.combine or now >= since + self.delay:
             return len(self._queued)
         ended = self._ended
         for worker in (*self._stepping, *awake):

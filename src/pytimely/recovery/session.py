@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytimely.communication.platform import REAL_THREADS, Threads
 from pytimely.errors import InvalidArgument, RecoveryError
 from pytimely.recovery.manifest import FINAL, Identity, Seal, fingerprint
 from pytimely.recovery.policy import SnapshotPolicy
@@ -140,11 +140,11 @@ class Recovery:
         manifest = opened.manifest
         return Committed(manifest.resume_epoch, {k: dict(v) for k, v in manifest.positions.items()})
 
-    def open(self, *, process: int = 0, joining: bool = False) -> Session:
+    def open(self, *, process: int = 0, joining: bool = False, threads: Threads = REAL_THREADS) -> Session:
         """Open the store for this process (see the module doc); the first process (``process == 0``) cleans it.
 
         ``joining``: this process joins a computation already running; it restores nothing and learns the epoch
-        the run resumed at from the store.
+        the run resumed at from the store. ``threads`` start the threads that write (a simulator's, simulated).
         """
         store = open_store(self.store)
         store.check_writable()
@@ -156,7 +156,7 @@ class Recovery:
         identity = snapshots.check_identity(self.identity(seal.key_id), write=first)
         if joining:
             resume = snapshots.get_run()
-            return Session(self, snapshots, identity, None, resume or 0, process, True)
+            return Session(self, snapshots, identity, None, resume or 0, process, True, threads)
         opened = snapshots.latest(identity, self.announce if first else None)
         if first:
             snapshots.clean(None if opened is None else opened.manifest)
@@ -168,7 +168,7 @@ class Recovery:
                     f"epoch {resume}"
                 )
                 print(f"resumed at {said}", file=self.announce, flush=True)
-        return Session(self, snapshots, identity, opened, resume, process, False)
+        return Session(self, snapshots, identity, opened, resume, process, False, threads)
 
 
 class Session:
@@ -183,6 +183,7 @@ class Session:
         resume: int,
         process: int,
         joining: bool,
+        threads: Threads = REAL_THREADS,
     ) -> None:
         self.recovery = recovery
         self.snapshots = snapshots
@@ -195,10 +196,10 @@ class Session:
         self.process = process
         self.joining = joining
         self.policy = recovery.policy
-        self.writer = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="pytimely-snapshots")
+        self.writer = threads.executor(WRITERS, "pytimely-snapshots")
         """Writes payload files off the workers' threads (file system calls release the GIL); several at once, so
         their fsyncs share the file system's journal commits."""
-        self.committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytimely-commits")
+        self.committer = threads.executor(1, "pytimely-commits")
         """Writes manifests, one after another (each after the payload files it names)."""
 
     @property

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 from pytimely.communication.allocator import Grouped, Precedence
+from pytimely.communication.cluster.events import Hub, Inbox
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.queues import OutgoingFrame
-from pytimely.communication.cluster.router import ClusterMailbox, ProcessPush, ProcessPushes, Pushes, RemotePush
+from pytimely.communication.cluster.router import ProcessPush, ProcessPushes, Pushes, RemotePush
 from pytimely.communication.frame import CONTROL_CHANNEL
 from pytimely.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from pytimely.communication.cluster.process import Cluster
 
 __all__ = ["ClusterAllocator"]
 
@@ -21,13 +19,15 @@ S = TypeVar("S")
 
 
 class ClusterAllocator:
-    """The allocator of one worker of a :class:`Cluster`."""
+    """The allocator of one worker of a :class:`~pytimely.communication.cluster.Cluster` (which it knows as a
+    :class:`~.events.Hub`)."""
 
-    def __init__(self, cluster: Cluster, local: int) -> None:
+    def __init__(self, cluster: Hub, local: int) -> None:
         self._cluster = cluster
         self._local = local
         self._index = cluster.first + local
-        self._wake = cluster._wakes[local]
+        self._wake = cluster.wake_event(local)
+        self._checkpoint = cluster.platform.threads.checkpoint
         self._outbox: list[tuple[int, OutgoingFrame]] = []
         self.sent: dict[Precedence, list[int]] = {p: [0, 0] for p in Precedence}
         """Frames and payload bytes this worker sent to other processes, by precedence (progress traffic)."""
@@ -116,7 +116,7 @@ class ClusterAllocator:
             cluster.me, cluster.config.processes, list(boxes), others, boxes[self._local], shared, lock, cluster
         )
 
-    def _push_to(self, boxes: list[ClusterMailbox], key: tuple[int, int], precedence: Precedence, target: int) -> Any:
+    def _push_to(self, boxes: Sequence[Inbox], key: tuple[int, int], precedence: Precedence, target: int) -> Any:
         cluster = self._cluster
         if cluster.first <= target < cluster.first + cluster.workers:
             return boxes[target - cluster.first]
@@ -128,6 +128,7 @@ class ClusterAllocator:
 
     def receive(self) -> None:
         """Raise if the cluster has failed; apply membership changes to this worker's channels."""
+        self._checkpoint("worker-step")
         cluster = self._cluster
         if cluster.failure is not None:
             raise cluster.failure
@@ -148,14 +149,14 @@ class ClusterAllocator:
                 for _, _, pushes in self._handed:
                     for target in event.workers:
                         pushes.remove(target)
-            cluster._applied_by_worker(self.seen)
+            cluster.applied_by_worker(self.seen)
             self.seen += 1
 
     def retire(self) -> None:
         """This worker has finished; it applies no further membership changes."""
         self._cluster.quiescence.quiet(self._local, True)
         if self.elastic:
-            self._cluster._retire_worker()
+            self._cluster.retire_worker()
 
     def quiet(self, flag: bool) -> None:
         """Whether this worker now only waits for its dataflows and its last steps found nothing to do."""
@@ -169,7 +170,7 @@ class ClusterAllocator:
 
     def ready_to_leave(self) -> None:
         """This worker may go; once every worker of the process is ready, the process says it leaves."""
-        self._cluster._worker_leaves()
+        self._cluster.worker_leaves()
 
     def left_by_all(self) -> bool:
         """Whether every other process has stopped sending to this leaving one."""
@@ -191,7 +192,7 @@ class ClusterAllocator:
         cluster.quiescence.sent(len(outbox))
         outbox.clear()
         for process, frames in by_process.items():
-            cluster.links[process].enqueue(frames)
+            cluster.enqueue(process, frames)
 
     def park(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for something to arrive for this worker."""

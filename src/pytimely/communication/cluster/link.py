@@ -9,20 +9,19 @@ frames*: a peer from which no complete frame (data or heartbeat) arrived for
 ``timeout`` seconds has failed. Bytes trickling into a half-read frame keep
 nothing alive. A peer that is really gone is noticed by the receiving side,
 which fails the cluster; closing the link then unblocks the sender.
+
+A link knows its process only through :class:`~.events.LinkEvents` (where received frames go, whom it tells of
+the peer's control frames, the receiving side's flow control) and its :class:`~.quiescence.Quiescence`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import select
-import socket
-import threading
-import time
-from typing import TYPE_CHECKING
 
 from pytimely.communication.allocator import Precedence
+from pytimely.communication.cluster.events import LinkEvents
 from pytimely.communication.cluster.queues import OutgoingFrame, SendQueues
+from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.frame import (
     CONTROL_CHANNEL,
     HEADER,
@@ -34,7 +33,10 @@ from pytimely.communication.frame import (
     FrameEncoder,
     LinkKeys,
 )
+from pytimely.communication.platform import Platform, Task
 from pytimely.communication.ring import RingOffer, RingReader, RingWriter, same_host, shared_memory_dir, sweep
+from pytimely.communication.transport import Connection
+from pytimely.config import Config
 from pytimely.errors import (
     CommunicationError,
     FlowControlError,
@@ -47,14 +49,10 @@ from pytimely.errors import (
     StalledError,
 )
 
-if TYPE_CHECKING:
-    from pytimely.communication.cluster.process import Cluster
-
 __all__ = ["Link"]
 
 log = logging.getLogger("pytimely.cluster")
 
-_POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _RECEIVER_FIRST = 1.0
 """Seconds a sending thread that lost its connection waits for the receiving thread to report why."""
 _ANNOUNCE = 256 << 10
@@ -64,11 +62,24 @@ _ANNOUNCE = 256 << 10
 class Link:
     """The connection to one other process: a sending and a receiving thread."""
 
-    def __init__(self, cluster: Cluster, peer: int, sock: socket.socket, keys: LinkKeys) -> None:
-        self.cluster = cluster
+    def __init__(
+        self,
+        peer: int,
+        sock: Connection,
+        keys: LinkKeys,
+        config: Config,
+        events: LinkEvents,
+        quiescence: Quiescence,
+        platform: Platform,
+    ) -> None:
+        self.config = config
+        self.events = events
+        self.quiescence = quiescence
+        self.platform = platform
+        self._now = platform.clock.monotonic
         self.peer = peer
         self.sock = sock
-        self.cond = threading.Condition()
+        self.cond = platform.threads.condition()
         self.outgoing = SendQueues()
         self.queues = self.outgoing.queues
         self.queued = 0
@@ -82,54 +93,52 @@ class Link:
         self.controls_unsent = 0
         self.encoder = FrameEncoder(keys.send, reuse=True)
         self.decoder = FrameDecoder(peer, keys.receive)
-        self.last_heard = time.monotonic()
+        self.last_heard = self._now()
         """When the last *whole* frame from the peer arrived (or reading resumed after this process paused it)."""
         self.frames_sent = 0
         self.bytes_sent = 0
         self.ring: RingWriter | None = None
         """The ring this process puts big payloads for the peer in, once offered (see :mod:`~.ring`)."""
         self._ring_reported = 0
-        self._sender = threading.Thread(target=self._send_loop, name=f"pytimely-send-{peer}", daemon=True)
-        self._receiver = threading.Thread(target=self._receive_loop, name=f"pytimely-recv-{peer}", daemon=True)
+        self._sender: Task | None = None
+        self._receiver: Task | None = None
 
     @property
     def sending(self) -> bool:
         """Whether frames queued now can still leave (the link is open and its sending thread runs)."""
-        return not self.closed and self._sender.is_alive()
+        return not self.closed and self._sender is not None and self._sender.is_alive()
 
     def start(self) -> None:
         """Start the sending and receiving threads, offering the peer a shared-memory ring if configured."""
-        config = self.cluster.config
+        config = self.config
         directory = shared_memory_dir()
         if config.shared_memory and directory is not None and self._on_this_host():
             try:
                 sweep(directory)
                 self.ring = RingWriter(config.shared_memory, directory)
             except OSError as exc:
-                log.warning("process %d sends to process %d without a ring: %s", self.cluster.me, self.peer, exc)
+                log.warning("process %d sends to process %d without a ring: %s", self.config.process, self.peer, exc)
             else:
                 # Offered before anything else goes on the link; used once the peer says it mapped it.
                 self.control(Control.RING, self.ring.offer.encode())
-        self._sender.start()
-        self._receiver.start()
+        threads, peer = self.platform.threads, self.peer
+        self._sender = threads.spawn(self._send_loop, f"pytimely-send-{peer}")
+        self._receiver = threads.spawn(self._receive_loop, f"pytimely-recv-{peer}")
 
     def _on_this_host(self) -> bool:
         """Whether the peer runs on this host: its address on this connection is this end's own, or both are
         loopback (for a process that joined later too, whose address no host list names)."""
-        if self.sock.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                return same_host(self.sock.getpeername()[0], self.sock.getsockname()[0])
-            except OSError:
-                return False
-        hosts, me = self.cluster.config.hosts, self.cluster.config.process
+        known = self.sock.same_host()
+        if known is not None:
+            return known
+        hosts, me = self.config.hosts, self.config.process
         return self.peer < len(hosts) and me < len(hosts) and same_host(hosts[self.peer][0], hosts[me][0])
 
     # -- sending ---------------------------------------------------------------------------
 
     def enqueue(self, frames: list[OutgoingFrame]) -> None:
         """Queue frames for sending; data frames wait while the send window is full."""
-        cluster = self.cluster
-        window = cluster.config.send_window
+        window = self.config.send_window
         with self.cond:
             for frame in frames:
                 if frame.precedence == Precedence.DATA and self.queued > window:
@@ -141,48 +150,54 @@ class Link:
 
     def _wait_for_window(self, window: int) -> None:
         """Wait (holding ``cond``) until the queue is under ``window``: a slow peer slows this worker down."""
-        cluster = self.cluster
+        events, config = self.events, self.config
         self.waits += 1
-        cluster._sender_blocked(+1)
-        since = time.monotonic()
+        events.sender_blocked(+1)
+        now = self._now
+        since = now()
         try:
-            while self.queued > window and cluster.failure is None and not self.closed:
+            while self.queued > window and events.failure is None and not self.closed:
                 self.cond.wait(0.1)
                 # Waiting on a slow peer is fine; waiting while this process can read no more is a deadlock.
-                if cluster.receiving_full() and time.monotonic() - since > cluster.config.timeout:
+                if events.receiving_full() and now() - since > config.timeout:
                     raise FlowControlError(
-                        f"process {cluster.me} waited {cluster.config.timeout} s to send to process {self.peer} "
+                        f"process {config.process} waited {config.timeout} s to send to process {self.peer} "
                         "while its own receive buffer was full: one step's output exceeds the send and receive "
                         "windows in both directions (send smaller batches per step, or raise PYTIMELY_SEND_WINDOW "
                         "and PYTIMELY_RECV_WINDOW)",
                         self.peer,
                     )
-                if not cluster.receiving_full():
-                    since = time.monotonic()
+                if not events.receiving_full():
+                    since = now()
         finally:
-            cluster._sender_blocked(-1)
-        cluster.check()
+            events.sender_blocked(-1)
+        failure = events.failure
+        if failure is not None:
+            raise failure
 
     def control(self, code: Control, text: str = "") -> None:
         """Queue a control frame (it overtakes every queued progress and data frame)."""
         body = text.encode("utf-8", "replace")
         with self.cond:
             self.queues[Precedence.CONTROL].append(
-                OutgoingFrame.control(code, self.cluster.config.process, self.peer, body)
+                OutgoingFrame.control(code, self.config.process, self.peer, body)
             )
             self.controls_unsent += 1
             self.cond.notify_all()
 
     def _send_loop(self) -> None:
-        heartbeat = self.cluster.config.heartbeat
-        me = self.cluster.config.process
-        last_sent = time.monotonic()
+        heartbeat = self.config.heartbeat
+        me = self.config.process
+        elastic = self.config.elastic
+        now = self._now
+        checkpoint = self.platform.threads.checkpoint
+        last_sent = now()
         done_taken = False
         try:
             while True:
                 with self.cond:
                     while True:
-                        if self.closed or (self.done_sent and self.done_received and self.cluster.elastic):
+                        if self.closed or (self.done_sent and self.done_received and elastic):
                             return
                         # Only control() queues at CONTROL precedence, so what leaves that level is its control frames.
                         controls = len(self.queues[Precedence.CONTROL])
@@ -194,14 +209,15 @@ class Link:
                             batch = [OutgoingFrame.control(Control.DONE, me, self.peer)]
                             done_taken = True
                             break
-                        wait = heartbeat - (time.monotonic() - last_sent)
+                        wait = heartbeat - (now() - last_sent)
                         if wait <= 0:
-                            report = self.cluster.quiescence.report()
+                            report = self.quiescence.report()
                             batch = [OutgoingFrame.control(Control.HEARTBEAT, me, self.peer, report)]
                             break
                         self.cond.wait(wait)
+                checkpoint("link-send")
                 self._write(batch)
-                last_sent = time.monotonic()
+                last_sent = now()
                 with self.cond:
                     self.queued -= sum(f.length for f in batch)
                     self.controls_unsent -= controls
@@ -209,16 +225,16 @@ class Link:
                     self.done_sent = done_taken
                     self.cond.notify_all()
                 if done_taken:
-                    self.cluster._wake_all()
+                    self.events.done(self.peer)
         except OSError as exc:
             if not self.closed and not (self.done_sent and self.done_received):
                 # A broken pipe says less than what the receiving thread sees of the same end (a frame cut off, a
                 # peer's ABORT): let it name the cause first, for a moment.
-                if self._receiver.is_alive():
+                if self._receiver is not None and self._receiver.is_alive():
                     self._receiver.join(timeout=_RECEIVER_FIRST)
-                self.cluster.fail(self._lost(exc))
+                self.events.fail(self._lost(exc))
         except CommunicationError as exc:
-            self.cluster.fail(exc)
+            self.events.fail(exc)
         finally:
             # Nothing more goes into this process's ring (a peer that left, or the end): give its pages back now,
             # not when the cluster closes (the peer's mapping, if any, keeps what it still has to read).
@@ -261,31 +277,25 @@ class Link:
         """Hand ``buffers`` to the kernel whole; ``False`` if the link closed meanwhile."""
         sock = self.sock
         views = [memoryview(b).cast("B") for b in buffers]
-        send_timeout = self.cluster.config.send_timeout
-        poller: select.poll | None = None
-        progress = time.monotonic()
+        send_timeout = self.config.send_timeout
+        now = self._now
+        progress = now()
         while views:
             # A slow reader holds this thread here, which is the backpressure; only a reader that takes no byte at
             # all for send_timeout seconds fails.
-            try:
-                sent = sock.sendmsg(views[:1024], [], socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                sent = 0
+            sent = sock.send(views[:1024])
             if not sent:
-                if poller is None:
-                    poller = select.poll()
-                    poller.register(sock.fileno(), select.POLLOUT)
                 if self.closed:
                     return False
-                if time.monotonic() - progress > send_timeout:
+                if now() - progress > send_timeout:
                     raise SendTimeoutError(
                         f"process {self.peer} took no data for {send_timeout} s while frames waited for it "
                         "(PYTIMELY_SEND_TIMEOUT): it is stalled or no longer reads",
                         self.peer,
                     )
-                poller.poll(100)
+                sock.wait_writable(0.1)
                 continue
-            progress = time.monotonic()
+            progress = now()
             while sent:
                 head = views[0]
                 if sent >= len(head):
@@ -303,13 +313,13 @@ class Link:
     # -- receiving -------------------------------------------------------------------------
 
     def _receive_loop(self) -> None:
-        cluster = self.cluster
-        config = cluster.config
+        events = self.events
+        config = self.config
         sock = self.sock
         decoder = self.decoder
-        poller = select.poll()
-        poller.register(sock.fileno(), _POLL_IN)
-        slice_ms = int(config.heartbeat * 1000)
+        now = self._now
+        checkpoint = self.platform.threads.checkpoint
+        slice_seconds = config.heartbeat
         waited = False
         try:
             while not self.closed:
@@ -318,16 +328,16 @@ class Link:
                 else:
                     # Read first and wait only when nothing is there: while a stream flows, one system call (and
                     # one release of the interpreter lock) per read instead of two.
-                    try:
-                        n = sock.recv_into(decoder.buffer(), 0, socket.MSG_DONTWAIT)
-                    except BlockingIOError:
+                    got = sock.recv_into(decoder.buffer())
+                    if got is None:
                         if waited:
                             # A whole slice passed without a byte, and none is there now that this thread runs
                             # again: judged only after that second look, since a busy worker may have kept it from
                             # running long after its wait ended while frames queued up.
                             self._check_silence()
-                        waited = not poller.poll(slice_ms)
+                        waited = not sock.wait_readable(slice_seconds)
                         continue
+                    n = got
                     waited = False
                     if n == 0:
                         if self.done_received or self.closed:
@@ -340,7 +350,8 @@ class Link:
                         )
                 frames = decoder.advance(n)
                 if frames:
-                    self.last_heard = time.monotonic()
+                    checkpoint("link-receive")
+                    self.last_heard = now()
                     for frame in frames:
                         self._handle(frame)
                     ring = decoder.ring
@@ -355,22 +366,22 @@ class Link:
                             self.control(Control.RING_FREE, str(ring.read))
                 else:
                     self._check_silence()
-                if cluster._throttle():
+                if events.throttle():
                     # This process stopped reading, not the peer: its silence meanwhile proves nothing.
-                    self.last_heard = max(self.last_heard, time.monotonic())
+                    self.last_heard = max(self.last_heard, now())
         except OSError as exc:
             if not self.closed and not self.done_received:
-                cluster.fail(self._lost(exc))
+                events.fail(self._lost(exc))
         except (CommunicationError, MembershipError) as exc:
-            cluster.fail(exc)
+            events.fail(exc)
         finally:
             if decoder.ring is not None:
                 decoder.ring.close()  # nothing more is read from the peer's ring
 
     def _check_silence(self) -> None:
         """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
-        timeout = self.cluster.config.timeout
-        silent = time.monotonic() - self.last_heard
+        timeout = self.config.timeout
+        silent = self._now() - self.last_heard
         if silent > timeout and not self.done_received and not self.closed:
             partial = "" if self.decoder.idle else " (a frame it started never completed)"
             raise PeerFailedError(
@@ -382,22 +393,22 @@ class Link:
     def _handle(self, frame: Frame) -> None:
         if frame.dataflow == CONTROL_CHANNEL:
             if frame.channel == Control.HEARTBEAT:
-                self.cluster.quiescence.heard(self.peer, bytes(frame.payload))
+                self.quiescence.heard(self.peer, bytes(frame.payload))
                 return
             if frame.channel == Control.DONE:
                 self.done_received = True
-                self.cluster._wake_all()
+                self.events.done(self.peer)
                 return
             if frame.channel == Control.ABORT:
                 reason = bytes(frame.payload).decode("utf-8", "replace")
                 # A stall is the computation's, not the peer's: every process reports it as one.
                 kind = PeerStalledError if reason.startswith(f"{StalledError.__name__}:") else PeerFailedError
                 raise kind(f"process {self.peer} stopped: {reason}", self.peer)
-            if frame.channel == Control.JOIN and self.cluster.elastic:
-                self.cluster._joined(self.peer, bytes(frame.payload).decode("ascii", "replace"))
+            if frame.channel == Control.JOIN and self.config.elastic:
+                self.events.joined(self.peer, bytes(frame.payload).decode("ascii", "replace"))
                 return
-            if frame.channel == Control.LEAVING and self.cluster.elastic:
-                self.cluster._leaving(self.peer)
+            if frame.channel == Control.LEAVING and self.config.elastic:
+                self.events.leaving(self.peer)
                 return
             if frame.channel in (Control.RING, Control.RING_ACCEPT, Control.RING_FREE):
                 self._ring_control(Control(frame.channel), bytes(frame.payload).decode("ascii", "replace"))
@@ -407,8 +418,8 @@ class Link:
                 peer=self.peer,
                 channel=(frame.dataflow, frame.channel),
             )
-        self.cluster.quiescence.active(self.peer)
-        self.cluster._deliver(self.peer, frame)
+        self.quiescence.active(self.peer)
+        self.events.deliver(self.peer, frame)
 
     def _ring_control(self, code: Control, text: str) -> None:
         """The peer offers its ring, answers this process's offer, or frees part of this process's ring."""
@@ -416,7 +427,7 @@ class Link:
             offer = RingOffer.decode(text)
             directory = shared_memory_dir()
             try:
-                if directory is None or not self.cluster.config.shared_memory or self.decoder.ring is not None:
+                if directory is None or not self.config.shared_memory or self.decoder.ring is not None:
                     raise OSError("no shared memory here (or PYTIMELY_SHARED_MEMORY=0), or a ring is mapped already")
                 self.decoder.ring = RingReader(offer, directory)
                 if self.ring is not None:
@@ -424,7 +435,8 @@ class Link:
                     self.ring.feedback = self.decoder.ring
             except (OSError, RingError) as exc:
                 # Another host, or no /dev/shm: the peer keeps sending on the socket.
-                log.info("process %d takes process %d's frames without its ring: %s", self.cluster.me, self.peer, exc)
+                me = self.config.process
+                log.info("process %d takes process %d's frames without its ring: %s", me, self.peer, exc)
                 self.control(Control.RING_ACCEPT, "0")
             else:
                 self.control(Control.RING_ACCEPT, "1")
@@ -460,10 +472,9 @@ class Link:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.shutdown()
         for thread in (self._sender, self._receiver):
-            if thread.is_alive() and thread is not threading.current_thread():
+            if thread is not None and thread.is_alive() and not thread.is_current():
                 thread.join(timeout=2)
         self.sock.close()
         if self.ring is not None:

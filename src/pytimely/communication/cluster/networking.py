@@ -9,17 +9,16 @@ the peers that do prove themselves.
 from __future__ import annotations
 
 import logging
-import socket
-import threading
-import time
 from collections.abc import Callable
 
 from pytimely.communication.frame import LinkKeys
 from pytimely.communication.handshake import accept_peer, connect_peer
+from pytimely.communication.platform import Clock, Platform, Task
+from pytimely.communication.transport import Connection, Listener
 from pytimely.config import Config
-from pytimely.errors import AuthenticationError, CommunicationError, ConfigError, HandshakeTimeoutError
+from pytimely.errors import AuthenticationError, CommunicationError, HandshakeTimeoutError
 
-__all__ = ["MAX_HANDSHAKES", "accept_all", "accept_one", "connect", "inherited_listener"]
+__all__ = ["MAX_HANDSHAKES", "accept_all", "accept_one", "connect"]
 
 MAX_HANDSHAKES = 64
 """Handshakes a process serves at once; connections beyond are closed at once."""
@@ -27,44 +26,26 @@ MAX_HANDSHAKES = 64
 log = logging.getLogger("pytimely.cluster")
 
 
-def inherited_listener(fd: int, port: int) -> socket.socket:
-    """The listening socket a launcher handed down as ``fd``; :class:`ConfigError` unless it listens on ``port``."""
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError as exc:
-        raise ConfigError(f"PYTIMELY_LISTEN_FD={fd} is not an open socket: {exc}") from exc
-    try:
-        listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-        bound = sock.getsockname()
-    except OSError as exc:
-        sock.detach()  # not ours to close: the descriptor was not a socket
-        raise ConfigError(f"PYTIMELY_LISTEN_FD={fd} is not a socket: {exc}") from exc
-    if sock.type != socket.SOCK_STREAM or not listening or not isinstance(bound, tuple) or bound[1] != port:
-        sock.detach()
-        raise ConfigError(
-            f"PYTIMELY_LISTEN_FD={fd} is not a TCP socket listening on port {port}, this process's port in hosts "
-            f"(it is bound to {bound!r}{'' if listening else ', not listening'})"
-        )
-    return sock
-
-
-def connect(config: Config, peer: int, secret: bytes, deadline: float, shape: int) -> tuple[socket.socket, LinkKeys]:
-    """A socket to process ``peer``, authenticated, and its keys; retried until ``deadline`` while the peer is not
-    listening or does not answer in time."""
+def connect(
+    config: Config, peer: int, secret: bytes, deadline: float, shape: int, platform: Platform
+) -> tuple[Connection, LinkKeys]:
+    """A connection to process ``peer``, authenticated, and its keys; retried until ``deadline`` while the peer is
+    not listening or does not answer in time."""
     host, port = config.hosts[peer]
+    clock = platform.clock
     delay = 0.02
     while True:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - clock.monotonic()
         try:
-            sock = socket.create_connection((host, port), timeout=max(0.1, remaining))
+            sock = platform.transport.connect(host, port, max(0.1, remaining))
         except OSError as exc:
-            if time.monotonic() + delay > deadline:
+            if clock.monotonic() + delay > deadline:
                 raise CommunicationError(
                     f"process {config.process} could not reach process {peer} at {host}:{port} within "
                     f"{config.connect_timeout} s: {exc}",
                     peer,
                 ) from exc
-            time.sleep(delay)
+            clock.sleep(delay)
             delay = min(0.5, delay * 2)
             continue
         try:
@@ -74,12 +55,13 @@ def connect(config: Config, peer: int, secret: bytes, deadline: float, shape: in
                 config.process,
                 peer,
                 shape,
-                deadline=min(deadline, time.monotonic() + config.handshake_timeout),
+                deadline=min(deadline, clock.monotonic() + config.handshake_timeout),
                 encrypt=config.encrypt,
+                clock=clock,
             )
         except HandshakeTimeoutError as exc:
             sock.close()
-            if time.monotonic() + delay > deadline:
+            if clock.monotonic() + delay > deadline:
                 raise CommunicationError(
                     f"process {config.process} could not complete a handshake with process {peer} at {host}:{port} "
                     f"within {config.connect_timeout} s: {exc}",
@@ -100,9 +82,15 @@ def connect(config: Config, peer: int, secret: bytes, deadline: float, shape: in
 
 
 def accept_one(
-    sock: socket.socket, address: tuple[str, int], config: Config, secret: bytes, deadline: float, shape: int
+    sock: Connection,
+    address: tuple[str, int],
+    config: Config,
+    secret: bytes,
+    deadline: float,
+    shape: int,
+    clock: Clock,
 ) -> tuple[int, LinkKeys] | None:
-    """Authenticate one accepted connection by ``deadline``; ``None`` (logged, socket closed) for a stranger."""
+    """Authenticate one accepted connection by ``deadline``; ``None`` (logged, connection closed) for a stranger."""
     try:
         return accept_peer(
             sock,
@@ -110,8 +98,9 @@ def accept_one(
             config.process,
             shape,
             bound=1 << 16 if config.elastic else None,
-            deadline=min(deadline, time.monotonic() + config.handshake_timeout),
+            deadline=min(deadline, clock.monotonic() + config.handshake_timeout),
             encrypt=config.encrypt,
+            clock=clock,
         )
     except (AuthenticationError, OSError) as exc:
         log.warning("process %d refused a connection from %s:%s: %s", config.process, address[0], address[1], exc)
@@ -123,15 +112,15 @@ def accept_one(
 
 
 def accept_all(
-    listener: socket.socket,
+    listener: Listener,
     config: Config,
     secret: bytes,
     deadline: float,
     shape: int,
-    accepted: dict[int, tuple[socket.socket, LinkKeys]],
+    accepted: dict[int, tuple[Connection, LinkKeys]],
     errors: list[BaseException],
-    *,
-    extra: Callable[[int, socket.socket, LinkKeys], None] | None = None,
+    platform: Platform,
+    extra: Callable[[int, Connection, LinkKeys], None] | None = None,
 ) -> None:
     """Accept and authenticate every higher-indexed process until ``deadline``; failures go to ``errors``.
 
@@ -140,14 +129,15 @@ def accept_all(
     have arrived) goes to ``extra``, or is refused when there is none.
     """
     expected = set(range(config.process + 1, config.processes))
-    lock = threading.Condition()
+    clock, threads = platform.clock, platform.threads
+    lock = threads.lock()
     finished = False
-    running: list[threading.Thread] = []
+    running: list[Task] = []
     failed: list[BaseException] = []
 
-    def handshake(sock: socket.socket, address: tuple[str, int]) -> None:
+    def handshake(sock: Connection, address: tuple[str, int]) -> None:
         try:
-            got = accept_one(sock, address, config, secret, deadline, shape)
+            got = accept_one(sock, address, config, secret, deadline, shape, clock)
         except BaseException as exc:
             with lock:
                 failed.append(exc)
@@ -174,26 +164,23 @@ def accept_all(
                 if not expected - set(accepted):
                     finished = True
                     break
-            remaining = deadline - time.monotonic()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 missing = ", ".join(str(p) for p in sorted(expected - set(accepted)))
                 raise CommunicationError(
                     f"process {config.process} waited {config.connect_timeout} s but process(es) {missing} never "
                     "connected with the cluster secret"
                 )
-            listener.settimeout(min(remaining, 0.1))
-            try:
-                sock, address = listener.accept()
-            except TimeoutError:
+            got = listener.accept(min(remaining, 0.1))
+            if got is None:
                 continue
+            sock, address = got
             running[:] = [t for t in running if t.is_alive()]
             if len(running) >= MAX_HANDSHAKES:
                 log.warning("process %d has %d handshakes under way; refused %s", config.process, len(running), address)
                 sock.close()
                 continue
-            thread = threading.Thread(target=handshake, args=(sock, address), name="pytimely-handshake", daemon=True)
-            running.append(thread)
-            thread.start()
+            running.append(threads.spawn(handshake, "pytimely-handshake", sock, address))
     except BaseException as exc:
         errors.append(exc)
         with lock:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,12 +11,15 @@ from pytimely.communication.allocator import Deferred
 from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
-from pytimely.communication.cluster.networking import accept_all, accept_one, connect, inherited_listener
+from pytimely.communication.cluster.networking import accept_all, accept_one, connect
+from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.cluster.quiescence import Quiescence
 from pytimely.communication.cluster.router import ClusterMailbox, Wire
 from pytimely.communication.frame import CONTROL_CHANNEL, EVERY_WORKER, Control, Frame, LinkKeys
 from pytimely.communication.handshake import check_secret
 from pytimely.communication.payload import has_buffers
+from pytimely.communication.platform import REAL, Event, Lock, Platform, Task
+from pytimely.communication.transport import Connection, Listener, SocketListener, TcpTransport
 from pytimely.config import Config
 from pytimely.errors import (
     CommunicationError,
@@ -42,8 +43,14 @@ class Cluster:
         *,
         listener: socket.socket | None = None,
         on_leave: Callable[[int], None] | None = None,
+        platform: Platform = REAL,
     ) -> None:
         self.config = config
+        self.platform = platform
+        """The clock, threads and transport this process runs on (:data:`~pytimely.communication.platform.REAL`
+        unless simulated)."""
+        self._clock = platform.clock
+        threads = self._threads = platform.threads
         self._on_leave = on_leave
         """Told this process's index before it says ``LEAVING`` (whoever starts newcomers must hear of it first)."""
         self.me = config.process
@@ -52,18 +59,18 @@ class Cluster:
         self.peers = config.peers
         self.failure: BaseException | None = None
         self.links: dict[int, Link] = {}
-        self._lock = threading.Condition()
+        self._lock = threads.condition()
         self._mailboxes: dict[tuple[int, tuple[int, int]], ClusterMailbox] = {}
         self._pending: dict[tuple[int, tuple[int, int]], list[Wire]] = {}
         self._highest: tuple[int, int] = (-1, -1)
         self._sealed = -1
-        self._wakes = [threading.Event() for _ in range(config.workers)]
+        self._wakes = [threads.event() for _ in range(config.workers)]
         self._unconsumed = 0
         self.max_unconsumed = 0
         self._blocked = 0
         # A host that hands out addresses before the cluster starts (Spark's barrier stage) binds the
         # listening socket itself, so the port it announced cannot be taken in between.
-        self._listener: socket.socket | None = listener
+        self._listener: Listener | None = None if listener is None else SocketListener(listener)
         self.elastic = config.elastic
         self.initial_peers = config.initial_peers if config.elastic else config.peers
         self.events: list[Membership] = []
@@ -77,14 +84,14 @@ class Cluster:
         self.leave_requested = False
         """Set when someone asked this process to leave (``pytimely launch``'s control endpoint)."""
         self._ready = 0
-        self._acceptor: threading.Thread | None = None
+        self._acceptor: Task | None = None
         self._allocators: dict[int, ClusterAllocator] = {}
-        self._shared: dict[tuple[int, int], tuple[Any, threading.Lock]] = {}
-        self._deferred = threading.Condition()
+        self._shared: dict[tuple[int, int], tuple[Any, Lock]] = {}
+        self._deferred = threads.condition()
         self._deferred_due = float("inf")
-        self._flusher: threading.Thread | None = None
+        self._flusher: Task | None = None
         self._closing = False
-        self.quiescence = Quiescence(config.workers)
+        self.quiescence = Quiescence(config.workers, clock=platform.clock.monotonic)
         """How long this process and its peers have been quiet (heartbeats carry its reports)."""
 
     # -- setting up ------------------------------------------------------------------------
@@ -99,26 +106,25 @@ class Cluster:
         if self.elastic:
             self._accept_later()
 
-    def _listen(self, backlog: int) -> socket.socket:
+    def _listen(self, backlog: int) -> Listener:
         """The listener on this process's port (made here unless one was handed in)."""
         if self._listener is not None:
             return self._listener
         config = self.config
         port = config.hosts[self.me][1]
         if config.listen_fd is not None:
-            self._listener = inherited_listener(config.listen_fd, port)
+            self._listener = TcpTransport.inherit(config.listen_fd, port)
             return self._listener
         try:
-            self._listener = socket.create_server((config.bind, port), backlog=backlog)
+            self._listener = self.platform.transport.listen(config.bind, port, backlog)
         except OSError as exc:
             raise CommunicationError(f"process {self.me} cannot listen on {config.bind}:{port}: {exc}") from exc
         return self._listener
 
-    def _link(self, peer: int, sock: socket.socket, keys: LinkKeys) -> Link:
-        """The link to ``peer`` over an authenticated socket with its keys (not started yet)."""
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = self.links[peer] = Link(self, peer, sock, keys)
+    def _link(self, peer: int, sock: Connection, keys: LinkKeys) -> Link:
+        """The link to ``peer`` over an authenticated connection with its keys (not started yet)."""
+        sock.start_streaming()
+        link = self.links[peer] = Link(peer, sock, keys, self.config, self, self.quiescence, self.platform)
         return link
 
     def _start(self) -> None:
@@ -126,21 +132,26 @@ class Cluster:
         secret = config.secret
         assert secret is not None
         listener = self._listen(backlog=max(16, config.processes))
-        deadline = time.monotonic() + config.connect_timeout
-        accepted: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        deadline = self._clock.monotonic() + config.connect_timeout
+        accepted: dict[int, tuple[Connection, LinkKeys]] = {}
         accept_error: list[BaseException] = []
-        acceptor = threading.Thread(
-            target=accept_all,
-            args=(listener, config, secret, deadline, self._shape(), accepted, accept_error),
-            kwargs={"extra": self._link_joiner if self.elastic else None},
-            name="pytimely-accept",
-            daemon=True,
+        acceptor = self._threads.spawn(
+            accept_all,
+            "pytimely-accept",
+            listener,
+            config,
+            secret,
+            deadline,
+            self._shape(),
+            accepted,
+            accept_error,
+            self.platform,
+            self._link_joiner if self.elastic else None,
         )
-        acceptor.start()
-        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        sockets: dict[int, tuple[Connection, LinkKeys]] = {}
         try:
             for peer in range(self.me):
-                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
+                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape(), self.platform)
         finally:
             acceptor.join()
             if not self.elastic:
@@ -160,14 +171,14 @@ class Cluster:
         secret = config.secret
         assert secret is not None
         listener = self._listen(backlog=16)
-        deadline = time.monotonic() + config.connect_timeout
+        deadline = self._clock.monotonic() + config.connect_timeout
         members = sorted(self.live - {self.me})
         if not members:
             raise MembershipError(f"process {self.me} has no running process to join")
-        sockets: dict[int, tuple[socket.socket, LinkKeys]] = {}
+        sockets: dict[int, tuple[Connection, LinkKeys]] = {}
         try:
             for peer in members:
-                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape())
+                sockets[peer] = connect(self.config, peer, secret, deadline, self._shape(), self.platform)
         except BaseException:
             for sock, _ in sockets.values():
                 sock.close()
@@ -183,41 +194,41 @@ class Cluster:
 
     def _accept_later(self) -> None:
         """Accept processes that join later, for as long as this process runs."""
-        self._acceptor = threading.Thread(target=self._accept_joiners, name="pytimely-accept-joiners", daemon=True)
-        self._acceptor.start()
+        self._acceptor = self._threads.spawn(self._accept_joiners, "pytimely-accept-joiners")
 
     def _accept_joiners(self) -> None:
         listener = self._listener
         assert listener is not None and self.config.secret is not None
-        listener.settimeout(0.2)
         while self.failure is None:
             try:
-                sock, address = listener.accept()
-            except TimeoutError:
-                continue
+                got = listener.accept(0.2)
             except OSError:
                 return  # closed: this process is finishing
+            if got is None:
+                continue
             # Each handshake in a thread of its own: a silent stranger must not hold up a joiner.
-            threading.Thread(
-                target=self._admit_joiner, args=(sock, address), name="pytimely-handshake", daemon=True
-            ).start()
+            self._threads.spawn(self._admit_joiner, "pytimely-handshake", *got)
 
-    def _admit_joiner(self, sock: socket.socket, address: tuple[str, int]) -> None:
+    def _admit_joiner(self, sock: Connection, address: tuple[str, int]) -> None:
         """Authenticate a process that joins; link it unless this process is leaving or knows it already."""
         assert self.config.secret is not None
+        clock = self._clock
         try:
-            got = accept_one(sock, address, self.config, self.config.secret, time.monotonic() + 3600, self._shape())
+            got = accept_one(
+                sock, address, self.config, self.config.secret, clock.monotonic() + 3600, self._shape(), clock
+            )
         except ConfigError as exc:
             log.warning("process %d refused a joining connection from %s:%s: %s", self.me, address[0], address[1], exc)
             return
         if got is not None:
             self._link_joiner(got[0], sock, got[1])
 
-    def _link_joiner(self, peer: int, sock: socket.socket, keys: LinkKeys) -> None:
+    def _link_joiner(self, peer: int, sock: Connection, keys: LinkKeys) -> None:
         """Link an authenticated process that joins, unless this process is leaving or knows it already."""
         with self._lock:
-            if self._ready:
-                log.warning("process %d is leaving and refused process %d, which tried to join", self.me, peer)
+            if self._ready or self._closing:
+                log.warning("process %d is leaving or closing and refused process %d, which tried to join",
+                            self.me, peer)
                 sock.close()
                 return
             if peer in self.links or peer in self.live:
@@ -234,7 +245,7 @@ class Cluster:
         shape = shape if self.config.encrypt else shape | 1 << 30
         return shape if self.config.aggregate_progress else shape | 1 << 29
 
-    def _joined(self, peer: int, text: str) -> None:
+    def joined(self, peer: int, text: str) -> None:
         """A process connected to every member and said it joins (its ``JOIN`` frame)."""
         try:
             server, workers = (int(x) for x in text.split(","))
@@ -255,7 +266,7 @@ class Cluster:
         log.info("process %d: process %d joins (bootstrap server: worker %d)", self.me, peer, server)
         self._wake_all()
 
-    def _leaving(self, peer: int) -> None:
+    def leaving(self, peer: int) -> None:
         """A process said it leaves: once every worker here stops sending to it, tell it ``DONE``."""
         first = peer * self.workers
         with self._lock:
@@ -266,7 +277,8 @@ class Cluster:
         log.info("process %d: process %d leaves", self.me, peer)
         self._wake_all()
 
-    def _applied_by_worker(self, index: int) -> None:
+    def applied_by_worker(self, index: int) -> None:
+        """A worker here has applied membership event ``index`` to its channels."""
         with self._lock:
             self._applied[index] += 1
             self._check_applied(index)
@@ -280,7 +292,7 @@ class Cluster:
                     link.done_wanted = True
                     link.cond.notify_all()
 
-    def _retire_worker(self) -> None:
+    def retire_worker(self) -> None:
         """A worker here has finished: it applies no more membership changes, so count it as having applied all."""
         with self._lock:
             self._retired += 1
@@ -288,7 +300,7 @@ class Cluster:
                 self._applied[index] += 1
                 self._check_applied(index)
 
-    def _worker_leaves(self) -> None:
+    def worker_leaves(self) -> None:
         """A worker here is ready to leave; once all are, tell every other process."""
         with self._lock:
             self._ready += 1
@@ -321,8 +333,7 @@ class Cluster:
             box = self._mailboxes[key] = ClusterMailbox(self, self._wakes[target - self.first])
             pending = self._pending.pop(key, None)
             if pending:
-                box._queue.extend(pending)
-                box._wake.set()
+                box.wire(pending)
         return box
 
     def open(self, channel: tuple[int, int]) -> list[ClusterMailbox]:
@@ -333,12 +344,12 @@ class Cluster:
                 self._reject_pending_below(channel)
             return [self._mailbox(self.first + i, channel) for i in range(self.workers)]
 
-    def shared(self, channel: tuple[int, int], make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+    def shared(self, channel: tuple[int, int], make: Callable[[], Any]) -> tuple[Any, Lock]:
         """The object this process's workers share for a grouped ``channel`` (made once) and their lock."""
         with self._lock:
             entry = self._shared.get(channel)
             if entry is None:
-                entry = self._shared[channel] = (make(), threading.Lock())
+                entry = self._shared[channel] = (make(), self._threads.lock())
             return entry
 
     def awake(self) -> list[int]:
@@ -353,8 +364,11 @@ class Cluster:
                 self._deferred_due = deadline
                 self._deferred.notify()
             if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_deferred, name="pytimely-outbox", daemon=True)
-                self._flusher.start()
+                self._flusher = self._threads.spawn(self._flush_deferred, "pytimely-outbox")
+
+    def monotonic(self) -> float:
+        """The time on this process's clock (what :meth:`wake_by`'s deadlines are measured on)."""
+        return self._clock.monotonic()
 
     def flush_deferred(self) -> None:
         """Send everything every :class:`~pytimely.communication.allocator.Deferred` shared object here holds back
@@ -369,24 +383,25 @@ class Cluster:
     def _flush_deferred(self) -> None:
         """The thread that sends what :class:`Deferred` shared objects still hold at their deadlines."""
         deferred = self._deferred
+        now = self._clock.monotonic
         try:
             while True:
                 with deferred:
-                    while self._deferred_due > time.monotonic() and not self._closing:
-                        deferred.wait(min(1.0, self._deferred_due - time.monotonic()))
+                    while self._deferred_due > now() and not self._closing:
+                        deferred.wait(min(1.0, self._deferred_due - now()))
                     if self._closing:
                         return
                     self._deferred_due = float("inf")
                 with self._lock:
                     entries = list(self._shared.values())
-                now = time.monotonic()
+                at = now()
                 for shared, lock in entries:
                     if isinstance(shared, Deferred):
                         with lock:  # the lock the workers change it under
                             if (due := shared.deadline()) is None:
                                 continue
-                            if due <= now:
-                                shared.flush_due(now)
+                            if due <= at:
+                                shared.flush_due(at)
                                 due = shared.deadline()
                         if due is not None:
                             self.wake_by(due)
@@ -413,7 +428,8 @@ class Cluster:
             channel=wire.channel,
         )
 
-    def _deliver(self, peer: int, frame: Frame) -> None:
+    def deliver(self, peer: int, frame: Frame) -> None:
+        """A checked data or progress frame from ``peer``: into the mailboxes of the workers it is for."""
         target = frame.target
         channel = (frame.dataflow, frame.channel)
         if target == EVERY_WORKER:
@@ -431,7 +447,6 @@ class Cluster:
         # A message with out-of-band buffers (numpy, Arrow) is rebuilt on top of its payload: every worker but the
         # first gets a copy of its own, made here rather than on the wire.
         copies = len(targets) > 1 and has_buffers(payload)
-        boxes: list[ClusterMailbox] = []
         with self._lock:
             # Each worker handed the payload decodes it, and counts it consumed, on its own.
             self._unconsumed += len(payload) * len(targets)
@@ -446,17 +461,16 @@ class Cluster:
                         self._unknown(wire)
                     self._pending.setdefault((worker, channel), []).append(wire)
                 else:
-                    box._queue.append(wire)
-                    boxes.append(box)
-        for box in boxes:
-            box._wake.set()
+                    box.arrive(wire)
 
-    def _consumed(self, nbytes: int) -> None:
+    def consumed(self, nbytes: int) -> None:
+        """A worker here took ``nbytes`` of received payloads: receiving threads may read again."""
         with self._lock:
             self._unconsumed -= nbytes
             self._lock.notify_all()
 
-    def _sender_blocked(self, delta: int) -> None:
+    def sender_blocked(self, delta: int) -> None:
+        """A worker here starts (+1) or stops (-1) waiting for a full send window."""
         with self._lock:
             self._blocked += delta
             self._lock.notify_all()
@@ -465,7 +479,7 @@ class Cluster:
         """Whether received data not yet taken has reached the hard bound (receive window plus send window)."""
         return self._unconsumed > self.config.recv_window + self.config.send_window
 
-    def _throttle(self) -> bool:
+    def throttle(self) -> bool:
         """Called by receiving threads: wait while too much received data is untaken; whether it waited.
 
         While a worker here waits to send, reading goes on up to ``recv_window + send_window`` so that two
@@ -482,6 +496,22 @@ class Cluster:
                 waited = True
                 self._lock.wait(0.1)
         return waited
+
+    def done(self, peer: int) -> None:
+        """``DONE`` went to or came from ``peer``: wake every worker and whoever waits in :meth:`finish`."""
+        self._wake_all()
+
+    def wake_event(self, local: int) -> Event:
+        """What this process's ``local``-th worker waits on between idle steps."""
+        return self._wakes[local]
+
+    def linked(self, process: int) -> bool:
+        """Whether this process has a link to ``process``."""
+        return process in self.links
+
+    def enqueue(self, process: int, frames: list[OutgoingFrame]) -> None:
+        """Queue ``frames`` on the link to ``process`` (data frames wait while its send window is full)."""
+        self.links[process].enqueue(frames)
 
     def _wake_all(self) -> None:
         for wake in self._wakes:
@@ -534,17 +564,21 @@ class Cluster:
         with self._deferred:
             self._closing = True
             self._deferred.notify()
-        if self._flusher is not None and self._flusher is not threading.current_thread():
+        if self._flusher is not None and not self._flusher.is_current():
             self._flusher.join(timeout=2)
         if self._listener is not None and self.elastic:
             self._listener.close()
+        with self._lock:
+            self._closing = True  # no process that joins from now on is linked
+            links = list(self.links.values())
         if self.failure is not None:
-            deadline = time.monotonic() + grace
-            for link in self.links.values():
+            now = self._clock.monotonic
+            deadline = now() + grace
+            for link in links:
                 with link.cond:
-                    while link.controls_unsent and link.sending and time.monotonic() < deadline:
+                    while link.controls_unsent and link.sending and now() < deadline:
                         link.cond.wait(0.02)
-        for link in list(self.links.values()):
+        for link in links:
             link.close()
 
     def stats(self) -> dict[str, Any]:

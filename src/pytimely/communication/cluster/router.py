@@ -8,19 +8,17 @@ pickle into the worker's outbox as typed :class:`~pytimely.communication.cluster
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytimely.communication.allocator import Precedence
+from pytimely.communication.cluster.events import Hub, MailboxOwner
 from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.frame import EVERY_WORKER
 from pytimely.communication.mailbox import Mailbox
 from pytimely.communication.payload import dumps, loads
+from pytimely.communication.platform import Event
 from pytimely.errors import MembershipError, PayloadError
-
-if TYPE_CHECKING:
-    from pytimely.communication.cluster.process import Cluster
 
 __all__ = ["ClusterMailbox", "ProcessPush", "ProcessPushes", "Pushes", "RemotePush", "Wire"]
 
@@ -42,7 +40,7 @@ def _broadcast(live: list[tuple[int, Any]], workers: int, message: Any, skip: in
             if encoded is None:
                 encoded = dumps(message)
             # Numpy and Arrow buffers cross once too: the receiving process hands each of its workers its own copy
-            # to rebuild them on (Cluster._deliver), so one worker's writes never show in another's.
+            # to rebuild them on (Cluster.deliver), so one worker's writes never show in another's.
             pushes[0].push_to_process(*encoded)
             continue
         # Not every worker there is a member: each member gets its own.
@@ -132,17 +130,22 @@ class Wire:
 class ClusterMailbox(Mailbox):
     """One worker's incoming side of one channel, fed by local workers (objects) and links (payloads)."""
 
-    __slots__ = ("_cluster", "_wake")
+    __slots__ = ("_owner", "_wake")
 
-    def __init__(self, cluster: Cluster, wake: threading.Event) -> None:
+    def __init__(self, owner: MailboxOwner, wake: Event) -> None:
         super().__init__()
-        self._cluster = cluster
+        self._owner = owner
         self._wake = wake
         self.push = self._push_and_wake
 
     def _push_and_wake(self, message: Any) -> None:
         """A message from a worker of this process."""
         self._queue.append(message)
+        self._wake.set()
+
+    def arrive(self, wire: Wire) -> None:
+        """A payload that arrived from another process, to decode when drained; wakes the worker."""
+        self._queue.append(wire)
         self._wake.set()
 
     def wire(self, messages: list[Wire]) -> None:
@@ -172,11 +175,11 @@ class ClusterMailbox(Mailbox):
                         peer=message.peer,
                         channel=message.channel,
                     )
-                    self._cluster.fail(error)
+                    self._owner.fail(error)
                     raise error from exc
             out.append(message)
         if consumed:
-            self._cluster._consumed(consumed)
+            self._owner.consumed(consumed)
         return out
 
 
@@ -221,10 +224,10 @@ class ProcessPush:
     order they were made (under the caller's lock): the link's queue of a precedence is one FIFO.
     """
 
-    __slots__ = ("_channel", "_cluster", "_dataflow", "_precedence", "_tally")
+    __slots__ = ("_channel", "_dataflow", "_hub", "_precedence", "_tally")
 
-    def __init__(self, cluster: Cluster, precedence: Precedence, channel: tuple[int, int], tally: list[int]) -> None:
-        self._cluster = cluster
+    def __init__(self, hub: Hub, precedence: Precedence, channel: tuple[int, int], tally: list[int]) -> None:
+        self._hub = hub
         self._precedence = precedence
         self._dataflow, self._channel = channel
         self._tally = tally
@@ -232,15 +235,15 @@ class ProcessPush:
     def push(self, message: Any, processes: Iterable[int] | None = None) -> None:
         """Serialise ``message`` and queue it for the link to each of ``processes`` (default: every other process
         taking part) that still takes part; never waits for the send window."""
-        cluster = self._cluster
+        hub = self._hub
         parts, length = dumps(message)  # the parts are bytes, shared by every frame
-        frame = OutgoingFrame(self._precedence, self._dataflow, self._channel, cluster.me, EVERY_WORKER, parts, length)
-        live = cluster.live
+        frame = OutgoingFrame(self._precedence, self._dataflow, self._channel, hub.me, EVERY_WORKER, parts, length)
+        live = hub.live
         wanted = live if processes is None else processes
         # A process that said it leaves gets nothing more (it left ``live`` then), as from every worker's push ends.
-        others = sorted(p for p in wanted if p != cluster.me and p in live and p in cluster.links)
+        others = sorted(p for p in wanted if p != hub.me and p in live and hub.linked(p))
         self._tally[0] += len(others)
         self._tally[1] += length * len(others)
-        cluster.quiescence.sent(len(others))
+        hub.quiescence.sent(len(others))
         for process in others:
-            cluster.links[process].enqueue([frame])
+            hub.enqueue(process, [frame])

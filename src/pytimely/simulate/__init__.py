@@ -1,0 +1,1 @@
+"""Deterministic simulation of the whole system (see :mod:`pytimely.simulate.run`)."""
