@@ -58,9 +58,9 @@ from pytimely.errors import (
     WorkflowUsageError,
 )
 from pytimely.workflow.executors import Executor, ProcessExecutor, SparkExecutor, ThreadExecutor
-from pytimely.workflow.interpreter import Event, Trace
 from pytimely.workflow.model import Module
 from pytimely.workflow.runner import aplan, arun, module_logs, show
+from pytimely.workflow.runtime import Event, Trace
 from pytimely.workflow.staging import StagingArea, break_lock, open_staging
 from pytimely.workflow.staging.lock import holder_text
 

@@ -20,30 +20,15 @@ from typing import Any
 
 from pytimely.errors import ModuleDefinitionError, UnknownModuleError, WorkflowInputError
 from pytimely.workflow.content import FingerprintCache, content_fingerprint
+from pytimely.workflow.derivation import body_outputs, derive_instance, iteration_inputs, iteration_recomputed
 from pytimely.workflow.executors import Executor, ThreadExecutor
 from pytimely.workflow.fingerprint import derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
-from pytimely.workflow.interpreter import (
-    LOG,
-    Event,
-    Instance,
-    Message,
-    Origin,
-    Runtime,
-    Trace,
-    body_outputs,
-    check_files,
-    derive_instance,
-    interpret,
-    iteration_inputs,
-    iteration_recomputed,
-    latest_record,
-    resume_state,
-    shown,
-    trace_key,
-)
+from pytimely.workflow.interpreter import interpret, resume_state
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
+from pytimely.workflow.records import LOG, check_files, latest_record, shown, trace_key
 from pytimely.workflow.resume import ResumeState
+from pytimely.workflow.runtime import Event, Instance, Message, Origin, Runtime, Trace
 from pytimely.workflow.staging import (
     LocalStaging,
     MemoryStaging,
