@@ -18,7 +18,8 @@ import pytest
 from pytimely.errors import ModuleOutputError
 from pytimely.workflow import composite, loop, simple
 from pytimely.workflow.model import Module
-from pytimely.workflow.runner import plan, run
+from pytimely.workflow.planning import plan
+from pytimely.workflow.runner import run
 from pytimely.workflow.runtime import Trace
 from pytimely.workflow.staging import LocalStaging
 

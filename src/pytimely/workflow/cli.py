@@ -57,9 +57,11 @@ from pytimely.errors import (
     WorkflowInputError,
     WorkflowUsageError,
 )
+from pytimely.workflow.drawing import show
 from pytimely.workflow.executors import Executor, ProcessExecutor, SparkExecutor, ThreadExecutor
 from pytimely.workflow.model import Module
-from pytimely.workflow.runner import aplan, arun, module_logs, show
+from pytimely.workflow.planning import aplan
+from pytimely.workflow.runner import arun, module_logs
 from pytimely.workflow.runtime import Event, Trace
 from pytimely.workflow.staging import StagingArea, break_lock, open_staging
 from pytimely.workflow.staging.lock import holder_text
