@@ -126,8 +126,24 @@ async def _parent(
     report: Report,
 ) -> None:
     """§2.3: resume from the optimal consistent checkpoint, start children, forward values toward ``O*``."""
-    module = inst.module
     rs = await resume_state(rt, inst, recomputed, requested)
+    _note_resumed(rt, inst, rs)
+    parent = _Parent(rt, inst, rs, requested, report)
+    for o in sorted(requested):
+        if rs.state[Vertex.outport(o)] == "ready":
+            parent.outstanding.discard(o)
+            report(o, True)
+    for v in sorted(rs.ready):
+        if v.kind == "in" and v.port is not None:
+            parent.forward(PortRef(None, v.port), True)
+    for first in rs.children_to_start():
+        parent.start(first)
+    await parent.run(inbox, set(recomputed))
+
+
+def _note_resumed(rt: Runtime, inst: Instance, rs: ResumeState) -> None:
+    """Keep the parent's resume state in the trace, with the staged values it reuses and, for a loop's iteration,
+    whether the loop resumes there."""
     rt.trace.states[inst.path] = rs
     loop = rt.iterations.pop(inst.path, None)
     if loop is not None and any(s == "recompute" for s in rs.state.values()):
@@ -138,106 +154,115 @@ async def _parent(
         origin = inst.origin_of(v) if v.is_port else None
         if origin is not None and not origin.in_memory:
             rt.trace.reused.add(origin.key)
-    targets: dict[PortRef, list[PortRef]] = {}
-    for c in module.connections:
-        targets.setdefault(c.source, []).append(c.target)
-    events: asyncio.Queue[tuple[str | None, str, bool]] = asyncio.Queue()
-    children: dict[str, tuple[asyncio.Task[None], asyncio.Queue[Message]]] = {}
-    outstanding = set(requested)
 
-    def start(name: str) -> asyncio.Queue[Message] | None:
-        running = children.get(name)
+
+class _Parent:
+    """A parent interpreter's children and the values it forwards along its connections (§2.3)."""
+
+    def __init__(self, rt: Runtime, inst: Instance, rs: ResumeState, requested: frozenset[str], report: Report) -> None:
+        self.rt = rt
+        self.inst = inst
+        self.rs = rs
+        self.report = report
+        self.targets: dict[PortRef, list[PortRef]] = {}
+        for c in inst.module.connections:
+            self.targets.setdefault(c.source, []).append(c.target)
+        self.events: asyncio.Queue[tuple[str | None, str, bool]] = asyncio.Queue()
+        """What the parent's inbox and its children report: ``(child or None, port, has a value)``."""
+        self.children: dict[str, tuple[asyncio.Task[None], asyncio.Queue[Message]]] = {}
+        self.outstanding = set(requested)
+
+    def start(self, name: str) -> asyncio.Queue[Message] | None:
+        """The inbox of child ``name``, started now if it is not running yet; ``None`` if nothing is wanted of it."""
+        running = self.children.get(name)
         if running is not None:
             return running[1]
-        wanted = rs.child_outputs(name)
+        wanted = self.rs.child_outputs(name)
         if not wanted:
             return None
         queue: asyncio.Queue[Message] = asyncio.Queue()
 
         def child_report(port: str, ok: bool, name: str = name) -> None:
-            events.put_nowait((name, port, ok))
+            self.events.put_nowait((name, port, ok))
 
+        child = self.inst.children[name]
         task = asyncio.create_task(
-            interpret(rt, inst.children[name], rs.child_inputs(name), wanted, queue, child_report),
-            name=f"pytimely-workflow:{inst.children[name].path}",
+            interpret(self.rt, child, self.rs.child_inputs(name), wanted, queue, child_report),
+            name=f"pytimely-workflow:{child.path}",
         )
-        children[name] = (task, queue)
+        self.children[name] = (task, queue)
         return queue
 
-    def forward(source: PortRef, ok: bool) -> None:
-        for target in targets.get(source, ()):
+    def forward(self, source: PortRef, ok: bool) -> None:
+        """Pass the value (or its loss) at ``source`` on to the connection targets that are to be recomputed."""
+        for target in self.targets.get(source, ()):
             vertex = (
                 Vertex.outport(target.port) if target.module is None else Vertex.child_in(target.module, target.port)
             )
-            if rs.state.get(vertex) != "recompute":
+            if self.rs.state.get(vertex) != "recompute":
                 continue  # ready ports keep their value; irrelevant ones are not needed now
             if ok:
-                rt.trace.forwarded.append((inst.path, vertex))
+                self.rt.trace.forwarded.append((self.inst.path, vertex))
             if target.module is None:
-                if target.port in outstanding:
-                    outstanding.discard(target.port)
-                    report(target.port, ok)
+                if target.port in self.outstanding:
+                    self.outstanding.discard(target.port)
+                    self.report(target.port, ok)
             else:
-                queue = start(target.module)
+                queue = self.start(target.module)
                 if queue is not None:
                     queue.put_nowait(target.port if ok else Lost(target.port))
 
-    for o in sorted(requested):
-        if rs.state[Vertex.outport(o)] == "ready":
-            outstanding.discard(o)
-            report(o, True)
-    for v in sorted(rs.ready):
-        if v.kind == "in" and v.port is not None:
-            forward(PortRef(None, v.port), True)
-    for first in rs.children_to_start():
-        start(first)
+    async def run(self, inbox: asyncio.Queue[Message], awaited: set[str]) -> None:
+        """Forward what arrives until every requested out-port is reported and every child has ended; ``awaited``:
+        the in-ports whose values (or losses) are still to come through ``inbox``."""
+        pumping = asyncio.create_task(self._pump(inbox, awaited))
+        try:
+            # Until every requested out-port is reported and every child has ended: after a failure, the out-ports may
+            # all be lost while children still run or wait for values (to stage what they compute, or to be told
+            # their inputs are lost), so values keep being forwarded to them.
+            while True:
+                running = [task for task, _ in self.children.values() if not task.done()]
+                if not running and self.events.empty():
+                    if not self.outstanding:
+                        break
+                    if not awaited:
+                        # Nothing can send a value any more: a bug, but a hang would hide it.
+                        raise WorkflowError(
+                            f"module {self.inst.path!r}: out-ports {sorted(self.outstanding)} can never get a value"
+                        )
+                await self._next(running)
+            await asyncio.gather(*(task for task, _ in self.children.values()))
+        finally:
+            pumping.cancel()
+            for task, _ in self.children.values():
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(pumping, *(task for task, _ in self.children.values()), return_exceptions=True)
 
-    awaited = set(recomputed)
-
-    async def pump() -> None:
+    async def _pump(self, inbox: asyncio.Queue[Message], awaited: set[str]) -> None:
         while True:
             message = await inbox.get()
             port = message.port if isinstance(message, Lost) else message
             awaited.discard(port)
-            events.put_nowait((None, port, not isinstance(message, Lost)))
+            self.events.put_nowait((None, port, not isinstance(message, Lost)))
 
-    pumping = asyncio.create_task(pump())
-    try:
-        # Until every requested out-port is reported and every child has ended: after a failure, the out-ports may
-        # all be lost while children still run or wait for values (to stage what they compute, or to be told
-        # their inputs are lost), so values keep being forwarded to them.
-        while True:
-            running = [task for task, _ in children.values() if not task.done()]
-            if not running and events.empty():
-                if not outstanding:
-                    break
-                if not awaited:
-                    # Nothing can send a value any more: a bug, but a hang would hide it.
-                    raise WorkflowError(
-                        f"module {inst.path!r}: out-ports {sorted(outstanding)} can never get a value"
-                    )
-            getting = asyncio.create_task(events.get())
-            watched: set[asyncio.Future[Any]] = {getting, *running}
-            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task is not getting and task.exception() is not None:
-                    getting.cancel()
-                    raise task.exception()  # type: ignore[misc]
-            if getting in done:
-                name, port, ok = getting.result()
-                forward(PortRef(name, port), ok)
-            else:
-                getting.cancel()  # a child finished; nothing was taken from the queue
-            while not events.empty():
-                name, port, ok = events.get_nowait()
-                forward(PortRef(name, port), ok)
-        await asyncio.gather(*(task for task, _ in children.values()))
-    finally:
-        pumping.cancel()
-        for task, _ in children.values():
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(pumping, *(task for task, _ in children.values()), return_exceptions=True)
+    async def _next(self, running: list[asyncio.Task[None]]) -> None:
+        """Wait for an event or for a running child to end (raising what it raised); forward every event there is."""
+        getting = asyncio.create_task(self.events.get())
+        watched: set[asyncio.Future[Any]] = {getting, *running}
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not getting and task.exception() is not None:
+                getting.cancel()
+                raise task.exception()  # type: ignore[misc]
+        if getting in done:
+            name, port, ok = getting.result()
+            self.forward(PortRef(name, port), ok)
+        else:
+            getting.cancel()  # a child finished; nothing was taken from the queue
+        while not self.events.empty():
+            name, port, ok = self.events.get_nowait()
+            self.forward(PortRef(name, port), ok)
 
 
 async def _wait_for(inbox: asyncio.Queue[Message], ports: Iterable[str]) -> str | None:
@@ -284,14 +309,7 @@ async def _simple(
     if rt.stopping():
         _skip(rt, inst, requested, report, rt.why_stopping())
         return
-    values: dict[str, Any] = {}
-    for i in module.input_names:
-        origin = inst.inputs.get(i)
-        if origin is None and module.input(i).optional:
-            continue
-        if origin is None or origin.fingerprint is None:
-            raise WorkflowInputError(f"module {inst.path!r}: in-port {i!r} is not connected to any value")
-        values[i] = await rt.load(origin)  # ValueMissingError, naming the key, if it vanished meanwhile
+    values = await _inputs(rt, inst)
     recipe = await content_recipe(rt, inst, values)
     if recipe is not None and rt.reuse and rt.forced(module, inst.path) is None and await cut_off(rt, inst, recipe):
         rt.trace.cut_off.append(inst.path)
@@ -299,46 +317,20 @@ async def _simple(
         for o in sorted(requested):
             report(o, True)
         return
-    executor = rt.executor if module.executor is None else rt.executors.get(module.executor)
-    if executor is None:
-        named = "" if module.executor is None else f" {module.executor!r} (given: {sorted(rt.executors)})"
-        raise WorkflowInputError(f"module {inst.path!r} must run, but no executor{named} was given")
+    executor = _executor_of(rt, inst)
     if rt.stopping():
         _skip(rt, inst, requested, report, rt.why_stopping())
         return
     rt.emit(Event("started", inst.path))
     began = time.perf_counter()
     try:
-        call = Call(inst.path, module.function, values, dict(module.params), module.output_names, rt.capture_logs,
-                    rt.watch_writes)  # fmt: skip
-        outputs = await _attempts(rt, executor, inst, call)
-        logs = outputs.pop(LOGS, None)
-        files = _files(rt, inst, outputs, outputs.pop(WRITTEN, None))
-        for o in module.output_names:
-            origin = inst.outputs[o]
-            assert origin is not None
-            await rt.store(origin, outputs[o], inst.path, o)
-        await record_trace(rt, inst, recipe, outputs, files)
-        if logs is not None:
-            await keep_logs(rt, inst, "finished", logs)
+        await _run_and_stage(rt, inst, executor, values, recipe)
     except asyncio.CancelledError:
         rt.emit(Event("cancelled", inst.path, time.perf_counter() - began))
         raise
     except MODULE_FAILURES as exc:
         assert isinstance(exc, ExecutorError)
-        took = time.perf_counter() - began
-        if rt.stop_requested:
-            # Stopped as asked (a worker killed by Ctrl-C): not the module's failure.
-            rt.trace.stopped.append(inst.path)
-            rt.emit(Event("cancelled", inst.path, took))
-        else:
-            rt.failures.append(exc)
-            rt.trace.failed.append(inst.path)
-            rt.halted = rt.halted or not rt.keep_going
-            rt.emit(Event("failed", inst.path, took, message=str(exc)))
-            if rt.capture_logs:
-                streams = (getattr(exc, "stdout", ""), getattr(exc, "stderr", ""))
-                await keep_logs(rt, inst, "failed", streams, error=f"{type(exc).__name__}: {exc}")
+        await _failed(rt, inst, exc, time.perf_counter() - began)
         for o in sorted(requested):
             report(o, False)
         return
@@ -349,6 +341,65 @@ async def _simple(
     rt.emit(Event("finished", inst.path, time.perf_counter() - began))
     for o in sorted(requested):
         report(o, True)
+
+
+async def _inputs(rt: Runtime, inst: Instance) -> dict[str, Any]:
+    """The values of the module's connected in-ports, from memory or staging."""
+    module = inst.module
+    values: dict[str, Any] = {}
+    for i in module.input_names:
+        origin = inst.inputs.get(i)
+        if origin is None and module.input(i).optional:
+            continue
+        if origin is None or origin.fingerprint is None:
+            raise WorkflowInputError(f"module {inst.path!r}: in-port {i!r} is not connected to any value")
+        values[i] = await rt.load(origin)  # ValueMissingError, naming the key, if it vanished meanwhile
+    return values
+
+
+def _executor_of(rt: Runtime, inst: Instance) -> Executor:
+    """The executor the module runs on: the run's, or the one it names."""
+    module = inst.module
+    executor = rt.executor if module.executor is None else rt.executors.get(module.executor)
+    if executor is None:
+        named = "" if module.executor is None else f" {module.executor!r} (given: {sorted(rt.executors)})"
+        raise WorkflowInputError(f"module {inst.path!r} must run, but no executor{named} was given")
+    return executor
+
+
+async def _run_and_stage(
+    rt: Runtime, inst: Instance, executor: Executor, values: dict[str, Any], recipe: str | None
+) -> None:
+    """Run the module's function on ``executor``, stage its out-ports and record what it ran with and made."""
+    module = inst.module
+    call = Call(inst.path, module.function, values, dict(module.params), module.output_names, rt.capture_logs,
+                rt.watch_writes)  # fmt: skip
+    outputs = await _attempts(rt, executor, inst, call)
+    logs = outputs.pop(LOGS, None)
+    files = _files(rt, inst, outputs, outputs.pop(WRITTEN, None))
+    for o in module.output_names:
+        origin = inst.outputs[o]
+        assert origin is not None
+        await rt.store(origin, outputs[o], inst.path, o)
+    await record_trace(rt, inst, recipe, outputs, files)
+    if logs is not None:
+        await keep_logs(rt, inst, "finished", logs)
+
+
+async def _failed(rt: Runtime, inst: Instance, exc: ExecutorError, took: float) -> None:
+    """The module's run ended in ``exc`` after ``took`` seconds: a failure of the run, unless it was asked to stop."""
+    if rt.stop_requested:
+        # Stopped as asked (a worker killed by Ctrl-C): not the module's failure.
+        rt.trace.stopped.append(inst.path)
+        rt.emit(Event("cancelled", inst.path, took))
+        return
+    rt.failures.append(exc)
+    rt.trace.failed.append(inst.path)
+    rt.halted = rt.halted or not rt.keep_going
+    rt.emit(Event("failed", inst.path, took, message=str(exc)))
+    if rt.capture_logs:
+        streams = (getattr(exc, "stdout", ""), getattr(exc, "stderr", ""))
+        await keep_logs(rt, inst, "failed", streams, error=f"{type(exc).__name__}: {exc}")
 
 
 def _files(rt: Runtime, inst: Instance, outputs: Mapping[str, Any], written: Iterable[str] | None) -> list[str]:
