@@ -1,6 +1,6 @@
 """Derivation: the origin of every port of every module instance, before anything runs.
 
-Before anything runs, every port of every module instance gets an :class:`Origin`: the staging
+Every port of every module instance gets an :class:`Origin`: the staging
 key its value lives under and the fingerprint that value must have been computed for (a build system's
 derivation hash). A workflow in-port's fingerprint is its value's; a simple module's out-port ``o`` has
 ``derive(fingerprint of its code and parameters, {"out-port": o}, {i: fingerprint of i for every i with o ∈
@@ -10,7 +10,6 @@ and its in-ports the same way (its final iteration's value is copied there). A p
 when its origin holds a value stored under exactly that fingerprint — changed code, parameters or inputs make
 it absent — and it is not *tainted*: a module asked to rerun (``rerun=``), or whose declared files changed
 since it wrote them, and everything derived from its outputs, count as absent.
-
 """
 
 from __future__ import annotations
@@ -18,10 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pytimely.errors import (
-    ModuleCycleError,
-    ModuleDefinitionError,
-)
+from pytimely.errors import ModuleCycleError, ModuleDefinitionError
 from pytimely.workflow.fingerprint import derive, value_fingerprint
 from pytimely.workflow.graph import Vertex
 from pytimely.workflow.model import Kind, Module, PortRef

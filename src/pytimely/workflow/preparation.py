@@ -15,13 +15,7 @@ from pytimely.workflow.fingerprint import derive, value_fingerprint
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
 from pytimely.workflow.records import check_files
 from pytimely.workflow.runtime import Instance, Origin, Runtime
-from pytimely.workflow.staging import (
-    LocalStaging,
-    MemoryStaging,
-    StagingArea,
-    check_key,
-    open_staging,
-)
+from pytimely.workflow.staging import LocalStaging, MemoryStaging, StagingArea, check_key, open_staging
 
 __all__ = [
     "CACHE_NAME",

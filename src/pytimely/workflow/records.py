@@ -22,9 +22,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pytimely.errors import (
-    StagingError,
-)
+from pytimely.errors import StagingError
 from pytimely.workflow.fingerprint import derive, value_fingerprint
 from pytimely.workflow.model import Kind, Module
 from pytimely.workflow.runtime import Instance, Runtime

@@ -22,9 +22,7 @@ from pytimely.workflow.model import Module
 from pytimely.workflow.preparation import UNTIL, StagingLike, prepare, rerun_reasons, staging_area, until_target
 from pytimely.workflow.records import LOG
 from pytimely.workflow.runtime import Event, Message, Runtime, Trace
-from pytimely.workflow.staging import (
-    staging_lock,
-)
+from pytimely.workflow.staging import staging_lock
 from pytimely.workflow.staging.lock import LEASE_SECONDS
 
 __all__ = ["arun", "module_logs", "run"]

@@ -10,11 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytimely.errors import (
-    ModuleDefinitionError,
-    ModuleOutputError,
-    ModuleRaisedError,
-)
+from pytimely.errors import ModuleDefinitionError, ModuleOutputError, ModuleRaisedError
 from pytimely.workflow.fingerprint import is_user_file
 from pytimely.workflow.logs import LOGS, Captured, capturing, texts
 from pytimely.workflow.writes import WRITTEN, watching

@@ -10,9 +10,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
-from pytimely.errors import (
-    ExecutorClosedError,
-)
+from pytimely.errors import ExecutorClosedError
 from pytimely.workflow.executors.call import Call
 
 

@@ -20,12 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from pytimely.errors import (
-    ModuleRaisedError,
-    UnpicklableCallError,
-    UnpicklableOutputError,
-    WorkerDiedError,
-)
+from pytimely.errors import ModuleRaisedError, UnpicklableCallError, UnpicklableOutputError, WorkerDiedError
 from pytimely.workflow.executors.call import Call, invoke
 from pytimely.workflow.executors.executor import ExecutorBase
 
