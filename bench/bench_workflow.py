@@ -38,7 +38,8 @@ from harness import best_of, taking_turns
 from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.executors import Call, ThreadExecutor
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
-from pytimely.workflow.runner import plan, run
+from pytimely.workflow.planning import plan
+from pytimely.workflow.runner import run
 from pytimely.workflow.staging import LocalStaging, MemoryStaging, staging_lock
 
 

@@ -1,6 +1,6 @@
-"""Differential tests: the runtime's snapshot cores in lockstep with the snapshot model of ``verify/rescale.py``.
+"""Differential tests: the runtime's snapshot cores in lockstep with the snapshot model of ``verify/snapshots.py``.
 
-The model (:class:`pytimely.verify.rescale.SnapshotModel`) follows keyed state in bins through joins and leaves,
+The model (:class:`pytimely.verify.snapshots.SnapshotModel`) follows keyed state in bins through joins and leaves,
 snapshots at epoch boundaries, commits, and restarts on any number of workers. Each step here takes one action
 the model allows and does it with the runtime's own pieces, the ones :mod:`pytimely.recovery.runtime` runs:
 
@@ -32,8 +32,8 @@ from pytimely.dataflow.subgraph import may_change_at
 from pytimely.recovery import Manifest, SnapshotPolicy, merge
 from pytimely.recovery.parts import Part
 from pytimely.recovery.runtime import binned_changes, owner_on_restore, passed_fences
-from pytimely.verify import rescale as R
-from pytimely.verify.rescale import IN_FLIGHT, SnapshotConfig, SnapshotModel, SnapState
+from pytimely.verify import snapshots as S
+from pytimely.verify.snapshots import IN_FLIGHT, SnapshotConfig, SnapshotModel, SnapState
 from tests.profiles import examples
 
 KEY = "0/sums#0/totals"
@@ -134,7 +134,7 @@ class SnapshotLockstep(RuleBasedStateMachine):
     def capture(self, w: int, before: SnapState, after: SnapState) -> None:
         fence = before.fence[w]
         assert fence is not None
-        captures, next_fence = passed_fences(fence, R.snap_lows(before, self.cfg), self.policy, before.stop[w])
+        captures, next_fence = passed_fences(fence, S.snap_lows(before, self.cfg), self.policy, before.stop[w])
         assert [e for e, _ in captures] == [fence], (captures, fence)
         assert next_fence == after.fence[w], (next_fence, after.fence[w])
         turn = self.taken[w] % REWRITE_EVERY
@@ -192,8 +192,8 @@ class SnapshotLockstep(RuleBasedStateMachine):
     @rule(k=st.integers(1, 3))
     def crash_and_restart(self, k: int) -> None:
         """Everything but the committed snapshot is lost; the run starts again on ``k`` workers."""
-        assert R.restart_enabled(self.cfg, self.s, k)
-        after = R.restart(self.cfg, self.s, k)
+        assert S.restart_enabled(self.cfg, self.s, k)
+        after = S.restart(self.cfg, self.s, k)
         self.do("restart", {"k": k}, self.s, after)
         self.s = after
 

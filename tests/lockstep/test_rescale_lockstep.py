@@ -43,6 +43,7 @@ from pytimely.verify import exchange as E
 from pytimely.verify import rescale as R
 from pytimely.verify.poset import Poset
 from pytimely.verify.rescale import JOINING, LEAVING, MEMBER, RescaleConfig
+from pytimely.verify.rescale.state import _boot_of
 from pytimely.verify.zmset import ZMSet
 from tests.profiles import examples
 
@@ -221,7 +222,7 @@ class RescaleLockstep(RuleBasedStateMachine):
     def server_state(self, data: st.DataObject) -> None:
         """The server takes its state for the newcomer and mints its capability, in the one step."""
         n = data.draw(st.sampled_from([b.newcomer for b in self.model.boots if b.base is None]))
-        b = R._boot_of(self.model, n)
+        b = _boot_of(self.model, n)
         assert b is not None
         server = b.server
         self.model = R.bootstrap_state(self.cfg, self.model, n)
@@ -246,7 +247,7 @@ class RescaleLockstep(RuleBasedStateMachine):
         request = self.boots[n].request()
         if request is None:
             return  # already asked
-        b = R._boot_of(self.model, n)
+        b = _boot_of(self.model, n)
         assert b is not None
         wanted = {
             (m, *rng) for m in range(self.cfg.workers) if (rng := R.missing_range(self.cfg, b, m)) and rng[0] < rng[1]
@@ -266,7 +267,7 @@ class RescaleLockstep(RuleBasedStateMachine):
             if not b.pending:
                 continue
             for newcomer, reply in self.servers[b.server].replies(self.receivers[b.server]):
-                nb = R._boot_of(self.model, newcomer)
+                nb = _boot_of(self.model, newcomer)
                 assert nb is not None
                 for m, lo, hi in sorted(nb.pending):
                     assert R.range_reply_enabled(self.model, m, lo, hi, newcomer)
@@ -575,7 +576,7 @@ class AggregatedLockstep(RescaleLockstep):
         mints."""
         cfg = self.cfg
         n = data.draw(st.sampled_from([b.newcomer for b in self.model.boots if b.base is None]))
-        b = R._boot_of(self.model, n)
+        b = _boot_of(self.model, n)
         assert b is not None
         server = b.server
         p = cfg.process(server)
@@ -606,7 +607,7 @@ class AggregatedLockstep(RescaleLockstep):
         request = self.boots[n].request()
         if request is None:
             return
-        b = R._boot_of(self.model, n)
+        b = _boot_of(self.model, n)
         assert b is not None
         wanted = {
             (self.runtime_id(m), *rng)

@@ -16,6 +16,7 @@ from pytimely.verify.configs import default_depth, make_model, mutants_for, resc
 from pytimely.verify.model import Action
 from pytimely.verify.mutants import RESCALE_MUTANTS, Mutant, MutantCase, mutant_cases
 from pytimely.verify.rescale import MEMBER, RescaleConfig, RescaleModel, State
+from pytimely.verify.rescale.state import _targets
 from pytimely.verify.statemachine import state_machine
 from pytimely.verify.zmset import ZMSet
 
@@ -452,4 +453,4 @@ def test_the_server_takes_its_state_once_its_process_is_flushed_and_drained() ->
     assert s.recvd[3][5] == 1 and s.links[5][3] == ((0, ZMSet.of("p1")),)
     assert R.BootstrapView(AGG, s) and R.NoGap(AGG, s)
     skips = replace(AGG, mutant=Mutant.AGGREGATE_SKIPS_NEWCOMER)
-    assert R._targets(skips, R.join(AGG, start(AGG), 3, 0), 5) == [0, 1]
+    assert _targets(skips, R.join(AGG, start(AGG), 3, 0), 5) == [0, 1]

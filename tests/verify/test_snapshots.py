@@ -1,4 +1,4 @@
-"""The snapshot model of ``verify/rescale.py``: exhaustively safe within its bounds, and its mutants (the fence
+"""The snapshot model of ``verify/snapshots.py``: exhaustively safe within its bounds, and its mutants (the fence
 lifted for records or for shipped bins) broken, each in a few steps."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytimely.verify.checker import check
-from pytimely.verify.rescale import NO_FENCE, SHIP_EARLY, SnapshotConfig, SnapshotModel
+from pytimely.verify.snapshots import NO_FENCE, SHIP_EARLY, SnapshotConfig, SnapshotModel
 
 CONFIGS = {
     "two bins": SnapshotConfig(),

@@ -13,7 +13,8 @@ import pytest
 from pytimely.cli import main as pytimely_main
 from pytimely.workflow.cli import load_workflow, main, parse_inputs
 from pytimely.workflow.model import Kind
-from pytimely.workflow.runner import plan, run
+from pytimely.workflow.planning import plan
+from pytimely.workflow.runner import run
 from pytimely.workflow.staging import LocalStaging
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "workflows" / "components.py"

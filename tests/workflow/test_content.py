@@ -13,8 +13,8 @@ from pytimely.errors import WorkflowInputError
 from pytimely.workflow import composite, simple
 from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.fingerprint import code_fingerprint
-from pytimely.workflow.interpreter import Trace
 from pytimely.workflow.runner import run
+from pytimely.workflow.runtime import Trace
 from pytimely.workflow.staging import LocalStaging
 
 

@@ -10,9 +10,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytimely.workflow.interpreter import Trace
 from pytimely.workflow.model import CONTINUE, Connection, Kind, Module, Port, PortRef
-from pytimely.workflow.runner import plan, run
+from pytimely.workflow.planning import plan
+from pytimely.workflow.runner import run
+from pytimely.workflow.runtime import Trace
 from pytimely.workflow.staging import LocalStaging, StagingArea
 from tests.profiles import examples
 

@@ -22,7 +22,7 @@ import pytest
 
 from pytimely.workflow.cli import load_workflow
 from pytimely.workflow.model import Module
-from pytimely.workflow.runner import Plan, plan
+from pytimely.workflow.planning import Plan, plan
 from pytimely.workflow.staging import LocalStaging
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "workflows" / "components.py"

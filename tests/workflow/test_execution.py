@@ -16,8 +16,8 @@ import pytest
 
 from pytimely.errors import ModuleFailedError, ModuleTimeoutError, WorkflowInputError
 from pytimely.workflow import ProcessExecutor, SparkExecutor, composite, simple
-from pytimely.workflow.interpreter import Event, Trace
 from pytimely.workflow.runner import run
+from pytimely.workflow.runtime import Event, Trace
 
 ROOT = Path(__file__).resolve().parents[2]
 

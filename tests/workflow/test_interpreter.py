@@ -17,12 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytimely.errors import ModuleFailedError, WorkflowInputError
+from pytimely.workflow.derivation import derive_instance
 from pytimely.workflow.fingerprint import value_fingerprint
 from pytimely.workflow.graph import Vertex
-from pytimely.workflow.interpreter import Origin, Runtime, Trace, derive_instance
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
+from pytimely.workflow.planning import plan
 from pytimely.workflow.resume import compute_resume_state
-from pytimely.workflow.runner import plan, run
+from pytimely.workflow.runner import run
+from pytimely.workflow.runtime import Origin, Runtime, Trace
 from pytimely.workflow.staging import LocalStaging, MemoryStaging, StagingArea
 from tests.profiles import examples
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytimely.workflow.interpreter import Trace
 from pytimely.workflow.model import CONTINUE, Connection, Kind, Module, Port, PortRef
 from pytimely.workflow.runner import run
+from pytimely.workflow.runtime import Trace
 from pytimely.workflow.staging import LocalStaging
 
 

@@ -17,9 +17,10 @@ import pytest
 
 from pytimely.errors import ModuleOutputError
 from pytimely.workflow import composite, loop, simple
-from pytimely.workflow.interpreter import Trace
 from pytimely.workflow.model import Module
-from pytimely.workflow.runner import plan, run
+from pytimely.workflow.planning import plan
+from pytimely.workflow.runner import run
+from pytimely.workflow.runtime import Trace
 from pytimely.workflow.staging import LocalStaging
 
 ROOT = Path(__file__).resolve().parents[2]

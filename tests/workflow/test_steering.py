@@ -16,8 +16,9 @@ import pytest
 from pytimely.errors import ModuleRaisedError, RunStoppedError, UnknownModuleError
 from pytimely.workflow import composite, loop, simple
 from pytimely.workflow.cli import main
-from pytimely.workflow.interpreter import Event, Trace
-from pytimely.workflow.runner import arun, plan, run
+from pytimely.workflow.planning import plan
+from pytimely.workflow.runner import arun, run
+from pytimely.workflow.runtime import Event, Trace
 from pytimely.workflow.staging import LocalStaging
 
 CALLS: Counter[str] = Counter()

@@ -2,6 +2,7 @@
 consistent checkpoint to resume from, staging areas that never count a stale or half-written value, and
 executors for module code."""
 
+from pytimely.workflow.drawing import show
 from pytimely.workflow.dsl import Outputs, PortValue, composite, constant, loop, simple
 from pytimely.workflow.executors import (
     Call,
@@ -25,6 +26,7 @@ from pytimely.workflow.model import (
     is_assignable,
     minimal_deps,
 )
+from pytimely.workflow.planning import Plan, aplan, plan
 from pytimely.workflow.resume import (
     Fifo,
     Lifo,
@@ -34,7 +36,7 @@ from pytimely.workflow.resume import (
     compute_resume_state,
     compute_resume_state_async,
 )
-from pytimely.workflow.runner import Plan, aplan, arun, plan, run, show
+from pytimely.workflow.runner import arun, run
 from pytimely.workflow.staging import (
     FsspecStaging,
     LocalStaging,

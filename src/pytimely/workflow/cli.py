@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -41,8 +42,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 from pytimely.errors import (
@@ -57,10 +59,12 @@ from pytimely.errors import (
     WorkflowInputError,
     WorkflowUsageError,
 )
+from pytimely.workflow.drawing import show
 from pytimely.workflow.executors import Executor, ProcessExecutor, SparkExecutor, ThreadExecutor
-from pytimely.workflow.interpreter import Event, Trace
 from pytimely.workflow.model import Module
-from pytimely.workflow.runner import aplan, arun, module_logs, show
+from pytimely.workflow.planning import aplan
+from pytimely.workflow.runner import arun, module_logs
+from pytimely.workflow.runtime import Event, Trace
 from pytimely.workflow.staging import StagingArea, break_lock, open_staging
 from pytimely.workflow.staging.lock import holder_text
 
@@ -400,16 +404,10 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
     trace = Trace()
     if isinstance(progress, LiveProgress):
         progress.trace = trace
-    named = sorted({m.executor for m in workflow.walk() if m.executor is not None})
-    unknown = [name for name in named if name not in _EXECUTORS]
-    if unknown:
-        raise WorkflowUsageError(f"a module asks for executor {unknown[0]!r}; there are {list(_EXECUTORS)}")
-    try:
-        executor = _executor(args.executor)
-        executors = {name: executor if name == args.executor else _executor(name) for name in named}
-    except PytimelyError as exc:
-        print(f"pytimely workflow: cannot start the {args.executor} executor: {exc}", file=sys.stderr)
+    started = _start_executors(args.executor, workflow)
+    if started is None:
         return 1
+    executor, executors = started
     used = list({id(e): e for e in (executor, *executors.values())}.values())
     interrupts = Interrupts(progress, used)
 
@@ -434,8 +432,19 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
             stop=stop,
         )
 
-    handled = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, interrupts) if handled else None
+    with _on_sigint(interrupts):
+        return _finish(args, progress, trace, used, interrupts, main)
+
+
+def _finish(
+    args: argparse.Namespace,
+    progress: Progress,
+    trace: Trace,
+    used: list[Executor],
+    interrupts: Interrupts,
+    main: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
+) -> int:
+    """Run ``main`` to the end, write the outputs and say how it ended: the command's exit status."""
     try:
         outputs = asyncio.run(main())
     except (KeyboardInterrupt, RunStoppedError):
@@ -453,11 +462,7 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
         for failure in exc.failures:
             print(f"  {type(failure).__name__}: {failure}", file=sys.stderr)
         return 1
-    except OSError as exc:  # nothing above named it: still one line, never a traceback
-        progress.summary(trace)
-        print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    except PytimelyError as exc:
+    except (OSError, PytimelyError) as exc:  # an OSError nothing above named: still one line, never a traceback
         progress.summary(trace)
         print(f"pytimely workflow: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -465,11 +470,36 @@ def _run(args: argparse.Namespace, workflow: Module, inputs: dict[str, Any], sta
         progress.stop()
         for running_executor in used:
             running_executor.close()
-        if handled:
-            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
     progress.summary(trace)
     _write_outputs(outputs, args.output_dir, sys.stdout)
     return 0
+
+
+def _start_executors(name: str, workflow: Module) -> tuple[Executor, dict[str, Executor]] | None:
+    """The run's executor (``name``) and those its modules name, started; ``None``, said on stderr, if one cannot
+    start."""
+    named = sorted({m.executor for m in workflow.walk() if m.executor is not None})
+    unknown = [other for other in named if other not in _EXECUTORS]
+    if unknown:
+        raise WorkflowUsageError(f"a module asks for executor {unknown[0]!r}; there are {list(_EXECUTORS)}")
+    try:
+        executor = _executor(name)
+        return executor, {other: executor if other == name else _executor(other) for other in named}
+    except PytimelyError as exc:
+        print(f"pytimely workflow: cannot start the {name} executor: {exc}", file=sys.stderr)
+        return None
+
+
+@contextlib.contextmanager
+def _on_sigint(handler: Callable[[int, FrameType | None], Any]) -> Iterator[None]:
+    """``handler`` for SIGINT while the block runs (signals reach the main thread only: elsewhere, nothing)."""
+    handled = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, handler) if handled else None
+    try:
+        yield
+    finally:
+        if handled:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
 def _interrupted(running: list[str], trace: Trace, used: Sequence[Executor]) -> int:

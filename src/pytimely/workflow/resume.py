@@ -22,7 +22,7 @@ import asyncio
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -224,19 +224,27 @@ def compute_resume_state(
 
     _check_precondition(module, in_h, recomputed_set, requested_set)
     q: Queue = Fifo() if queue is None else queue
-    initial = {Vertex.inport(i) for i in recomputed_set} | {Vertex.outport(o) for o in requested_set}
-    state: dict[Vertex, State] = {v: "irrelevant" for v in graph.vertices if v not in initial}  # lines 3-4
-    for i in sorted(recomputed_set):  # lines 5-7
-        state[Vertex.inport(i)] = "recompute"
-        q.enqueue(Vertex.inport(i))
-    for o in sorted(requested_set):  # lines 8-10
-        state[Vertex.outport(o)] = "ready"
-        q.enqueue(Vertex.outport(o))
+    state = _initial(graph, recomputed_set, requested_set, q)
     witnesses: set[tuple[str, str]] = set()  # line 11
     while not q.empty():  # line 12
         v = q.dequeue()  # line 13
         _visit(graph, state, q, witnesses, v, in_h)
     return ResumeState(graph, state, frozenset(witnesses), recomputed_set)
+
+
+def _initial(
+    graph: DependencyGraph, recomputed: frozenset[str], requested: frozenset[str], q: Queue
+) -> dict[Vertex, State]:
+    """Lines 3-10: every vertex irrelevant but ``I*`` (recompute) and ``O*`` (ready), those two enqueued."""
+    initial = {Vertex.inport(i) for i in recomputed} | {Vertex.outport(o) for o in requested}
+    state: dict[Vertex, State] = {v: "irrelevant" for v in graph.vertices if v not in initial}  # lines 3-4
+    for i in sorted(recomputed):  # lines 5-7
+        state[Vertex.inport(i)] = "recompute"
+        q.enqueue(Vertex.inport(i))
+    for o in sorted(requested):  # lines 8-10
+        state[Vertex.outport(o)] = "ready"
+        q.enqueue(Vertex.outport(o))
+    return state
 
 
 def _visit(
@@ -295,37 +303,17 @@ async def compute_resume_state_async(
             answers[v] = await checks[v]
         _check_precondition(module, lambda v: answers.get(v, False), recomputed_set, requested_set)
         q = Fifo()
-        initial = {Vertex.inport(i) for i in recomputed_set} | {Vertex.outport(o) for o in requested_set}
-        state: dict[Vertex, State] = {v: "irrelevant" for v in graph.vertices if v not in initial}
-        for i in sorted(recomputed_set):
-            state[Vertex.inport(i)] = "recompute"
-            q.enqueue(Vertex.inport(i))
+        state = _initial(graph, recomputed_set, requested_set, q)
         for o in sorted(requested_set):
-            state[Vertex.outport(o)] = "ready"
-            q.enqueue(Vertex.outport(o))
             ask(Vertex.outport(o))
         witnesses: set[tuple[str, str]] = set()
         waiting: list[Vertex] = []
-
-        class Asking(Fifo):
-            def enqueue(self, x: Vertex) -> None:
-                super().enqueue(x)
-                if state.get(x) == "ready" and x.is_port:
-                    ask(x)
-
-        asking = Asking()
+        asking = _Asking(state, ask)
         while not q.empty():
             asking.enqueue(q.dequeue())
         while not asking.empty() or waiting:
             if asking.empty():
-                pending = {checks[v] for v in waiting if v not in answers}
-                if pending:
-                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for v in list(waiting):
-                    if checks[v].done():
-                        answers[v] = checks[v].result()
-                        waiting.remove(v)
-                        asking.enqueue(v)
+                await _answered(waiting, checks, answers, asking)
                 continue
             v = asking.dequeue()
             if state[v] == "ready" and v.is_port and v not in answers:
@@ -340,3 +328,32 @@ async def compute_resume_state_async(
         for task in checks.values():
             if not task.done():
                 task.cancel()
+
+
+class _Asking(Fifo):
+    """A FIFO that starts the ``H`` check of a ready port vertex as it is enqueued."""
+
+    def __init__(self, state: Mapping[Vertex, State], ask: Callable[[Vertex], None]) -> None:
+        super().__init__()
+        self._state = state
+        self._ask = ask
+
+    def enqueue(self, x: Vertex) -> None:
+        """Add ``x`` at the back, and start its check if it is a ready port."""
+        super().enqueue(x)
+        if self._state.get(x) == "ready" and x.is_port:
+            self._ask(x)
+
+
+async def _answered(
+    waiting: list[Vertex], checks: Mapping[Vertex, asyncio.Task[bool]], answers: dict[Vertex, bool], q: Queue
+) -> None:
+    """Wait until a check of a vertex set aside (``waiting``) is answered; enqueue again every answered one."""
+    pending = {checks[v] for v in waiting if v not in answers}
+    if pending:
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    for v in list(waiting):
+        if checks[v].done():
+            answers[v] = checks[v].result()
+            waiting.remove(v)
+            q.enqueue(v)
