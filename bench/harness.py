@@ -2,7 +2,7 @@
 alone or taking turns with others, and reporting what they measured (JSON lines or Markdown tables, and plots).
 
 A benchmark builds its command line with :func:`parser` (``--quick``, ``--json``, ``--runs N`` when it takes runs,
-``--png``/``--svg PATH`` when it plots), describes its table as :class:`Column` specs and hands its rows to
+``--png``/``--svg PATH`` when it draws plots), describes its table as :class:`Column` specs and hands its rows to
 :func:`report`, which prints either the JSON lines (the facts first: :func:`machine` and the benchmark's own) or
 the machine line and the tables.
 """
@@ -88,9 +88,11 @@ class _NeedsMatplotlib(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def parser(doc: str, *, runs: int | None = None, plot: str | None = None) -> argparse.ArgumentParser:
+def parser(
+    doc: str, *, runs: int | None = None, png: str | None = None, svg: str | None = None
+) -> argparse.ArgumentParser:
     """A benchmark's command line: ``doc`` as its help, ``--quick`` and ``--json``, ``--runs N`` (default ``runs``)
-    when it takes runs, ``--png``/``--svg PATH`` when it draws ``plot``; it adds its own flags after."""
+    when it takes runs, ``--png PATH`` when it draws ``png``, ``--svg PATH`` when it draws ``svg``."""
     made = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     made.add_argument(
         "--quick", action="store_true", help="the smallest sizes, one run each: a smoke run (results, not speed)"
@@ -103,11 +105,12 @@ def parser(doc: str, *, runs: int | None = None, plot: str | None = None) -> arg
             "--runs", "--repeat", type=int, default=runs, metavar="N", dest="runs",
             help=f"runs per figure, the best one counts (default {runs}; --quick: 1)",
         )  # fmt: skip
-    if plot is not None:
+    if png is not None:
         made.add_argument(
-            "--png", metavar="PATH", action=_NeedsMatplotlib, help=f"draw {plot} to PATH as a PNG (needs matplotlib)"
+            "--png", metavar="PATH", action=_NeedsMatplotlib, help=f"draw {png} to PATH as a PNG (needs matplotlib)"
         )
-        made.add_argument("--svg", metavar="PATH", help=f"draw {plot} to PATH as a plain SVG")
+    if svg is not None:
+        made.add_argument("--svg", metavar="PATH", help=f"draw {svg} to PATH as a plain SVG")
     return made
 
 

@@ -66,7 +66,7 @@ def test_parser_adds_the_common_flags() -> None:
 def test_png_is_refused_at_once_without_matplotlib(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    made = parser("doc", plot="a plot")
+    made = parser("doc", png="a plot", svg="a plot")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(SystemExit):
         made.parse_args(["--png", "out.png"])
