@@ -84,13 +84,11 @@ from typing import Any
 
 import numpy as np
 
-from harness import best_of, machine, machine_line, print_json
+from harness import Column, Row, Table, best_of, parser, report, runs_of
 from pytimely import Worker
 from pytimely.communication.frame import HEADER, TAG
 from pytimely.communication.payload import dumps
 from pytimely.io import read_words
-
-Row = dict[str, Any]
 
 BENCH = Path(__file__).resolve()
 COLUMNAR_ROWS = 1 << 16
@@ -865,14 +863,10 @@ def mac_rows(runs: int) -> list[Row]:
     return rows
 
 
-def print_macs(rows: list[Row]) -> None:
-    """The MAC timings as a Markdown table."""
-    sizes = [f"gb_per_s_{size >> 10}k" for size in MAC_SIZES]
-    print(f"{machine_line()}; load average {os.getloadavg()[0]:.2f}; GB/s on one core, best of the runs\n")
-    print("| keyed MAC | " + " | ".join(f"{size >> 10} KiB" for size in MAC_SIZES) + " |")
-    print("|---|" + "---|" * len(MAC_SIZES))
-    for row in rows:
-        print(f"| {row['mac']} | " + " | ".join(f"{row[k]:.1f}" for k in sizes) + " |")
+MAC_COLUMNS = [
+    Column("keyed MAC", "mac"),
+    *(Column(f"{size >> 10} KiB", f"gb_per_s_{size >> 10}k", "{:.1f}") for size in MAC_SIZES),
+]
 
 
 # -- report ---------------------------------------------------------------------------------------------
@@ -906,92 +900,92 @@ def figures(row: Row) -> dict[str, float]:
     return {k: v for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
-def print_table(rows: list[Row], runs: int) -> None:
-    """The rows as a Markdown table."""
-    print(f"{machine_line()}; ", end="")
-    print(f"best of {runs} runs (latency: one run); load average before {rows[0]['load_before']}, "
-          f"after {rows[-1]['load_after']}\n")
-    print("| | workload | pytimely | rate | baseline | baseline figure | ratio | target |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        target = f"{row['target']}: {'met' if row['met'] else 'missed'}" if "target" in row else ""
-        if row["id"] == "c":
-            print(
-                f"| c | {row['workload']} | p50 {row['p50_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms | "
-                f"{row['epochs']} epochs | {row['baseline']} | p50 {row['baseline_p50_ms']:.3f} ms, "
-                f"p99 {row['baseline_p99_ms']:.3f} ms | p50 {row['p50_vs_baseline']:.2f}x baseline | {target} |"
-            )
-        elif row["id"].startswith("b"):
-            print(
-                f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s | "
-                f"{row['records_per_s'] / 1e6:.2f} M words/s | "
-                f"{row['baseline']} | {row['baseline_seconds']:.3f} s | speed-up {row['speedup']:.2f}x "
-                f"(CPU time: {row['cpu_speedup']:.2f}x; machine ceiling {row['machine_ceiling']:.2f}x: "
-                f"{row['share_of_ceiling']:.0%} of it, median of rounds {row['median_share_of_ceiling']:.0%}) | "
-                f"{target} |"
-            )
-        else:
-            print(
-                f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s (median {row['median_seconds']:.3f} s), "
-                f"{row['bytes'] / 1e6:.1f} MB | "
-                f"{row['bytes_per_s'] / 1e6:.0f} MB/s, {row['records_per_s'] / 1e6:.2f} M rec/s | "
-                f"{row['baseline']} | {row['baseline_seconds']:.3f} s (median {row['baseline_median_seconds']:.3f} s), "
-                f"{row['baseline_bytes_per_s'] / 1e6:.0f} MB/s | "
-                f"{row['ratio_of_ceiling']:.0%} of ceiling (median of rounds {row['median_ratio_of_ceiling']:.0%}; "
-                f"in CPU time {row['median_cpu_ratio_of_ceiling']:.0%}) | {target} |"
-            )
-            if "python_floor_seconds" in row:
-                print(
-                    f"| {row['id']}-python | the same records in plain Python: routed one at a time by the same "
-                    f"key, pickled, sent over TCP, unpickled (no pytimely, no cryptography) | "
-                    f"{row['python_floor_seconds']:.3f} s | "
-                    f"{row['records'] / row['python_floor_seconds'] / 1e6:.2f} M rec/s | | | "
-                    f"pytimely at {row['ratio_of_python_floor']:.0%} of it (median of rounds "
-                    f"{row['median_ratio_of_python_floor']:.0%}); it is at "
-                    f"{row['python_floor_ratio_of_ceiling']:.1%} of the raw-socket ceiling | |"
-                )
-            if "socket_only_seconds" in row:
-                print(
-                    f"| {row['id']}-socket | the same, PYTIMELY_SHARED_MEMORY=0 (no ring: every byte over TCP) | "
-                    f"{row['socket_only_seconds']:.3f} s | "
-                    f"{row['bytes'] / row['socket_only_seconds'] / 1e6:.0f} MB/s | the same ceiling | | "
-                    f"{row['socket_only_ratio_of_ceiling']:.0%} of ceiling (the ring: {row['ring_speedup']:.2f}x) | |"
-                )
+COLUMNS = [
+    Column(header, header)
+    for header in ("", "workload", "pytimely", "rate", "baseline", "baseline figure", "ratio", "target")
+]
+
+
+def table_lines(row: Row) -> list[Row]:
+    """The table's lines of a row, as cells by column (an a row adds a line for each second baseline it has)."""
+    target = f"{row['target']}: {'met' if row['met'] else 'missed'}" if "target" in row else None
+    if row["id"] == "c":
+        return [{
+            "": "c", "workload": row["workload"],
+            "pytimely": f"p50 {row['p50_ms']:.3f} ms, p99 {row['p99_ms']:.3f} ms", "rate": f"{row['epochs']} epochs",
+            "baseline": row["baseline"],
+            "baseline figure": f"p50 {row['baseline_p50_ms']:.3f} ms, p99 {row['baseline_p99_ms']:.3f} ms",
+            "ratio": f"p50 {row['p50_vs_baseline']:.2f}x baseline", "target": target,
+        }]  # fmt: skip
+    if row["id"].startswith("b"):
+        return [{
+            "": row["id"], "workload": row["workload"], "pytimely": f"{row['seconds']:.3f} s",
+            "rate": f"{row['records_per_s'] / 1e6:.2f} M words/s", "baseline": row["baseline"],
+            "baseline figure": f"{row['baseline_seconds']:.3f} s",
+            "ratio": f"speed-up {row['speedup']:.2f}x (CPU time: {row['cpu_speedup']:.2f}x; machine ceiling "
+            f"{row['machine_ceiling']:.2f}x: {row['share_of_ceiling']:.0%} of it, median of rounds "
+            f"{row['median_share_of_ceiling']:.0%})",
+            "target": target,
+        }]  # fmt: skip
+    lines = [{
+        "": row["id"], "workload": row["workload"],
+        "pytimely": f"{row['seconds']:.3f} s (median {row['median_seconds']:.3f} s), {row['bytes'] / 1e6:.1f} MB",
+        "rate": f"{row['bytes_per_s'] / 1e6:.0f} MB/s, {row['records_per_s'] / 1e6:.2f} M rec/s",
+        "baseline": row["baseline"],
+        "baseline figure": f"{row['baseline_seconds']:.3f} s (median {row['baseline_median_seconds']:.3f} s), "
+        f"{row['baseline_bytes_per_s'] / 1e6:.0f} MB/s",
+        "ratio": f"{row['ratio_of_ceiling']:.0%} of ceiling (median of rounds {row['median_ratio_of_ceiling']:.0%}; "
+        f"in CPU time {row['median_cpu_ratio_of_ceiling']:.0%})",
+        "target": target,
+    }]  # fmt: skip
+    if "python_floor_seconds" in row:
+        lines.append({
+            "": f"{row['id']}-python",
+            "workload": "the same records in plain Python: routed one at a time by the same key, pickled, sent over "
+            "TCP, unpickled (no pytimely, no cryptography)",
+            "pytimely": f"{row['python_floor_seconds']:.3f} s",
+            "rate": f"{row['records'] / row['python_floor_seconds'] / 1e6:.2f} M rec/s",
+            "ratio": f"pytimely at {row['ratio_of_python_floor']:.0%} of it (median of rounds "
+            f"{row['median_ratio_of_python_floor']:.0%}); it is at {row['python_floor_ratio_of_ceiling']:.1%} of the "
+            "raw-socket ceiling",
+        })  # fmt: skip
+    if "socket_only_seconds" in row:
+        lines.append({
+            "": f"{row['id']}-socket", "workload": "the same, PYTIMELY_SHARED_MEMORY=0 (no ring: every byte over TCP)",
+            "pytimely": f"{row['socket_only_seconds']:.3f} s",
+            "rate": f"{row['bytes'] / row['socket_only_seconds'] / 1e6:.0f} MB/s", "baseline": "the same ceiling",
+            "ratio": f"{row['socket_only_ratio_of_ceiling']:.0%} of ceiling (the ring: {row['ring_speedup']:.2f}x)",
+        })  # fmt: skip
+    return lines
 
 
 def main() -> None:
     """Run and print."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes, one run each (a smoke test)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    parser.add_argument("--runs", type=int, default=3, help="runs per figure, the best one counts (default 3)")
-    parser.add_argument(
+    command = parser(__doc__, runs=3)
+    command.add_argument(
         "--profile",
         choices=["wordcount", "columnar", "arrow", "tuples"],
         help="instead of the table, sample every thread's stack during one run of that job and print the top",
     )
-    parser.add_argument("-n", type=int, default=2, help="processes for --profile (default 2)")
-    parser.add_argument(
+    command.add_argument("-n", type=int, default=2, help="processes for --profile (default 2)")
+    command.add_argument(
         "--only",
         nargs="+",
         choices=ROWS,
         default=list(ROWS),
         help="run only these groups of rows: a (exchange), b (word count), c (latency)",
     )
-    parser.add_argument("--macs", action="store_true", help="instead of the table, time keyed MACs for the ring")
-    parser.add_argument("--raw-peer", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--count-peer", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--python-peer", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    command.add_argument("--macs", action="store_true", help="instead of the table, time keyed MACs for the ring")
+    command.add_argument("--raw-peer", nargs=4, help=argparse.SUPPRESS)
+    command.add_argument("--count-peer", nargs=4, help=argparse.SUPPRESS)
+    command.add_argument("--python-peer", nargs=2, help=argparse.SUPPRESS)
+    args = command.parse_args()
     if args.profile:
         profile(args.profile, args.n, 300_000 if args.quick else 8_000_000)
         return
     if args.macs:
-        macs = mac_rows(1 if args.quick else args.runs)
-        if args.json:
-            print_json(macs, machine())
-        else:
-            print_macs(macs)
+        note = f"load average {os.getloadavg()[0]:.2f}; GB/s on one core, best of the runs"
+        report(mac_rows(runs_of(args)), Table(MAC_COLUMNS), as_json=args.json, note=note)
         return
     if args.count_peer:
         path, part, parts, freeze = args.count_peer
@@ -1004,15 +998,17 @@ def main() -> None:
         role, send_bytes, recv_bytes, chunk = args.raw_peer
         raw_peer(role, int(send_bytes), int(recv_bytes), int(chunk))
         return
-    rows = run(args.quick, 1 if args.quick else args.runs, tuple(args.only))
+    runs = runs_of(args)
+    rows = run(args.quick, runs, tuple(args.only))
     for row in rows:
         bad = [k for k, v in figures(row).items() if not (math.isfinite(v) and v > 0)]
         if bad:
             raise AssertionError(f"row {row['id']}: figures {bad} are not positive and finite")
-    if args.json:
-        print_json(rows, machine())
-        return
-    print_table(rows, 1 if args.quick else args.runs)
+    note = (
+        f"best of {runs} runs (latency: one run); load average before {rows[0]['load_before']}, "
+        f"after {rows[-1]['load_after']}"
+    )
+    report(rows, Table(COLUMNS, [line for row in rows for line in table_lines(row)]), as_json=args.json, note=note)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import best_of, machine, machine_line, print_json
+from harness import Column, Table, best_of, parser, report
 from pytimely import Worker, execute
 from pytimely.algorithms import connected_components
 
@@ -364,35 +363,40 @@ def wcc_rows(vertices: int, edge_count: int, runs: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _pytimely(row: Row) -> str:
+    if "p50_ms" in row:
+        return f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms"
+    return f"{row['seconds']:.3f} s"
+
+
+def _rate(row: Row) -> str | None:
+    unit = next((k for k in row if k.endswith("_per_s")), None)
+    return None if unit is None else f"{row[unit] / 1e6:.2f} M {unit.removesuffix('_per_s')}/s"
+
+
+COLUMNS = [
+    Column("", "id"),
+    Column("workload", "workload"),
+    Column("pytimely", _pytimely),
+    Column("rate", _rate),
+    Column("baseline", "baseline"),
+    Column("baseline time", "baseline_seconds", "{:.3f} s"),
+    Column("pytimely speedup", "speedup_vs_baseline", "{:.2f}x"),
+]
+
+
 def main() -> None:
     """Run and print."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a tenth of the sizes, one run each (a smoke test)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    parser.add_argument(
+    command = parser(__doc__)
+    command.add_argument(
         "--wcc-edges", default="", metavar="N,M",
         help="only connected components at these edge counts (vertices a third of the edges), one run each",
-    )
-    args = parser.parse_args()
+    )  # fmt: skip
+    args = command.parse_args()
     sizes = [int(x) for x in args.wcc_edges.split(",") if x.strip()]
     rows = [r for n in sizes for r in wcc_rows(n // 3, n, 1)] if sizes else run(args.quick)
-    if args.json:
-        print_json(rows, machine())
-        return
     runs = 1 if args.quick or sizes else 3
-    print(f"{machine_line()}; best of {runs} run(s)\n")
-    print("| | workload | pytimely | rate | baseline | baseline time | pytimely speedup |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        if "p50_ms" in row:
-            print(f"| {row['id']} | {row['workload']} | p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms | | | | |")
-            continue
-        rate = next(v for k, v in row.items() if k.endswith("_per_s"))
-        unit = next(k for k in row if k.endswith("_per_s")).removesuffix("_per_s")
-        print(
-            f"| {row['id']} | {row['workload']} | {row['seconds']:.3f} s | {rate / 1e6:.2f} M {unit}/s "
-            f"| {row['baseline']} | {row['baseline_seconds']:.3f} s | {row['speedup_vs_baseline']:.2f}x |"
-        )
+    report(rows, Table(COLUMNS), as_json=args.json, note=f"best of {runs} run(s)")
 
 
 if __name__ == "__main__":

@@ -40,12 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import machine_line, print_json
+from harness import Column, Row, Table, parser, report, save_png
 
-Row = dict[str, Any]
 JOINED_AT = 2
 """The epoch after which run (b)'s newcomer joins."""
 
@@ -230,96 +230,90 @@ def bootstrap_rows(quick: bool) -> list[Row]:
 # -- report --------------------------------------------------------------------------------------------------
 
 
-def write_png(plot: dict[str, Any], path: str) -> None:
-    """The progress state's size per epoch, with and without rescaling, as a PNG."""
-    import matplotlib
+def draw(plot: dict[str, Any]) -> Callable[[Any], Any]:
+    """The progress state's size per epoch, with and without rescaling, drawn by ``pyplot``."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def figure(plt: Any) -> Any:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        for name, style in (("static", "--"), ("rescaled", "-")):
+            stats = plot[name]
+            label = "no rescaling" if name == "static" else f"plan {plot['plan']}"
+            top.plot(range(len(stats)), [s["state_bytes"] for s in stats], style, label=label)
+            bottom.plot(range(len(stats)), [s["pointstamps"] for s in stats], style, label=label)
+        for axis in (top, bottom):
+            axis.axvline(plot["join"] + 0.5, color="green", linewidth=0.8)
+            axis.axvline(plot["leave"] + 0.5, color="red", linewidth=0.8)
+            axis.set_ylim(bottom=0)
+            axis.grid(alpha=0.3)
+        top.set_ylabel("state on the wire (bytes)")
+        bottom.set_ylabel("held pointstamps")
+        bottom.set_xlabel("epoch (green: a process joins, red: it leaves)")
+        top.set_title("Worker 0's progress state (what a bootstrap server sends) as epochs grow")
+        top.legend()
+        return fig
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for name, style in (("static", "--"), ("rescaled", "-")):
-        stats = plot[name]
-        label = "no rescaling" if name == "static" else f"plan {plot['plan']}"
-        top.plot(range(len(stats)), [s["state_bytes"] for s in stats], style, label=label)
-        bottom.plot(range(len(stats)), [s["pointstamps"] for s in stats], style, label=label)
-    for axis in (top, bottom):
-        axis.axvline(plot["join"] + 0.5, color="green", linewidth=0.8)
-        axis.axvline(plot["leave"] + 0.5, color="red", linewidth=0.8)
-        axis.set_ylim(bottom=0)
-        axis.grid(alpha=0.3)
-    top.set_ylabel("state on the wire (bytes)")
-    bottom.set_ylabel("held pointstamps")
-    bottom.set_xlabel("epoch (green: a process joins, red: it leaves)")
-    top.set_title("Worker 0's progress state (what a bootstrap server sends) as epochs grow")
-    top.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    return figure
 
 
-def print_table(rows: list[Row]) -> None:
-    """The rows as a Markdown table."""
-    repeats = rows[0].get("repeats", 1)
-    runs = "one run each" if repeats == 1 else f"latency: median over {repeats} interleaved runs of each run's p50/p99"
-    print(f"{machine_line()}; {runs}\n")
-    print("| | workload | pytimely | baseline | baseline figure | ratio |")
-    print("|---|---|---|---|---|---|")
-    for row in rows:
-        if row["id"].startswith("a"):
-            print(
-                f"| {row['id']} | {row['workload']} | p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms | "
-                f"{row['baseline']} | p50 {row['baseline_p50_ms']:.2f} ms, p99 {row['baseline_p99_ms']:.2f} ms | "
-                f"p50 {row['p50_vs_baseline']:.2f}x |"
-            )
-        elif row["id"].startswith("b"):
-            print(
-                f"| {row['id']} | {row['workload']} | {row['bootstrap_ms']:.1f} ms for {row['pointstamps']} "
-                f"pointstamps ({row['state_bytes']} B) | {row['baseline']} | {row['baseline_ms']:.1f} ms | "
-                f"{row['vs_baseline']:.2f}x |"
-            )
-        else:
-            print(
-                f"| c | {row['workload']} | {row['first_bytes']} B first, {row['last_bytes']} B last, "
-                f"{row['max_bytes']} B max ({row['max_pointstamps']} pointstamps) | {row['baseline']} | "
-                f"{row['baseline_max_bytes']} B | last {row['last_vs_first']:.2f}x first |"
-            )
+COLUMNS = [Column(header, header) for header in ("", "workload", "pytimely", "baseline", "baseline figure", "ratio")]
+
+
+def table_line(row: Row) -> Row:
+    """A row's cells by column."""
+    if row["id"].startswith("a"):
+        return {
+            "": row["id"], "workload": row["workload"],
+            "pytimely": f"p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms", "baseline": row["baseline"],
+            "baseline figure": f"p50 {row['baseline_p50_ms']:.2f} ms, p99 {row['baseline_p99_ms']:.2f} ms",
+            "ratio": f"p50 {row['p50_vs_baseline']:.2f}x",
+        }  # fmt: skip
+    if row["id"].startswith("b"):
+        return {
+            "": row["id"], "workload": row["workload"],
+            "pytimely": f"{row['bootstrap_ms']:.1f} ms for {row['pointstamps']} pointstamps ({row['state_bytes']} B)",
+            "baseline": row["baseline"], "baseline figure": f"{row['baseline_ms']:.1f} ms",
+            "ratio": f"{row['vs_baseline']:.2f}x",
+        }  # fmt: skip
+    return {
+        "": "c", "workload": row["workload"],
+        "pytimely": f"{row['first_bytes']} B first, {row['last_bytes']} B last, {row['max_bytes']} B max "
+        f"({row['max_pointstamps']} pointstamps)",
+        "baseline": row["baseline"], "baseline figure": f"{row['baseline_max_bytes']} B",
+        "ratio": f"last {row['last_vs_first']:.2f}x first",
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (or, with ``--job``, one process of a run)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    parser.add_argument("--png", metavar="PATH", help="plot the progress state's size per epoch to PATH")
-    parser.add_argument(
+    command = parser(__doc__, png="the progress state's size per epoch")
+    command.add_argument(
         "--bins-per-epoch", default="16", metavar="N", help="bins a newcomer takes per epoch, or 'all' (16)"
     )
-    parser.add_argument("--repeat", type=int, default=1, help="run (a) N times interleaved; report medians (1)")
-    parser.add_argument("--latency-only", action="store_true", help="only the latency rows (a)")
-    parser.add_argument(
+    command.add_argument("--repeat", type=int, default=1, help="run (a) N times interleaved; report medians (1)")
+    command.add_argument("--latency-only", action="store_true", help="only the latency rows (a)")
+    command.add_argument(
         "--job", nargs=6, metavar=("OUT", "EPOCHS", "ROWS", "PLAN", "HELD", "PER"), help=argparse.SUPPRESS
     )
-    args = parser.parse_args(argv)
+    args = command.parse_args(argv)
     if args.job:
         out, epochs, rows, plan, held, per = args.job
         job(out, int(epochs), int(rows), plan, int(held), per)
         return 0
     if args.bins_per_epoch != "all" and not (args.bins_per_epoch.isdigit() and int(args.bins_per_epoch) > 0):
-        parser.error(f"--bins-per-epoch must be a positive int or 'all', got {args.bins_per_epoch!r}")
+        command.error(f"--bins-per-epoch must be a positive int or 'all', got {args.bins_per_epoch!r}")
     if args.repeat < 1:
-        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+        command.error(f"--repeat must be at least 1, got {args.repeat}")
     rows, plot = latency_and_size_rows(args.quick, args.bins_per_epoch, args.repeat)
     if args.latency_only:
         rows = [r for r in rows if r["id"].startswith("a")]
         args.png = None
     else:
         rows += bootstrap_rows(args.quick)
-    if args.json:
-        print_json(rows)
-    else:
-        print_table(rows)
+    repeats = rows[0].get("repeats", 1)
+    runs = "one run each" if repeats == 1 else f"latency: median over {repeats} interleaved runs of each run's p50/p99"
+    report(rows, Table(COLUMNS, [table_line(row) for row in rows]), as_json=args.json, note=runs)
     if args.png:
-        write_png(plot, args.png)
+        save_png(args.png, draw(plot))
     return 0
 
 

@@ -22,10 +22,7 @@ Every result is checked against its baseline. Prints a Markdown table; ``--json`
 
 from __future__ import annotations
 
-import argparse
-import json
 import pickle
-import platform
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import best_of
+from harness import Column, Table, best_of, parser, report
 from pytimely import Worker, execute
 from pytimely.dataflow.operators.capture import replay_files
 
@@ -286,24 +283,25 @@ def measure(n: int, runs: int) -> list[Row]:
     return table
 
 
+COLUMNS = [
+    Column("workload", "workload"),
+    Column("system", "system"),
+    Column("workers", "workers"),
+    Column("seconds", "seconds", "{:.3f} s"),
+    Column("ratio", "ratio", "{:.2f}x"),
+]
+
+
 def main() -> None:
     """Measure and print."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20,000 rows, one run each (a smoke test)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    args = parser.parse_args()
+    args = parser(__doc__).parse_args()
     n, runs = (20_000, 1) if args.quick else (2_000_000, 3)
     table = measure(n, runs)
-    print(f"# {n:,} rows, {KEYS} keys, Python {platform.python_version()} (ratio: baseline seconds / seconds; the "
-          "running join's baseline is the dict loop, so Bytewax's row is its own ratio to it)")
-    for row in table:
-        if args.json:
-            print(json.dumps(row))
-        else:
-            print(
-                f"| {row['workload']} | {row['system']} | {row['workers']} | {row['seconds']:.3f} s | "
-                f"{row['ratio']:.2f}x |"
-            )
+    note = (
+        f"{n:,} rows, {KEYS} keys (ratio: baseline seconds / seconds; the running join's baseline is the dict loop, "
+        "so Bytewax's row is its own ratio to it)"
+    )
+    report(table, Table(COLUMNS), as_json=args.json, facts={"rows": n, "keys": KEYS}, note=note)
 
 
 if __name__ == "__main__":

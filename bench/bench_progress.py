@@ -6,18 +6,18 @@ same run. The baseline recomputes ``implied_frontier`` (seed
 path summaries computed once up front. Reported: updates per second for each
 and their ratio. Also reports the model checker's states per second.
 
-    python bench/bench_progress.py [--chain 100] [--steps 2000] [--quick]
+    python bench/bench_progress.py [--chain 100] [--steps 2000] [--quick] [--json]
+
+Prints a Markdown table per part; ``--json`` prints one JSON object per row instead.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from harness import Column, Table, parser, report
 from pytimely.order import Product
 from pytimely.progress import Antichain, Builder, Increment, ProductSummary, Source, Target
 from pytimely.progress.frontier import frontier_of
@@ -169,32 +169,42 @@ def verifier_rate(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+TRACKING = [
+    Column("workload", "workload"),
+    Column("tracker (updates/s)", "tracker_updates_per_s", "{:,}"),
+    Column("from scratch (updates/s)", "from_scratch_updates_per_s", "{:,}"),
+    Column("ratio", "ratio", "{}x"),
+]
+CHECKING = [
+    Column("model", "model"),
+    Column("depth", "depth"),
+    Column("states", "states", "{:,}"),
+    Column("seconds", "seconds"),
+    Column("states/s", "states_per_s", "{:,}"),
+    Column("violation", lambda r: r["violation"] or "none"),
+]
+
+
 def main() -> None:
-    """Run the benchmarks and print one JSON line per result."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chain", default="100,1000", help="operators in the chains, comma-separated")
-    parser.add_argument("--steps", type=int, default=2000, help="tracker steps per workload")
-    parser.add_argument("--quick", action="store_true", help="short runs (for smoke tests)")
-    args = parser.parse_args()
+    """Run the benchmarks and print them."""
+    command = parser(__doc__)
+    command.add_argument("--chain", default="100,1000", help="operators in the chains, comma-separated")
+    command.add_argument("--steps", type=int, default=2000, help="tracker steps per workload")
+    args = command.parse_args()
     steps = 200 if args.quick else args.steps
-    print(json.dumps({"machine": platform.machine(), "python": platform.python_version(), "cpus": _cpus()}))
+    rows: list[dict[str, Any]] = []
     for length in (int(x) for x in args.chain.split(",")):
         scale = max(length // 100, 1)
         b, batches = chain_graph(length)
         baseline_steps = max(steps // 20 // scale**2, 4)
-        print(json.dumps(compare(f"chain-{length}", b, batches, max(steps // scale, 20), baseline_steps)))
+        rows.append(compare(f"chain-{length}", b, batches, max(steps // scale, 20), baseline_steps))
         b, batches = chain_graph(length, traffic=True)
-        print(json.dumps(compare(f"chain-{length}-traffic", b, batches, steps, baseline_steps)))
+        rows.append(compare(f"chain-{length}-traffic", b, batches, steps, baseline_steps))
     b, batches = loop_graph()
-    print(json.dumps(compare("loop", b, batches, steps, max(steps // 4, 20))))
-    for row in verifier_rate(args.quick):
-        print(json.dumps(row))
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
+    rows.append(compare("loop", b, batches, steps, max(steps // 4, 20)))
+    checked = verifier_rate(args.quick)
+    tables = [Table(TRACKING, rows, "Progress tracking"), Table(CHECKING, checked, "Model checker")]
+    report(rows + checked, tables, as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -35,12 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import machine_line, print_json
+from harness import Column, Row, Table, parser, report, save_png, save_svg
 
-Row = dict[str, Any]
 FRAME_OVERHEAD = 40 + 16
 """Bytes a frame adds to its payload on the wire: ``frame.HEADER.size`` plus the ``frame.TAG`` (checked below)."""
 
@@ -175,25 +175,21 @@ def rows_for(quick: bool) -> list[Row]:
 # -- report --------------------------------------------------------------------------------------------------
 
 
-def print_table(rows: list[Row]) -> None:
-    """The rows as a Markdown table."""
-    print(f"{machine_line()}; load average {os.getloadavg()[0]:.2f} at the end; one run each; "
-          f"{rows[0]['epochs']} epochs of {rows[0]['rows']} words per worker\n")
-    print("| processes x workers | progress sent | progress frames/epoch | vs per worker | batches per flush | "
-          "progress bytes/epoch | per process | frames per worker pair | frames per process pair | data bytes/epoch | "
-          "progress per data byte | epoch ms | bytes vs -n 2 -w 1 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        versus = f"{r['vs_per_worker']:.2f}x" if "vs_per_worker" in r else ""
-        per_flush = f"{r['batches_per_flush']:.2f}" if r["batches_per_flush"] else ""
-        print(
-            f"| {r['processes']} x {r['workers']} | {_sent(r)} | "
-            f"{r['progress_frames_per_epoch']:.0f} | {versus} | {per_flush} | "
-            f"{r['progress_bytes_per_epoch']:.0f} | {r['progress_bytes_per_process_epoch']:.0f} | "
-            f"{r['progress_frames_per_worker_pair_epoch']:.2f} | {r['progress_frames_per_process_pair_epoch']:.2f} | "
-            f"{r['data_bytes_per_epoch']:.0f} | {r['progress_per_data_byte']:.3f} | {r['epoch_ms']:.1f} | "
-            f"{r['vs_baseline']:.2f}x |"
-        )
+COLUMNS = [
+    Column("processes x workers", lambda r: f"{r['processes']} x {r['workers']}"),
+    Column("progress sent", lambda r: _sent(r)),
+    Column("progress frames/epoch", "progress_frames_per_epoch", "{:.0f}"),
+    Column("vs per worker", "vs_per_worker", "{:.2f}x"),
+    Column("batches per flush", lambda r: r["batches_per_flush"] or None, "{:.2f}"),
+    Column("progress bytes/epoch", "progress_bytes_per_epoch", "{:.0f}"),
+    Column("per process", "progress_bytes_per_process_epoch", "{:.0f}"),
+    Column("frames per worker pair", "progress_frames_per_worker_pair_epoch", "{:.2f}"),
+    Column("frames per process pair", "progress_frames_per_process_pair_epoch", "{:.2f}"),
+    Column("data bytes/epoch", "data_bytes_per_epoch", "{:.0f}"),
+    Column("progress per data byte", "progress_per_data_byte", "{:.3f}"),
+    Column("epoch ms", "epoch_ms", "{:.1f}"),
+    Column("bytes vs -n 2 -w 1", "vs_baseline", "{:.2f}x"),
+]
 
 
 def _sent(row: Row) -> str:
@@ -211,87 +207,55 @@ def _series(rows: list[Row]) -> tuple[list[Row], list[Row]]:
     return single, two
 
 
-def write_png(rows: list[Row], path: str) -> None:
+def draw(rows: list[Row]) -> Callable[[Any], Any]:
     """Progress bytes per epoch against processes (one worker each), and progress frames per epoch against
-    processes of two workers, sent per worker and combined per process."""
-    import matplotlib
+    processes of two workers, sent per worker and combined per process, drawn by ``pyplot``."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def figure(plt: Any) -> Any:
+        single, two = _series(rows)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        xs = [r["processes"] for r in single]
+        left.plot(xs, [r["progress_bytes_per_epoch"] for r in single], "o-", label="progress bytes/epoch (cluster)")
+        left.plot(xs, [r["progress_bytes_per_process_epoch"] for r in single], "s--", label="per process")
+        left.set_xscale("log", base=2)
+        left.set_yscale("log")
+        left.set_xlabel("processes (one worker each)")
+        left.set_ylabel("bytes per epoch")
+        left.legend()
+        left.grid(alpha=0.3)
+        for aggregated, style in ((False, "o-"), (True, "s-")):
+            series = [r for r in two if r["aggregated"] is aggregated]
+            if series:
+                right.plot(
+                    [r["processes"] for r in series],
+                    [r["progress_frames_per_epoch"] for r in series],
+                    style,
+                    label=_sent(series[0]),
+                )
+        if two:
+            right.set_xscale("log", base=2)
+            right.set_yscale("log")
+            right.set_xlabel("processes (two workers each)")
+            right.set_ylabel("progress frames per epoch")
+            right.legend()
+            right.grid(alpha=0.3)
+        fig.suptitle("Progress traffic between processes (bench/bench_progress_traffic.py)")
+        return fig
 
-    single, two = _series(rows)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    xs = [r["processes"] for r in single]
-    left.plot(xs, [r["progress_bytes_per_epoch"] for r in single], "o-", label="progress bytes/epoch (cluster)")
-    left.plot(xs, [r["progress_bytes_per_process_epoch"] for r in single], "s--", label="per process")
-    left.set_xscale("log", base=2)
-    left.set_yscale("log")
-    left.set_xlabel("processes (one worker each)")
-    left.set_ylabel("bytes per epoch")
-    left.legend()
-    left.grid(alpha=0.3)
-    for aggregated, style in ((False, "o-"), (True, "s-")):
-        series = [r for r in two if r["aggregated"] is aggregated]
-        if series:
-            right.plot(
-                [r["processes"] for r in series],
-                [r["progress_frames_per_epoch"] for r in series],
-                style,
-                label=_sent(series[0]),
-            )
-    if two:
-        right.set_xscale("log", base=2)
-        right.set_yscale("log")
-        right.set_xlabel("processes (two workers each)")
-        right.set_ylabel("progress frames per epoch")
-        right.legend()
-        right.grid(alpha=0.3)
-    fig.suptitle("Progress traffic between processes (bench/bench_progress_traffic.py)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    return figure
 
 
-def write_svg(rows: list[Row], path: str) -> None:
-    """The left panel of :func:`write_png` as a plain SVG (no plotting library needed)."""
+def svg_points(rows: list[Row]) -> list[tuple[Any, float]]:
+    """The left panel of :func:`draw` for a plain SVG: progress bytes per epoch by processes of one worker."""
     single, _ = _series(rows)
-    width, height, pad = 480, 320, 50
-    xs = [r["processes"] for r in single]
-    ys = [r["progress_bytes_per_epoch"] for r in single]
-    top = max(ys) * 1.1
-
-    def x(v: float) -> float:
-        return pad + (width - 2 * pad) * (xs.index(v) / max(1, len(xs) - 1))
-
-    def y(v: float) -> float:
-        return height - pad - (height - 2 * pad) * v / top
-
-    points = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in zip(xs, ys, strict=True))
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-        'font-size="11">',
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
-        f'<polyline points="{points}" fill="none" stroke="steelblue" stroke-width="2"/>',
-        f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">processes (one worker each)</text>',
-        f'<text x="{width / 2}" y="20" text-anchor="middle">progress bytes per epoch</text>',
-    ]
-    for a, b in zip(xs, ys, strict=True):
-        parts.append(f'<circle cx="{x(a):.1f}" cy="{y(b):.1f}" r="3" fill="steelblue"/>')
-        parts.append(f'<text x="{x(a):.1f}" y="{height - pad + 14}" text-anchor="middle">{a}</text>')
-        parts.append(f'<text x="{x(a) + 4:.1f}" y="{y(b) - 6:.1f}">{b:.0f}</text>')
-    parts.append("</svg>")
-    Path(path).write_text("\n".join(parts) + "\n")
+    return [(r["processes"], r["progress_bytes_per_epoch"]) for r in single]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (or, with ``--job``, one process of a run)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    parser.add_argument("--png", metavar="PATH", help="plot progress bytes per epoch to PATH (needs matplotlib)")
-    parser.add_argument("--svg", metavar="PATH", help="the same plot as a plain SVG")
-    parser.add_argument("--job", nargs=3, metavar=("OUT", "EPOCHS", "ROWS"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    command = parser(__doc__, png="progress bytes and frames per epoch", svg="progress bytes per epoch")
+    command.add_argument("--job", nargs=3, metavar=("OUT", "EPOCHS", "ROWS"), help=argparse.SUPPRESS)
+    args = command.parse_args(argv)
     if args.job:
         out, epochs, rows = args.job
         job(out, int(epochs), int(rows))
@@ -300,14 +264,15 @@ def main(argv: list[str] | None = None) -> int:
 
     assert HEADER.size + TAG == FRAME_OVERHEAD, "the frame layout changed: update FRAME_OVERHEAD"
     table = rows_for(args.quick)
-    if args.json:
-        print_json(table)
-    else:
-        print_table(table)
+    note = (
+        f"load average {os.getloadavg()[0]:.2f} at the end; one run each; "
+        f"{table[0]['epochs']} epochs of {table[0]['rows']} words per worker"
+    )
+    report(table, Table(COLUMNS), as_json=args.json, note=note)
     if args.png:
-        write_png(table, args.png)
+        save_png(args.png, draw(table))
     if args.svg:
-        write_svg(table, args.svg)
+        save_svg(args.svg, svg_points(table), x_label="processes (one worker each)", title="progress bytes per epoch")
     return 0
 
 

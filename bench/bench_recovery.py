@@ -21,7 +21,6 @@ Prints a Markdown table per figure (``--json``: one JSON object per row).
 
 from __future__ import annotations
 
-import argparse
 import os
 import pickle
 import random
@@ -32,12 +31,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from harness import machine, machine_line, print_json, taking_turns
+from harness import Column, Row, Table, parser, report, runs_of, taking_turns
 from pytimely import Worker, execute
 from pytimely.dataflow.operators.state_machine import state_machine
 from pytimely.recovery import LocalStore, Recovery, SnapshotPolicy
-
-Row = dict[str, Any]
 
 
 def _add(_word: str, _value: str, count: int | None) -> tuple[int, None]:
@@ -208,13 +205,42 @@ def resume_time(sizes: list[int], tmp: Path) -> list[Row]:
     return rows
 
 
+TABLES = {
+    "throughput": (
+        "Throughput: the ratio is the time without recovery over the variant's",
+        ["target ms/epoch", "words/epoch", "variant", "ms/epoch", "ms per snapshot", "ratio"],
+    ),
+    "snapshot bytes": (
+        "Snapshot bytes against bytes changed",
+        [
+            "keys",
+            "bins",
+            "keys changed per epoch",
+            "bytes changed",
+            "bytes written per epoch",
+            "whole state",
+            "ratio written/changed",
+        ],
+    ),
+    "resume time": (
+        "Resume time against state size",
+        ["keys", "resume seconds", "without a store", "write seconds", "ratio resume/write"],
+    ),
+}
+"""Per figure: the title of its table and its columns (each a key of its rows)."""
+
+
+def tables(rows: list[Row]) -> list[Table]:
+    """A table per figure, of that figure's rows."""
+    return [
+        Table([Column(key, key) for key in keys], [row for row in rows if row["figure"] == figure], title)
+        for figure, (title, keys) in TABLES.items()
+    ]
+
+
 def main() -> None:
     """Run the figures and print them."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    parser.add_argument("--runs", type=int, default=5, help="runs per variant, taking turns (best of)")
-    args = parser.parse_args()
+    args = parser(__doc__, runs=5).parse_args()
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if args.quick:
@@ -225,12 +251,7 @@ def main() -> None:
             rows = throughput([0.01, 0.03, 0.1], 20_000, 40, args.runs, tmp)
             rows += changed_bytes(100_000, [1, 10, 100, 1_000, 10_000, 100_000], [256, 4096], 5, tmp)
             rows += resume_time([10_000, 100_000, 1_000_000], tmp)
-    if args.json:
-        print_json(rows, machine())
-        return
-    print(f"# bench_recovery: {machine_line()}")
-    for row in rows:
-        print(" | ".join(f"{k}: {v}" for k, v in row.items()))
+    report(rows, tables(rows), as_json=args.json, note=f"variants taking turns, best of {runs_of(args)}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Resume-state speed on a large parent module, each figure against a baseline measured in the same run.
 
-    python bench/bench_resume.py [--children N] [--repeat R] [--json]
+    python bench/bench_resume.py [--children N] [--runs R] [--latency S] [--quick] [--json]
 
 The module: ``N`` simple submodules (default 5,000), each with two in-ports and two out-ports and random
 ``deps``, every in-port fed by a random earlier out-port or one of 16 parent in-ports; 16 parent out-ports fed
@@ -15,19 +15,18 @@ every parent out-port.
 (e) the lazy variant with a predicate that takes ``--latency`` seconds (default 2 ms, a staging look-up) against
     asking the same checks one after another, as the eager algorithm must.
 
-Best of ``R`` runs (default 3). Prints a Markdown table; ``--json`` one JSON object per row instead.
+Best of ``R`` runs (default 3; ``--quick``: 500 submodules, one run). Prints a Markdown table; ``--json`` one JSON
+object per row instead.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
 import time
 from typing import Any
 
-from harness import best_of
+from harness import Column, Table, best_of, parser, report, runs_of
 from pytimely.workflow import (
     Connection,
     DependencyGraph,
@@ -87,13 +86,24 @@ def bfs(graph: DependencyGraph) -> int:
     return len(seen)
 
 
+COLUMNS = [
+    Column("what", "what"),
+    Column("s", "seconds", "{:.4f}"),
+    Column("baseline", "baseline"),
+    Column("s", "baseline_seconds", "{:.4f}"),
+    Column("ratio", "ratio"),
+]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--children", type=int, default=5000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--latency", type=float, default=0.002)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    """Measure and print."""
+    command = parser(__doc__, runs=3)
+    command.add_argument("--children", type=int, default=5000, help="submodules of the module (default 5,000)")
+    command.add_argument("--latency", type=float, default=0.002, help="seconds a slow check takes (default 0.002)")
+    args = command.parse_args()
+    if args.quick:
+        args.children = 500
+    args.runs = runs_of(args)
     subs, connections = build(args.children)
     module = define(subs, connections)
     requested = {f"o{k}" for k in range(16)}
@@ -108,29 +118,29 @@ def main() -> None:
         rows.append({"what": what, "seconds": round(measured, 5), "baseline": baseline_name,
                      "baseline_seconds": round(baseline, 5), "ratio": round(measured / baseline, 2)})  # fmt: skip
 
-    row("define the module", best_of(args.repeat, lambda: define(subs, connections))[0],
-        "copy into dicts", best_of(args.repeat, lambda: copy_plain(subs, connections))[0])  # fmt: skip
-    search = best_of(args.repeat, lambda: bfs(graph))[0]
+    row("define the module", best_of(args.runs, lambda: define(subs, connections))[0],
+        "copy into dicts", best_of(args.runs, lambda: copy_plain(subs, connections))[0])  # fmt: skip
+    search = best_of(args.runs, lambda: bfs(graph))[0]
     row(
         "DependencyGraph(module, O*)",
-        best_of(args.repeat, lambda: DependencyGraph(module, requested))[0],
+        best_of(args.runs, lambda: DependencyGraph(module, requested))[0],
         "BFS",
         search,
     )
     eager = compute_resume_state(module, h, recomputed, requested)
     for name, make in (("Fifo", Fifo), ("Lifo", Lifo), ("Priority", Priority), ("SetQueue", SetQueue)):
-        seconds = best_of(args.repeat, lambda m=make: compute_resume_state(module, h, recomputed, requested, m()))[0]
+        seconds = best_of(args.runs, lambda m=make: compute_resume_state(module, h, recomputed, requested, m()))[0]
         row(f"compute_resume_state ({name}, graph included)", seconds, "BFS + DependencyGraph",
-            search + best_of(args.repeat, lambda: DependencyGraph(module, requested))[0])  # fmt: skip
+            search + best_of(args.runs, lambda: DependencyGraph(module, requested))[0])  # fmt: skip
 
     async def instant(v: Vertex) -> bool:
         return v in h
 
     lazy_seconds = best_of(
-        args.repeat, lambda: asyncio.run(compute_resume_state_async(module, instant, recomputed, requested))
+        args.runs, lambda: asyncio.run(compute_resume_state_async(module, instant, recomputed, requested))
     )[0]
     row("lazy, instant checks", lazy_seconds, "eager",
-        best_of(args.repeat, lambda: compute_resume_state(module, h, recomputed, requested))[0])  # fmt: skip
+        best_of(args.runs, lambda: compute_resume_state(module, h, recomputed, requested))[0])  # fmt: skip
     lazy = asyncio.run(compute_resume_state_async(module, instant, recomputed, requested))
     assert lazy.state == eager.state and lazy.witnesses == eager.witnesses
 
@@ -151,14 +161,9 @@ def main() -> None:
         best_of(1, lambda: asyncio.run(compute_resume_state_async(module, slow, recomputed, requested)))[0],
         "eager, the same checks one by one", sequential)  # fmt: skip
     vertices, edges = len(graph.vertices), len(graph.edges)
-    if args.json:
-        for r in rows:
-            print(json.dumps({**r, "children": args.children, "vertices": vertices, "edges": edges}))
-        return
-    print(f"{args.children} submodules; pruned graph: {vertices} vertices, {edges} edges; best of {args.repeat}\n")
-    print("| what | s | baseline | s | ratio |\n|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['what']} | {r['seconds']:.4f} | {r['baseline']} | {r['baseline_seconds']:.4f} | {r['ratio']} |")
+    facts = {"children": args.children, "vertices": vertices, "edges": edges}
+    note = f"{args.children} submodules; pruned graph: {vertices} vertices, {edges} edges; best of {args.runs}"
+    report([{**r, **facts} for r in rows], Table(COLUMNS), as_json=args.json, facts=facts, note=note)
 
 
 if __name__ == "__main__":

@@ -46,13 +46,11 @@ from typing import Any
 
 import numpy as np
 
-from harness import print_json, taking_turns
+from harness import Column, Row, Table, parser, report, runs_of, taking_turns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import wcc
-
-Row = dict[str, Any]
 
 
 def labels_of(table: Any) -> Any:
@@ -121,12 +119,12 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
             func(small)
             runs = [
                 timed(lambda func=func: func(frame))  # type: ignore[misc]
-                for _ in range(1 if ident == "c" else args.repeat)
+                for _ in range(1 if ident == "c" else args.runs)
             ]
             results[ident] = min(runs, key=lambda run: run[0])
             first[ident] = runs[0][0]
         if not args.skip_networkx:
-            runs = [timed(lambda: networkx_labels(edges)) for _ in range(args.repeat)]
+            runs = [timed(lambda: networkx_labels(edges)) for _ in range(args.runs)]
             results["d"] = min(runs, key=lambda run: run[0])
             first["d"] = runs[0][0]
         spark_version = spark.version
@@ -163,7 +161,7 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         "python": platform.python_version(),
         "spark": spark_version,
         "slots": args.slots,
-        "repeat": args.repeat,
+        "repeat": args.runs,
         "spark_start_s": round(start_seconds, 2),
         "vertices": len(reference),
         "components": len(sizes),
@@ -206,7 +204,7 @@ def keyed_count(args: argparse.Namespace) -> tuple[Row, list[Row]]:
 
         ours()  # warm-up: Python workers started, JVM code compiled
         theirs()
-        best = taking_turns(args.repeat, {"e": ours, "f": theirs}, key=lambda r: r[0])
+        best = taking_turns(args.runs, {"e": ours, "f": theirs}, key=lambda r: r[0])
         spark.stop()
     if best["e"][1] != best["f"][1]:
         raise AssertionError("pytimely's counts differ from Spark's")
@@ -236,63 +234,65 @@ def _counts(table: Any) -> dict[str, int]:
     return dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True))
 
 
+def _target(row: Row) -> str | None:
+    return f"{row['target']}: {'met' if row['met'] else 'missed'}" if "target" in row else None
+
+
+SPEEDUP = Column("pytimely's speed-up over it", "speedup_of_pytimely", "{:.2f}x")
+COUNT_COLUMNS = [
+    Column("", "id"),
+    Column("contender", "workload"),
+    Column("seconds (best)", "seconds", "{:.2f}"),
+    Column("rows/s per slot", "rows_per_s_per_slot", "{:,}"),
+    SPEEDUP,
+]
+COLUMNS = [
+    Column("", "id"),
+    Column("contender", "workload"),
+    Column("seconds (best)", "seconds", "{:.2f}"),
+    Column("first run", "first_run_seconds", "{:.2f}"),
+    Column("edges/s", "edges_per_s", "{:,}"),
+    SPEEDUP,
+    Column("target", _target),
+]
+
+
 def main() -> None:
     """Parse, run, print."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--edges", type=int, default=1_000_000)
-    parser.add_argument("--vertices", type=int, default=0, help="vertex ids to draw from (default edges / 2)")
-    parser.add_argument("--slots", type=int, default=2, help="Spark slots = pytimely processes (default 2)")
-    parser.add_argument("--repeat", type=int, default=2, help="timed runs per contender, best reported (default 2)")
-    parser.add_argument("--with-label-propagation", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="20,000 edges (a smoke run)")
-    parser.add_argument("--skip-networkx", action="store_true", help="no NetworkX row; GraphX is the reference")
-    parser.add_argument("--driver-memory", default="", help="Spark driver (= local executor) memory, e.g. 8g")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument("--part", choices=["components", "keyed-count", "all"], default="all")
-    parser.add_argument("--keyed-rows", type=int, default=2_000_000, help="words of the keyed count")
-    args = parser.parse_args()
+    command = parser(__doc__, runs=2)
+    command.add_argument("--edges", type=int, default=1_000_000)
+    command.add_argument("--vertices", type=int, default=0, help="vertex ids to draw from (default edges / 2)")
+    command.add_argument("--slots", type=int, default=2, help="Spark slots = pytimely processes (default 2)")
+    command.add_argument("--with-label-propagation", action="store_true")
+    command.add_argument("--skip-networkx", action="store_true", help="no NetworkX row; GraphX is the reference")
+    command.add_argument("--driver-memory", default="", help="Spark driver (= local executor) memory, e.g. 8g")
+    command.add_argument("--part", choices=["components", "keyed-count", "all"], default="all")
+    command.add_argument("--keyed-rows", type=int, default=2_000_000, help="words of the keyed count")
+    args = command.parse_args()
     if args.quick:
-        args.edges = 20_000
+        args.edges = 20_000  # and --quick's one run each (runs_of)
         args.keyed_rows = 20_000
-        args.repeat = 1
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
+    if args.runs < 1 and not args.quick:
+        command.error("--runs must be at least 1")
+    args.runs = runs_of(args)
     if args.part in ("keyed-count", "all"):
         count_facts, count_rows = keyed_count(args)
-        if args.json:
-            print_json(count_rows, count_facts)
-        else:
-            print(f"Keyed count of {args.keyed_rows:,} words to Parquet, local[{args.slots}], best of {args.repeat} "
-                  "turns each\n")
-            print("| | contender | seconds (best) | rows/s per slot | pytimely's speed-up over it |")
-            print("|---|---|---|---|---|")
-            for row in count_rows:
-                speedup = f"{row['speedup_of_pytimely']:.2f}x" if "speedup_of_pytimely" in row else ""
-                print(f"| {row['id']} | {row['workload']} | {row['seconds']:.2f} | {row['rows_per_s_per_slot']:,} | "
-                      f"{speedup} |")
+        note = (
+            f"keyed count of {args.keyed_rows:,} words to Parquet, local[{args.slots}], best of {args.runs} "
+            "turns each"
+        )
+        report(count_rows, Table(COUNT_COLUMNS), as_json=args.json, facts=count_facts, note=note)
+        if not args.json:
             print()
     if args.part == "keyed-count":
         return
     facts, rows = run(args)
-    if args.json:
-        print_json(rows, facts)
-        return
-    print(
-        f"Python {facts['python']}, Spark {facts['spark']} local[{facts['slots']}] (started in "
-        f"{facts['spark_start_s']} s, not counted); {args.edges:,} edges, {facts['vertices']:,} vertices, "
-        f"{facts['components']:,} components, the largest {facts['largest']:,}; label propagation "
-        f"{facts['label_propagation']}; best of {facts['repeat']} timed runs\n"
+    note = (
+        f"Spark {facts['spark']} local[{facts['slots']}] (started in {facts['spark_start_s']} s, not counted); "
+        f"{args.edges:,} edges, {facts['vertices']:,} vertices, {facts['components']:,} components, the largest "
+        f"{facts['largest']:,}; label propagation {facts['label_propagation']}; best of {facts['repeat']} timed runs"
     )
-    print("| | contender | seconds (best) | first run | edges/s | pytimely's speed-up over it | target |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        speedup = f"{row['speedup_of_pytimely']:.2f}x" if "speedup_of_pytimely" in row else ""
-        target = f"{row['target']}: {'met' if row['met'] else 'missed'}" if "target" in row else ""
-        print(
-            f"| {row['id']} | {row['workload']} | {row['seconds']:.2f} | {row['first_run_seconds']:.2f} | "
-            f"{row['edges_per_s']:,} | {speedup} | "
-            f"{target} |"
-        )
+    report(rows, Table(COLUMNS), as_json=args.json, facts=facts, note=note)
 
 
 if __name__ == "__main__":

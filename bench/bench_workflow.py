@@ -1,6 +1,7 @@
 """The workflow interpreter's own cost, against the same functions called directly, measured in one run.
 
-    python bench/bench_workflow.py [--modules N] [--width W] [--repeat R] [--input-mb MB] [--skip-large]
+    python bench/bench_workflow.py [--modules N] [--width W] [--runs R] [--input-mb MB] [--skip-large]
+                                   [--quick] [--json]
 
 A layered workflow of N trivial simple modules (W per layer, each reading two modules of the layer above)
 is run fresh on an in-memory staging area and on a local directory, resumed with nothing to do (every value
@@ -18,11 +19,13 @@ Then (unless ``--skip-large``): the content fingerprint of an ``--input-mb`` fil
 temporary folder and deleted) the first time and the second (from the size-and-mtime cache), against reading the
 file once; the cost of taking and releasing a local staging area's lock, against a resume with nothing to do;
 and the peak memory of a 25-iteration loop of 40 MB arrays on local staging, against holding one such array.
+
+Prints a Markdown table per part; ``--json`` prints one JSON object per row instead. ``--quick``: 40 modules, one
+run each, no large input.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -34,7 +37,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from harness import best_of, taking_turns
+from harness import Column, Row, Table, best_of, parser, report, runs_of, taking_turns
 from pytimely.workflow.content import FingerprintCache, content_fingerprint
 from pytimely.workflow.executors import Call, ThreadExecutor
 from pytimely.workflow.model import Connection, Kind, Module, Port, PortRef
@@ -88,23 +91,45 @@ def direct(layers: list[list[str]], width: int, x: int) -> dict[str, int]:
     return {f"o{m}": values[m] for m in layers[-1]}
 
 
+def cost(what: str, value: float, unit: str, baseline: str, baseline_value: float) -> Row:
+    """A row of the second table: a figure in ``unit`` against its baseline's in the same unit, and their ratio."""
+    return {"what": what, "value": round(value, 3), "unit": unit, "baseline": baseline,
+            "baseline_value": round(baseline_value, 3), "ratio": round(value / baseline_value, 5)}  # fmt: skip
+
+
+INTERPRETER = [
+    Column("what", "what"),
+    Column("ms", "seconds", lambda v: f"{v * 1e3:.2f}"),
+    Column("ms/module over plain calls", "ms_per_module_over_plain", "{:.3f}"),
+]
+COSTS = [
+    Column("what", "what"),
+    Column("figure", lambda r: f"{r['value']:g} {r['unit']}"),
+    Column("baseline", "baseline"),
+    Column("baseline figure", lambda r: f"{r['baseline_value']:g} {r['unit']}"),
+    Column("ratio", "ratio", "{:.3g}x"),
+]
+
+
 def main() -> None:
-    """Measure and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modules", type=int, default=200)
-    parser.add_argument("--width", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--input-mb", type=int, default=1024)
-    parser.add_argument("--skip-large", action="store_true")
-    args = parser.parse_args()
+    """Measure and print the tables."""
+    command = parser(__doc__, runs=3)
+    command.add_argument("--modules", type=int, default=200, help="modules of the layered workflow (default 200)")
+    command.add_argument("--width", type=int, default=10, help="modules per layer (default 10)")
+    command.add_argument("--input-mb", type=int, default=1024, help="size of the large input file (default 1024)")
+    command.add_argument("--skip-large", action="store_true", help="leave out the large input, the lock and the loop")
+    args = command.parse_args()
+    if args.quick:
+        args.modules, args.skip_large = 40, True
+    args.runs = runs_of(args)
     wf, layers = layered(args.modules, args.width)
     n = args.modules
     assert run(wf, {"x": 1}) == direct(layers, args.width, 1)
-    rows: list[tuple[str, float]] = [
-        ("plain Python calls", best_of(args.repeat, lambda: direct(layers, args.width, 1))[0])
+    timings: list[tuple[str, float]] = [
+        ("plain Python calls", best_of(args.runs, lambda: direct(layers, args.width, 1))[0])
     ]
-    rows.append(
-        ("fresh run, memory staging", best_of(args.repeat, lambda: run(wf, {"x": 1}, staging=MemoryStaging()))[0])
+    timings.append(
+        ("fresh run, memory staging", best_of(args.runs, lambda: run(wf, {"x": 1}, staging=MemoryStaging()))[0])
     )
     with tempfile.TemporaryDirectory() as tmp:
         counter = iter(range(1 << 30))
@@ -112,35 +137,41 @@ def main() -> None:
         def fresh_local() -> None:
             run(wf, {"x": 1}, staging=LocalStaging(f"{tmp}/fresh{next(counter)}", durable=False))
 
-        rows.append(("fresh run, local staging (no fsync)", best_of(args.repeat, fresh_local)[0]))
+        timings.append(("fresh run, local staging (no fsync)", best_of(args.runs, fresh_local)[0]))
         stage = LocalStaging(f"{tmp}/kept", durable=False)
         run(wf, {"x": 1}, staging=stage)
-        rows.append(
-            ("resume, nothing to run, local", best_of(args.repeat, lambda: run(wf, {"x": 1}, staging=stage))[0])
+        timings.append(
+            ("resume, nothing to run, local", best_of(args.runs, lambda: run(wf, {"x": 1}, staging=stage))[0])
         )
-        rows.append(("plan, nothing to run, local", best_of(args.repeat, lambda: plan(wf, {"x": 1}, staging=stage))[0]))
+        timings.append(
+            ("plan, nothing to run, local", best_of(args.runs, lambda: plan(wf, {"x": 1}, staging=stage))[0])
+        )
 
         def lose_last_layer() -> None:
             for m in layers[-1]:
                 stage.delete(f"bench/{m}/out")
             run(wf, {"x": 1}, staging=stage)
 
-        rows.append((f"resume, last {len(layers[-1])} lost, local", best_of(args.repeat, lose_last_layer)[0]))
-    base = rows[0][1]
-    print(f"{n} modules in layers of {args.width}, best of {args.repeat}")
-    for label, seconds in rows:
-        per = (seconds - base) / n * 1e3
-        print(f"  {label:<38} {seconds * 1e3:9.2f} ms   {per:7.3f} ms/module over plain calls")
-    bench_watch(args.repeat)
-    bench_hook()
-    bench_declared(args.modules, args.width, args.repeat)
+        timings.append((f"resume, last {len(layers[-1])} lost, local", best_of(args.runs, lose_last_layer)[0]))
+    base = timings[0][1]
+    interpreter = [
+        {"what": label, "modules": n, "seconds": round(seconds, 6),
+         "ms_per_module_over_plain": round((seconds - base) / n * 1e3, 4)}
+        for label, seconds in timings
+    ]  # fmt: skip
+    costs = [bench_watch(args.runs), bench_hook(), bench_declared(args.modules, args.width, args.runs)]
     if not args.skip_large:
-        bench_input(args.input_mb)
-        bench_lock(wf, args.repeat)
-        bench_loop_memory()
+        costs += bench_input(args.input_mb)
+        costs.append(bench_lock(wf, args.runs))
+        costs.append(bench_loop_memory())
+    tables = [
+        Table(INTERPRETER, interpreter, f"The interpreter: {n} modules in layers of {args.width}, against plain calls"),
+        Table(COSTS, costs, "What keeps runs from going stale, and large inputs, each against a baseline"),
+    ]
+    report(interpreter + costs, tables, as_json=args.json, note=f"best of {args.runs}")
 
 
-def bench_watch(repeat: int) -> None:
+def bench_watch(repeat: int) -> Row:
     """A module call on the thread executor with the files it writes watched, against the same call not watched."""
     calls = 2000
 
@@ -154,8 +185,7 @@ def bench_watch(repeat: int) -> None:
     best = taking_turns(repeat, {"plain": lambda: asyncio.run(many(False)),
                                  "watched": lambda: asyncio.run(many(True))}, key=float)  # fmt: skip
     plain, watched = best["plain"], best["watched"]
-    print(f"a call watched for the files it writes: {watched * 1e6:.0f} us, against {plain * 1e6:.0f} us not "
-          f"watched ({watched / plain:.2f}x; {(watched - plain) * 1e6:.1f} us more)")  # fmt: skip
+    return cost("a call watched for the files it writes", watched * 1e6, "us", "the same call not watched", plain * 1e6)
 
 
 HOOK = """
@@ -175,7 +205,7 @@ print(best / 20000)
 """
 
 
-def bench_hook() -> None:
+def bench_hook() -> Row:
     """What the audit hook, once installed, costs code that no module runs: opening a file, with it and without."""
     env = {**os.environ}
     times = {}
@@ -183,8 +213,8 @@ def bench_hook() -> None:
         done = subprocess.run([sys.executable, "-c", HOOK, mode], capture_output=True, text=True, check=True,
                               env=env, timeout=600)  # fmt: skip
         times[mode] = min(times.get(mode, float("inf")), float(done.stdout))
-    print(f"opening a file outside any module, audit hook installed: {times['hook'] * 1e6:.2f} us, against "
-          f"{times['plain'] * 1e6:.2f} us without ({times['hook'] / times['plain']:.2f}x)")  # fmt: skip
+    return cost("opening a file outside any module, audit hook installed", times["hook"] * 1e6, "us",
+                "the same without the hook", times["plain"] * 1e6)  # fmt: skip
 
 
 def declaring(n: int, width: int, folder: str) -> Module:
@@ -204,7 +234,7 @@ def write_and_add(a: int, b: int, *, name: str) -> int:
     return a + b
 
 
-def bench_declared(n: int, width: int, repeat: int) -> None:
+def bench_declared(n: int, width: int, repeat: int) -> Row:
     """A resume with nothing to run where every module declares a file (each checked against what it wrote),
     against the same workflow declaring none."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -220,12 +250,11 @@ def bench_declared(n: int, width: int, repeat: int) -> None:
             "declared": lambda: best_of(1, lambda: run(files_wf, {"x": 1}, staging=files_stage))[0],
         }, key=float)  # fmt: skip
     plain, declared = best["plain"], best["declared"]
-    print(f"resume with nothing to run, {n} modules each declaring a file: {declared * 1e3:.1f} ms, against "
-          f"{plain * 1e3:.1f} ms declaring none ({declared / plain:.2f}x; {(declared - plain) / n * 1e3:.2f} ms "
-          "a module)")  # fmt: skip
+    return cost(f"resume with nothing to run, {n} modules each declaring a file", declared * 1e3, "ms",
+                "the same workflow declaring none", plain * 1e3)  # fmt: skip
 
 
-def bench_input(megabytes: int) -> None:
+def bench_input(megabytes: int) -> list[Row]:
     """Fingerprinting a large input file: first (read and hashed) and second (cached), against one plain read."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "input.bin"
@@ -251,12 +280,14 @@ def bench_input(megabytes: int) -> None:
         content_fingerprint(path, again)
         second = time.perf_counter() - start
         size = path.stat().st_size / (1 << 20)
-    print(f"content fingerprint of a {size:.0f} MB file (baseline: reading it once, {read:.2f} s)")
-    print(f"  first time (read and SHA-256)          {first:9.2f} s    {first / read:7.2f}x the read")
-    print(f"  second time (size-and-mtime cache)     {second * 1e3:9.2f} ms   {second / read:7.5f}x the read")
+    what = f"content fingerprint of a {size:.0f} MB file"
+    return [
+        cost(f"{what}, first time (read and SHA-256)", first * 1e3, "ms", "reading it once", read * 1e3),
+        cost(f"{what}, second time (size-and-mtime cache)", second * 1e3, "ms", "reading it once", read * 1e3),
+    ]
 
 
-def bench_lock(wf: Module, repeat: int) -> None:
+def bench_lock(wf: Module, repeat: int) -> Row:
     """Taking and releasing a local staging area's lock, against a resume that runs nothing."""
     with tempfile.TemporaryDirectory() as tmp:
         stage = LocalStaging(f"{tmp}/kept", durable=False)
@@ -268,10 +299,8 @@ def bench_lock(wf: Module, repeat: int) -> None:
             with staging_lock(stage, "bench"):
                 pass
         each = (time.perf_counter() - start) / n
-    print(
-        f"staging lock, local: {each * 1e6:.0f} us to take and release; {each / resume * 100:.2f}% of a resume "
-        f"with nothing to run ({resume * 1e3:.1f} ms)"
-    )
+    return cost("staging lock, local: taking and releasing it", each * 1e6, "us", "a resume with nothing to run",
+                resume * 1e6)  # fmt: skip
 
 
 LOOP = """
@@ -321,7 +350,7 @@ print(json.dumps({"before": before, "after": peak()}))
 """
 
 
-def bench_loop_memory() -> None:
+def bench_loop_memory() -> Row:
     """Peak RSS of a 25-iteration loop of 40 MB arrays on local staging, over the process holding one array."""
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "loop.py"
@@ -329,12 +358,9 @@ def bench_loop_memory() -> None:
         done = subprocess.run([sys.executable, str(script), f"{tmp}/stage"], capture_output=True, text=True,
                               check=True, timeout=600)  # fmt: skip
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    grew = (figures["after"] - figures["before"]) / (1 << 20)
     before, after = figures["before"] / (1 << 20), figures["after"] / (1 << 20)
-    print(
-        f"loop of 25 x 40 MB arrays, local staging: peak RSS {after:.0f} MB, "
-        f"{grew:.0f} MB ({grew / 40:.1f} arrays) over the process holding one ({before:.0f} MB)"
-    )
+    return cost("loop of 25 x 40 MB arrays, local staging: peak RSS", after, "MB", "the process holding one array",
+                before)  # fmt: skip
 
 
 if __name__ == "__main__":

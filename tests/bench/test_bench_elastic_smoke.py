@@ -17,7 +17,9 @@ BOOT = ["pointstamps", "state_bytes", "bootstrap_ms", "baseline_ms", "vs_baselin
 @pytest.mark.timeout(300)
 def test_bench_elastic_quick_reports_every_figure() -> None:
     """Every row is there, names its baseline, and each of its figures is positive and finite."""
-    rows = {row["id"]: row for row in run_quick("bench_elastic.py", timeout=290)}
+    facts, *listed = run_quick("bench_elastic.py", timeout=290)
+    assert "python" in facts
+    rows = {row["id"]: row for row in listed}
     wanted = {**{p: LATENCY for p in PHASES}, "a' join": LATENCY, "a' between": LATENCY}
     wanted |= {"c": SIZE, **{f"b K={k}": BOOT for k in (0, 64, 256)}}
     assert set(rows) == set(wanted)

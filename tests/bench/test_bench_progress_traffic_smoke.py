@@ -25,7 +25,9 @@ FIGURES = [
 def test_bench_progress_traffic_quick_reports_every_figure(tmp_path: Path) -> None:
     """Every row is there with positive figures, and the SVG plot is written."""
     svg = tmp_path / "traffic.svg"
-    rows = {row["id"]: row for row in run_quick("bench_progress_traffic.py", "--svg", str(svg), timeout=290)}
+    facts, *listed = run_quick("bench_progress_traffic.py", "--svg", str(svg), timeout=290)
+    assert "python" in facts
+    rows = {row["id"]: row for row in listed}
     assert set(rows) == {"n=2 w=1", "n=4 w=1", "n=8 w=1", "n=2 w=2 per-worker", "n=2 w=2", "n=2 w=2 elastic"}
     for ident, row in rows.items():
         assert row["baseline"], ident
