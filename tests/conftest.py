@@ -56,6 +56,8 @@ SLOWEST_FIRST = (
     "spark/test_figures.py",
     "spark/test_connect.py",
     "bench/test_bench_windows_smoke.py",
+    "simulate/test_seeds.py",
+    "simulate/test_simulate.py",
     "workflow/test_concurrency.py",
     "bench/test_bench_cluster_smoke.py",
     "lockstep/test_rescale_lockstep.py",
