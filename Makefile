@@ -21,11 +21,13 @@ lint: venv
 	$(VENV)/bin/mypy
 
 # Three test processes on two cores: many tests wait on other processes, sockets and Spark; a file's tests stay
-# together (--dist loadfile) so module fixtures (Spark Connect servers) start once.
+# together (--dist loadfile) so module fixtures (Spark Connect servers) start once; files are handed out in the
+# order tests/conftest.py gives them, the slowest first (--no-loadscope-reorder: else the files with most tests
+# go first and a long file of one test starts last).
 TEST_PROCESSES ?= 3
 
 test: lint
-	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 
 verify: venv
 	for model in clocks exchange propagation combined datagram rescale; do $(PY) -m pytimely.verify $$model || exit 1; done

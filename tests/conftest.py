@@ -49,23 +49,26 @@ def s3_server() -> Iterator[S3Server]:
 
 SLOWEST_FIRST = (
     "spark/test_standalone.py",
-    "bench/test_bench_spark_smoke.py",
-    "examples/test_demo.py",
     "verify/test_rescale.py",
     "spark/test_streaming.py",
-    "spark/test_figures.py",
     "spark/test_connect.py",
-    "bench/test_bench_windows_smoke.py",
+    "spark/test_hosting.py",
+    "bench/test_bench_spark_smoke.py",
+    "workflow/test_resume.py",
     "simulate/test_seeds.py",
-    "simulate/test_simulate.py",
+    "verify/test_mutants.py",
     "workflow/test_concurrency.py",
-    "bench/test_bench_cluster_smoke.py",
+    "workflow/test_e2e.py",
+    "simulate/test_simulate.py",
+    "cluster/test_membership.py",
+    "cluster/test_faults.py",
+    "verify/test_statemachine.py",
+    "cluster/test_cluster.py",
     "lockstep/test_rescale_lockstep.py",
-    "spark/test_baselines.py",
 )
 """The files that take longest (``--durations``), slowest first: run in parallel, a file's tests stay together
-(``--dist loadfile``) and files are handed out in collection order, so a long file started last would hold up the
-whole run while the other processes sit idle."""
+(``--dist loadfile``) and files are handed out in collection order (``--no-loadscope-reorder``), so a long file
+started last would hold up the whole run while the other processes sit idle."""
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
