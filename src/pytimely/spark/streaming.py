@@ -40,12 +40,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pytimely.atomic import write_atomic
 from pytimely.errors import (
     CheckpointInUseError,
+    CheckpointLocationError,
     CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
     StreamError,
     StreamInputError,
     StreamSchemaError,
+    StreamSinkError,
 )
 from pytimely.spark.epoch_host import Build, EpochHost
 from pytimely.spark.hosting import ship_by_value, to_record_batch
@@ -64,6 +66,7 @@ __all__ = [
     "StreamCheckpoint",
     "StreamHandler",
     "StreamRun",
+    "local_folder",
     "run_stream",
 ]
 
@@ -73,6 +76,9 @@ _BATCH = re.compile(r"^batch-(\d{12})\.(arrow|done)$")
 
 class Sink(Protocol):
     """Where each micro-batch's output goes; ``commit`` must be atomic and idempotent per batch id."""
+
+    def prepare(self) -> None:
+        """Make sure the output can be written, before the first micro-batch (else :class:`StreamSinkError`)."""
 
     def commit(self, batch_id: int, table: pa.Table) -> None:
         """Make ``table`` the output of ``batch_id``, all of it or none, replacing an earlier attempt's."""
@@ -107,8 +113,12 @@ class CsvDirectorySink:
     """Each micro-batch's output as ``DIR/batch-<id>.csv`` (a header, then its rows), renamed into place."""
 
     def __init__(self, directory: str | os.PathLike[str], *, order_by: Sequence[str] = ()) -> None:
-        self.directory = Path(directory)
+        self.directory = local_folder(directory, "sink", StreamSinkError)
         self.order_by = list(order_by)
+
+    def prepare(self) -> None:
+        """Make the folder and check that a file can be written in it."""
+        _check_writable(self.directory, "sink")
 
     def path(self, batch_id: int) -> Path:
         """The file holding ``batch_id``'s output."""
@@ -132,8 +142,12 @@ class SparkTableSink:
 
     def __init__(self, spark: Any, directory: str | os.PathLike[str], *, format: str = "parquet") -> None:
         self.spark = spark
-        self.directory = Path(directory)
+        self.directory = local_folder(directory, "sink", StreamSinkError)
         self.format = format
+
+    def prepare(self) -> None:
+        """Make the folder and check that a file can be written in it."""
+        _check_writable(self.directory, "sink")
 
     def path(self, batch_id: int) -> Path:
         """The directory holding ``batch_id``'s output."""
@@ -170,6 +184,47 @@ def _csv(table: pa.Table) -> bytes:
     text.write(header)
     csv.writer(text, lineterminator="\n").writerows(zip(*(c.to_pylist() for c in table.columns), strict=True))
     return text.getvalue().encode("utf-8")
+
+
+_LOCAL_SCHEMES = ("file", "local")
+
+
+def local_folder(
+    location: str | os.PathLike[str], what: str, error: type[PytimelyError] = CheckpointLocationError
+) -> Path:
+    """``location`` (a path, ``file:///ABS`` or ``local:///ABS``) as a local folder; another scheme is refused.
+
+    A streaming checkpoint is held with ``flock`` and written by rename, which object stores (``s3://``,
+    ``gs://``, ...) do not offer, so such a URL is refused here, before anything is made, with ``error``.
+    """
+    text = os.fspath(location)
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", text)
+    if match is None:
+        return Path(text)
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in _LOCAL_SCHEMES:
+        raise error(
+            f"the {what} {text}: a {parts.scheme}:// location cannot hold it (it needs a local or mounted folder, "
+            "with file locks and atomic renames); give a path or a file:// URL"
+        )
+    if parts.netloc not in ("", "localhost"):
+        raise error(f"the {what} {text}: file:// URL of another host {parts.netloc!r}; give a local path")
+    return Path(unquote(parts.path))
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """Make ``folder`` and write (then remove) a probe file in it; any failure is :class:`StreamSinkError`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".pytimely-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StreamSinkError(f"the {what} {folder} cannot be written: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise StreamSinkError(f"the {what} {folder} cannot be written: no permission")
 
 
 def _recorded_jvm(text: str) -> int | None:
@@ -216,7 +271,7 @@ class StreamCheckpoint:
     """pytimely's half of a streaming checkpoint: the query's identity, staged inputs and commits."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.root = Path(directory)
+        self.root = local_folder(directory, "checkpoint")
         self.spark = self.root / "spark"
         self.own = self.root / "pytimely"
         self.inputs = self.own / "inputs"
@@ -387,6 +442,7 @@ class StreamHandler:
         self.epoch = epoch
         self.check = check
         self.input_schema: str = identity["input"]
+        self.describe = f"pytimely dataflow {identity['build']} (query {identity['query']})"
         self.committed = checkpoint.open(identity)
         self.host = EpochHost(build, workers, step_timeout=step_timeout)
         restorer = restore if restore is not None else ReplayRestore(checkpoint, epoch)
@@ -433,7 +489,8 @@ class StreamHandler:
                 f"micro-batch {batch_id}: the source's schema changed from {self.input_schema} to "
                 f"{frame.schema.simpleString()}"
             )
-        table = _collect(frame, batch_id)
+        with _job_description(frame, f"{self.describe}: epoch {batch_id}"):
+            table = _collect(frame, batch_id)
         if self.check is not None:
             table = self.check(table, batch_id)
         collected = clock()
@@ -457,6 +514,24 @@ class StreamHandler:
         name = self.epoch if self.epoch is not None else "epoch"
         batches = [to_record_batch(batch, self.schema, time=t, epoch=name) for t, batch in output]
         return pa.Table.from_batches(batches, schema=self.schema)
+
+
+@contextlib.contextmanager
+def _job_description(frame: DataFrame, text: str) -> Iterator[None]:
+    """Name this thread's Spark jobs ``text`` in the Spark UI while inside (a Connect session has no context)."""
+    from pytimely.spark.session import is_connect
+
+    session = frame.sparkSession
+    if is_connect(session):
+        yield
+        return
+    context = session.sparkContext
+    earlier = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(text)
+    try:
+        yield
+    finally:
+        context.setJobDescription(earlier)  # type: ignore[arg-type]
 
 
 def _collect(frame: DataFrame, batch_id: int) -> pa.Table:
@@ -528,6 +603,7 @@ def run_stream(
     name = getattr(build, "__qualname__", None) or type(build).__name__
     if not isinstance(checkpoint, StreamCheckpoint):
         checkpoint = StreamCheckpoint(checkpoint)
+    sink.prepare()
     with checkpoint.locked(_jvm_pid(source.sparkSession)):
         return _run_locked(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
@@ -582,7 +658,12 @@ def _run_locked(
         writer = writer.trigger(availableNow=True)
     elif processing_time is not None:
         writer = writer.trigger(processingTime=processing_time)
-    running = writer.start()
+    try:
+        running = writer.start()
+    except Exception as exc:
+        raise _typed(str(exc)) or StreamError(
+            f"the streaming query {query!r} did not start (checkpoint {checkpoint.root}): {_cause(str(exc))}"
+        ) from None
     try:
         if timeout is not None:
             running.awaitTermination(max(1, round(timeout)))
