@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+    from pytimely.recovery import Recovery
+
 __all__ = [
     "BatchTiming",
     "CsvDirectorySink",
@@ -70,7 +72,7 @@ __all__ = [
     "run_stream",
 ]
 
-_FORMAT = 1
+_FORMAT = 2
 _BATCH = re.compile(r"^batch-(\d{12})\.(arrow|done)$")
 
 
@@ -275,7 +277,8 @@ class StreamCheckpoint:
         self.spark = self.root / "spark"
         self.own = self.root / "pytimely"
         self.inputs = self.own / "inputs"
-        self.commits = self.own / "commits"
+        self.state = self.own / "state"
+        self.committed = self.own / "committed.json"
 
     @contextlib.contextmanager
     def locked(self, jvm_pid: int | None = None, *, wait: float = 30.0) -> Iterator[None]:
@@ -327,17 +330,15 @@ class StreamCheckpoint:
                 "another query; give a new checkpoint directory"
             )
         else:
-            self.inputs.mkdir(parents=True, exist_ok=True)
-            self.commits.mkdir(parents=True, exist_ok=True)
+            self.own.mkdir(parents=True, exist_ok=True)
             write_atomic(where, json.dumps(identity, indent=1, sort_keys=True) + "\n")
-        committed = self._ids(self.commits, "done")
-        if committed and not (self.spark / "offsets").exists():
+        last = self.last_committed()
+        if last >= 0 and not (self.spark / "offsets").exists():
             raise CheckpointMismatchError(
-                f"{self.root} records {len(committed)} committed micro-batch(es) but Spark's checkpoint "
+                f"{self.root} records {last + 1} committed micro-batch(es) but Spark's checkpoint "
                 f"({self.spark}) is gone: the query would read its input again from the start"
             )
-        if committed != list(range(len(committed))):
-            raise CheckpointMismatchError(f"{self.commits} lacks the commits of some micro-batches: {committed[:20]}")
+        committed = list(range(last + 1))
         for batch in self._ids(self.inputs, "arrow"):
             if batch not in set(committed):
                 self.input_path(batch).unlink(missing_ok=True)
@@ -350,6 +351,30 @@ class StreamCheckpoint:
         found = (_BATCH.match(p.name) for p in directory.iterdir())
         return sorted(int(m.group(1)) for m in found if m is not None and m.group(2) == kind)
 
+    def last_committed(self) -> int:
+        """The last micro-batch whose output is in the sink (-1 before the first)."""
+        try:
+            text = self.committed.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return -1
+        except OSError as exc:
+            raise CheckpointMismatchError(f"{self.committed} cannot be read: {exc.strerror or exc}") from None
+        try:
+            batch = json.loads(text)["batch"]
+        except (ValueError, KeyError, TypeError):
+            batch = None
+        if type(batch) is not int or batch < 0:
+            raise CheckpointMismatchError(f"{self.committed} is not a pytimely commit record: {text[:200]!r}")
+        return batch
+
+    def recovery(self, identity: dict[str, Any]) -> Recovery:
+        """The recovery store of the query's state (``CK/pytimely/state``): a snapshot per micro-batch, two kept."""
+        from pytimely.recovery import Recovery, SnapshotPolicy
+
+        parameters = {"input": identity["input"], "output": identity["output"]}
+        return Recovery(self.state, job=identity["query"], policy=SnapshotPolicy(every_epochs=1, keep=2),
+                        parameters=parameters)  # fmt: skip
+
     def input_path(self, batch_id: int) -> Path:
         """Where ``batch_id``'s input is staged."""
         return self.inputs / f"batch-{batch_id:012d}.arrow"
@@ -361,6 +386,7 @@ class StreamCheckpoint:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
+        self.inputs.mkdir(parents=True, exist_ok=True)
         write_atomic(self.input_path(batch_id), sink.getvalue().to_pybytes())
 
     def staged(self, batch_id: int) -> pa.Table:
@@ -371,8 +397,8 @@ class StreamCheckpoint:
             return pa.ipc.open_file(source).read_all()
 
     def commit(self, batch_id: int) -> None:
-        """Record that ``batch_id``'s output is in the sink."""
-        write_atomic(self.commits / f"batch-{batch_id:012d}.done", f"{_time.time()}\n")
+        """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
+        write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
 
 
 def _check_identity(recorded: dict[str, Any], identity: dict[str, Any], where: Path) -> None:
@@ -444,10 +470,18 @@ class StreamHandler:
         self.input_schema: str = identity["input"]
         self.describe = f"pytimely dataflow {identity['build']} (query {identity['query']})"
         self.committed = checkpoint.open(identity)
-        self.host = EpochHost(build, workers, step_timeout=step_timeout)
-        restorer = restore if restore is not None else ReplayRestore(checkpoint, epoch)
+        self.snapshots = restore is None and epoch is None
+        """State from snapshots in the checkpoint (batch ids as epochs); else rebuilt by ``restore`` from staged
+        inputs (an event-time ``epoch`` column: a micro-batch's rows of an epoch still open are in no snapshot)."""
         started = _time.perf_counter()
-        restorer.restore(self.host, self.committed)
+        if self.snapshots:
+            last = self.committed[-1] if self.committed else -1
+            recovery = checkpoint.recovery(identity)
+            self.host = EpochHost(build, workers, step_timeout=step_timeout, recovery=recovery, resume_at=last)
+        else:
+            self.host = EpochHost(build, workers, step_timeout=step_timeout)
+            restorer = restore if restore is not None else ReplayRestore(checkpoint, epoch)
+            restorer.restore(self.host, self.committed)
         self.restore_s = _time.perf_counter() - started
         self.timings: list[BatchTiming] = []
         self.failure: PytimelyError | None = None
@@ -494,10 +528,15 @@ class StreamHandler:
         if self.check is not None:
             table = self.check(table, batch_id)
         collected = clock()
-        self.checkpoint.stage(batch_id, table)
+        if not self.snapshots:
+            self.checkpoint.stage(batch_id, table)
         staged = clock()
         output = self.host.feed(table, time=batch_id) if self.epoch is None else self.host.feed(table, epoch=self.epoch)
         result = self._table(output)
+        if self.snapshots:
+            # The state after this batch is durable before its output is: a restart after the sink's commit
+            # resumes from this snapshot, one before it from the snapshot before (Spark delivers the batch again).
+            self.host.await_snapshot(batch_id)
         computed = clock()
         self.sink.commit(batch_id, result)
         self.checkpoint.commit(batch_id)
@@ -603,7 +642,6 @@ def run_stream(
     name = getattr(build, "__qualname__", None) or type(build).__name__
     if not isinstance(checkpoint, StreamCheckpoint):
         checkpoint = StreamCheckpoint(checkpoint)
-    sink.prepare()
     with checkpoint.locked(_jvm_pid(source.sparkSession)):
         return _run_locked(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
@@ -652,6 +690,7 @@ def _run_locked(
         handler = make()
         restored = len(handler.committed)
         function = handler
+    sink.prepare()  # after the checkpoint is found to be this query's, before Spark writes anything of it
     writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
     writer = writer.queryName(f"{query}-{os.getpid()}")
     if available_now:
@@ -676,6 +715,8 @@ def _run_locked(
     finally:
         if running.isActive:
             running.stop()
+        if handler is not None:
+            handler.host.release()
     triggers = trigger_times(running)
     if handler is None:
         # The handler lived in the server's Python process: its timings stay there.
