@@ -25,6 +25,12 @@ half as many vertices, seed 42) in ``K`` files (default 10), one per micro-batch
 (e) the candidate "one barrier stage per micro-batch, state restored by replay": ``run_dataflow`` over every
     edge so far with the epoch column, at the same micro-batches (its cost grows with the history).
 The labels after the last micro-batch are checked against GraphX's.
+
+Restart (``--parts restart``): components over ``--restart-at`` micro-batches of history (default 10,50,200;
+``--restart-edges`` edges per micro-batch, default 2,000 over 20,000 vertices), files added to the folder in
+steps; after each step the query is started again with nothing new to read, and the time of that run (Spark's
+query start included) and of the state's restore are reported, with the checkpoint's size:
+(f) state from the newest snapshot (the default); (g) ``ReplayRestore``: every staged input fed again.
 """
 
 from __future__ import annotations
@@ -257,6 +263,49 @@ def word_count_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list
     return [ours, theirs]
 
 
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def restart_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
+    """Restart time after growing histories: snapshots (f) against replaying the staged inputs (g)."""
+    from pytimely.spark.streaming import CsvDirectorySink, ReplayRestore, StreamCheckpoint, run_stream
+
+    rng = np.random.default_rng(5)
+    directory = scratch / "restart-edges"
+    directory.mkdir()
+    base = time.time() - 100_000
+    rows: list[Row] = []
+    written = 0
+    for at in args.restart_at:
+        for k in range(written, at):
+            path = directory / f"e{k:05d}.csv"
+            edges = rng.integers(0, 20_000, size=(args.restart_edges, 2), dtype=np.int64)
+            with path.open("w") as handle:
+                handle.write("src,dst\n")
+                np.savetxt(handle, edges, fmt="%d", delimiter=",")
+            os.utime(path, (base + k, base + k))
+        written = at
+        for ident, name in (("f", "snapshots"), ("g", "replay")):
+            checkpoint = StreamCheckpoint(scratch / f"restart-ck-{name}")
+            restore = ReplayRestore(checkpoint) if name == "replay" else None
+            runs = []
+            for _ in range(2):  # the history's micro-batches, then a restart with nothing new
+                source = stream_wcc.edge_stream(spark, str(directory), "csv", 1)
+                started = time.perf_counter()
+                done = run_stream(
+                    stream_wcc.components, source, stream_wcc.SCHEMA, sink=CsvDirectorySink(scratch / f"out-{name}"),
+                    checkpoint=checkpoint, query="bench_restart", restore=restore, available_now=True,
+                )
+                runs.append((time.perf_counter() - started, done))
+            (restart_s, again) = runs[1]
+            rows.append({
+                "id": ident, "contender": name, "history": at, "restart_s": round(restart_s, 2),
+                "restore_s": round(again.restore_s, 3), "checkpoint_kb": round(_folder_bytes(checkpoint.root) / 1024),
+            })
+    return rows
+
+
 def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     """Start Spark, run both parts, return the facts and the rows."""
     from pytimely.spark import local_session
@@ -273,6 +322,8 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         rows = word_count_rows(spark, scratch, args) if "wordcount" in args.parts else []
         if "components" in args.parts:
             rows += components_rows(spark, scratch, args)
+        if "restart" in args.parts:
+            rows += restart_rows(spark, scratch, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return facts, rows
@@ -288,7 +339,9 @@ def main() -> None:
     parser.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--parts", type=lambda text: text.split(","), default=["wordcount", "components"],
-                        help="which parts to run: wordcount,components (default both)")
+                        help="which parts to run: wordcount,components,restart (default the first two)")
+    parser.add_argument("--restart-at", type=lambda text: [int(x) for x in text.split(",")], default=[10, 50, 200])
+    parser.add_argument("--restart-edges", type=int, default=2_000)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args()
@@ -299,8 +352,8 @@ def main() -> None:
     args.graphx_at = given or sorted({1, middle, args.edge_batches})
     if any(not 1 <= at <= args.edge_batches for at in args.graphx_at):
         parser.error(f"--graphx-at must name micro-batches 1..{args.edge_batches}")
-    if set(args.parts) - {"wordcount", "components"}:
-        parser.error("--parts names wordcount and/or components")
+    if set(args.parts) - {"wordcount", "components", "restart"}:
+        parser.error("--parts names wordcount, components and/or restart")
     facts, rows = run(args)
     if args.json:
         print_json(rows, facts)
@@ -332,6 +385,14 @@ def main() -> None:
             print(f"| {row['micro_batch']} | {row['edges_so_far']:,} | {row['pytimely_s']} s | {phases} s | "
                   f"{row['rows_out']:,} | {row['graphx_s']} s | **{row['speedup_over_graphx']}x** | "
                   f"{row['replay_stage_s']} s | {row['speedup_over_replay']}x |")
+    restarts = [row for row in rows if row["id"] in ("f", "g")]
+    if restarts:
+        print(f"\nRestart of components after a history of micro-batches ({args.restart_edges:,} edges each):\n")
+        print("| | state | history | restart (query start included) | restore | checkpoint |")
+        print("|---|---|---|---|---|---|")
+        for row in restarts:
+            print(f"| {row['id']} | {row['contender']} | {row['history']} | {row['restart_s']} s | "
+                  f"{row['restore_s']} s | {row['checkpoint_kb']:,} KiB |")
 
 if __name__ == "__main__":
     main()

@@ -368,12 +368,17 @@ class StreamCheckpoint:
         return batch
 
     def recovery(self, identity: dict[str, Any]) -> Recovery:
-        """The recovery store of the query's state (``CK/pytimely/state``): a snapshot per micro-batch, two kept."""
+        """The recovery store of the query's state (``CK/pytimely/state``): a whole snapshot per micro-batch, two
+        kept."""
         from pytimely.recovery import Recovery, SnapshotPolicy
 
         parameters = {"input": identity["input"], "output": identity["output"]}
-        return Recovery(self.state, job=identity["query"], policy=SnapshotPolicy(every_epochs=1, keep=2),
-                        parameters=parameters)  # fmt: skip
+        # Every snapshot writes the whole state (rewrite_every=1): with a rotation of unchanged bins (2 or 4),
+        # connected_components' reported labels stayed pinned to one payload file per micro-batch or two, each
+        # holding a copy of the graph, so the checkpoint grew with the history (28 MiB after 30 micro-batches of
+        # 2,000 edges, against 1.3 MiB for one copy). One copy plus the one before is what a restart needs.
+        policy = SnapshotPolicy(every_epochs=1, keep=2, rewrite_every=1)
+        return Recovery(self.state, job=identity["query"], policy=policy, parameters=parameters)
 
     def input_path(self, batch_id: int) -> Path:
         """Where ``batch_id``'s input is staged."""
