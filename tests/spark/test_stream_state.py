@@ -65,3 +65,20 @@ def test_a_restart_on_other_workers_gives_the_uninterrupted_changelog(spark: Any
     assert len(expected) == 6
     assert {p.name: p.read_bytes() for p in sorted((parts / "out").iterdir())} == expected
     assert not (parts / "ck" / "pytimely" / "inputs").exists()
+
+
+def test_a_growing_graphs_checkpoint_holds_a_few_copies_of_its_state(spark: Any, tmp_path: Path) -> None:
+    """Components (two stateful operators): each keeps its own turn in rewriting unchanged bins, so no payload
+    file stays needed for longer than the rotation (four snapshots), however long the history."""
+    stream_wcc = load("stream_wcc")
+    rng = random.Random(8)
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    for k in range(16):
+        edges = "".join(f"{rng.randrange(3000)},{rng.randrange(3000)}\n" for _ in range(300))
+        drop(incoming, f"e{k:02d}.csv", "src,dst\n" + edges, k)
+    args = ["--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+            "--available-now", "--files-per-batch", "1"]  # fmt: skip
+    assert stream_wcc.main(args) == 0
+    assert len(list(out.glob("batch-*.csv"))) == 16
+    payloads = list((ck / "pytimely" / "state" / "snapshots").iterdir())
+    assert len(payloads) <= 5, sorted(p.name for p in payloads)

