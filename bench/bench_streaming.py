@@ -25,6 +25,12 @@ half as many vertices, seed 42) in ``K`` files (default 10), one per micro-batch
 (e) the candidate "one barrier stage per micro-batch, state restored by replay": ``run_dataflow`` over every
     edge so far with the epoch column, at the same micro-batches (its cost grows with the history).
 The labels after the last micro-batch are checked against GraphX's.
+
+Restart (``--parts restart``): components over ``--restart-at`` micro-batches of history (default 10,50,200;
+``--restart-edges`` edges per micro-batch, default 2,000 over 20,000 vertices), files added to the folder in
+steps; after each step the query is started again with nothing new to read, and the time of that run (Spark's
+query start included) and of the state's restore are reported, with the checkpoint's size:
+(f) state from the newest snapshot (the default); (g) ``ReplayRestore``: every staged input fed again.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import print_json
+from harness import Column, Table, parser, report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -257,6 +263,49 @@ def word_count_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list
     return [ours, theirs]
 
 
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def restart_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
+    """Restart time after growing histories: snapshots (f) against replaying the staged inputs (g)."""
+    from pytimely.spark.streaming import CsvDirectorySink, ReplayRestore, StreamCheckpoint, run_stream
+
+    rng = np.random.default_rng(5)
+    directory = scratch / "restart-edges"
+    directory.mkdir()
+    base = time.time() - 100_000
+    rows: list[Row] = []
+    written = 0
+    for at in args.restart_at:
+        for k in range(written, at):
+            path = directory / f"e{k:05d}.csv"
+            edges = rng.integers(0, 20_000, size=(args.restart_edges, 2), dtype=np.int64)
+            with path.open("w") as handle:
+                handle.write("src,dst\n")
+                np.savetxt(handle, edges, fmt="%d", delimiter=",")
+            os.utime(path, (base + k, base + k))
+        written = at
+        for ident, name in (("f", "snapshots"), ("g", "replay")):
+            checkpoint = StreamCheckpoint(scratch / f"restart-ck-{name}")
+            restore = ReplayRestore(checkpoint) if name == "replay" else None
+            runs = []
+            for _ in range(2):  # the history's micro-batches, then a restart with nothing new
+                source = stream_wcc.edge_stream(spark, str(directory), "csv", 1)
+                started = time.perf_counter()
+                done = run_stream(
+                    stream_wcc.components, source, stream_wcc.SCHEMA, sink=CsvDirectorySink(scratch / f"out-{name}"),
+                    checkpoint=checkpoint, query="bench_restart", restore=restore, available_now=True,
+                )
+                runs.append((time.perf_counter() - started, done))
+            (restart_s, again) = runs[1]
+            rows.append({
+                "id": ident, "contender": name, "history": at, "restart_s": round(restart_s, 2),
+                "restore_s": round(again.restore_s, 3), "checkpoint_kb": round(_folder_bytes(checkpoint.root) / 1024),
+            })
+    return rows
+
+
 def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     """Start Spark, run both parts, return the facts and the rows."""
     from pytimely.spark import local_session
@@ -273,65 +322,93 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         rows = word_count_rows(spark, scratch, args) if "wordcount" in args.parts else []
         if "components" in args.parts:
             rows += components_rows(spark, scratch, args)
+        if "restart" in args.parts:
+            rows += restart_rows(spark, scratch, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return facts, rows
 
 
+def _gain(row: Row) -> str | None:
+    if "p50_speedup" not in row:
+        return None
+    return f"**{row['p50_speedup']}x** / {row['p99_speedup']}x / {row['throughput_ratio']}x"
+
+
+def _phases(row: Row) -> str:
+    return " / ".join(f"{row[f'pytimely_{p}_s']}" for p in ("collect", "stage", "compute", "sink")) + " s"
+
+
+WORD_COLUMNS = [
+    Column("", "id"),
+    Column("query", "contender"),
+    Column("p50 per micro-batch", "p50_ms", "{} ms"),
+    Column("p99", "p99_ms", "{} ms"),
+    Column("words/s", "words_per_s", "{:,}"),
+    Column("pytimely's speed-up (p50 / p99 / throughput)", _gain),
+]
+GRAPH_COLUMNS = [
+    Column("micro-batch", "micro_batch"),
+    Column("edges so far", "edges_so_far", "{:,}"),
+    Column("pytimely (c)", "pytimely_s", "{} s"),
+    Column("collect / stage / compute / sink", _phases),
+    Column("rows out", "rows_out", "{:,}"),
+    Column("GraphX recomputed (d)", "graphx_s", "{} s"),
+    Column("(d)/(c)", "speedup_over_graphx", "**{}x**"),
+    Column("barrier stage replaying the history (e)", "replay_stage_s", "{} s"),
+    Column("(e)/(c)", "speedup_over_replay", "{}x"),
+]
+RESTART_COLUMNS = [
+    Column("", "id"),
+    Column("state", "contender"),
+    Column("history", "history"),
+    Column("restart (query start included)", "restart_s", "{} s"),
+    Column("restore", "restore_s", "{} s"),
+    Column("checkpoint", "checkpoint_kb", "{:,} KiB"),
+]
+
+
 def main() -> None:
     """Parse, run, print."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=int, default=40)
-    parser.add_argument("--words-per-batch", type=int, default=50_000)
-    parser.add_argument("--edges", type=int, default=1_000_000)
-    parser.add_argument("--edge-batches", type=int, default=10)
-    parser.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")
-    parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--parts", type=lambda text: text.split(","), default=["wordcount", "components"],
-                        help="which parts to run: wordcount,components (default both)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    args = parser.parse_args()
+    command = parser(__doc__)
+    command.add_argument("--batches", type=int, default=40)
+    command.add_argument("--words-per-batch", type=int, default=50_000)
+    command.add_argument("--edges", type=int, default=1_000_000)
+    command.add_argument("--edge-batches", type=int, default=10)
+    command.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")
+    command.add_argument("--slots", type=int, default=2)
+    command.add_argument("--parts", type=lambda text: text.split(","), default=["wordcount", "components"],
+                         help="which parts to run: wordcount,components,restart (default the first two)")
+    command.add_argument("--restart-at", type=lambda text: [int(x) for x in text.split(",")], default=[10, 50, 200])
+    command.add_argument("--restart-edges", type=int, default=2_000)
+    args = command.parse_args()
     if args.quick:
         args.batches, args.words_per_batch, args.edges, args.edge_batches = 5, 2_000, 20_000, 3
     given = [int(x) for x in args.graphx_at.split(",") if x.strip()]
     middle = (args.edge_batches + 1) // 2
     args.graphx_at = given or sorted({1, middle, args.edge_batches})
     if any(not 1 <= at <= args.edge_batches for at in args.graphx_at):
-        parser.error(f"--graphx-at must name micro-batches 1..{args.edge_batches}")
-    if set(args.parts) - {"wordcount", "components"}:
-        parser.error("--parts names wordcount and/or components")
+        command.error(f"--graphx-at must name micro-batches 1..{args.edge_batches}")
+    if set(args.parts) - {"wordcount", "components", "restart"}:
+        command.error("--parts names wordcount, components and/or restart")
     facts, rows = run(args)
-    if args.json:
-        print_json(rows, facts)
-        return
-    print(
-        f"Python {facts['python']}, Spark {facts['spark']} local[{facts['slots']}] (started in "
-        f"{facts['spark_start_s']} s, not counted)\n"
-    )
     words = [row for row in rows if row["id"] in ("a", "b")]
-    if words:
-        print(f"Word count, {args.batches} micro-batches of {args.words_per_batch:,} words (first two not "
-              "counted):\n")
-        print("| | query | p50 per micro-batch | p99 | words/s | pytimely's speed-up (p50 / p99 / throughput) |")
-        print("|---|---|---|---|---|---|")
-        for row in words:
-            gain = (f"**{row['p50_speedup']}x** / {row['p99_speedup']}x / {row['throughput_ratio']}x"
-                    if "p50_speedup" in row else "")
-            print(f"| {row['id']} | {row['contender']} | {row['p50_ms']} ms | {row['p99_ms']} ms | "
-                  f"{row['words_per_s']:,} | {gain} |")
     graph = [row for row in rows if row["id"] == "c-d-e"]
+    restarts = [row for row in rows if row["id"] in ("f", "g")]
+    tables = []
+    if words:
+        title = f"Word count, {args.batches} micro-batches of {args.words_per_batch:,} words (first two not counted):"
+        tables.append(Table(WORD_COLUMNS, words, title))
     if graph:
-        print(f"\nConnected components, {args.edges:,} edges in {args.edge_batches} micro-batches (a 2-row barrier "
-              f"stage takes {graph[0]['two_row_stage_s']} s):\n")
-        print("| micro-batch | edges so far | pytimely (c) | collect / stage / compute / sink | rows out | "
-              "GraphX recomputed (d) | (d)/(c) | barrier stage replaying the history (e) | (e)/(c) |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for row in graph:
-            phases = " / ".join(f"{row[f'pytimely_{p}_s']}" for p in ("collect", "stage", "compute", "sink"))
-            print(f"| {row['micro_batch']} | {row['edges_so_far']:,} | {row['pytimely_s']} s | {phases} s | "
-                  f"{row['rows_out']:,} | {row['graphx_s']} s | **{row['speedup_over_graphx']}x** | "
-                  f"{row['replay_stage_s']} s | {row['speedup_over_replay']}x |")
+        title = (f"Connected components, {args.edges:,} edges in {args.edge_batches} micro-batches (a 2-row barrier "
+                 f"stage takes {graph[0]['two_row_stage_s']} s):")
+        tables.append(Table(GRAPH_COLUMNS, graph, title))
+    if restarts:
+        title = f"Restart of components after a history of micro-batches ({args.restart_edges:,} edges each):"
+        tables.append(Table(RESTART_COLUMNS, restarts, title))
+    note = f"Spark {facts['spark']} local[{facts['slots']}] (started in {facts['spark_start_s']} s, not counted)"
+    report(rows, tables, as_json=args.json, facts=facts, note=note)
+
 
 if __name__ == "__main__":
     main()

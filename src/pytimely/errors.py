@@ -568,6 +568,14 @@ class CheckpointInUseError(StreamError):
     """Another run holds the streaming checkpoint (or its Spark JVM still runs); names the checkpoint and holder."""
 
 
+class CheckpointLocationError(StreamError, InvalidArgument):
+    """A streaming checkpoint's URL names a place that cannot hold it (a scheme without locks or renames)."""
+
+
+class StreamSinkError(StreamError, OSError):
+    """A streaming query's sink cannot be written (no permission, a file in the way); raised before the first epoch."""
+
+
 class BatchError(DataflowError):
     """A batch does not fit what an operator does with it; names the operator (once known), the kind, the column."""
 

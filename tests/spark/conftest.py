@@ -40,10 +40,12 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def connect(connect_server: Any) -> Iterator[Any]:
+def connect(connect_server: Any, spark: Any) -> Iterator[Any]:
     """A Spark Connect client session on the test server, stopped at the end of the module.
 
     Its gRPC channel holds sockets and threads while it lives; later tests count the process's descriptors.
+    The classic session starts first: a Connect session made in a process without one switches PySpark to
+    remote mode for the whole process, and the classic session could not start afterwards.
     """
     from pytimely.spark.session import connect_session
 

@@ -36,6 +36,7 @@ import pickle
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pytimely.dataflow.channels import Direct
@@ -156,6 +157,8 @@ class WorkerRecovery:
         self._commits: list[tuple[Future[None], Callable[[], None]]] = []
         self._retained = Retained(self._committed) if worker.index == 0 else None
         self._final_committed = False
+        self.durable_epoch = -1 if self._committed is None else self._committed.epoch
+        """Worker 0: the epoch of the newest manifest whose commit is durable (written and synced)."""
         self._closed = False
         self._finishing = False
         self.leave_at: Any = None
@@ -326,7 +329,25 @@ class WorkerRecovery:
                 self._commits.remove((waiting, taken))
                 taken()
         commit = self.session.committer.submit(snapshots.commit, manifest, keep, self._retained)
+        commit.add_done_callback(partial(self._durable, manifest.epoch))
         self._commits.append((commit, self.worker.await_other_thread(commit)))
+
+    def holds(self, epoch: int) -> bool:
+        """Worker 0: whether the store's durable snapshots hold every epoch up to ``epoch``.
+
+        An epoch that changed no declared state has no manifest of its own: the one before it stands for it, once
+        every worker is past the epoch (the commit dataflow's frontier) and what was reported of it is committed.
+        """
+        port = self._port
+        if port is None or port.frontier.less_equal(epoch) or any(e <= epoch for e in self._collected):
+            return False
+        submitted = -1 if self._committed is None else self._committed.epoch
+        return self.durable_epoch >= min(submitted, epoch)
+
+    def _durable(self, epoch: int, commit: Future[None]) -> None:
+        """The committer's callback: a manifest written without error is durable (cancelled ones are not)."""
+        if not commit.cancelled() and commit.exception() is None:
+            self.durable_epoch = max(self.durable_epoch, epoch)
 
     # -- waiting for the writer ------------------------------------------------------------------
 
@@ -365,6 +386,8 @@ class _Stateful:
     states: list[tuple[str, Declared]]
     fence: int | None = None
     finished: bool = False
+    taken: int = 0
+    """Snapshots taken of this operator: its turn in the rewriting of unchanged bins."""
 
 
 @dataclass(slots=True)
@@ -392,7 +415,6 @@ class DataflowRecovery:
         self.stateful: list[_Stateful] = []
         self._by_index: dict[int, _Stateful] = {}
         self._stop: int | None = None
-        self._taken = 0
         self._assembling: dict[int, _Assembling] = {}
         self._logs: dict[str, list[Where]] = {}
         self._values: dict[str, bytes] = {}
@@ -615,8 +637,11 @@ class DataflowRecovery:
                                                                bytearray())  # fmt: skip
         part, buffer = assembling.part, assembling.buffer
         name = part.files[0][0]
-        turn = self._taken % policy.rewrite_every
-        self._taken += 1
+        # The turn is the operator's own: a count shared by a dataflow's operators advanced once per operator
+        # and epoch, so with two stateful operators each saw every other turn and half its bins were never
+        # written again (each pinning an old payload file: the store grew with the history).
+        turn = entry.taken % policy.rewrite_every
+        entry.taken += 1
         op = entry.op
 
         def piece(value: Any, key: str) -> Where:

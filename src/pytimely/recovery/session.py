@@ -140,11 +140,17 @@ class Recovery:
         manifest = opened.manifest
         return Committed(manifest.resume_epoch, {k: dict(v) for k, v in manifest.positions.items()})
 
-    def open(self, *, process: int = 0, joining: bool = False, threads: Threads = REAL_THREADS) -> Session:
+    def open(
+        self, *, process: int = 0, joining: bool = False, at_most: int | None = None, threads: Threads = REAL_THREADS
+    ) -> Session:
         """Open the store for this process (see the module doc); the first process (``process == 0``) cleans it.
 
         ``joining``: this process joins a computation already running; it restores nothing and learns the epoch
-        the run resumed at from the store. ``threads`` start the threads that write (a simulator's, simulated).
+        the run resumed at from the store. ``at_most``: resume from the newest snapshot of an epoch at or before
+        it (a streaming query's last committed micro-batch); the first process removes the later ones, and the
+        older ones too (the one restored from is verified; the committer's memory of what it keeps starts from
+        it, so an older snapshot left now would never be removed: a store restarted often would grow).
+        ``threads`` start the threads that write (a simulator's, simulated).
         """
         store = open_store(self.store)
         store.check_writable()
@@ -157,9 +163,11 @@ class Recovery:
         if joining:
             resume = snapshots.get_run()
             return Session(self, snapshots, identity, None, resume or 0, process, True, threads)
-        opened = snapshots.latest(identity, self.announce if first else None)
+        opened = snapshots.latest(identity, self.announce if first else None, at_most=at_most)
         if first:
             snapshots.clean(None if opened is None else opened.manifest)
+            if at_most is not None and opened is not None:
+                snapshots.prune(1, opened.manifest.epoch)
         resume = 0 if opened is None else opened.manifest.resume_epoch
         if first:
             snapshots.put_run(resume, identity)

@@ -222,13 +222,17 @@ class Snapshots:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def latest(self, identity: str, announce: Any = None) -> Opened | None:
+    def latest(self, identity: str, announce: Any = None, *, at_most: int | None = None) -> Opened | None:
         """The newest usable snapshot, its files read and verified; older ones when the newest is not usable.
 
-        Each snapshot passed over is reported as a :class:`RecoveryWarning` (and on ``announce``), naming the
-        file at fault. ``None`` when there is no usable snapshot (a warning says so if there were any).
+        With ``at_most``, snapshots of later epochs are passed over silently (a streaming query's output was
+        committed up to that epoch: a later snapshot holds input whose output nobody committed). Each snapshot
+        passed over otherwise is reported as a :class:`RecoveryWarning` (and on ``announce``), naming the file at
+        fault. ``None`` when there is no usable snapshot (a warning says so if there were any).
         """
         names = self.store.list("manifests")
+        if at_most is not None:
+            names = [n for n in names if (e := epoch_of(n)) is not None and e <= at_most]
         for name in reversed(names):
             try:
                 manifest = self._read_manifest(name)

@@ -5,6 +5,11 @@ between calls. ``feed(table, time=t)`` sends an Arrow table's rows at epoch ``t`
 column) and steps the workers until the output can hold nothing more before the next epoch; it returns the
 output batches that appeared meanwhile, ``(time, batch)`` in time order. The workers are stepped in turn by
 the calling thread: no thread is left behind, and the same inputs give the same outputs.
+
+With ``recovery`` (a :class:`~pytimely.recovery.Recovery`) the dataflow's declared state is snapshotted at every
+epoch and restored when the host is made (``resume_at``: the newest snapshot at or before that epoch);
+:meth:`EpochHost.await_snapshot` waits until an epoch's snapshot is durable, so a caller can commit its output
+only then. The output is handed out by a sink, not a capture, so nothing of it is kept in the snapshots.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ if TYPE_CHECKING:
 
     from pytimely.dataflow.operators.probe import ProbeHandle
     from pytimely.dataflow.stream import Stream
+    from pytimely.recovery import Recovery
+    from pytimely.recovery.runtime import WorkerRecovery
 
 __all__ = ["EpochHost", "late_rows"]
 
@@ -31,23 +38,67 @@ Build = Callable[["Stream[Any]"], "Stream[Any]"]
 class EpochHost:
     """``build`` on ``workers`` in-process workers, fed epoch by epoch and stepped by the caller."""
 
-    def __init__(self, build: Build, workers: int = 1, *, step_timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        build: Build,
+        workers: int = 1,
+        *,
+        step_timeout: float = 600.0,
+        recovery: Recovery | None = None,
+        resume_at: int | None = None,
+    ) -> None:
         if type(workers) is not int or workers < 1:
             raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
         self._workers = [Worker(a) for a in LocalAllocator.group(workers)]
         self._step_timeout = step_timeout
+        self._session = None if recovery is None else recovery.open(at_most=resume_at)
+        self._recoveries: list[WorkerRecovery] = []
+        if self._session is not None:
+            for worker in self._workers:
+                hook = self._session.worker(worker)
+                worker.recover_with(hook)
+                self._recoveries.append(hook)
         self._handles: list[Any] = []
         self._probes: list[ProbeHandle[Any]] = []
         self._captured: list[list[tuple[Any, list[Any]]]] = []
         self._read = [0] * workers
         self._pending: list[tuple[int, Any]] = []
-        self.frontier = 0
-        """Every epoch before this one is complete: its output has been handed out."""
+        self.frontier = 0 if self._session is None else self._session.resume
+        """Every epoch before this one is complete: its output has been handed out (or is in the snapshot
+        restored from)."""
         for worker in self._workers:
             handle, probe, captured = worker.dataflow(lambda scope: _dataflow(scope, build))
             self._handles.append(handle)
             self._probes.append(probe)
             self._captured.append(captured)
+
+    @property
+    def resumed(self) -> int:
+        """The first epoch this host computes: 0, or the one after the snapshot it was restored from."""
+        return 0 if self._session is None else self._session.resume
+
+    def await_snapshot(self, epoch: int) -> None:
+        """Step the workers until the snapshot of ``epoch`` is durable in the recovery store."""
+        if not self._recoveries:
+            raise InvalidArgument("await_snapshot: this host keeps no snapshots (made without recovery=)")
+        if not self.keeps_state:
+            return
+        deadline = _time.monotonic() + self._step_timeout
+        first = self._recoveries[0]
+        while not first.holds(epoch):
+            worked = False
+            for worker in self._workers:
+                worker.step()
+                worked = worker.last_step_worked or worked
+            if not worked:
+                _time.sleep(0.0005)  # the commit is a file write on the committer's thread
+            if _time.monotonic() > deadline:
+                raise StepTimeoutError(f"the snapshot of epoch {epoch} was not durable within {self._step_timeout} s")
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether the dataflow declares state that is snapshotted (a stateless one has nothing to restore)."""
+        return any(df.stateful for hook in self._recoveries for df in hook.dataflows)
 
     @property
     def workers(self) -> int:
@@ -121,10 +172,18 @@ class EpochHost:
 
     def close(self) -> None:
         """Close the inputs and run the dataflow to its end (the last open epoch's output is dropped)."""
-        for handle in self._handles:
-            if not handle.closed:
-                handle.close()
-        self._run_until_done()
+        try:
+            for handle in self._handles:
+                if not handle.closed:
+                    handle.close()
+            self._run_until_done()
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Stop the recovery store's writer threads (what they write finishes first); the state stays as it is."""
+        if self._session is not None:
+            self._session.close()
 
     def _run_until_done(self) -> None:
         deadline = _time.monotonic() + self._step_timeout
@@ -138,7 +197,10 @@ def _dataflow(scope: Any, build: Build) -> tuple[Any, Any, Any]:
     out = build(stream)
     if out is None or not hasattr(out, "capture"):
         raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
-    return handle, out.probe(name="epoch-probe"), out.capture()
+    # A sink, not a capture: a capture's list is declared state, and snapshots would keep every epoch's output.
+    captured: list[tuple[Any, Any]] = []
+    out.sink(lambda time, batch: captured.append((time, batch)), name="epoch-output")
+    return handle, out.probe(name="epoch-probe"), captured
 
 
 def late_rows(table: pa.Table, epoch: str, frontier: int) -> int:

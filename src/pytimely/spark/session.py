@@ -309,6 +309,13 @@ def session_for(master: str, *, app_name: str = "pytimely") -> SparkSession:
     return spark
 
 
+def _classic_running() -> bool:
+    """Whether this process runs a classic SparkContext (then it cannot switch PySpark to remote mode)."""
+    from pyspark.core.context import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
 def connect_session(url: str) -> SparkSession:
     """A Spark Connect client session on ``url`` (``sc://host:port``); needs the ``connect`` extra."""
     try:
@@ -324,7 +331,14 @@ def connect_session(url: str) -> SparkSession:
             f"Spark Connect needs its client libraries ({exc}): `pip install 'pytimely[connect]'`"
         ) from exc
     try:
-        # Connect's own builder: the generic one refuses while a classic session runs in this process.
-        return RemoteSession.builder.remote(url).getOrCreate()  # type: ignore[return-value]
+        if _classic_running():
+            # The generic builder refuses while a classic session runs in this process; Connect's own builder
+            # works but leaves PySpark out of remote mode (``pyspark.sql.functions`` then expects a classic
+            # session), so a process that mixes both uses ``DataFrame`` methods and SQL expressions only.
+            return RemoteSession.builder.remote(url).getOrCreate()  # type: ignore[return-value]
+        from pyspark.sql import SparkSession
+
+        # The generic builder puts PySpark in remote mode: ``pyspark.sql.functions`` then builds Connect columns.
+        return SparkSession.builder.remote(url).getOrCreate()
     except Exception as exc:
         raise SparkConnectError(f"could not reach the Spark Connect server {url}: {type(exc).__name__}: {exc}") from exc

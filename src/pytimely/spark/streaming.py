@@ -40,12 +40,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pytimely.atomic import write_atomic
 from pytimely.errors import (
     CheckpointInUseError,
+    CheckpointLocationError,
     CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
     StreamError,
     StreamInputError,
     StreamSchemaError,
+    StreamSinkError,
 )
 from pytimely.spark.epoch_host import Build, EpochHost
 from pytimely.spark.hosting import ship_by_value, to_record_batch
@@ -53,6 +55,8 @@ from pytimely.spark.hosting import ship_by_value, to_record_batch
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from pytimely.recovery import Recovery
 
 __all__ = [
     "BatchTiming",
@@ -64,15 +68,19 @@ __all__ = [
     "StreamCheckpoint",
     "StreamHandler",
     "StreamRun",
+    "local_folder",
     "run_stream",
 ]
 
-_FORMAT = 1
+_FORMAT = 2
 _BATCH = re.compile(r"^batch-(\d{12})\.(arrow|done)$")
 
 
 class Sink(Protocol):
     """Where each micro-batch's output goes; ``commit`` must be atomic and idempotent per batch id."""
+
+    def prepare(self) -> None:
+        """Make sure the output can be written, before the first micro-batch (else :class:`StreamSinkError`)."""
 
     def commit(self, batch_id: int, table: pa.Table) -> None:
         """Make ``table`` the output of ``batch_id``, all of it or none, replacing an earlier attempt's."""
@@ -107,8 +115,12 @@ class CsvDirectorySink:
     """Each micro-batch's output as ``DIR/batch-<id>.csv`` (a header, then its rows), renamed into place."""
 
     def __init__(self, directory: str | os.PathLike[str], *, order_by: Sequence[str] = ()) -> None:
-        self.directory = Path(directory)
+        self.directory = local_folder(directory, "sink", StreamSinkError)
         self.order_by = list(order_by)
+
+    def prepare(self) -> None:
+        """Make the folder and check that a file can be written in it."""
+        _check_writable(self.directory, "sink")
 
     def path(self, batch_id: int) -> Path:
         """The file holding ``batch_id``'s output."""
@@ -132,8 +144,12 @@ class SparkTableSink:
 
     def __init__(self, spark: Any, directory: str | os.PathLike[str], *, format: str = "parquet") -> None:
         self.spark = spark
-        self.directory = Path(directory)
+        self.directory = local_folder(directory, "sink", StreamSinkError)
         self.format = format
+
+    def prepare(self) -> None:
+        """Make the folder and check that a file can be written in it."""
+        _check_writable(self.directory, "sink")
 
     def path(self, batch_id: int) -> Path:
         """The directory holding ``batch_id``'s output."""
@@ -170,6 +186,47 @@ def _csv(table: pa.Table) -> bytes:
     text.write(header)
     csv.writer(text, lineterminator="\n").writerows(zip(*(c.to_pylist() for c in table.columns), strict=True))
     return text.getvalue().encode("utf-8")
+
+
+_LOCAL_SCHEMES = ("file", "local")
+
+
+def local_folder(
+    location: str | os.PathLike[str], what: str, error: type[PytimelyError] = CheckpointLocationError
+) -> Path:
+    """``location`` (a path, ``file:///ABS`` or ``local:///ABS``) as a local folder; another scheme is refused.
+
+    A streaming checkpoint is held with ``flock`` and written by rename, which object stores (``s3://``,
+    ``gs://``, ...) do not offer, so such a URL is refused here, before anything is made, with ``error``.
+    """
+    text = os.fspath(location)
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", text)
+    if match is None:
+        return Path(text)
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in _LOCAL_SCHEMES:
+        raise error(
+            f"the {what} {text}: a {parts.scheme}:// location cannot hold it (it needs a local or mounted folder, "
+            "with file locks and atomic renames); give a path or a file:// URL"
+        )
+    if parts.netloc not in ("", "localhost"):
+        raise error(f"the {what} {text}: file:// URL of another host {parts.netloc!r}; give a local path")
+    return Path(unquote(parts.path))
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """Make ``folder`` and write (then remove) a probe file in it; any failure is :class:`StreamSinkError`."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".pytimely-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StreamSinkError(f"the {what} {folder} cannot be written: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise StreamSinkError(f"the {what} {folder} cannot be written: no permission")
 
 
 def _recorded_jvm(text: str) -> int | None:
@@ -216,11 +273,12 @@ class StreamCheckpoint:
     """pytimely's half of a streaming checkpoint: the query's identity, staged inputs and commits."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.root = Path(directory)
+        self.root = local_folder(directory, "checkpoint")
         self.spark = self.root / "spark"
         self.own = self.root / "pytimely"
         self.inputs = self.own / "inputs"
-        self.commits = self.own / "commits"
+        self.state = self.own / "state"
+        self.committed = self.own / "committed.json"
 
     @contextlib.contextmanager
     def locked(self, jvm_pid: int | None = None, *, wait: float = 30.0) -> Iterator[None]:
@@ -272,17 +330,15 @@ class StreamCheckpoint:
                 "another query; give a new checkpoint directory"
             )
         else:
-            self.inputs.mkdir(parents=True, exist_ok=True)
-            self.commits.mkdir(parents=True, exist_ok=True)
+            self.own.mkdir(parents=True, exist_ok=True)
             write_atomic(where, json.dumps(identity, indent=1, sort_keys=True) + "\n")
-        committed = self._ids(self.commits, "done")
-        if committed and not (self.spark / "offsets").exists():
+        last = self.last_committed()
+        if last >= 0 and not (self.spark / "offsets").exists():
             raise CheckpointMismatchError(
-                f"{self.root} records {len(committed)} committed micro-batch(es) but Spark's checkpoint "
+                f"{self.root} records {last + 1} committed micro-batch(es) but Spark's checkpoint "
                 f"({self.spark}) is gone: the query would read its input again from the start"
             )
-        if committed != list(range(len(committed))):
-            raise CheckpointMismatchError(f"{self.commits} lacks the commits of some micro-batches: {committed[:20]}")
+        committed = list(range(last + 1))
         for batch in self._ids(self.inputs, "arrow"):
             if batch not in set(committed):
                 self.input_path(batch).unlink(missing_ok=True)
@@ -295,6 +351,32 @@ class StreamCheckpoint:
         found = (_BATCH.match(p.name) for p in directory.iterdir())
         return sorted(int(m.group(1)) for m in found if m is not None and m.group(2) == kind)
 
+    def last_committed(self) -> int:
+        """The last micro-batch whose output is in the sink (-1 before the first)."""
+        try:
+            text = self.committed.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return -1
+        except OSError as exc:
+            raise CheckpointMismatchError(f"{self.committed} cannot be read: {exc.strerror or exc}") from None
+        try:
+            batch = json.loads(text)["batch"]
+        except (ValueError, KeyError, TypeError):
+            batch = None
+        if type(batch) is not int or batch < 0:
+            raise CheckpointMismatchError(f"{self.committed} is not a pytimely commit record: {text[:200]!r}")
+        return batch
+
+    def recovery(self, identity: dict[str, Any]) -> Recovery:
+        """The recovery store of the query's state (``CK/pytimely/state``): a snapshot per micro-batch, two kept."""
+        from pytimely.recovery import Recovery, SnapshotPolicy
+
+        parameters = {"input": identity["input"], "output": identity["output"]}
+        # Unchanged bins are written again every 4th snapshot: a payload file is needed by at most 4 snapshots,
+        # so the checkpoint holds a few copies of the state at most, whatever the history.
+        policy = SnapshotPolicy(every_epochs=1, keep=2, rewrite_every=4)
+        return Recovery(self.state, job=identity["query"], policy=policy, parameters=parameters)
+
     def input_path(self, batch_id: int) -> Path:
         """Where ``batch_id``'s input is staged."""
         return self.inputs / f"batch-{batch_id:012d}.arrow"
@@ -306,6 +388,7 @@ class StreamCheckpoint:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
+        self.inputs.mkdir(parents=True, exist_ok=True)
         write_atomic(self.input_path(batch_id), sink.getvalue().to_pybytes())
 
     def staged(self, batch_id: int) -> pa.Table:
@@ -316,8 +399,8 @@ class StreamCheckpoint:
             return pa.ipc.open_file(source).read_all()
 
     def commit(self, batch_id: int) -> None:
-        """Record that ``batch_id``'s output is in the sink."""
-        write_atomic(self.commits / f"batch-{batch_id:012d}.done", f"{_time.time()}\n")
+        """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
+        write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
 
 
 def _check_identity(recorded: dict[str, Any], identity: dict[str, Any], where: Path) -> None:
@@ -387,11 +470,20 @@ class StreamHandler:
         self.epoch = epoch
         self.check = check
         self.input_schema: str = identity["input"]
+        self.describe = f"pytimely dataflow {identity['build']} (query {identity['query']})"
         self.committed = checkpoint.open(identity)
-        self.host = EpochHost(build, workers, step_timeout=step_timeout)
-        restorer = restore if restore is not None else ReplayRestore(checkpoint, epoch)
+        self.snapshots = restore is None and epoch is None
+        """State from snapshots in the checkpoint (batch ids as epochs); else rebuilt by ``restore`` from staged
+        inputs (an event-time ``epoch`` column: a micro-batch's rows of an epoch still open are in no snapshot)."""
         started = _time.perf_counter()
-        restorer.restore(self.host, self.committed)
+        if self.snapshots:
+            last = self.committed[-1] if self.committed else -1
+            recovery = checkpoint.recovery(identity)
+            self.host = EpochHost(build, workers, step_timeout=step_timeout, recovery=recovery, resume_at=last)
+        else:
+            self.host = EpochHost(build, workers, step_timeout=step_timeout)
+            restorer = restore if restore is not None else ReplayRestore(checkpoint, epoch)
+            restorer.restore(self.host, self.committed)
         self.restore_s = _time.perf_counter() - started
         self.timings: list[BatchTiming] = []
         self.failure: PytimelyError | None = None
@@ -433,14 +525,20 @@ class StreamHandler:
                 f"micro-batch {batch_id}: the source's schema changed from {self.input_schema} to "
                 f"{frame.schema.simpleString()}"
             )
-        table = _collect(frame, batch_id)
+        with _job_description(frame, f"{self.describe}: epoch {batch_id}"):
+            table = _collect(frame, batch_id)
         if self.check is not None:
             table = self.check(table, batch_id)
         collected = clock()
-        self.checkpoint.stage(batch_id, table)
+        if not self.snapshots:
+            self.checkpoint.stage(batch_id, table)
         staged = clock()
         output = self.host.feed(table, time=batch_id) if self.epoch is None else self.host.feed(table, epoch=self.epoch)
         result = self._table(output)
+        if self.snapshots:
+            # The state after this batch is durable before its output is: a restart after the sink's commit
+            # resumes from this snapshot, one before it from the snapshot before (Spark delivers the batch again).
+            self.host.await_snapshot(batch_id)
         computed = clock()
         self.sink.commit(batch_id, result)
         self.checkpoint.commit(batch_id)
@@ -457,6 +555,24 @@ class StreamHandler:
         name = self.epoch if self.epoch is not None else "epoch"
         batches = [to_record_batch(batch, self.schema, time=t, epoch=name) for t, batch in output]
         return pa.Table.from_batches(batches, schema=self.schema)
+
+
+@contextlib.contextmanager
+def _job_description(frame: DataFrame, text: str) -> Iterator[None]:
+    """Name this thread's Spark jobs ``text`` in the Spark UI while inside (a Connect session has no context)."""
+    from pytimely.spark.session import is_connect
+
+    session = frame.sparkSession
+    if is_connect(session):
+        yield
+        return
+    context = session.sparkContext
+    earlier = context.getLocalProperty("spark.job.description")
+    context.setJobDescription(text)
+    try:
+        yield
+    finally:
+        context.setJobDescription(earlier)  # type: ignore[arg-type]
 
 
 def _collect(frame: DataFrame, batch_id: int) -> pa.Table:
@@ -576,13 +692,19 @@ def _run_locked(
         handler = make()
         restored = len(handler.committed)
         function = handler
+    sink.prepare()  # after the checkpoint is found to be this query's, before Spark writes anything of it
     writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
     writer = writer.queryName(f"{query}-{os.getpid()}")
     if available_now:
         writer = writer.trigger(availableNow=True)
     elif processing_time is not None:
         writer = writer.trigger(processingTime=processing_time)
-    running = writer.start()
+    try:
+        running = writer.start()
+    except Exception as exc:
+        raise _typed(str(exc)) or StreamError(
+            f"the streaming query {query!r} did not start (checkpoint {checkpoint.root}): {_cause(str(exc))}"
+        ) from None
     try:
         if timeout is not None:
             running.awaitTermination(max(1, round(timeout)))
@@ -595,6 +717,8 @@ def _run_locked(
     finally:
         if running.isActive:
             running.stop()
+        if handler is not None:
+            handler.host.release()
     triggers = trigger_times(running)
     if handler is None:
         # The handler lived in the server's Python process: its timings stay there.
