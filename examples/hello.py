@@ -17,7 +17,7 @@ from typing import Any
 from pytimely import InputHandle, Scope, Worker
 from pytimely.command import job_main, run_with
 from pytimely.config import RunConfig
-from pytimely.eventlog import Sink
+from pytimely.observe.eventlog import Sink
 
 
 def hello(worker: Worker) -> None:

@@ -43,8 +43,8 @@ from pytimely.algorithms import connected_components
 from pytimely.command import job_main
 from pytimely.config import Config, RunConfig
 from pytimely.errors import InputFormatError
-from pytimely.eventlog import Sink
 from pytimely.io import check_output, read_edges, write_table
+from pytimely.observe.eventlog import Sink
 from pytimely.recovery import Recovery
 
 

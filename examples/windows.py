@@ -28,7 +28,7 @@ from pytimely.command import job_main
 from pytimely.config import Config, RunConfig
 from pytimely.dataflow.operators.window import Session, Sliding, Tumbling
 from pytimely.errors import InputFormatError
-from pytimely.eventlog import Sink
+from pytimely.observe.eventlog import Sink
 
 Kind = Tumbling | Sliding | Session
 BATCH = 1 << 16

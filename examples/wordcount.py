@@ -39,8 +39,8 @@ from typing import Any
 from pytimely import InputHandle, Scope, Worker, execute
 from pytimely.command import job_main
 from pytimely.config import Config, RunConfig
-from pytimely.eventlog import Sink
 from pytimely.io import check_output, read_words, write_table
+from pytimely.observe.eventlog import Sink
 from pytimely.recovery import Recovery
 
 BATCH = 1 << 16

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS: list[set[str]] = [
     {"errors", "order", "collector", "atomic", "signed_lines", "container", "config"},
-    {"progress", "eventlog", "status", "metrics", "logsummary"},
+    {"progress", "observe"},
     {"communication"},
     {"dataflow"},
     {"worker", "io", "connectors", "membership"},

@@ -5,7 +5,7 @@
     pytimely show module:function [-w W] [--format mermaid|dot|svg] [ARG ...]
     pytimely launch -n N [-w W] [--port P] [--metrics-port M] [-q] [--elastic] [--recovery DIR ...] -- COMMAND ...
     pytimely workflow {run,plan,show,logs} ...     (see pytimely.workflow.cli)
-    pytimely log-summary FILE ...   (event logs written under PYTIMELY_LOG=path, see pytimely.logsummary)
+    pytimely log-summary FILE ...   (event logs written under PYTIMELY_LOG=path, see pytimely.observe.logsummary)
     pytimely simulate [--seeds N] [--faults LIST] [--replay SEED] [--mutant NAME] [--list]   (pytimely.simulate)
 
 ``run`` imports ``function`` from ``module`` and calls ``execute(function)``
@@ -45,7 +45,7 @@ from typing import IO, Any
 from pytimely.command import USAGE_ERRORS, add_run_arguments, observers, parse_run, run_with
 from pytimely.config import LAYOUT_VARIABLES, RECOVERY_TRUST, RecoverySettings, RunConfig
 from pytimely.errors import ConfigError, PytimelyError, RecoveryError
-from pytimely.status import ProgressLine, Status, status_from_metrics
+from pytimely.observe.status import ProgressLine, Status, status_from_metrics
 
 __all__ = ["launch", "main"]
 
@@ -569,7 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "launch":
         return _launch(rest)
     if command == "log-summary":
-        from pytimely.logsummary import main as summary_main
+        from pytimely.observe.logsummary import main as summary_main
 
         return summary_main(rest)
     if command == "simulate":

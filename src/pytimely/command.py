@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from pytimely.config import RunConfig, add_arguments, add_recovery_arguments
 from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
-from pytimely.eventlog import Sink, combine
-from pytimely.status import ProgressLine
+from pytimely.observe.eventlog import Sink, combine
+from pytimely.observe.status import ProgressLine
 from pytimely.worker import Worker
 
 __all__ = [
@@ -71,13 +71,13 @@ def observers(run: RunConfig) -> tuple[Sink | None, list[Callable[[], None]]]:
     sinks: list[Sink] = []
     closers: list[Callable[[], None]] = []
     if run.log is not None:
-        from pytimely.eventlog import JsonLines
+        from pytimely.observe.eventlog import JsonLines
 
         files = JsonLines(run.log)
         sinks.append(files)
         closers.append(files.close)
     if run.metrics_port is not None:
-        from pytimely.metrics import Metrics
+        from pytimely.observe.metrics import Metrics
 
         metrics = Metrics()
         served = metrics.serve(run.metrics_port)

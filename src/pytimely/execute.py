@@ -30,7 +30,7 @@ from pytimely.communication.local import LocalAllocator
 from pytimely.communication.platform import REAL, Platform, Task
 from pytimely.config import Config
 from pytimely.errors import InvalidArgument
-from pytimely.eventlog import Sink
+from pytimely.observe.eventlog import Sink
 from pytimely.recovery.session import Recovery, Session
 from pytimely.worker import Worker
 
@@ -80,7 +80,7 @@ def execute(
     :class:`~pytimely.errors.UnpicklableRecordError` naming the exchange and the operator that sent it.
     It costs a pickle round trip per batch: meant for tests. ``on_leave`` is as for :func:`run_process`.
 
-    ``log``, a sink of :mod:`pytimely.eventlog`, receives every worker's events (off by default).
+    ``log``, a sink of :mod:`pytimely.observe.eventlog`, receives every worker's events (off by default).
 
     With ``recovery`` (:class:`pytimely.recovery.Recovery`) the store is opened before anything runs: a store
     that cannot be written, or that belongs to another job, input or parameter, fails here with a typed error.

@@ -24,7 +24,7 @@ from pytimely.errors import (
     StalledError,
     StepTimeoutError,
 )
-from pytimely.eventlog import EventLogger, Sink
+from pytimely.observe.eventlog import EventLogger, Sink
 
 __all__ = ["RecoveryHook", "Worker"]
 
@@ -93,7 +93,7 @@ class Worker:
         """Seconds a worker that joined a running computation waits for the progress state of each dataflow it
         builds from its server (``None``: as long as the computation moves)."""
         self.log = log
-        """Where the event log of this worker's dataflows goes (:mod:`pytimely.eventlog`); ``None`` logs nothing."""
+        """Where the event log of this worker's dataflows goes (:mod:`pytimely.observe.eventlog`); ``None``: nowhere."""
         self._logger = None if log is None else EventLogger(log, allocator.index, "")
         self._stats_due = 0.0
         self.check_serialization = check_serialization

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pytimely import Scope, Worker, execute
-from pytimely.eventlog import Event, JsonLines, tee, to_logging
-from pytimely.logsummary import format_table, read_events, summarize
+from pytimely.observe.eventlog import Event, JsonLines, tee, to_logging
+from pytimely.observe.logsummary import format_table, read_events, summarize
 from tests.cluster.helpers import Cluster, report
 
 
@@ -100,7 +100,7 @@ def test_json_lines_per_worker_and_summary(tmp_path: Path, caplog: pytest.LogCap
 def test_summary_names_a_bad_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"event": "schedule", "worker": 0}\nnot json\n')
-    from pytimely.logsummary import main
+    from pytimely.observe.logsummary import main
 
     assert main([str(bad)]) == 2
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytimely.logsummary import read_events
+from pytimely.observe.logsummary import read_events
 from tests.cluster.helpers import ROOT
 
 

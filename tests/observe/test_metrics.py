@@ -10,7 +10,7 @@ import urllib.request
 from typing import Any
 
 from pytimely import Scope, Worker, execute
-from pytimely.metrics import Metrics
+from pytimely.observe.metrics import Metrics
 from tests.cluster.helpers import ROOT
 
 

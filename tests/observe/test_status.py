@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pytimely import execute
-from pytimely.metrics import Metrics
-from pytimely.status import ProgressLine, Status, Tracker, render, status_from_metrics
+from pytimely.observe.metrics import Metrics
+from pytimely.observe.status import ProgressLine, Status, Tracker, render, status_from_metrics
 from tests.cluster.helpers import ROOT
 from tests.observe.test_eventlog import _job
 

@@ -34,7 +34,7 @@ from pytimely.progress.location import Source, Target
 if TYPE_CHECKING:
     from pytimely.communication.allocator import Push
     from pytimely.dataflow.operator import OperatorCore
-    from pytimely.eventlog import EventLogger
+    from pytimely.observe.eventlog import EventLogger
 
 __all__ = ["InputPort", "OutputPort", "Session"]
 

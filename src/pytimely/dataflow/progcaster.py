@@ -62,7 +62,7 @@ from pytimely.progress.location import Source, Target
 if TYPE_CHECKING:
     from pytimely.communication.allocator import Allocator, Pull, Push
     from pytimely.dataflow.operator import OperatorCore
-    from pytimely.eventlog import EventLogger
+    from pytimely.observe.eventlog import EventLogger
     from pytimely.progress.reachability import Tracker
 
 __all__ = ["ProcessOutbox", "Progcaster"]

@@ -45,7 +45,7 @@ from pytimely.dataflow.operator import OperatorCore
 from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
 from pytimely.dataflow.progcaster import Progcaster
 from pytimely.errors import BatchError, MembershipError, OperatorError, PytimelyError, ScopeError
-from pytimely.eventlog import EventLogger, Sink
+from pytimely.observe.eventlog import EventLogger, Sink
 from pytimely.progress.broadcast import ProgressSender
 from pytimely.progress.location import Source, Target
 from pytimely.progress.reachability import Builder, Tracker
@@ -71,7 +71,7 @@ class Subgraph:
         self.peers = allocator.peers
         self.operators: list[OperatorCore] = []
         self.log: EventLogger | None = None if log is None else EventLogger(log, self.worker, name)
-        """Where this dataflow's events go (see :mod:`pytimely.eventlog`); ``None``, the default, logs nothing."""
+        """Where this dataflow's events go (:mod:`pytimely.observe.eventlog`); ``None``, the default, logs nothing."""
         self.progress = Progcaster(allocator, ident, name, self.log)
         """The progress exchange and bootstrap of this dataflow on this worker (:mod:`.progcaster`)."""
         self.record = self.progress.record

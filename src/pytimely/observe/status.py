@@ -1,6 +1,6 @@
 """A live progress line for long runs: epochs done, records per second, the slowest operator.
 
-:class:`Tracker` is an event-log sink (:mod:`pytimely.eventlog`) that keeps what the line shows;
+:class:`Tracker` is an event-log sink (:mod:`pytimely.observe.eventlog`) that keeps what the line shows;
 :class:`ProgressLine` draws it with ``rich`` on a terminal, and nothing at all (no event log either)
 when told to be quiet or when its stream is not a terminal. :func:`render` is the line itself, and
 :func:`status_from_metrics` reads the same figures from Prometheus text, which is how
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from pytimely.eventlog import Event
+from pytimely.observe.eventlog import Event
 
 __all__ = ["ProgressLine", "Status", "Tracker", "render", "status_from_metrics"]
 
@@ -110,7 +110,7 @@ class Tracker:
 
 
 def status_from_metrics(texts: Sequence[str], elapsed: float, total_epochs: int | None = None) -> Status:
-    """The progress line's figures from the Prometheus text of each process (see :mod:`pytimely.metrics`)."""
+    """The progress line's figures from the Prometheus text of each process (see :mod:`pytimely.observe.metrics`)."""
     records = 0.0
     busy: dict[str, float] = {}
     epochs: list[float] = []

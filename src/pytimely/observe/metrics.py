@@ -1,7 +1,7 @@
-"""Prometheus metrics of a running computation, fed by its event log (:mod:`pytimely.eventlog`).
+"""Prometheus metrics of a running computation, fed by its event log (:mod:`pytimely.observe.eventlog`).
 
 :class:`Metrics` is an event-log sink: give it to ``execute(..., log=metrics)`` (with
-:func:`~pytimely.eventlog.tee` beside a file, if both are wanted) and :meth:`Metrics.serve` it on a
+:func:`~pytimely.observe.eventlog.tee` beside a file, if both are wanted) and :meth:`Metrics.serve` it on a
 port; ``pytimely run --metrics-port P`` does both. The metrics are counted from the same events the
 log carries, so the two cannot disagree:
 
@@ -13,8 +13,8 @@ log carries, so the two cannot disagree:
 - ``pytimely_queue_depth``: peak unconsumed messages and per-link queue peaks (``Worker.communication_stats``),
   and ``pytimely_link_bytes_sent_total``: bytes sent to each other process (what crosses the network);
 - ``pytimely_membership_changes_total`` and ``pytimely_progress_batches_total``;
-- ``pytimely_input_records_total`` and ``pytimely_epochs_done`` (what the progress line of :mod:`pytimely.status`
-  shows).
+- ``pytimely_input_records_total`` and ``pytimely_epochs_done`` (what the progress line of
+  :mod:`pytimely.observe.status` shows).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pytimely.errors import InvalidArgument
-from pytimely.eventlog import Event
-from pytimely.status import Tracker
+from pytimely.observe.eventlog import Event
+from pytimely.observe.status import Tracker
 
 __all__ = ["Metrics"]
 

@@ -1,6 +1,6 @@
-"""Read event logs written as JSON lines (:class:`pytimely.eventlog.JsonLines`) into a per-operator table.
+"""Read event logs written as JSON lines (:class:`pytimely.observe.eventlog.JsonLines`) into a per-operator table.
 
-``pytimely log-summary FILE...`` (or ``python -m pytimely.logsummary FILE...``) prints, per dataflow and
+``pytimely log-summary FILE...`` (or ``python -m pytimely.observe.logsummary FILE...``) prints, per dataflow and
 operator, summed over every worker whose file is given: how often its logic ran and for how long, the
 records it took in and sent out, and the longest time one of its input frontiers stayed at one value,
 with the capability whose drop finally moved it (the operator output and time that held it).

@@ -22,7 +22,7 @@ per record (see bench/bench_dataflow.py, row ``log``).
 
 Sinks: any ``Callable[[dict], None]``; :func:`to_logging` (Python :mod:`logging`); :class:`JsonLines`
 (one file per worker); :func:`tee` (several at once: a file and the metrics of
-:mod:`pytimely.metrics`, for instance).
+:mod:`pytimely.observe.metrics`, for instance).
 """
 
 from __future__ import annotations
