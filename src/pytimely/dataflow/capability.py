@@ -182,3 +182,45 @@ class InputCapability(Generic[T]):
 
     def __repr__(self) -> str:
         return f"InputCapability({self._time!r})"
+
+
+class EarliestEmission(Generic[T]):
+    """One capability held at the earliest time an operator still owes output at (a window's end, a session's
+    deadline): lowered when something is owed earlier, raised or given up as what is owed is sent."""
+
+    __slots__ = ("capability",)
+
+    def __init__(self) -> None:
+        self.capability: Capability[T] | None = None
+
+    def hold(self, cap: InputCapability[T], time: T) -> None:
+        """Owe output at ``time`` too: hold a capability there unless one is held at or before it."""
+        held = self.capability
+        if held is None or time < held.time:  # type: ignore[operator]
+            self.capability = cap.delayed(time)
+            if held is not None:
+                held.drop()
+
+    def give(self, output: OutputPort[T, Any], time: T, batch: Any) -> None:
+        """Send ``batch`` at ``time``, no earlier than the held capability (moved there)."""
+        held = self.capability
+        if held is None:
+            raise CapabilityError(f"{output.operator_name}: nothing owed at {time!r}, no capability held")
+        held.downgrade(time)
+        output.give(held, batch)
+
+    def settle(self, earliest: T | None) -> None:
+        """Move the held capability to ``earliest``, the earliest time output is still owed at, or give it up
+        (``None``: nothing is owed)."""
+        if self.capability is None:
+            return
+        if earliest is None:
+            self.capability.drop()
+            self.capability = None
+        elif self.capability.time < earliest:  # type: ignore[operator]
+            self.capability.downgrade(earliest)
+
+    def resume(self, start: Capability[T], earliest: T | None) -> None:
+        """Before the first step of a restored copy: hold ``start`` at ``earliest``, or drop it if nothing is owed."""
+        self.capability = start
+        self.settle(earliest)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
+from pytimely.dataflow.capability import EarliestEmission
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 from pytimely.dataflow.state import KeyedState
 from pytimely.errors import ColumnError, InvalidArgument
@@ -233,7 +234,7 @@ class Folds:
             self.size = kind.size
             self.step = kind.step if isinstance(kind, Sliding) else kind.size
             self.pane = gcd(self.size, self.step)
-        self.held: Capability[Any] | None = None
+        self.held: EarliestEmission[Any] = EarliestEmission()
         self.panes: dict[Any, dict[int, Any]] = {}
         """Per key: pane start -> accumulator (the operator's state)."""
         self.pending: dict[int, set[Any]] = {}
@@ -439,7 +440,7 @@ class Folds:
                 if keys is None:
                     keys = self.pending[end] = set()
                     heapq.heappush(self.ends, end)
-                    self._hold(cap, end - 1)
+                    self.held.hold(cap, end - 1)
                 keys.add(k)
         mine[p] = self.agg.add(acc, items)
 
@@ -473,7 +474,7 @@ class Folds:
                     self._came_or_went.append(k)
             if rows:
                 self._emit(end - 1, rows)
-        self._settle(self.ends[0] - 1 if self.ends else None)
+        self.held.settle(self.ends[0] - 1 if self.ends else None)
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -504,7 +505,7 @@ class Folds:
         mine[lo:hi] = [session]
         self.seq += 1
         heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
-        self._hold(cap, last + gap)
+        self.held.hold(cap, last + gap)
 
     def _close_sessions(self, bound: int | None) -> None:
         gap = self.kind.gap
@@ -521,7 +522,7 @@ class Folds:
                 self._came_or_went.append(k)
             first, last, acc, _ = session
             self._emit(last + gap, [(first, last + 1, k, self.agg.finish(acc))])
-        self._settle(deadlines[0][0] if deadlines else None)
+        self.held.settle(deadlines[0][0] if deadlines else None)
 
     # -- capabilities ---------------------------------------------------------------------------
 
@@ -566,12 +567,7 @@ class Folds:
                                 keys = self.pending[end] = set()
                                 heapq.heappush(self.ends, end)
                             keys.add(k)
-        earliest = self.next_change()
-        if earliest is None:
-            start.drop()
-        else:
-            start.downgrade(earliest)
-            self.held = start
+        self.held.resume(start, self.next_change())
 
     def _ends_of(self, p: int) -> range:
         """The ends of the windows holding pane ``p``: starts ``j*step`` with ``j*step <= p`` and ``p + pane <=
@@ -588,28 +584,8 @@ class Folds:
             pending.append(self.deadlines[0][0])  # a stale entry at the top is earlier: stepping there is harmless
         return min(pending) if pending else None
 
-    def _hold(self, cap: InputCapability[Any], emit: int) -> None:
-        held = self.held
-        if held is None:
-            self.held = cap.delayed(emit)
-        elif emit < held.time:
-            self.held = cap.delayed(emit)
-            held.drop()
-
     def _emit(self, time: int, out: list[tuple[Any, ...]]) -> None:
-        held = self.held
-        assert held is not None
-        held.downgrade(time)
-        self.out.give(held, out)
-
-    def _settle(self, earliest: int | None) -> None:
-        if self.held is None:
-            return
-        if earliest is None:
-            self.held.drop()
-            self.held = None
-        elif self.held.time < earliest:
-            self.held.downgrade(earliest)
+        self.held.give(self.out, time, out)
 
 
 def _first(session: list[Any]) -> Any:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely.dataflow.bins import DEFAULT_BINS, binner
-from pytimely.dataflow.capability import Capability, InputCapability
+from pytimely.dataflow.capability import Capability, EarliestEmission, InputCapability
 from pytimely.dataflow.state import declare
 from pytimely.errors import ColumnError, InvalidArgument
 
@@ -186,7 +186,7 @@ class _Windows:
         self.late = late
         self.out = out
         self.late_out = late_out
-        self.emitting: Capability[Any] | None = None
+        self.emitting: EarliestEmission[Any] = EarliestEmission()
         """The capability for the earliest pending emission."""
         # Tumbling and sliding: accumulators by window end, then key; ends in a heap.
         self.open: dict[int, dict[Any, Any]] = {}
@@ -370,7 +370,7 @@ class _Windows:
         if self.chunk_low is None or low < self.chunk_low:
             self.chunk_low = low
         self.chunk_rows += len(ends)
-        self._hold(cap, low - 1)
+        self.emitting.hold(cap, low - 1)
         if self.chunk_rows > _COMPACT_AT:
             self._compact()
 
@@ -473,21 +473,12 @@ class _Windows:
 
     # -- windows and capabilities -------------------------------------------------------------
 
-    def _hold(self, cap: InputCapability[Any], emit: int) -> None:
-        """Keep a capability at or before ``emit`` (the earliest pending emission)."""
-        held = self.emitting
-        if held is None:
-            self.emitting = cap.delayed(emit)
-        elif emit < held.time:
-            self.emitting = cap.delayed(emit)
-            held.drop()
-
     def _window(self, cap: InputCapability[Any], end: int) -> dict[Any, Any]:
         accs = self.open.get(end)
         if accs is None:
             accs = self.open[end] = {}
             heapq.heappush(self.heap, end)
-            self._hold(cap, end - 1)
+            self.emitting.hold(cap, end - 1)
         return accs
 
     def _merge(self, cap: InputCapability[Any], k: Any, first: int, last: int, acc: Any) -> None:
@@ -509,7 +500,7 @@ class _Windows:
         mine[lo:hi] = [session]
         self.seq += 1
         heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
-        self._hold(cap, last + gap)
+        self.emitting.hold(cap, last + gap)
 
     def close(self, frontier: Any, fence: int | None = None) -> None:
         """Emit every window the frontier has passed, at its last instant, in time order.
@@ -534,7 +525,7 @@ class _Windows:
             accs = self.open.pop(end)
             self._emit(end - 1, [(end - size, end, k, a) for k, a in accs.items()])
         pending = [e for e in (heap[0] if heap else None, self.chunk_low) if e is not None]
-        self._settle(min(pending) - 1 if pending else None)
+        self.emitting.settle(min(pending) - 1 if pending else None)
 
     def _close_sessions(self, bound: int | None) -> None:
         gap = self.kind.gap  # type: ignore[union-attr]
@@ -549,35 +540,16 @@ class _Windows:
                 del self.sessions[k]
             first, last, acc, _ = session
             self._emit(last + gap, [(first, last + 1, k, acc)])
-        self._settle(deadlines[0][0] if deadlines else None)
+        self.emitting.settle(deadlines[0][0] if deadlines else None)
 
     def _emit(self, time: int, rows: list[tuple[Any, ...]]) -> None:
         self._changed = True
-        held = self.emitting
-        assert held is not None
-        held.downgrade(time)
-        self.out.give(held, rows)
-
-    def _settle(self, earliest: int | None) -> None:
-        """Move the held capability to the earliest pending emission, or give it up."""
-        if self.emitting is None:
-            return
-        if earliest is None:
-            self.emitting.drop()
-            self.emitting = None
-        elif self.emitting.time < earliest:
-            self.emitting.downgrade(earliest)
-
+        self.emitting.give(self.out, time, rows)
 
     def resume(self, start: Capability[Any], _horizon: int | None) -> None:
         """Before the first step: hold ``start`` (a capability at the scope's minimum) at the earliest pending
         emission of a restored copy, or drop it."""
-        earliest = self.earliest_emission() if self.restored else None
-        if earliest is None:
-            start.drop()
-        else:
-            start.downgrade(earliest)
-            self.emitting = start
+        self.emitting.resume(start, self.earliest_emission() if self.restored else None)
 
     def earliest_emission(self) -> int | None:
         """The time of the earliest pending emission, if any (what a restored operator holds a capability at)."""
