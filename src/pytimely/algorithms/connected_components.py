@@ -195,7 +195,59 @@ def _components(n: int, a: Any, b: Any) -> Any:
             return parent
 
 
-class _Propagate:
+class _LabelBins:
+    """Declared state (:mod:`pytimely.dataflow.state`) of sorted vertex ids and their labels, in the vertices' bins:
+    which bins changed and are held, each bin's part, the pieces a snapshot writes, and installing a restored part.
+    Subclasses add to a bin's part in :meth:`_portable` and :meth:`restore_piece`."""
+
+    vertices: Any
+    labels: Any
+    _dirty: set[int]
+
+    def _portable(self, bins: set[int]) -> dict[str, Any]:
+        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
+        keep = np.isin(_bins(self.vertices), wanted)
+        return {"vertices": self.vertices[keep], "labels": self.labels[keep]}
+
+    def changed(self) -> set[int]:
+        """The bins of vertices given new labels (or edges) since the last snapshot."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def held(self) -> list[int]:
+        """The bins this worker holds vertices in."""
+        return np.unique(_bins(self.vertices)).tolist()  # type: ignore[no-any-return]
+
+    def snapshot(self, bins: Any) -> dict[int, Any]:
+        """Each bin's part on its own."""
+        return {b: self._portable({b}) for b in bins}
+
+    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+        """One piece for the bins that changed and, in turn, some that did not (:class:`PiecewiseState`)."""
+        held = set(self.held())
+        bins = (self.changed() | {b for b in held if b % rewrite_every == turn}) & held
+        return [(tuple(sorted(bins)), self._portable(bins))] if bins else []
+
+    def restore(self, bin: int, value: Any) -> None:
+        """Install one bin's part."""
+        self.restore_piece((bin,), value)
+
+    def restore_piece(self, bins: Any, value: Any) -> None:
+        """Install the vertices of ``bins`` in ``value`` with their labels."""
+        self._install_labels(bins, value)
+
+    def _install_labels(self, bins: Any, value: Any) -> Any:
+        """Merge the vertices of ``bins`` in ``value`` and their labels in; the bins, as an array."""
+        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
+        keep = np.isin(_bins(value["vertices"]), wanted)
+        vertices = np.concatenate([self.vertices, value["vertices"][keep]])
+        labels = np.concatenate([self.labels, value["labels"][keep]])
+        order = np.argsort(vertices, kind="stable")
+        self.vertices, self.labels = vertices[order], labels[order]
+        return wanted
+
+
+class _Propagate(_LabelBins):
     """The loop body on one worker: owned vertices, their labels, and their out-edges.
 
     Out-edges whose far end this worker owns too ("inner" edges) never cross the exchange: the worker keeps the
@@ -365,37 +417,9 @@ class _Propagate:
             "sources": sources[edges], "targets": targets[edges],
         }  # fmt: skip
 
-    def changed(self) -> set[int]:
-        """The bins of vertices given new edges or labels since the last snapshot."""
-        dirty, self._dirty = self._dirty, set()
-        return dirty
-
-    def held(self) -> list[int]:
-        """The bins this worker holds vertices in."""
-        return np.unique(_bins(self.vertices)).tolist()  # type: ignore[no-any-return]
-
-    def snapshot(self, bins: Any) -> dict[int, Any]:
-        """Each bin's part on its own."""
-        return {b: self._portable({b}) for b in bins}
-
-    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
-        """One piece for the bins that changed and, in turn, some that did not (:class:`PiecewiseState`)."""
-        held = set(self.held())
-        bins = (self.changed() | {b for b in held if b % rewrite_every == turn}) & held
-        return [(tuple(sorted(bins)), self._portable(bins))] if bins else []
-
-    def restore(self, bin: int, value: Any) -> None:
-        """Install one bin's part."""
-        self.restore_piece((bin,), value)
-
     def restore_piece(self, bins: Any, value: Any) -> None:
         """Install the vertices and out-edges of ``bins`` in ``value``; inner and outer are sorted out anew."""
-        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
-        keep = np.isin(_bins(value["vertices"]), wanted)
-        vertices = np.concatenate([self.vertices, value["vertices"][keep]])
-        labels = np.concatenate([self.labels, value["labels"][keep]])
-        order = np.argsort(vertices, kind="stable")
-        self.vertices, self.labels = vertices[order], labels[order]
+        wanted = self._install_labels(bins, value)
         edges = np.isin(_bins(value["sources"]), wanted)
         sources, targets = value["sources"][edges], value["targets"][edges]
         inward = self._owned(targets)
@@ -440,7 +464,7 @@ class _Propagate:
         out.give(cap, _rows((_PROPOSAL, targets, offers), (_CHANGE, self.vertices[changed], labels)))
 
 
-class _Report:
+class _Report(_LabelBins):
     """Per epoch, the final label of every vertex that changed, compared with what was reported before."""
 
     def __init__(self, cap: Capability[Any], info: OperatorInfo) -> None:
@@ -502,43 +526,6 @@ class _Report:
 
 
     # -- declared state: the labels reported, in the vertices' bins ----------------------------------------
-
-    def _portable(self, bins: set[int]) -> dict[str, Any]:
-        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
-        keep = np.isin(_bins(self.vertices), wanted)
-        return {"vertices": self.vertices[keep], "labels": self.labels[keep]}
-
-    def changed(self) -> set[int]:
-        """The bins of vertices reported since the last snapshot."""
-        dirty, self._dirty = self._dirty, set()
-        return dirty
-
-    def held(self) -> list[int]:
-        """The bins of the vertices reported."""
-        return np.unique(_bins(self.vertices)).tolist()  # type: ignore[no-any-return]
-
-    def snapshot(self, bins: Any) -> dict[int, Any]:
-        """Each bin's part on its own."""
-        return {b: self._portable({b}) for b in bins}
-
-    def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
-        """One piece for the bins that changed and, in turn, some that did not."""
-        held = set(self.held())
-        bins = (self.changed() | {b for b in held if b % rewrite_every == turn}) & held
-        return [(tuple(sorted(bins)), self._portable(bins))] if bins else []
-
-    def restore(self, bin: int, value: Any) -> None:
-        """Install one bin's part."""
-        self.restore_piece((bin,), value)
-
-    def restore_piece(self, bins: Any, value: Any) -> None:
-        """Install the reported labels of the vertices of ``bins``."""
-        wanted = np.fromiter(bins, dtype=np.int64, count=len(bins))
-        keep = np.isin(_bins(value["vertices"]), wanted)
-        vertices = np.concatenate([self.vertices, value["vertices"][keep]])
-        labels = np.concatenate([self.labels, value["labels"][keep]])
-        order = np.argsort(vertices, kind="stable")
-        self.vertices, self.labels = vertices[order], labels[order]
 
 
 def connected_components(edges: Stream[Any]) -> Stream[Any]:
