@@ -28,6 +28,7 @@ Prints a Markdown table; ``--json`` prints one JSON object per row instead.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -50,18 +51,14 @@ def make_events(n: int) -> Any:
     return np.column_stack([rng.integers(0, SPAN, n), rng.integers(0, KEYS, n)]).astype(np.int64)
 
 
-def windows_pytimely(events: Any, size: int, workers: int, *, tuples: bool = False) -> Windows:
-    """Counts per (window start, key) through ``Stream.sliding`` (tumbling when ``size == STEP``)."""
-    rows = [tuple(r) for r in events.tolist()] if tuples else events
+def windowed(rows: Any, workers: int, windows: Callable[[Any], Any]) -> Counter[tuple[int, int]]:
+    """``(window start, key) -> result`` of ``windows(stream)`` over ``rows``, each worker feeding its share in
+    batches of 65,536 rows."""
 
     def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
         def build(scope: Any) -> Any:
             handle, stream = scope.new_input()
-            if size == STEP:
-                windows = stream.tumbling(size, time=0, key=1)
-            else:
-                windows = stream.sliding(size, STEP, time=0, key=1)
-            return handle, windows.capture()
+            return handle, windows(stream).capture()
 
         handle, captured = worker.dataflow(build)
         mine = rows[worker.index :: worker.peers]
@@ -71,7 +68,15 @@ def windows_pytimely(events: Any, size: int, workers: int, *, tuples: bool = Fal
         events: list[tuple[Any, list[Any]]] = captured
         return events
 
-    return Counter({(s, k): c for captured in execute(job, workers) for _, batch in captured for s, _, k, c in batch})
+    return Counter({(s, k): r for captured in execute(job, workers) for _, batch in captured for s, _, k, r in batch})
+
+
+def windows_pytimely(events: Any, size: int, workers: int, *, tuples: bool = False) -> Windows:
+    """Counts per (window start, key) through ``Stream.sliding`` (tumbling when ``size == STEP``)."""
+    rows = [tuple(r) for r in events.tolist()] if tuples else events
+    if size == STEP:
+        return windowed(rows, workers, lambda stream: stream.tumbling(size, time=0, key=1))
+    return windowed(rows, workers, lambda stream: stream.sliding(size, STEP, time=0, key=1))
 
 
 def windows_plain(pairs: list[tuple[int, int]], size: int) -> Windows:
@@ -138,25 +143,8 @@ def fold_pytimely(rows: Any, workers: int) -> Counter[tuple[int, int]]:
     """``(window start, key) -> (count, sum)`` through ``Stream.tumbling`` with a ``Fold``."""
     from pytimely.dataflow.operators.folds import Fold
 
-    def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
-        def build(scope: Any) -> Any:
-            handle, stream = scope.new_input()
-            folded = stream.tumbling(
-                STEP, time=0, key=1, value=2,
-                aggregate=Fold(lambda: (0, 0), lambda acc, v: (acc[0] + 1, acc[1] + v),
-                               lambda a, b: (a[0] + b[0], a[1] + b[1])),
-            )
-            return handle, folded.capture()
-
-        handle, captured = worker.dataflow(build)
-        mine = rows[worker.index :: worker.peers]
-        for start in range(0, len(mine), 1 << 16):
-            handle.send_batch(mine[start : start + (1 << 16)])
-        handle.close()
-        events: list[tuple[Any, list[Any]]] = captured
-        return events
-
-    return Counter({(s, k): acc for captured in execute(job, workers) for _, b in captured for s, _, k, acc in b})
+    fold = Fold(lambda: (0, 0), lambda acc, v: (acc[0] + 1, acc[1] + v), lambda a, b: (a[0] + b[0], a[1] + b[1]))
+    return windowed(rows, workers, lambda stream: stream.tumbling(STEP, time=0, key=1, value=2, aggregate=fold))
 
 
 def fold_plain(triples: list[tuple[int, int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
@@ -206,20 +194,7 @@ def clock_pytimely(rows: Any, workers: int) -> Windows:
     """Counts per (window start, key) through ``Stream.tumbling`` behind an ``EventClock``."""
     from pytimely.dataflow.operators.clock import EventClock
 
-    def job(worker: Worker) -> list[tuple[Any, list[Any]]]:
-        def build(scope: Any) -> Any:
-            handle, stream = scope.new_input()
-            return handle, stream.tumbling(STEP, time=0, key=1, clock=EventClock(DELAY)).capture()
-
-        handle, captured = worker.dataflow(build)
-        mine = rows[worker.index :: worker.peers]
-        for start in range(0, len(mine), 1 << 16):
-            handle.send_batch(mine[start : start + (1 << 16)])
-        handle.close()
-        events: list[tuple[Any, list[Any]]] = captured
-        return events
-
-    return Counter({(s, k): c for captured in execute(job, workers) for _, batch in captured for s, _, k, c in batch})
+    return windowed(rows, workers, lambda stream: stream.tumbling(STEP, time=0, key=1, clock=EventClock(DELAY)))
 
 
 def clock_plain(pairs: list[tuple[int, int]]) -> tuple[Windows, int]:
