@@ -31,6 +31,7 @@ import os
 import socket
 import time as _time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytimely.connectors.formats import MAX_LINE, LineSplitter
@@ -122,6 +123,169 @@ class _Connection:
         self.sock.close()
 
 
+@dataclass(frozen=True, slots=True)
+class _Senders:
+    """What ``socket_source`` is told: how many senders, how they prove themselves, how long each may be silent."""
+
+    name: str
+    connections: int
+    secret: bytes | None
+    max_line: int
+    timeout: float
+    handshake_timeout: float
+    max_pending: int
+
+
+class _SocketReader:
+    """Worker 0's side of ``socket_source``: accepts, reads and times out the connections, one poll at a time."""
+
+    def __init__(self, listener: socket.socket, senders: _Senders, epochs: LineEpochs) -> None:
+        self.listener = listener
+        self.senders = senders
+        self.epochs = epochs
+        self.live: list[_Connection] = []
+        self.proven = 0
+        """How many connections became senders (at most ``connections``)."""
+        self.ended = 0
+        self.heard = _time.monotonic()
+        """When a sender last sent something."""
+
+    def poll(self) -> list[Action]:
+        """Accept what waits, read every connection, and end or time out as the module doc says."""
+        actions: list[Action] = []
+        self._accept()
+        for conn in list(self.live):
+            actions.extend(self.epochs.actions(self._read(conn)))
+        now = _time.monotonic()
+        self._expire(now)
+        if self.ended >= self.senders.connections:
+            for conn in self.live:
+                conn.close()
+            actions.append(End())
+        elif not actions and now - self.heard > self.senders.timeout and not any(c.sender for c in self.live):
+            s = self.senders
+            raise self._fail(
+                SourceTimeoutError(
+                    f"{s.name}: {self.ended} of {s.connections} senders finished, and no other sent anything "
+                    f"for {s.timeout:g} s"
+                )
+            )
+        return actions
+
+    def _drop(self, conn: _Connection, why: str) -> None:
+        log.warning("%s: dropped the connection from %s: %s", self.senders.name, conn.peer, why)
+        conn.close()
+        self.live.remove(conn)
+
+    def _fail(self, error: Exception) -> Exception:
+        """Close every connection and give back ``error`` to raise."""
+        for conn in self.live:
+            conn.close()
+        self.live.clear()
+        return error
+
+    def _accept(self) -> None:
+        """Take up to ``_ACCEPTS_PER_POLL`` waiting connections, refusing any beyond the senders expected."""
+        s = self.senders
+        for _ in range(_ACCEPTS_PER_POLL):
+            try:
+                sock, address = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                raise self._fail(InputFormatError(f"{s.name}: the listening socket failed: {exc}")) from None
+            peer = f"{address[0]}:{address[1]}"
+            if self.proven >= s.connections:
+                log.warning("%s: refused the connection from %s: all %d senders are in", s.name, peer, s.connections)
+                sock.close()
+                continue
+            strangers = [c for c in self.live if not c.sender]
+            if len(strangers) >= s.max_pending:
+                self._drop(strangers[0], f"more than {s.max_pending} connections waited to prove themselves at once")
+            try:
+                conn = _Connection(sock, peer, s.secret, s.max_line, _time.monotonic() + s.handshake_timeout)
+            except OSError as exc:
+                log.warning("%s: dropped the connection from %s: %s", s.name, peer, exc)
+                sock.close()
+                continue
+            if conn.sender:
+                self.proven += 1
+                conn.deadline = _time.monotonic() + s.timeout
+            self.live.append(conn)
+
+    def _read(self, conn: _Connection) -> list[str]:
+        """The lines ``conn`` has ready; a stranger that fails to prove itself is dropped, a sender that does raises."""
+        try:
+            data = conn.sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError as exc:
+            data, failure = b"", str(exc)
+        else:
+            failure = "it closed"
+        was_sender = conn.sender
+        # A signed stream ends with its signed end, never with a line cut short: what is left is dropped.
+        raw = conn.splitter.feed(data) if data else conn.splitter.finish() if self.senders.secret is None else []
+        try:
+            lines = conn.lines(raw)
+        except (_Stranger, InputFormatError) as exc:
+            if conn.sender:
+                raise self._fail(exc) from None
+            self._drop(conn, str(exc))
+            return []
+        except BadSignatureError as exc:
+            raise self._fail(exc) from None
+        now = _time.monotonic()
+        if conn.sender and not was_sender:
+            self.proven += 1
+        if conn.sender:
+            conn.deadline = now + self.senders.timeout
+            self.heard = now
+        if conn.ended:
+            conn.acknowledge()
+            self._finished(conn)
+        elif not data:
+            self._closed(conn, failure)
+        return lines
+
+    def _finished(self, conn: _Connection) -> None:
+        conn.close()
+        self.live.remove(conn)
+        self.ended += 1
+
+    def _closed(self, conn: _Connection, failure: str) -> None:
+        """``conn`` closed without a signed end: a stranger is dropped, an unsigned sender ends, a signed one is cut."""
+        if not conn.sender:
+            self._drop(conn, f"{failure} before it proved it knows the secret")
+        elif self.senders.secret is None:
+            self._finished(conn)
+        else:
+            raise self._fail(
+                SenderLostError(
+                    f"{self.senders.name}: the sender at {conn.peer} went away ({failure}) after {conn.seq} lines, "
+                    "before its signed end: its stream is cut",
+                    peer=conn.peer,
+                    lines=conn.seq,
+                )
+            )
+
+    def _expire(self, now: float) -> None:
+        """Drop strangers past their handshake deadline; raise for a sender silent past its timeout."""
+        s = self.senders
+        for conn in list(self.live):
+            if conn.deadline > now:
+                continue
+            if not conn.sender:
+                self._drop(conn, f"nothing signed within {s.handshake_timeout:g} s")
+            else:
+                raise self._fail(
+                    SourceTimeoutError(
+                        f"{s.name}: the sender at {conn.peer} sent nothing for {s.timeout:g} s after {conn.seq} "
+                        "lines, before its end"
+                    )
+                )
+
+
 def socket_source(
     scope: Scope[Any],
     listener: socket.socket,
@@ -137,137 +301,15 @@ def socket_source(
 ) -> Stream[str]:
     """Lines from ``connections`` senders to ``listener`` (read on worker 0); see the module doc."""
     _check_epoch_lines(epoch_lines, name)
+    senders = _Senders(name, connections, secret, max_line, timeout, handshake_timeout, max_pending)
     reader = scope.index == 0
     if reader:
         listener.setblocking(False)
 
     def make_poll(minimum: Any) -> Callable[[], list[Action]]:
-        epochs = LineEpochs(minimum, epoch_lines)
-        live: list[_Connection] = []
-        state = {"senders": 0, "ended": 0, "heard": _time.monotonic()}
-
-        def drop(conn: _Connection, why: str) -> None:
-            log.warning("%s: dropped the connection from %s: %s", name, conn.peer, why)
-            conn.close()
-            live.remove(conn)
-
-        def fail(error: Exception) -> Exception:
-            for conn in live:
-                conn.close()
-            live.clear()
-            return error
-
-        def accept() -> None:
-            for _ in range(_ACCEPTS_PER_POLL):
-                try:
-                    sock, address = listener.accept()
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError as exc:
-                    raise fail(InputFormatError(f"{name}: the listening socket failed: {exc}")) from None
-                peer = f"{address[0]}:{address[1]}"
-                if state["senders"] >= connections:
-                    log.warning("%s: refused the connection from %s: all %d senders are in", name, peer, connections)
-                    sock.close()
-                    continue
-                strangers = [c for c in live if not c.sender]
-                if len(strangers) >= max_pending:
-                    drop(strangers[0], f"more than {max_pending} connections waited to prove themselves at once")
-                try:
-                    conn = _Connection(sock, peer, secret, max_line, _time.monotonic() + handshake_timeout)
-                except OSError as exc:
-                    log.warning("%s: dropped the connection from %s: %s", name, peer, exc)
-                    sock.close()
-                    continue
-                if conn.sender:
-                    state["senders"] += 1
-                    conn.deadline = _time.monotonic() + timeout
-                live.append(conn)
-
-        def read(conn: _Connection) -> list[str]:
-            try:
-                data = conn.sock.recv(1 << 16)
-            except (BlockingIOError, InterruptedError):
-                return []
-            except OSError as exc:
-                data, failure = b"", str(exc)
-            else:
-                failure = "it closed"
-            was_sender = conn.sender
-            # A signed stream ends with its signed end, never with a line cut short: what is left is dropped.
-            raw = conn.splitter.feed(data) if data else conn.splitter.finish() if secret is None else []
-            try:
-                lines = conn.lines(raw)
-            except (_Stranger, InputFormatError) as exc:
-                if conn.sender:
-                    raise fail(exc) from None
-                drop(conn, str(exc))
-                return []
-            except BadSignatureError as exc:
-                raise fail(exc) from None
-            now = _time.monotonic()
-            if conn.sender and not was_sender:
-                state["senders"] += 1
-            if conn.sender:
-                conn.deadline = now + timeout
-                state["heard"] = now
-            if conn.ended:
-                conn.acknowledge()
-                conn.close()
-                live.remove(conn)
-                state["ended"] += 1
-            elif not data:
-                if not conn.sender:
-                    drop(conn, f"{failure} before it proved it knows the secret")
-                elif secret is None:
-                    conn.close()
-                    live.remove(conn)
-                    state["ended"] += 1
-                else:
-                    raise fail(
-                        SenderLostError(
-                            f"{name}: the sender at {conn.peer} went away ({failure}) after {conn.seq} lines, "
-                            "before its signed end: its stream is cut",
-                            peer=conn.peer,
-                            lines=conn.seq,
-                        )
-                    )
-            return lines
-
-        def poll() -> list[Action]:
-            if not reader:
-                return [End()]
-            actions: list[Action] = []
-            accept()
-            for conn in list(live):
-                actions.extend(epochs.actions(read(conn)))
-            now = _time.monotonic()
-            for conn in list(live):
-                if conn.deadline > now:
-                    continue
-                if not conn.sender:
-                    drop(conn, f"nothing signed within {handshake_timeout:g} s")
-                else:
-                    raise fail(
-                        SourceTimeoutError(
-                            f"{name}: the sender at {conn.peer} sent nothing for {timeout:g} s after {conn.seq} "
-                            "lines, before its end"
-                        )
-                    )
-            if state["ended"] >= connections:
-                for conn in live:
-                    conn.close()
-                actions.append(End())
-            elif not actions and now - state["heard"] > timeout and not any(c.sender for c in live):
-                raise fail(
-                    SourceTimeoutError(
-                        f"{name}: {state['ended']} of {connections} senders finished, and no other sent anything "
-                        f"for {timeout:g} s"
-                    )
-                )
-            return actions
-
-        return poll
+        if not reader:
+            return lambda: [End()]
+        return _SocketReader(listener, senders, LineEpochs(minimum, epoch_lines)).poll
 
     return polled_source(scope, make_poll, name=name)
 
