@@ -20,6 +20,7 @@ import time as _time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from pytimely.atomic import atomic_output
 from pytimely.connectors.formats import Format, format_of, read_batches
 from pytimely.connectors.source import Action, Advance, End, Send, polled_source
 from pytimely.dataflow.channels import Exchange
-from pytimely.errors import InputError, InvalidArgument
+from pytimely.errors import InputError, InvalidArgument, SourceTimeoutError
 from pytimely.order import sort_key
 
 if TYPE_CHECKING:
@@ -108,6 +109,106 @@ def _listable(entry: str, pattern: str, end_marker: str | None) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Watch:
+    """What ``directory_source`` watches and how: the folder, which names count, when it ends, how files read."""
+
+    name: str
+    folder: Path
+    pattern: str
+    end_marker: str | None
+    max_files: int | None
+    poll_interval: float
+    timeout: float | None
+    format: Format | None
+    as_dicts: bool
+    options: dict[str, Any]
+    index: int
+    peers: int
+
+
+class _DirectoryReader:
+    """One worker's side of ``directory_source``: lists the folder, numbers new files, and reads its own share."""
+
+    def __init__(self, watch: _Watch, minimum: int) -> None:
+        self.watch = watch
+        self.minimum = minimum
+        self.seen: set[str] = set()
+        self.last: str | None = None
+        """The latest name taken: a later file must sort after it."""
+        self.mine: deque[tuple[int, Path]] = deque()
+        self.current: tuple[int, Iterator[Any]] | None = None
+        self.taken = 0
+        self.ended = False
+        self.listed = 0.0
+        self.heard = _time.monotonic()
+
+    def poll(self) -> list[Action]:
+        """List the folder when idle, read up to ``_BATCHES_PER_STEP`` batches, and say how far the epochs are."""
+        w = self.watch
+        now = _time.monotonic()
+        if self.current is None and not self.mine and not self.ended and now - self.listed >= w.poll_interval:
+            self.listed = now
+            self._list()
+            if w.timeout is not None and not self.mine and not self.ended and now - self.heard > w.timeout:
+                raise SourceTimeoutError(f"{w.name}: no new file in {w.folder} for {w.timeout:g} s")
+        actions = self._read()
+        if self.current is None and not self.mine:
+            if self.ended:
+                actions.append(End())
+            else:
+                # Every file this worker will read from now on is at epoch ``taken`` or later.
+                actions.append(Advance(self.minimum + self.taken))
+        return actions
+
+    def _list(self) -> None:
+        """Number the new files in name order, keeping this worker's; mark the end once the marker or cap is met."""
+        w = self.watch
+        entries = sorted(e for e in os.listdir(w.folder) if _listable(e, w.pattern, w.end_marker))
+        ended = w.end_marker is not None and (w.folder / w.end_marker).exists()
+        if ended:  # everything written before the marker is in a listing taken after it
+            entries = sorted(e for e in os.listdir(w.folder) if _listable(e, w.pattern, w.end_marker))
+        for entry in entries:
+            if entry in self.seen:
+                continue
+            if self.last is not None and entry < self.last:
+                raise InputError(
+                    f"{w.name}: {w.folder / entry} arrived after {self.last}, whose epoch is already taken; "
+                    "new files must sort after the ones before them"
+                )
+            if w.max_files is not None and self.taken >= w.max_files:
+                break
+            self.seen.add(entry)
+            self.last = entry
+            if self.taken % w.peers == w.index:
+                self.mine.append((self.minimum + self.taken, w.folder / entry))
+            self.taken += 1
+            self.heard = _time.monotonic()
+        if ended or (w.max_files is not None and self.taken >= w.max_files):
+            self.ended = True
+
+    def _read(self) -> list[Action]:
+        """Up to ``_BATCHES_PER_STEP`` batches of this worker's files, each file's opened at its epoch."""
+        w = self.watch
+        actions: list[Action] = []
+        for _ in range(_BATCHES_PER_STEP):
+            if self.current is None:
+                if not self.mine:
+                    break
+                epoch, path = self.mine.popleft()
+                actions.append(Advance(epoch))
+                self.current = (epoch, read_batches(path, w.format, **w.options))
+            epoch, batches = self.current
+            batch = next(batches, None)
+            if batch is None:
+                self.current = None
+            else:
+                if w.as_dicts and container.kind_of(batch).name == "arrow":
+                    batch = container.with_dict_records(batch)
+                actions.append(Send(epoch, batch))
+        return actions
+
+
 def directory_source(
     scope: Scope[Any],
     directory: str | os.PathLike[str],
@@ -128,8 +229,6 @@ def directory_source(
     :class:`~pytimely.errors.SourceTimeoutError`. ``records``: as for :func:`file_source`.
     """
     as_dicts = _dict_records(records, name)
-    from pytimely.errors import SourceTimeoutError
-
     folder = Path(directory)
     if not folder.is_dir():
         raise InvalidArgument(f"{name}: {folder} is not a directory")
@@ -137,72 +236,23 @@ def directory_source(
         raise InvalidArgument(f"{name}: files become int epochs; this scope's times are not ints")
     if end_marker is None and max_files is None:
         raise InvalidArgument(f"{name}: give an end_marker or max_files, or the source never ends")
-    index, peers = scope.index, scope.peers
+    watch = _Watch(
+        name,
+        folder,
+        pattern,
+        end_marker,
+        max_files,
+        poll_interval,
+        timeout,
+        format,
+        as_dicts,
+        options,
+        scope.index,
+        scope.peers,
+    )
 
     def make_poll(minimum: int) -> Callable[[], list[Action]]:
-        seen: set[str] = set()
-        last: list[str] = []
-        mine: deque[tuple[int, Path]] = deque()
-        current: list[tuple[int, Iterator[Any]]] = []
-        state = {"taken": 0, "ended": False, "listed": 0.0, "heard": _time.monotonic()}
-
-        def listing() -> None:
-            entries = sorted(e for e in os.listdir(folder) if _listable(e, pattern, end_marker))
-            ended = end_marker is not None and (folder / end_marker).exists()
-            if ended:  # everything written before the marker is in a listing taken after it
-                entries = sorted(e for e in os.listdir(folder) if _listable(e, pattern, end_marker))
-            for entry in entries:
-                if entry in seen:
-                    continue
-                if last and entry < last[0]:
-                    raise InputError(
-                        f"{name}: {folder / entry} arrived after {last[0]}, whose epoch is already taken; "
-                        "new files must sort after the ones before them"
-                    )
-                if max_files is not None and state["taken"] >= max_files:
-                    break
-                seen.add(entry)
-                last[:] = [entry]
-                k = int(state["taken"])
-                if k % peers == index:
-                    mine.append((minimum + k, folder / entry))
-                state["taken"] = k + 1
-                state["heard"] = _time.monotonic()
-            if ended or (max_files is not None and state["taken"] >= max_files):
-                state["ended"] = True
-
-        def poll() -> list[Action]:
-            actions: list[Action] = []
-            now = _time.monotonic()
-            if not current and not mine and not state["ended"] and now - state["listed"] >= poll_interval:
-                state["listed"] = now
-                listing()
-                if timeout is not None and not mine and not state["ended"] and now - state["heard"] > timeout:
-                    raise SourceTimeoutError(f"{name}: no new file in {folder} for {timeout:g} s")
-            for _ in range(_BATCHES_PER_STEP):
-                if not current:
-                    if not mine:
-                        break
-                    epoch, path = mine.popleft()
-                    actions.append(Advance(epoch))
-                    current.append((epoch, read_batches(path, format, **options)))
-                epoch, batches = current[0]
-                batch = next(batches, None)
-                if batch is None:
-                    current.clear()
-                else:
-                    if as_dicts and container.kind_of(batch).name == "arrow":
-                        batch = container.with_dict_records(batch)
-                    actions.append(Send(epoch, batch))
-            if not current and not mine:
-                if state["ended"]:
-                    actions.append(End())
-                else:
-                    # Every file this worker will read from now on is at epoch ``taken`` or later.
-                    actions.append(Advance(minimum + int(state["taken"])))
-            return actions
-
-        return poll
+        return _DirectoryReader(watch, minimum).poll
 
     return polled_source(scope, make_poll, name=name)
 
