@@ -226,19 +226,20 @@ def run_while_rescaling(
     gathering worker returns, per emitted batch, its epoch and ``(record, emitting worker)`` pairs; the others
     return ``None``.
     """
-    me = worker.index
-    per = worker.workers_per_process
     gatherer = plan.gatherer(epochs)
     schedule = migration_schedule(plan, epochs, bins_per_epoch=bins_per_epoch)
-    sent_at = sorted(schedule)
+    handle, control_handle, captured, probe = worker.dataflow(_gathering(stage, gatherer, worker.index))
+    plan.check_pinned(worker.pinned(), epochs)
+    run = _Rescaling(
+        worker, plan, epochs, schedule, coordinator, join_timeout, leave_timeout, handle, control_handle, probe
+    )
+    if not run.feed(share, linger, on_epoch) or worker.index != gatherer:
+        return None
+    return [(t, list(batch)) for t, batch in captured]
 
-    def control_until(epoch: int) -> int:
-        """After ``epoch``, how far control may move: to the next epoch at which moves are sent (or the end).
 
-        Routers route data at a time only once the control frontier has passed it, and ship a moving bin only
-        once it has passed the move's time: control kept ahead of the data spares a round of progress per epoch.
-        """
-        return next((e for e in sent_at if e > epoch), epochs)
+def _gathering(stage: Stage, gatherer: int, me: int) -> Callable[[Any], Any]:
+    """The dataflow of :func:`run_while_rescaling`: inputs for records and control, ``stage``, and its gather."""
 
     def tag(record: Any) -> tuple[Any, int]:
         return record, me
@@ -249,55 +250,98 @@ def run_while_rescaling(
         gathered = stage(records, control).map(tag).gather(gatherer, name="gather")
         return handle, control_handle, gathered.capture(), gathered.probe()
 
-    handle, control_handle, captured, probe = worker.dataflow(build)
-    plan.check_pinned(worker.pinned(), epochs)
-    start = 0
-    if worker.joined:
+    return build
+
+
+class _Rescaling:
+    """One worker's run of :func:`run_while_rescaling`: the epochs it feeds, the joins it waits for, its leave."""
+
+    def __init__(
+        self, worker: Worker, plan: RescalePlan, epochs: int, schedule: dict[int, list[Move]],
+        coordinator: Coordinator | None, join_timeout: float, leave_timeout: float,
+        handle: Any, control_handle: Any, probe: Any,
+    ) -> None:
+        self.worker = worker
+        self.plan = plan
+        self.epochs = epochs
+        self.schedule = schedule
+        self.sent_at = sorted(schedule)
+        self.coordinator = coordinator
+        self.join_timeout = join_timeout
+        self.leave_timeout = leave_timeout
+        self.handle = handle
+        self.control_handle = control_handle
+        self.probe = probe
+        self.me = worker.index
+        self.process = worker.index // worker.workers_per_process
+
+    def control_until(self, epoch: int) -> int:
+        """After ``epoch``, how far control may move: to the next epoch at which moves are sent (or the end).
+
+        Routers route data at a time only once the control frontier has passed it, and ship a moving bin only
+        once it has passed the move's time: control kept ahead of the data spares a round of progress per epoch.
+        """
+        return next((e for e in self.sent_at if e > epoch), self.epochs)
+
+    def feed(self, share: Share, linger: float, on_epoch: Callable[[int], None] | None) -> bool:
+        """Feed every epoch this worker is a member at; ``False`` if it left before the end."""
+        worker, plan, handle, control_handle = self.worker, self.plan, self.handle, self.control_handle
+        start = self.say_joined() if worker.joined else 0
+        control_handle.advance_to(max(control_handle.time, self.control_until(start - 1)))
+        for epoch in range(start, self.epochs):
+            members = plan.members_at(epoch)
+            if self.me not in members:
+                self.leave(epoch, linger)
+                return False
+            handle.send_batch(share(self.me, epoch, members))
+            if plan.newcomers_at(epoch + 1):
+                self.let_in(epoch + 1)
+            handle.advance_to(epoch + 1)
+            control_handle.advance_to(max(control_handle.time, self.control_until(epoch)))
+            worker.step_while(lambda: self.probe.less_than(handle.time))
+            if on_epoch is not None:
+                on_epoch(epoch)
+        handle.close()
+        control_handle.close()
+        worker.step_while(lambda: not self.probe.done())
+        return True
+
+    def say_joined(self) -> int:
+        """A newcomer's start: the epoch it joins at, once the coordinator heard it bootstrapped."""
         # Its capabilities were minted strictly above ones its server held (seed 000 Fig. 4): records at
         # ``start``, control one later (the members sent the moves that hand it its bins at ``start``).
-        start = plan.joins_at(me)
-        handle.advance_to(start)
-        if coordinator is not None:
-            said = coordinator.joined(me)
-            _step_until(worker, said.done, join_timeout, lambda: _late_request(me // per, "joined", join_timeout))
-    control_handle.advance_to(max(control_handle.time, control_until(start - 1)))
-    for epoch in range(start, epochs):
-        members = plan.members_at(epoch)
-        if me not in members:
-            control_handle.send_batch(schedule.get(epoch, []))
-            if plan.newcomers_at(epoch):
-                _wait_for_newcomers(worker, plan, epoch, coordinator, join_timeout)
-            if coordinator is not None and me % per == 0:
-                notice = coordinator.leaving(me // per)
-                _step_until(
-                    worker, notice.done, leave_timeout, lambda: _late_request(me // per, "leaving", leave_timeout)
-                )
-            # Lingering lets the others run ahead, so the leaver holds the only capability at the frontier.
-            time.sleep(linger)
-            worker.leave(at=epoch, timeout=leave_timeout)
-            return None
-        handle.send_batch(share(me, epoch, members))
-        if plan.newcomers_at(epoch + 1):
-            # A newcomer's server mints its capabilities strictly above ones it holds (seed 000 Fig. 4): the
-            # members hold this epoch's records while it joins, so it sends records from the next epoch on.
-            # Control moves on first (the bins a process leaving now gives away can go); once the newcomer is
-            # in, it carries the moves that give it its bins at the next epoch.
-            control_handle.advance_to(epoch + 1)
-            _wait_for_members(worker, plan, epoch + 1, coordinator, join_timeout, leave_timeout)
-            worker.step()  # the dataflow applies the joins (and its server mints) before this epoch is given up
-            if me == plan.coordinator_at(epoch + 1):
-                control_handle.send_batch(schedule.get(epoch + 1, []))
-        handle.advance_to(epoch + 1)
-        control_handle.advance_to(max(control_handle.time, control_until(epoch)))
-        worker.step_while(lambda: probe.less_than(handle.time))
-        if on_epoch is not None:
-            on_epoch(epoch)
-    handle.close()
-    control_handle.close()
-    worker.step_while(lambda: not probe.done())
-    if me != gatherer:
-        return None
-    return [(t, list(batch)) for t, batch in captured]
+        start = self.plan.joins_at(self.me)
+        self.handle.advance_to(start)
+        if self.coordinator is not None:
+            said = self.coordinator.joined(self.me)
+            timeout = self.join_timeout
+            _step_until(self.worker, said.done, timeout, lambda: _late_request(self.process, "joined", timeout))
+        return start
+
+    def leave(self, epoch: int, linger: float) -> None:
+        """Give this worker's bins away at ``epoch``, wait for that epoch's newcomers, say so, linger and leave."""
+        self.control_handle.send_batch(self.schedule.get(epoch, []))
+        if self.plan.newcomers_at(epoch):
+            _wait_for_newcomers(self.worker, self.plan, epoch, self.coordinator, self.join_timeout)
+        if self.coordinator is not None and self.me % self.worker.workers_per_process == 0:
+            notice = self.coordinator.leaving(self.process)
+            timeout = self.leave_timeout
+            _step_until(self.worker, notice.done, timeout, lambda: _late_request(self.process, "leaving", timeout))
+        # Lingering lets the others run ahead, so the leaver holds the only capability at the frontier.
+        time.sleep(linger)
+        self.worker.leave(at=epoch, timeout=self.leave_timeout)
+
+    def let_in(self, epoch: int) -> None:
+        """Before ``epoch``, at which processes join: wait until they are members, then send them their bins."""
+        # A newcomer's server mints its capabilities strictly above ones it holds (seed 000 Fig. 4): the
+        # members hold this epoch's records while it joins, so it sends records from the next epoch on.
+        # Control moves on first (the bins a process leaving now gives away can go); once the newcomer is
+        # in, it carries the moves that give it its bins at the next epoch.
+        self.control_handle.advance_to(epoch)
+        _wait_for_members(self.worker, self.plan, epoch, self.coordinator, self.join_timeout, self.leave_timeout)
+        self.worker.step()  # the dataflow applies the joins (and its server mints) before this epoch is given up
+        if self.me == self.plan.coordinator_at(epoch):
+            self.control_handle.send_batch(self.schedule.get(epoch, []))
 
 
 def _late_request(process: int, op: str, timeout: float) -> JoinTimeoutError | LeaveTimeoutError:
