@@ -122,6 +122,19 @@ class Config:
     starting the processes leaves nothing else the time to take one (``pytimely launch`` does this)."""
 
     def __post_init__(self) -> None:
+        self._check_sizes()
+        self._check_membership()
+        if self.listen_fd is not None and (type(self.listen_fd) is not int or self.listen_fd < 0):
+            raise ConfigError(f"listen_fd must be a file descriptor (an int >= 0), got {self.listen_fd!r}")
+        if self.process in self.left:
+            raise ConfigError(f"process {self.process} is listed as having left")
+        if self.timeout <= 2 * self.heartbeat:
+            raise ConfigError(f"timeout ({self.timeout} s) must exceed two heartbeats ({self.heartbeat} s each)")
+        if self.processes > 1 or self.elastic:
+            self._check_cluster()
+
+    def _check_sizes(self) -> None:
+        """Counts, indices, timeouts and windows in range."""
         for name in ("workers", "processes"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -147,6 +160,9 @@ class Config:
                 f"shared_memory must be 0 (no ring) or 128 KiB to 4 GiB (a ring must hold the smallest payload it "
                 f"takes beside its 64-byte control block), got {self.shared_memory!r}"
             )
+
+    def _check_membership(self) -> None:
+        """Joining, leaving and the initial process count fit an elastic cluster."""
         if self.initial < 0 or self.initial > self.processes:
             raise ConfigError(f"initial must be between 0 and processes ({self.processes}), got {self.initial!r}")
         if (self.join or self.left or self.initial) and not self.elastic:
@@ -163,29 +179,25 @@ class Config:
                 "an elastic computation needs at least two workers from the start (one worker compiles exchanges "
                 "away, so a process joining later would find no channels to receive on)"
             )
-        if self.listen_fd is not None and (type(self.listen_fd) is not int or self.listen_fd < 0):
-            raise ConfigError(f"listen_fd must be a file descriptor (an int >= 0), got {self.listen_fd!r}")
-        if self.process in self.left:
-            raise ConfigError(f"process {self.process} is listed as having left")
-        if self.timeout <= 2 * self.heartbeat:
-            raise ConfigError(f"timeout ({self.timeout} s) must exceed two heartbeats ({self.heartbeat} s each)")
-        if self.processes > 1 or self.elastic:
-            if len(self.hosts) != self.processes:
-                raise ConfigError(
-                    f"{self.processes} processes need {self.processes} host:port entries (--hosts or --hostfile), "
-                    f"got {len(self.hosts)}"
-                )
-            if not self.secret:
-                raise ConfigError(
-                    "a cluster of several processes needs a shared secret: set PYTIMELY_SECRET or "
-                    "PYTIMELY_SECRET_FILE (pytimely launch makes a fresh one)"
-                )
-            host = self.hosts[self.process][0]
-            if is_loopback(self.bind) and not is_loopback(host):
-                raise ConfigError(
-                    f"process {self.process} is listed as {host}, which other hosts would reach, but listens only on "
-                    f"loopback ({self.bind}); pass --bind {host} (or --bind 0.0.0.0) to accept remote peers"
-                )
+
+    def _check_cluster(self) -> None:
+        """Several processes, or an elastic cluster: a host each, a secret, and a bind other hosts can reach."""
+        if len(self.hosts) != self.processes:
+            raise ConfigError(
+                f"{self.processes} processes need {self.processes} host:port entries (--hosts or --hostfile), "
+                f"got {len(self.hosts)}"
+            )
+        if not self.secret:
+            raise ConfigError(
+                "a cluster of several processes needs a shared secret: set PYTIMELY_SECRET or "
+                "PYTIMELY_SECRET_FILE (pytimely launch makes a fresh one)"
+            )
+        host = self.hosts[self.process][0]
+        if is_loopback(self.bind) and not is_loopback(host):
+            raise ConfigError(
+                f"process {self.process} is listed as {host}, which other hosts would reach, but listens only on "
+                f"loopback ({self.bind}); pass --bind {host} (or --bind 0.0.0.0) to accept remote peers"
+            )
 
     @property
     def peers(self) -> int:
@@ -248,31 +260,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--secret-file", help="file holding the cluster secret (PYTIMELY_SECRET_FILE)")
 
 
-def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """The configuration given by parsed flags (see :func:`add_arguments`) and the environment."""
-    env = os.environ if env is None else env
-    values = vars(args) if args is not None else {}
+class _Given:
+    """Flags (parsed by :func:`add_arguments`) over the environment: a flag given wins over its variable."""
 
-    def pick(flag: str, var: str) -> str | None:
-        value = values.get(flag)
+    def __init__(self, args: argparse.Namespace | None, env: Mapping[str, str]) -> None:
+        self.values = vars(args) if args is not None else {}
+        self.env = env
+
+    def pick(self, flag: str, var: str) -> str | None:
+        """The flag's value, else the variable's; an empty variable is unset."""
+        value = self.values.get(flag)
         if value is not None:
             return str(value)
-        got = env.get(var)
+        got = self.env.get(var)
         return got if got not in (None, "") else None
 
-    def integer(flag: str, var: str, default: int) -> int:
-        text = pick(flag, var)
+    def integer(self, flag: str, var: str, default: int) -> int:
+        """:meth:`pick` read as an integer, naming the flag or variable it came from if it is not one."""
+        text = self.pick(flag, var)
         if text is None:
             return default
         try:
             return int(text)
         except ValueError:
             raise ConfigError(
-                f"{var if values.get(flag) is None else '--' + flag}: {text!r} is not an integer"
+                f"{var if self.values.get(flag) is None else '--' + flag}: {text!r} is not an integer"
             ) from None
 
-    def number(var: str, default: float) -> float:
-        text = env.get(var)
+    def number(self, var: str, default: float) -> float:
+        """The variable read as a number (``default`` when unset or empty)."""
+        text = self.env.get(var)
         if not text:
             return default
         try:
@@ -280,33 +297,47 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         except ValueError:
             raise ConfigError(f"{var}: {text!r} is not a number") from None
 
-    hosts: tuple[tuple[str, int], ...] = ()
-    text = pick("hosts", "PYTIMELY_HOSTS")
-    hostfile = pick("hostfile", "PYTIMELY_HOSTFILE")
-    if text is not None:
-        hosts = parse_hosts(text, "--hosts")
-    elif hostfile is not None:
-        try:
-            hosts = parse_hosts(Path(hostfile).read_text(encoding="utf-8"), hostfile)
-        except OSError as exc:
-            raise ConfigError(f"cannot read the host file: {exc}") from exc
-    secret: bytes | None = None
-    secret_file = pick("secret_file", "PYTIMELY_SECRET_FILE")
-    if secret_file is not None:
-        try:
-            secret = Path(secret_file).read_bytes().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the secret file: {exc}") from exc
-        if not secret:
-            raise ConfigError(f"the secret file {secret_file} is empty")
-    elif env.get("PYTIMELY_SECRET"):
-        secret = env["PYTIMELY_SECRET"].encode()
+    def hosts(self) -> tuple[tuple[str, int], ...]:
+        """The hosts given inline (``--hosts``) or in a host file, inline first."""
+        text = self.pick("hosts", "PYTIMELY_HOSTS")
+        hostfile = self.pick("hostfile", "PYTIMELY_HOSTFILE")
+        if text is not None:
+            return parse_hosts(text, "--hosts")
+        if hostfile is not None:
+            try:
+                return parse_hosts(Path(hostfile).read_text(encoding="utf-8"), hostfile)
+            except OSError as exc:
+                raise ConfigError(f"cannot read the host file: {exc}") from exc
+        return ()
+
+    def secret(self) -> bytes | None:
+        """The cluster secret from a secret file, else from ``PYTIMELY_SECRET``."""
+        secret_file = self.pick("secret_file", "PYTIMELY_SECRET_FILE")
+        if secret_file is not None:
+            try:
+                secret = Path(secret_file).read_bytes().strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read the secret file: {exc}") from exc
+            if not secret:
+                raise ConfigError(f"the secret file {secret_file} is empty")
+            return secret
+        if self.env.get("PYTIMELY_SECRET"):
+            return self.env["PYTIMELY_SECRET"].encode()
+        return None
+
+
+def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The configuration given by parsed flags (see :func:`add_arguments`) and the environment."""
+    env = os.environ if env is None else env
+    given = _Given(args, env)
+    number = given.number
+    hosts, secret = given.hosts(), given.secret()
     config = Config(
-        workers=integer("workers", "PYTIMELY_WORKERS", 1),
-        processes=integer("processes", "PYTIMELY_PROCESSES", 1),
-        process=integer("process", "PYTIMELY_PROCESS", 0),
+        workers=given.integer("workers", "PYTIMELY_WORKERS", 1),
+        processes=given.integer("processes", "PYTIMELY_PROCESSES", 1),
+        process=given.integer("process", "PYTIMELY_PROCESS", 0),
         hosts=hosts,
-        bind=pick("bind", "PYTIMELY_BIND") or "127.0.0.1",
+        bind=given.pick("bind", "PYTIMELY_BIND") or "127.0.0.1",
         secret=secret,
         heartbeat=number("PYTIMELY_HEARTBEAT", 0.5),
         timeout=number("PYTIMELY_TIMEOUT", 10.0),
@@ -323,7 +354,7 @@ def config_from_args(args: argparse.Namespace | None = None, env: Mapping[str, s
         initial=int(number("PYTIMELY_INITIAL", 0)),
         join=env.get("PYTIMELY_JOIN", "") in ("1", "true", "yes"),
         left=tuple(int(x) for x in env.get("PYTIMELY_LEFT", "").replace(" ", "").split(",") if x),
-        listen_fd=integer("listen_fd", "PYTIMELY_LISTEN_FD", -1) if env.get("PYTIMELY_LISTEN_FD") else None,
+        listen_fd=given.integer("listen_fd", "PYTIMELY_LISTEN_FD", -1) if env.get("PYTIMELY_LISTEN_FD") else None,
     )
     if (config.processes > 1 or config.elastic) and config.secret is not None and len(config.secret) < MIN_SECRET:
         raise WeakSecretError(
