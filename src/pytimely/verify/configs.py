@@ -211,72 +211,96 @@ def propagation_config(name: str = "wcc", mutant: Mutant | None = None) -> Propa
     raise ValueError(f"unknown propagation configuration {name!r}; known: ['chain', 'nested', 'wcc']")
 
 
+def _combined_chain(workers: int, mutant: Mutant | None) -> CombinedConfig:
+    pts = (("a", 0), ("b", 0), ("b", 1), ("c", 1))
+    return CombinedConfig(
+        chain_graph(),
+        (0, 1, 2),
+        pts,
+        workers=workers,
+        init_total=1,
+        mutant=mutant,
+        dropped_edge=("b", "c"),
+        depth=6,
+        name="chain",
+    )
+
+
+def _combined_wcc(workers: int, mutant: Mutant | None) -> CombinedConfig:
+    z, one = Product(0, 0), Product(0, 1)
+    pts = (("a.1", z), ("b.2", z), ("b.3", z), ("b.1", one))
+    return CombinedConfig(
+        wcc_graph(1),
+        wcc_times(1, 1),
+        pts,
+        workers=workers,
+        init_total=1,
+        mutant=mutant,
+        dropped_edge=("c.1", "c.2"),
+        depth=5,
+        name="wcc",
+    )
+
+
+def _combined_nested(workers: int, mutant: Mutant | None) -> CombinedConfig:
+    z = Product(Product(0, 0), 0)
+    pts = (("in", z), ("x.in", z), ("x.out", z), ("x.in", Product(Product(0, 0), 1)))
+    return CombinedConfig(
+        nested_loop_graph(1, 1),
+        nested_times(1, 1),
+        pts,
+        workers=workers,
+        init_total=1,
+        mutant=mutant,
+        dropped_edge=("fi", "x.in"),
+        depth=5,
+        name="nested",
+    )
+
+
+def _combined_wcc_large(workers: int, mutant: Mutant | None) -> CombinedConfig:
+    g = wcc_graph(2)
+    times = wcc_times(1, 2)
+    pts = tuple((l, t) for l in g.locations for t in times)
+    return CombinedConfig(
+        g,
+        times,
+        pts,
+        workers=workers,
+        init_caps=1,
+        init_total=2,
+        max_caps=2,
+        max_data=2,
+        queue_bound=3,
+        mutant=mutant,
+        dropped_edge=("c.1", "c.2"),
+        depth=3,
+        name="wcc-large",
+    )
+
+
+def _combined_pair(workers: int, mutant: Mutant | None) -> CombinedConfig:
+    g = Graph(("a", "b"), {("a", "b"): {Increment(0)}}, Increment(0))
+    pts = (("a", 0), ("b", 0))
+    return CombinedConfig(
+        g, (0,), pts, workers=workers, init_total=1, mutant=mutant, dropped_edge=("a", "b"), depth=12, name="pair"
+    )
+
+
+_COMBINED: dict[str, Callable[[int, Mutant | None], CombinedConfig]] = {
+    "chain": _combined_chain,
+    "wcc": _combined_wcc,
+    "nested": _combined_nested,
+    "wcc-large": _combined_wcc_large,
+    "pair": _combined_pair,
+}
+
+
 def combined_config(name: str = "chain", workers: int = 2, mutant: Mutant | None = None) -> CombinedConfig:
     """The combined protocol on one of the dataflows with a small pointstamp universe."""
-    pts: tuple[tuple[str, Any], ...]
-    z: Any
-    if name == "chain":
-        g = chain_graph()
-        pts = (("a", 0), ("b", 0), ("b", 1), ("c", 1))
-        return CombinedConfig(
-            g, (0, 1, 2), pts, workers=workers, init_total=1, mutant=mutant, dropped_edge=("b", "c"), depth=6, name=name
-        )
-    if name == "wcc":
-        g = wcc_graph(1)
-        z, one = Product(0, 0), Product(0, 1)
-        pts = (("a.1", z), ("b.2", z), ("b.3", z), ("b.1", one))
-        return CombinedConfig(
-            g,
-            wcc_times(1, 1),
-            pts,
-            workers=workers,
-            init_total=1,
-            mutant=mutant,
-            dropped_edge=("c.1", "c.2"),
-            depth=5,
-            name=name,
-        )
-    if name == "nested":
-        g = nested_loop_graph(1, 1)
-        z = Product(Product(0, 0), 0)
-        pts = (("in", z), ("x.in", z), ("x.out", z), ("x.in", Product(Product(0, 0), 1)))
-        return CombinedConfig(
-            g,
-            nested_times(1, 1),
-            pts,
-            workers=workers,
-            init_total=1,
-            mutant=mutant,
-            dropped_edge=("fi", "x.in"),
-            depth=5,
-            name=name,
-        )
-    if name == "wcc-large":
-        g = wcc_graph(2)
-        times = wcc_times(1, 2)
-        pts = tuple((l, t) for l in g.locations for t in times)
-        return CombinedConfig(
-            g,
-            times,
-            pts,
-            workers=workers,
-            init_caps=1,
-            init_total=2,
-            max_caps=2,
-            max_data=2,
-            queue_bound=3,
-            mutant=mutant,
-            dropped_edge=("c.1", "c.2"),
-            depth=3,
-            name=name,
-        )
-    if name == "pair":
-        g = Graph(("a", "b"), {("a", "b"): {Increment(0)}}, Increment(0))
-        pts = (("a", 0), ("b", 0))
-        return CombinedConfig(
-            g, (0,), pts, workers=workers, init_total=1, mutant=mutant, dropped_edge=("a", "b"), depth=12, name=name
-        )
-    raise ValueError(f"unknown combined configuration {name!r}; known: ['chain', 'nested', 'pair', 'wcc', 'wcc-large']")
+    if name not in _COMBINED:
+        raise ValueError(f"unknown combined configuration {name!r}; known: {sorted(_COMBINED)}")
+    return _COMBINED[name](workers, mutant)
 
 
 def datagram_config(name: str = "far", locations: int | None = None, mutant: Mutant | None = None) -> DatagramConfig:
@@ -302,84 +326,48 @@ def datagram_config(name: str = "far", locations: int | None = None, mutant: Mut
     )
 
 
+_RESCALE_SETTINGS: dict[str, tuple[Callable[[], Poset], int, Callable[[int], dict[str, Any]]]] = {
+    # name: (poset, initial members by default, the other settings given the members)
+    "join": (chain2, 2, lambda m: {"joiners": 1, "max_caps": 1, "depth": 9}),
+    "leave": (chain2, 3, lambda m: {"joiners": 0, "max_leaves": 1, "max_caps": 1, "depth": 8}),
+    "churn": (chain2, 2, lambda m: {"joiners": 1, "max_leaves": 1, "max_caps": 1, "depth": 8}),
+    "joins": (chain2, 2, lambda m: {"joiners": 2, "max_boots": 2, "max_caps": 1, "depth": 8}),
+    "churn-large": (
+        chain3_plus,
+        3,
+        lambda m: {
+            "joiners": 2,
+            "max_boots": 2,
+            "max_leaves": 2,
+            "init_caps": 1,
+            "init_total": 2,
+            "max_caps": 2,
+            "max_data": 2,
+            "max_op_size": 2,
+            "max_batches": 4,
+            "queue_bound": 3,
+            "depth": 2,
+        },
+    ),
+    # Two processes, of workers 0, 1 and of worker 2; worker 3 joins in a process of its own.
+    "join-aggregated": (chain2, 3, lambda m: {"joiners": 1, "max_caps": 1, "processes": _processes(m, 1), "depth": 9}),
+    # Aggregated senders with one worker a process (0, 1), worker 2 joining: small enough to break Safe.
+    "join-apart": (chain2, 2, lambda m: {"joiners": 1, "max_caps": 1, "processes": tuple(range(m + 1)), "depth": 10}),
+    "leave-aggregated": (
+        chain2,
+        3,
+        lambda m: {"joiners": 0, "max_leaves": 1, "max_caps": 1, "processes": _processes(m, 0), "depth": 8},
+    ),
+}
+
+
 def rescale_config(name: str = "join", members: int | None = None, mutant: Mutant | None = None) -> RescaleConfig:
     """Rescaling over ``chain2`` (``members`` overrides the number of initial members)."""
-    if name == "join":
-        m = 2 if members is None else members
-        return RescaleConfig(chain2(), members=m, joiners=1, max_caps=1, mutant=mutant, depth=9, name=name)
-    if name == "leave":
-        m = 3 if members is None else members
-        return RescaleConfig(
-            chain2(), members=m, joiners=0, max_leaves=1, max_caps=1, mutant=mutant, depth=8, name=name
-        )
-    if name == "churn":
-        m = 2 if members is None else members
-        return RescaleConfig(
-            chain2(), members=m, joiners=1, max_leaves=1, max_caps=1, mutant=mutant, depth=8, name=name
-        )
-    if name == "joins":
-        m = 2 if members is None else members
-        return RescaleConfig(chain2(), members=m, joiners=2, max_boots=2, max_caps=1, mutant=mutant, depth=8, name=name)
-    if name == "churn-large":
-        m = 3 if members is None else members
-        return RescaleConfig(
-            chain3_plus(),
-            members=m,
-            joiners=2,
-            max_boots=2,
-            max_leaves=2,
-            init_caps=1,
-            init_total=2,
-            max_caps=2,
-            max_data=2,
-            max_op_size=2,
-            max_batches=4,
-            queue_bound=3,
-            mutant=mutant,
-            depth=2,
-            name=name,
-        )
-    if name == "join-aggregated":
-        # Two processes, of workers 0, 1 and of worker 2; worker 3 joins in a process of its own.
-        m = 3 if members is None else members
-        return RescaleConfig(
-            chain2(),
-            members=m,
-            joiners=1,
-            max_caps=1,
-            processes=_processes(m, 1),
-            mutant=mutant,
-            depth=9,
-            name=name,
-        )
-    if name == "join-apart":
-        # Aggregated senders with one worker a process (0, 1), worker 2 joining: small enough to break Safe.
-        m = 2 if members is None else members
-        return RescaleConfig(
-            chain2(),
-            members=m,
-            joiners=1,
-            max_caps=1,
-            processes=tuple(range(m + 1)),
-            mutant=mutant,
-            depth=10,
-            name=name,
-        )
-    if name == "leave-aggregated":
-        m = 3 if members is None else members
-        return RescaleConfig(
-            chain2(),
-            members=m,
-            joiners=0,
-            max_leaves=1,
-            max_caps=1,
-            processes=_processes(m, 0),
-            mutant=mutant,
-            depth=8,
-            name=name,
-        )
-    known = ["churn", "churn-large", "join", "join-aggregated", "join-apart", "joins", "leave", "leave-aggregated"]
-    raise ValueError(f"unknown rescale configuration {name!r}; known: {known}")
+    if name not in _RESCALE_SETTINGS:
+        raise ValueError(f"unknown rescale configuration {name!r}; known: {sorted(_RESCALE_SETTINGS)}")
+    poset, default_members, settings = _RESCALE_SETTINGS[name]
+    m = default_members if members is None else members
+    return RescaleConfig(poset(), members=m, mutant=mutant, name=name, **settings(m))
 
 
 def _processes(members: int, joiners: int) -> tuple[int, ...]:
