@@ -143,6 +143,73 @@ class MutantCase:
     """If non-empty, check only these invariants (to show that this one alone catches the mutant)."""
 
 
+_PROGRESS_CASES: tuple[MutantCase, ...] = (
+    MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 3, "Safe", ("Safe",)),
+    MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 2, "InvTempJustified"),
+    MutantCase(Mutant.SEND_UNJUSTIFIED, "combined", "pair", 5, "Safe", ("Safe",)),
+    MutantCase(Mutant.MINT_EQUAL, "exchange", "chain3+1", 5, "Safe", ("Safe",)),
+    MutantCase(Mutant.MINT_EQUAL, "exchange", "chain3+1", 1, "InvTempJustified"),
+    MutantCase(Mutant.MINT_EQUAL, "combined", "pair", 7, "Safe", ("Safe",)),
+    MutantCase(Mutant.MINT_BY_GLOB, "exchange", "chain3+1", 4, "Safe", ("Safe",)),
+    MutantCase(Mutant.MINT_BY_GLOB, "exchange", "chain3+1", 1, "InvTempJustified"),
+    MutantCase(Mutant.MINT_BY_GLOB, "combined", "pair", 6, "Safe", ("Safe",)),
+    MutantCase(Mutant.PROPAGATE_NONMINIMAL, "propagation", "chain", 1, "PropagateMonotone"),
+    MutantCase(Mutant.PROPAGATE_NONMINIMAL, "combined", "nested", 1, "PropagateMonotone"),
+    MutantCase(Mutant.DROP_SUMMARY, "propagation", "wcc", 2, "Safe", ("Safe",)),
+    MutantCase(Mutant.DROP_SUMMARY, "combined", "pair", 1, "Safe", ("Safe",)),
+)
+"""Mutants of the progress exchange and of propagation."""
+
+_DATAGRAM_CASES: tuple[MutantCase, ...] = (
+    MutantCase(Mutant.TRANSPORT_IGNORES_PRECEDENCE, "datagram", "far", 3, "DeliverPrecedence"),
+    MutantCase(
+        Mutant.TRANSPORT_IGNORES_PRECEDENCE, "datagram", "far", 3, "TransportPrecedence", ("TransportPrecedence",)
+    ),
+    MutantCase(Mutant.TRANSPORT_REORDERS, "datagram", "far", 4, "FifoPerChannel"),
+    MutantCase(Mutant.TRANSPORT_DUPLICATES, "datagram", "far", 2, "OnePlace"),
+    MutantCase(Mutant.TRANSPORT_DUPLICATES, "datagram", "far", 2, "Conservation", ("Conservation",)),
+    MutantCase(Mutant.TRANSPORT_LOSES, "datagram", "far", 3, "Conservation"),
+    MutantCase(Mutant.RECEIVE_IGNORES_PRECEDENCE, "datagram", "far", 5, "ReceivePrecedence"),
+    MutantCase(Mutant.RECEIVE_REORDERS, "datagram", "far", 5, "FifoPerChannel"),
+    MutantCase(Mutant.RECEIVE_ACCEPTS_MALFORMED, "datagram", "far", 4, "ReceiveWellFormed"),
+    MutantCase(
+        Mutant.RECEIVE_ACCEPTS_MALFORMED,
+        "datagram",
+        "far",
+        4,
+        "OnlyWellFormedReceived",
+        ("OnlyWellFormedReceived",),
+    ),
+)
+"""Mutants of the transport and of the receiving end."""
+
+_RESCALE_CASES: tuple[MutantCase, ...] = (
+    MutantCase(Mutant.RANGE_OFF_BY_ONE, "rescale", "join", 5, "BootstrapView"),
+    MutantCase(Mutant.RANGE_OFF_BY_ONE, "rescale", "join", 8, "Safe", ("Safe",)),
+    MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 5, "BootstrapView"),
+    MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 5, "NoGap", ("NoGap",)),
+    MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 8, "Safe", ("Safe",)),
+    MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "leave", 3, "InvTempJustified"),
+    MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "leave", 4, "Safe", ("Safe",)),
+    MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "churn", 4, "Safe", ("Safe",)),
+    MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 2, "InvTempJustified"),
+    MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 5, "Safe", ("Safe",)),
+    MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 2, "InvTempJustified"),
+    MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 8, "Safe", ("Safe",)),
+)
+"""Mutants of joining and leaving."""
+
+_AGGREGATE_CASES: tuple[MutantCase, ...] = (
+    MutantCase(Mutant.AGGREGATE_REORDERS, "aggregate", "pair", 5, "Safe"),
+    MutantCase(Mutant.STATE_UNFLUSHED, "rescale", "join-aggregated", 6, "BootstrapView"),
+    MutantCase(Mutant.STATE_UNFLUSHED, "rescale", "join-apart", 10, "Safe", ("Safe",)),
+    MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-apart", 10, "Safe", ("Safe",)),
+    MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-aggregated", 6, "BootstrapView"),
+    MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-aggregated", 6, "NoGap", ("NoGap",)),
+)
+"""Mutants of aggregated progress, newcomers among the aggregated processes included."""
+
+
 def mutant_cases() -> list[MutantCase]:
     """For every mutant, the runs that catch it, with the (minimal) depth of the counterexample.
 
@@ -158,55 +225,4 @@ def mutant_cases() -> list[MutantCase]:
     ``range-off-by-one`` keeps the sequence numbers right (``NoGap`` holds) and
     loses a batch's content: ``BootstrapView`` and, later, ``Safe`` catch it.
     """
-    return [
-        MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 3, "Safe", ("Safe",)),
-        MutantCase(Mutant.SEND_UNJUSTIFIED, "exchange", "chain3+1", 2, "InvTempJustified"),
-        MutantCase(Mutant.SEND_UNJUSTIFIED, "combined", "pair", 5, "Safe", ("Safe",)),
-        MutantCase(Mutant.MINT_EQUAL, "exchange", "chain3+1", 5, "Safe", ("Safe",)),
-        MutantCase(Mutant.MINT_EQUAL, "exchange", "chain3+1", 1, "InvTempJustified"),
-        MutantCase(Mutant.MINT_EQUAL, "combined", "pair", 7, "Safe", ("Safe",)),
-        MutantCase(Mutant.MINT_BY_GLOB, "exchange", "chain3+1", 4, "Safe", ("Safe",)),
-        MutantCase(Mutant.MINT_BY_GLOB, "exchange", "chain3+1", 1, "InvTempJustified"),
-        MutantCase(Mutant.MINT_BY_GLOB, "combined", "pair", 6, "Safe", ("Safe",)),
-        MutantCase(Mutant.PROPAGATE_NONMINIMAL, "propagation", "chain", 1, "PropagateMonotone"),
-        MutantCase(Mutant.PROPAGATE_NONMINIMAL, "combined", "nested", 1, "PropagateMonotone"),
-        MutantCase(Mutant.DROP_SUMMARY, "propagation", "wcc", 2, "Safe", ("Safe",)),
-        MutantCase(Mutant.DROP_SUMMARY, "combined", "pair", 1, "Safe", ("Safe",)),
-        MutantCase(Mutant.TRANSPORT_IGNORES_PRECEDENCE, "datagram", "far", 3, "DeliverPrecedence"),
-        MutantCase(
-            Mutant.TRANSPORT_IGNORES_PRECEDENCE, "datagram", "far", 3, "TransportPrecedence", ("TransportPrecedence",)
-        ),
-        MutantCase(Mutant.TRANSPORT_REORDERS, "datagram", "far", 4, "FifoPerChannel"),
-        MutantCase(Mutant.TRANSPORT_DUPLICATES, "datagram", "far", 2, "OnePlace"),
-        MutantCase(Mutant.TRANSPORT_DUPLICATES, "datagram", "far", 2, "Conservation", ("Conservation",)),
-        MutantCase(Mutant.TRANSPORT_LOSES, "datagram", "far", 3, "Conservation"),
-        MutantCase(Mutant.RECEIVE_IGNORES_PRECEDENCE, "datagram", "far", 5, "ReceivePrecedence"),
-        MutantCase(Mutant.RECEIVE_REORDERS, "datagram", "far", 5, "FifoPerChannel"),
-        MutantCase(Mutant.RECEIVE_ACCEPTS_MALFORMED, "datagram", "far", 4, "ReceiveWellFormed"),
-        MutantCase(
-            Mutant.RECEIVE_ACCEPTS_MALFORMED,
-            "datagram",
-            "far",
-            4,
-            "OnlyWellFormedReceived",
-            ("OnlyWellFormedReceived",),
-        ),
-        MutantCase(Mutant.RANGE_OFF_BY_ONE, "rescale", "join", 5, "BootstrapView"),
-        MutantCase(Mutant.RANGE_OFF_BY_ONE, "rescale", "join", 8, "Safe", ("Safe",)),
-        MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 5, "BootstrapView"),
-        MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 5, "NoGap", ("NoGap",)),
-        MutantCase(Mutant.NO_BOOTSTRAP_MESSAGE, "rescale", "join", 8, "Safe", ("Safe",)),
-        MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "leave", 3, "InvTempJustified"),
-        MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "leave", 4, "Safe", ("Safe",)),
-        MutantCase(Mutant.LEAVE_DROPS_EARLY, "rescale", "churn", 4, "Safe", ("Safe",)),
-        MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 2, "InvTempJustified"),
-        MutantCase(Mutant.ANNOUNCE_AT_VIEW_FRONTIER, "rescale", "join", 5, "Safe", ("Safe",)),
-        MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 2, "InvTempJustified"),
-        MutantCase(Mutant.ANNOUNCE_CLONE, "rescale", "join", 8, "Safe", ("Safe",)),
-        MutantCase(Mutant.AGGREGATE_REORDERS, "aggregate", "pair", 5, "Safe"),
-        MutantCase(Mutant.STATE_UNFLUSHED, "rescale", "join-aggregated", 6, "BootstrapView"),
-        MutantCase(Mutant.STATE_UNFLUSHED, "rescale", "join-apart", 10, "Safe", ("Safe",)),
-        MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-apart", 10, "Safe", ("Safe",)),
-        MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-aggregated", 6, "BootstrapView"),
-        MutantCase(Mutant.AGGREGATE_SKIPS_NEWCOMER, "rescale", "join-aggregated", 6, "NoGap", ("NoGap",)),
-    ]
+    return [*_PROGRESS_CASES, *_DATAGRAM_CASES, *_RESCALE_CASES, *_AGGREGATE_CASES]
