@@ -93,6 +93,84 @@ def _first_violated(invs: Sequence[Invariant[Any]], s: Any) -> str | None:
     return None
 
 
+class _Search(Generic[S]):
+    """One breadth-first search: the states reached (with their parents), the transitions taken, the layer sizes."""
+
+    def __init__(
+        self,
+        model: Model[S],
+        depth: int,
+        invs: Sequence[Invariant[Any]],
+        tinvs: Sequence[TransitionInvariant[Any]],
+        max_states: int | None,
+    ) -> None:
+        self.model = model
+        self.depth = depth
+        self.invs = invs
+        self.tinvs = tinvs
+        self.max_states = max_states
+        self.start = time.perf_counter()
+        self.parent: dict[Any, tuple[Any, Action | None]] = {}
+        self.transitions = 0
+        self.levels: list[int] = []
+
+    def result(
+        self, violation: str | None = None, trace: list[Step[Any]] | None = None, complete: bool = False
+    ) -> CheckResult[S]:
+        """What the search found so far."""
+        return CheckResult(
+            self.model.name,
+            self.depth,
+            len(self.parent),
+            self.transitions,
+            time.perf_counter() - self.start,
+            violation,
+            trace or [],
+            complete,
+            self.levels,
+        )
+
+    def first_layer(self) -> list[Any] | CheckResult[S]:
+        """The distinct initial states, or the result if one violates an invariant."""
+        layer: list[Any] = []
+        for s in self.model.initial_states():
+            if s in self.parent:
+                continue
+            self.parent[s] = (None, None)
+            bad = _first_violated(self.invs, s)
+            if bad is not None:
+                self.levels.append(len(self.parent))
+                return self.result(bad, _trace(self.parent, s))
+            layer.append(s)
+        self.levels.append(len(layer))
+        return layer
+
+    def next_layer(self, layer: list[Any]) -> list[Any] | CheckResult[S]:
+        """The states first reached from ``layer``, or the result on a violation, at ``max_states`` or at the end."""
+        nxt: list[Any] = []
+        for s in layer:
+            for act, s2 in self.model.successors(s):
+                self.transitions += 1
+                for tinv in self.tinvs:
+                    if not tinv.holds(s, act, s2):
+                        return self.result(tinv.name, [*_trace(self.parent, s), Step(act, s2)])
+                if s2 in self.parent:
+                    continue
+                self.parent[s2] = (s, act)
+                bad = _first_violated(self.invs, s2)
+                if bad is not None:
+                    self.levels.append(len(nxt) + 1)
+                    return self.result(bad, _trace(self.parent, s2))
+                nxt.append(s2)
+                if self.max_states is not None and len(self.parent) >= self.max_states:
+                    self.levels.append(len(nxt))
+                    return self.result()
+        self.levels.append(len(nxt))
+        if not nxt:
+            return self.result(complete=True)
+        return nxt
+
+
 def check(
     model: Model[S],
     depth: int,
@@ -107,58 +185,10 @@ def check(
     search stops at the first violation with a minimal counterexample trace.
     """
     invs, tinvs = select_invariants(model, invariants)
-    start = time.perf_counter()
-    parent: dict[Any, tuple[Any, Action | None]] = {}
-    transitions = 0
-    levels: list[int] = []
-
-    def result(
-        violation: str | None = None, trace: list[Step[Any]] | None = None, complete: bool = False
-    ) -> CheckResult[S]:
-        return CheckResult(
-            model.name,
-            depth,
-            len(parent),
-            transitions,
-            time.perf_counter() - start,
-            violation,
-            trace or [],
-            complete,
-            levels,
-        )
-
-    layer: list[Any] = []
-    for s in model.initial_states():
-        if s in parent:
-            continue
-        parent[s] = (None, None)
-        bad = _first_violated(invs, s)
-        if bad is not None:
-            levels.append(len(parent))
-            return result(bad, _trace(parent, s))
-        layer.append(s)
-    levels.append(len(layer))
+    search = _Search(model, depth, invs, tinvs, max_states)
+    layer = search.first_layer()
     for _ in range(depth):
-        nxt: list[Any] = []
-        for s in layer:
-            for act, s2 in model.successors(s):
-                transitions += 1
-                for tinv in tinvs:
-                    if not tinv.holds(s, act, s2):
-                        return result(tinv.name, [*_trace(parent, s), Step(act, s2)])
-                if s2 in parent:
-                    continue
-                parent[s2] = (s, act)
-                bad = _first_violated(invs, s2)
-                if bad is not None:
-                    levels.append(len(nxt) + 1)
-                    return result(bad, _trace(parent, s2))
-                nxt.append(s2)
-                if max_states is not None and len(parent) >= max_states:
-                    levels.append(len(nxt))
-                    return result()
-        levels.append(len(nxt))
-        if not nxt:
-            return result(complete=True)
-        layer = nxt
-    return result()
+        if isinstance(layer, CheckResult):
+            return layer
+        layer = search.next_layer(layer)
+    return layer if isinstance(layer, CheckResult) else search.result()
