@@ -111,6 +111,96 @@ def accept_one(
         raise
 
 
+class _Acceptor:
+    """The state :func:`accept_all` shares with its handshake threads: who is awaited, who arrived, what failed."""
+
+    def __init__(
+        self,
+        listener: Listener,
+        config: Config,
+        secret: bytes,
+        deadline: float,
+        shape: int,
+        accepted: dict[int, tuple[Connection, LinkKeys]],
+        platform: Platform,
+        extra: Callable[[int, Connection, LinkKeys], None] | None,
+    ) -> None:
+        self.listener = listener
+        self.config = config
+        self.secret = secret
+        self.deadline = deadline
+        self.shape = shape
+        self.accepted = accepted
+        self.extra = extra
+        self.expected = set(range(config.process + 1, config.processes))
+        self.clock, self.threads = platform.clock, platform.threads
+        self.lock = self.threads.lock()
+        self.finished = False
+        self.running: list[Task] = []
+        self.failed: list[BaseException] = []
+
+    def handshake(self, sock: Connection, address: tuple[str, int]) -> None:
+        """Authenticate one connection (in a thread of its own) and file it as awaited, extra or refused."""
+        try:
+            got = accept_one(sock, address, self.config, self.secret, self.deadline, self.shape, self.clock)
+        except BaseException as exc:
+            with self.lock:
+                self.failed.append(exc)
+            return
+        if got is None:
+            return
+        peer, keys = got
+        with self.lock:
+            awaited = peer in self.expected and peer not in self.accepted and not self.finished
+            if awaited:
+                self.accepted[peer] = (sock, keys)
+                return
+        if self.extra is not None and peer not in self.expected:
+            self.extra(peer, sock, keys)
+            return
+        log.warning("process %d refused a second connection claiming to be process %d", self.config.process, peer)
+        sock.close()
+
+    def all_in(self) -> bool:
+        """Whether every awaited process is in (then no later one is taken); raises a handshake's failure."""
+        with self.lock:
+            if self.failed:
+                raise self.failed[0]
+            if not self.expected - set(self.accepted):
+                self.finished = True
+                return True
+        return False
+
+    def take(self) -> None:
+        """Wait a little for one connection and start its handshake; raise once the deadline has passed."""
+        remaining = self.deadline - self.clock.monotonic()
+        if remaining <= 0:
+            missing = ", ".join(str(p) for p in sorted(self.expected - set(self.accepted)))
+            raise CommunicationError(
+                f"process {self.config.process} waited {self.config.connect_timeout} s but process(es) {missing} "
+                "never connected with the cluster secret"
+            )
+        got = self.listener.accept(min(remaining, 0.1))
+        if got is None:
+            return
+        sock, address = got
+        self.running[:] = [t for t in self.running if t.is_alive()]
+        if len(self.running) >= MAX_HANDSHAKES:
+            log.warning(
+                "process %d has %d handshakes under way; refused %s", self.config.process, len(self.running), address
+            )
+            sock.close()
+            return
+        self.running.append(self.threads.spawn(self.handshake, "pytimely-handshake", sock, address))
+
+    def give_up(self) -> None:
+        """Take no more, and close the connections taken."""
+        with self.lock:
+            self.finished = True
+            for s, _ in self.accepted.values():
+                s.close()
+
+
 def accept_all(
     listener: Listener,
     config: Config,
@@ -128,62 +218,10 @@ def accept_all(
     itself but is not one of those awaited (one joining an elastic computation early, or any process once all
     have arrived) goes to ``extra``, or is refused when there is none.
     """
-    expected = set(range(config.process + 1, config.processes))
-    clock, threads = platform.clock, platform.threads
-    lock = threads.lock()
-    finished = False
-    running: list[Task] = []
-    failed: list[BaseException] = []
-
-    def handshake(sock: Connection, address: tuple[str, int]) -> None:
-        try:
-            got = accept_one(sock, address, config, secret, deadline, shape, clock)
-        except BaseException as exc:
-            with lock:
-                failed.append(exc)
-            return
-        if got is None:
-            return
-        peer, keys = got
-        with lock:
-            awaited = peer in expected and peer not in accepted and not finished
-            if awaited:
-                accepted[peer] = (sock, keys)
-                return
-        if extra is not None and peer not in expected:
-            extra(peer, sock, keys)
-            return
-        log.warning("process %d refused a second connection claiming to be process %d", config.process, peer)
-        sock.close()
-
+    acceptor = _Acceptor(listener, config, secret, deadline, shape, accepted, platform, extra)
     try:
-        while True:
-            with lock:
-                if failed:
-                    raise failed[0]
-                if not expected - set(accepted):
-                    finished = True
-                    break
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
-                missing = ", ".join(str(p) for p in sorted(expected - set(accepted)))
-                raise CommunicationError(
-                    f"process {config.process} waited {config.connect_timeout} s but process(es) {missing} never "
-                    "connected with the cluster secret"
-                )
-            got = listener.accept(min(remaining, 0.1))
-            if got is None:
-                continue
-            sock, address = got
-            running[:] = [t for t in running if t.is_alive()]
-            if len(running) >= MAX_HANDSHAKES:
-                log.warning("process %d has %d handshakes under way; refused %s", config.process, len(running), address)
-                sock.close()
-                continue
-            running.append(threads.spawn(handshake, "pytimely-handshake", sock, address))
+        while not acceptor.all_in():
+            acceptor.take()
     except BaseException as exc:
         errors.append(exc)
-        with lock:
-            finished = True
-            for s, _ in accepted.values():
-                s.close()
+        acceptor.give_up()
