@@ -340,30 +340,13 @@ class Link:
                     n = got
                     waited = False
                     if n == 0:
-                        if self.done_received or self.closed:
-                            return
-                        detail = "" if decoder.idle else " in the middle of a frame"
-                        raise PeerFailedError(
-                            f"process {self.peer} closed its connection{detail} before finishing: it died or was "
-                            "killed",
-                            self.peer,
-                        )
+                        self._peer_closed()
+                        return
                 frames = decoder.advance(n)
                 if frames:
                     checkpoint("link-receive")
                     self.last_heard = now()
-                    for frame in frames:
-                        self._handle(frame)
-                    ring = decoder.ring
-                    if ring is not None and ring.read > self._ring_reported:
-                        # Taken out of the ring as they were decoded: the writer may reuse their place. A peer that
-                        # mapped this process's ring reads that in its control block at once; otherwise it is told.
-                        self._ring_reported = ring.read
-                        own = self.ring
-                        if own is not None and own.ready:
-                            own.publish(ring.read)
-                        else:
-                            self.control(Control.RING_FREE, str(ring.read))
+                    self._take(frames)
                 else:
                     self._check_silence()
                 if events.throttle():
@@ -377,6 +360,31 @@ class Link:
         finally:
             if decoder.ring is not None:
                 decoder.ring.close()  # nothing more is read from the peer's ring
+
+    def _peer_closed(self) -> None:
+        """The peer closed its end: fine once it said it was done (or this link closed), else it failed."""
+        if self.done_received or self.closed:
+            return
+        detail = "" if self.decoder.idle else " in the middle of a frame"
+        raise PeerFailedError(
+            f"process {self.peer} closed its connection{detail} before finishing: it died or was killed",
+            self.peer,
+        )
+
+    def _take(self, frames: list[Frame]) -> None:
+        """Handle received frames, then free their place in the peer's ring if they came through it."""
+        for frame in frames:
+            self._handle(frame)
+        ring = self.decoder.ring
+        if ring is not None and ring.read > self._ring_reported:
+            # Taken out of the ring as they were decoded: the writer may reuse their place. A peer that
+            # mapped this process's ring reads that in its control block at once; otherwise it is told.
+            self._ring_reported = ring.read
+            own = self.ring
+            if own is not None and own.ready:
+                own.publish(ring.read)
+            else:
+                self.control(Control.RING_FREE, str(ring.read))
 
     def _check_silence(self) -> None:
         """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
