@@ -40,12 +40,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pytimely.command import USAGE_ERRORS, add_run_arguments, observers, parse_run, run_with
 from pytimely.config import LAYOUT_VARIABLES, RECOVERY_TRUST, RecoverySettings, RunConfig
 from pytimely.errors import ConfigError, PytimelyError, RecoveryError
 from pytimely.observe.status import ProgressLine, Status, status_from_metrics
+
+if TYPE_CHECKING:
+    from pytimely.membership import ControlEndpoint
 
 __all__ = ["launch", "main"]
 
@@ -332,13 +335,7 @@ def launch(
     """
     if processes < 1 or workers < 1:
         raise ConfigError("launch needs at least one process and one worker")
-    settings = None
-    if recovery is not None:
-        from pytimely.recovery import open_store
-
-        settings = RecoverySettings(recovery, mode=recovery_mode, key_file=recovery_key_file).absolute()  # type: ignore[arg-type]
-        settings.key()
-        open_store(settings.store).check_writable()
+    settings = None if recovery is None else _checked_recovery(recovery, recovery_mode, recovery_key_file)
     if not command:
         raise ConfigError("launch needs a command after --")
     # The tunables (timeouts, windows...) of this environment reach every process; the layout is made here.
@@ -348,15 +345,7 @@ def launch(
     # Every process's port is bound here and handed down, so nothing can take it before the process starts.
     listeners = [_bind(port + i if port else 0) for i in range(processes)]
     launcher = _Launcher(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners], base)
-    endpoint = None
-    membership: _Elastic | None = None
-    if elastic:
-        from pytimely.membership import ControlEndpoint
-
-        membership = _Elastic(launcher, leave_timeout)
-        endpoint = ControlEndpoint(launcher.secret.encode(), membership.handle)
-        launcher.elastic = True
-        launcher.base = replace(base, control=endpoint.address)
+    membership, endpoint = _elastic(launcher, leave_timeout) if elastic else (None, None)
     try:
         with launcher.lock:
             for index in range(processes):
@@ -371,6 +360,27 @@ def launch(
     for t in launcher.forwarders:
         t.join(timeout=grace)
     return status
+
+
+def _checked_recovery(store: str, mode: str, key_file: str | None) -> RecoverySettings:
+    """The recovery settings every process gets, with an absolute store; fails now on a bad key file or store."""
+    from pytimely.recovery import open_store
+
+    settings = RecoverySettings(store, mode=mode, key_file=key_file).absolute()  # type: ignore[arg-type]
+    settings.key()
+    open_store(settings.store).check_writable()
+    return settings
+
+
+def _elastic(launcher: _Launcher, leave_timeout: float) -> tuple[_Elastic, ControlEndpoint]:
+    """Make ``launcher``'s run elastic: a control endpoint every process is told of, serving :class:`_Elastic`."""
+    from pytimely.membership import ControlEndpoint
+
+    membership = _Elastic(launcher, leave_timeout)
+    endpoint = ControlEndpoint(launcher.secret.encode(), membership.handle)
+    launcher.elastic = True
+    launcher.base = replace(launcher.base, control=endpoint.address)
+    return membership, endpoint
 
 
 def _progress_line(launcher: _Launcher, quiet: bool) -> ProgressLine:
