@@ -23,7 +23,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pytimely.communication.cluster import Cluster
 from pytimely.communication.local import LocalAllocator
@@ -120,6 +120,58 @@ def execute(
             session.close()
 
 
+class _WorkerThreads(Generic[R]):
+    """What the threads of :func:`run_workers` report: each one's result or error, and whether it drains or ended."""
+
+    def __init__(self, func: Callable[[Worker], R], workers: list[Worker], turns: _Turns) -> None:
+        n = len(workers)
+        self.func = func
+        self.workers = workers
+        self.turns = turns
+        self.results: list[Any] = [None] * n
+        self.errors: list[BaseException | None] = [None] * n
+        self.done = [False] * n
+        self.draining = [False] * n
+
+    def body(self, i: int) -> None:
+        """Worker ``i``'s thread: run ``func`` on it in turns, then step it until its dataflows end."""
+        worker = self.workers[i]
+        turns = self.turns
+        try:
+            turns.wait(i)
+            worker._after_step = lambda: turns.pass_turn(i)
+            self.results[i] = self.func(worker)
+            self.draining[i] = True
+            worker.close_inputs()
+            while worker.step():
+                pass
+        except _Shutdown:
+            pass
+        except BaseException as exc:
+            self.errors[i] = exc
+        finally:
+            self.done[i] = True
+            turns.back.release()
+
+    def stalled(self, i: int, live: list[int], idle: set[int]) -> BaseException | None:
+        """After worker ``i``'s turn: the stall error once a full round of live workers did nothing, else ``None``."""
+        workers = self.workers
+        # Once every worker only drains or waits in step_while (where only its dataflows can end the wait), a full
+        # round of steps in which nobody did anything means nothing ever will.
+        if all(self.draining[j] or workers[j].waiting for j in live):
+            if not workers[i].running and not workers[i].waiting:
+                idle.discard(i)  # finished: its thread ends at its next turn
+            elif workers[i].last_step_worked or workers[i].awaits_other_threads:
+                idle.clear()
+            else:
+                idle.add(i)
+                if idle >= set(live):
+                    return workers[i]._stalled()
+        else:
+            idle.clear()
+        return None
+
+
 def run_workers(func: Callable[[Worker], R], workers: list[Worker], seed: int | None = None) -> list[R]:
     """Run ``func`` on each of ``workers`` (one process's, any allocator) in its own thread; results in order.
 
@@ -127,30 +179,8 @@ def run_workers(func: Callable[[Worker], R], workers: list[Worker], seed: int | 
     """
     n = len(workers)
     turns = _Turns(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException | None] = [None] * n
-    done = [False] * n
-    draining = [False] * n
-
-    def body(i: int) -> None:
-        worker = workers[i]
-        try:
-            turns.wait(i)
-            worker._after_step = lambda: turns.pass_turn(i)
-            results[i] = func(worker)
-            draining[i] = True
-            worker.close_inputs()
-            while worker.step():
-                pass
-        except _Shutdown:
-            pass
-        except BaseException as exc:
-            errors[i] = exc
-        finally:
-            done[i] = True
-            turns.back.release()
-
-    threads = [threading.Thread(target=body, args=(i,), name=f"pytimely-worker-{i}", daemon=True) for i in range(n)]
+    run = _WorkerThreads(func, workers, turns)
+    threads = [threading.Thread(target=run.body, args=(i,), name=f"pytimely-worker-{i}", daemon=True) for i in range(n)]
     for thread in threads:
         thread.start()
     rng = random.Random(seed) if seed is not None else None
@@ -163,33 +193,23 @@ def run_workers(func: Callable[[Worker], R], workers: list[Worker], seed: int | 
         turn += 1
         turns.go[i].release()
         turns.back.acquire()
-        if done[i]:
+        if run.done[i]:
             live.remove(i)
             threads[i].join()
-            if errors[i] is not None and failure is None:
-                failure = errors[i]
+            if run.errors[i] is not None and failure is None:
+                failure = run.errors[i]
                 turns.abort = True
             idle.discard(i)
             continue
         if turns.abort:
             continue
-        # Once every worker only drains or waits in step_while (where only its dataflows can end the wait), a full
-        # round of steps in which nobody did anything means nothing ever will.
-        if all(draining[j] or workers[j].waiting for j in live):
-            if not workers[i].running and not workers[i].waiting:
-                idle.discard(i)  # finished: its thread ends at its next turn
-            elif workers[i].last_step_worked or workers[i].awaits_other_threads:
-                idle.clear()
-            else:
-                idle.add(i)
-                if idle >= set(live):
-                    failure = workers[i]._stalled()
-                    turns.abort = True
-        else:
-            idle.clear()
+        stalled = run.stalled(i, live, idle)
+        if stalled is not None:
+            failure = stalled
+            turns.abort = True
     if failure is not None:
         raise failure
-    return results
+    return run.results
 
 
 def run_process(
