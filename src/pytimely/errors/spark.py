@@ -1,0 +1,65 @@
+"""Errors of running on Spark: sessions, tasks, the rendezvous, and streaming queries."""
+
+from __future__ import annotations
+
+from pytimely.errors.base import InputFormatError, InvalidArgument, PytimelyError
+
+
+class SparkError(PytimelyError):
+    """Running on Spark failed: the session, the barrier stage or one of its tasks."""
+
+
+class SparkSetupError(SparkError):
+    """Spark cannot start here: PySpark or a Java 17 runtime is missing (the message says how to install it)."""
+
+
+class SparkSlotsError(SparkError):
+    """More pytimely processes were asked for than the Spark session has task slots to run them at once."""
+
+
+class SparkTaskError(SparkError):
+    """A task of the barrier stage failed; carries the task's own error message."""
+
+
+class SparkConnectError(SparkError):
+    """On a Spark Connect session: the server cannot be reached, or what was asked needs a classic session."""
+
+
+class SparkRendezvousError(SparkError):
+    """The tasks of a barrier stage could not meet through the driver's registry (unreachable, late, or forged)."""
+
+
+class SparkExecutorSetupError(SparkSetupError):
+    """The Spark executors' Python cannot import pytimely; the message names the interpreter and how to fix it."""
+
+
+class SparkInputError(SparkError, InputFormatError):
+    """Spark could not read an input (missing path, malformed record); names Spark's cause and the file it gives."""
+
+
+class StreamError(SparkError):
+    """A streaming query that drives a pytimely dataflow stopped; names the micro-batch and what went wrong."""
+
+
+class StreamSchemaError(StreamError, InputFormatError):
+    """A streaming source's rows do not have the query's columns (its schema changed); names batch and file."""
+
+
+class StreamInputError(StreamError, InputFormatError):
+    """A streaming source's file does not parse; names the micro-batch and Spark's cause (file, record)."""
+
+
+class CheckpointMismatchError(StreamError, InvalidArgument):
+    """A checkpoint directory belongs to another query, or lost its commits; names what differs."""
+
+
+class CheckpointInUseError(StreamError):
+    """Another run holds the streaming checkpoint (or its Spark JVM still runs); names the checkpoint and holder."""
+
+
+class CheckpointLocationError(StreamError, InvalidArgument):
+    """A streaming checkpoint's URL names a place that cannot hold it (a scheme without locks or renames)."""
+
+
+class StreamSinkError(StreamError, OSError):
+    """A streaming query's sink cannot be written (no permission, a file in the way); raised before the first epoch."""
