@@ -9,6 +9,7 @@ from typing import Any
 
 from pytimely.communication.allocator import Deferred
 from pytimely.communication.cluster.allocator import ClusterAllocator
+from pytimely.communication.cluster.counters import cluster_stats
 from pytimely.communication.cluster.link import Link
 from pytimely.communication.cluster.membership import Membership
 from pytimely.communication.cluster.networking import accept_all, accept_one, connect
@@ -583,38 +584,4 @@ class Cluster:
 
     def stats(self) -> dict[str, Any]:
         """Counters for tests and benchmarks: queue peaks, waits, frames and bytes sent per peer and per precedence."""
-        by_precedence: dict[str, dict[str, int]] = {}
-        for allocator in list(self._allocators.values()):
-            for precedence, (frames, nbytes) in allocator.sent.items():
-                tally = by_precedence.setdefault(precedence.name.lower(), {"frames": 0, "bytes": 0})
-                tally["frames"] += frames
-                tally["bytes"] += nbytes
-        return {
-            "max_unconsumed": self.max_unconsumed,
-            "by_precedence": by_precedence,
-            "links": {
-                peer: {
-                    "max_queued": link.max_queued,
-                    "waits": link.waits,
-                    "frames_sent": link.frames_sent,
-                    "bytes_sent": link.bytes_sent,
-                    **_ring_stats(link),
-                }
-                for peer, link in self.links.items()
-            },
-        }
-
-
-def _ring_stats(link: Link) -> dict[str, Any]:
-    """``link``'s shared-memory ring: ``ring`` is ``ready`` once the peer mapped it, ``offered`` until it answers,
-    ``none`` without one; then payloads placed (``ring_frames``), read positions learned from the peer's control
-    block and read positions of the peer's ring published in this one's."""
-    ring = link.ring  # read once: the receiving thread may drop the ring meanwhile
-    if ring is None:
-        return {"ring": "none", "ring_frames": 0, "ring_learned": 0, "ring_published": 0}
-    return {
-        "ring": "ready" if ring.ready else "offered",
-        "ring_frames": ring.placed,
-        "ring_learned": ring.learned,
-        "ring_published": ring.published,
-    }
+        return cluster_stats(self.max_unconsumed, list(self._allocators.values()), self.links)
