@@ -20,8 +20,9 @@ from pytimely.communication.frame import Frame, FrameKeys, LinkKeys
 from pytimely.communication.platform import Platform
 from pytimely.config import Config
 from pytimely.errors import FrameError
-from pytimely.simulate.kernel import Kernel, SimClock, SimProcess, SimThreads
+from pytimely.simulate.kernel import Kernel, SimProcess
 from pytimely.simulate.network import Delays, SimConnection, SimNetwork
+from pytimely.simulate.threads import SimClock, SimThreads
 
 pytestmark = pytest.mark.timeout(120)
 

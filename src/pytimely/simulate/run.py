@@ -37,10 +37,11 @@ from typing import Any
 from pytimely.communication.platform import Platform
 from pytimely.config import Config
 from pytimely.errors import NotSimulableError, PytimelyError
-from pytimely.simulate.kernel import Kernel, Killed, SimClock, SimProcess, SimThreads
+from pytimely.simulate.kernel import Kernel, Killed, SimProcess
 from pytimely.simulate.network import Delays, SimNetwork
 from pytimely.simulate.oracles import Observer, Violation, compare, memory_bound
 from pytimely.simulate.store import SimStore
+from pytimely.simulate.threads import SimClock, SimThreads
 from pytimely.simulate.workloads import WORKLOADS, Workload
 
 __all__ = ["DISRUPTIVE", "FAULTS", "FAULT_WINDOW", "LIVENESS", "Outcome", "simulate"]
