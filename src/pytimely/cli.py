@@ -160,7 +160,7 @@ class _Elastic:
     within ``leave_timeout`` seconds fails the run naming it.
     """
 
-    def __init__(self, launcher: _Launcher, leave_timeout: float) -> None:
+    def __init__(self, launcher: _Processes, leave_timeout: float) -> None:
         self.launcher = launcher
         self.leave_timeout = leave_timeout
         self.leaving: dict[int, float] = {}
@@ -249,7 +249,7 @@ class _Elastic:
                       file=sys.stderr)
 
 
-class _Launcher:
+class _Processes:
     """The processes of one ``launch``: their hosts, their environment, their output."""
 
     def __init__(self, command: Sequence[str], workers: int, hosts: list[str], base: RunConfig) -> None:
@@ -344,7 +344,7 @@ def launch(
     base = replace(base, recovery=settings or base.recovery, metrics_port=metrics_port)
     # Every process's port is bound here and handed down, so nothing can take it before the process starts.
     listeners = [_bind(port + i if port else 0) for i in range(processes)]
-    launcher = _Launcher(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners], base)
+    launcher = _Processes(command, workers, [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners], base)
     membership, endpoint = _elastic(launcher, leave_timeout) if elastic else (None, None)
     try:
         with launcher.lock:
@@ -372,7 +372,7 @@ def _checked_recovery(store: str, mode: str, key_file: str | None) -> RecoverySe
     return settings
 
 
-def _elastic(launcher: _Launcher, leave_timeout: float) -> tuple[_Elastic, ControlEndpoint]:
+def _elastic(launcher: _Processes, leave_timeout: float) -> tuple[_Elastic, ControlEndpoint]:
     """Make ``launcher``'s run elastic: a control endpoint every process is told of, serving :class:`_Elastic`."""
     from pytimely.membership import ControlEndpoint
 
@@ -383,7 +383,7 @@ def _elastic(launcher: _Launcher, leave_timeout: float) -> tuple[_Elastic, Contr
     return membership, endpoint
 
 
-def _progress_line(launcher: _Launcher, quiet: bool) -> ProgressLine:
+def _progress_line(launcher: _Processes, quiet: bool) -> ProgressLine:
     """The launcher's progress line, drawn from its processes' metrics (off without ``--metrics-port``)."""
     port = launcher.base.metrics_port or 0
     started = time.monotonic()
@@ -404,7 +404,7 @@ def _progress_line(launcher: _Launcher, quiet: bool) -> ProgressLine:
     return ProgressLine(quiet=quiet or launcher.base.metrics_port is None, source=scrape)
 
 
-def _supervise(launcher: _Launcher, membership: _Elastic | None, grace: float) -> int:
+def _supervise(launcher: _Processes, membership: _Elastic | None, grace: float) -> int:
     """Wait for the processes; on the first failure stop the others. The run's exit status."""
     children = launcher.children
     try:
