@@ -56,7 +56,7 @@ def test_committed_epochs_read_back_in_order_and_an_uncommitted_one_is_not_seen(
     with pytest.raises(OutputCommitError, match="epoch 4 is not committed"):
         out.read(4)
     if format == "csv":  # the examples' contract: a header, then rows a person can read
-        text = (tmp_path / "out" / "epoch-000000000003" / "part-p1.csv").read_text()
+        text = (tmp_path / "out" / "part-000000000003-p1.csv").read_text()
         assert text == "epoch,word,count\n3,y,13\n"
 
 
@@ -73,12 +73,12 @@ def test_an_output_on_s3_round_trips_and_is_written_in_one_put_per_part(s3_serve
     assert out.committed() == [0]
     assert rows(out.read()) == [(0, "w0", 0), (0, "w1", 1), (0, "w2", 2)]
     fs = s3fs.S3FileSystem(**s3_server.options())
-    names = sorted(p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] for p in fs.find(url))
-    assert "epoch-000000000000/part-p2.csv" in names and not any(n.endswith(".tmp") for n in names)
+    names = sorted(p[len(url) - len("s3://") + 1 :] for p in fs.find(url))
+    assert "part-000000000000-p2.csv" in names and not any(n.endswith(".tmp") for n in names)
     assert "_spark_metadata/0" in names  # read by Spark as s3a://
-    assert out.discard_uncommitted() == ["epoch-000000000001"]
+    assert out.discard_uncommitted() == ["part-000000000001-p0.csv"]
     fs.invalidate_cache()
-    assert not fs.exists(f"{url}/epoch-000000000001/part-p0.csv")
+    assert not fs.exists(f"{url}/part-000000000001-p0.csv")
     # An executor gets the output pickled and opens the same bucket.
     again = pickle.loads(pickle.dumps(out))
     assert again.committed() == [0] and rows(again.read()) == rows(out.read())
@@ -138,13 +138,15 @@ def test_a_writer_killed_mid_part_leaves_nothing_visible_and_discard_removes_it(
         os.kill(writer.pid or 0, signal.SIGKILL)
         writer.join(timeout=60)
     assert writer.exitcode == -signal.SIGKILL
-    left = list((tmp_path / "out" / "epoch-000000000002").iterdir())
-    assert len(left) == 1 and left[0].name.startswith(".part-p0.parquet.") and left[0].name.endswith(".tmp")
+    left = [p for p in (tmp_path / "out").iterdir() if "000000000002" in p.name]
+    assert (
+        len(left) == 1 and left[0].name.startswith(".part-000000000002-p0.parquet.") and left[0].name.endswith(".tmp")
+    )
     assert out.committed() == [1] and rows(out.read()) == [(1, "kept", 1)]
-    with pytest.raises(OutputCommitError, match=r"part epoch-000000000002/part-p0\.parquet is not there"):
-        out.commit(2, [Part(2, "p0", "epoch-000000000002/part-p0.parquet", 1, left[0].stat().st_size, "0")])
-    assert out.discard_uncommitted() == ["epoch-000000000002"]
-    assert not (tmp_path / "out" / "epoch-000000000002").exists()
+    with pytest.raises(OutputCommitError, match=r"part part-000000000002-p0\.parquet is not there"):
+        out.commit(2, [Part(2, "p0", "part-000000000002-p0.parquet", 1, left[0].stat().st_size, "0")])
+    assert out.discard_uncommitted() == [left[0].name]
+    assert not left[0].exists()
     assert rows(out.read()) == [(1, "kept", 1)]
 
 
@@ -157,7 +159,7 @@ def test_a_commit_is_idempotent_and_removes_earlier_attempts(tmp_path: Path) -> 
     assert retried == first
     out.commit(0, [retried])
     out.commit(0, [first])
-    assert sorted(p.name for p in (tmp_path / "out" / "epoch-000000000000").iterdir()) == ["part-p0.csv"]
+    assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("part-")] == ["part-000000000000-p0.csv"]
     assert out.read().column("word").to_pylist() == ["a", "b"]  # sorted by order_by
     other = out.write_part(0, "p1", counts(0, {"c": 3}))
     with pytest.raises(OutputCommitError, match="committed already with other parts"):
@@ -193,7 +195,7 @@ def test_bad_outputs_are_refused_with_typed_errors_naming_them(tmp_path: Path) -
     # A manifest may name only parts that are there, as they were written.
     gone = out.write_part(1, "p0", counts(1, {"x": 1}))
     (tmp_path / "out" / gone.path).unlink()
-    with pytest.raises(OutputCommitError, match=r"part epoch-000000000001/part-p0\.parquet is not there"):
+    with pytest.raises(OutputCommitError, match=r"part part-000000000001-p0\.parquet is not there"):
         out.commit(1, [gone])
     replaced = out.write_part(1, "p0", counts(1, {"x": 1}))
     out.write_part(1, "p0", counts(1, {"a much longer word than before": 1}))
@@ -201,6 +203,66 @@ def test_bad_outputs_are_refused_with_typed_errors_naming_them(tmp_path: Path) -
         out.commit(1, [replaced])
     assert out.committed() == [0]
     # A committed part changed behind the manifest's back is found when read.
-    (tmp_path / "out" / "epoch-000000000000" / "part-p0.parquet").write_bytes(b"PAR1 not parquet")
+    (tmp_path / "out" / "part-000000000000-p0.parquet").write_bytes(b"PAR1 not parquet")
     with pytest.raises(OutputCorruptError, match="CRC-32"):
         out.read()
+
+
+def _words(frame: Any) -> list[str]:
+    return sorted(r.word for r in frame.select("word").collect())
+
+
+def test_spark_reads_exactly_the_committed_epochs_and_a_streaming_read_follows_the_commits(
+    spark: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("pyspark")
+    from tests.waiting import wait_until
+
+    url = str(tmp_path / "out")
+    out = EpochOutput(url, SCHEMA)
+    out.prepare()
+    out.write_part(0, "p0", counts(0, {"uncommitted": 1}))
+    ddl = "epoch long, word string, count long"
+    assert spark.read.schema(ddl).parquet(url).count() == 0  # Spark's log is there, and empty: no file is read
+    out.commit(0, [out.write_part(0, "p0", counts(0, {"a": 1})), out.write_part(0, "p1", counts(0, {"b": 1}))])
+    assert _words(spark.read.parquet(url)) == ["a", "b"]
+    follow = (
+        spark.readStream.schema(ddl).parquet(url).writeStream.format("memory").queryName("epoch_output_follow")
+        .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="100 milliseconds").start()
+    )  # fmt: skip
+    try:
+        seen = lambda: _words(spark.table("epoch_output_follow"))  # noqa: E731
+        wait_until(lambda: seen() == ["a", "b"], 120, "the streaming read to see epoch 0")
+        # Twelve more commits: Spark's log compacts at its tenth entry, as Spark's own file sink does.
+        for epoch in range(1, 13):
+            out.commit(epoch, [out.write_part(epoch, "p0", counts(epoch, {f"w{epoch}": epoch}))])
+            if epoch == 4:
+                wait_until(lambda: "w4" in seen(), 120, "the streaming read to follow epochs 1-4")
+        out.write_part(13, "p0", counts(13, {"open": 1}))  # an epoch being written: visible to no reader
+        expected = sorted(["a", "b"] + [f"w{e}" for e in range(1, 13)])
+        wait_until(lambda: seen() == expected, 120, "the streaming read to follow epochs 1-12")
+    finally:
+        follow.stop()
+    assert (tmp_path / "out" / "_spark_metadata" / "9.compact").is_file()
+    assert _words(spark.read.parquet(url)) == expected == sorted(out.read().column("word").to_pylist())
+    # A crash after epoch 12's manifest, before Spark's log entry: the next prepare() writes the entry again.
+    (tmp_path / "out" / "_spark_metadata" / "12").unlink()
+    assert "w12" not in _words(spark.read.parquet(url))
+    EpochOutput(url, SCHEMA).prepare()
+    assert _words(spark.read.parquet(url)) == expected
+
+
+def test_spark_reads_the_csv_output_with_its_header(spark: Any, tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    url = (tmp_path / "out").as_uri()
+    out = EpochOutput(url, SCHEMA, format="csv")
+    out.prepare()
+    for epoch in range(3):
+        out.commit(epoch, [out.write_part(epoch, "p0", counts(epoch, {"x": epoch, "y,z": 1}))])
+    out.write_part(3, "p0", counts(3, {"uncommitted": 1}))
+    frame = spark.read.schema("epoch long, word string, count long").option("header", True).csv(url)
+    assert (
+        sorted(tuple(r) for r in frame.collect())
+        == rows(out.read())
+        == sorted((e, w, c) for e in range(3) for w, c in (("x", e), ("y,z", 1)))
+    )

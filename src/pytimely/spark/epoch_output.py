@@ -6,7 +6,7 @@ A reader (:meth:`EpochOutput.read`, ``spark.read``, ``spark.readStream``) sees a
 
 Layout under the output's URL ``OUT``::
 
-    OUT/epoch-000000000007/part-<name>.parquet       one part of epoch 7 (or .csv: a header, then rows)
+    OUT/part-000000000007-<name>.parquet             part <name> of epoch 7 (or .csv: a header, then rows)
     OUT/_pytimely/output.json                        the output's format and Arrow schema
     OUT/_pytimely/commits/epoch-000000000007.json    epoch 7's manifest: its parts, rows, sizes, checksums
     OUT/_spark_metadata/<n>                          Spark's file-sink log: the n-th committed epoch's files
@@ -68,7 +68,7 @@ SPARK_COMPACT_INTERVAL = 10
 """Spark's default ``spark.sql.streaming.fileSink.log.compactInterval``: every tenth log entry lists all files."""
 
 _PART_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_EPOCH_DIR = re.compile(r"^epoch-(\d{12})$")
+_PART_FILE = re.compile(r"^\.?part-(\d{12})-")
 _COMMIT = re.compile(r"^epoch-(\d{12})\.json$")
 _SPARK_LOG = re.compile(r"^(\d+)(\.compact)?$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -105,11 +105,11 @@ class Part:
 
 
 def _part_path(epoch: int, name: str, extension: str) -> str:
-    return f"{_epoch_dir(epoch)}/part-{name}.{extension}"
+    return f"part-{epoch:012d}-{name}.{extension}"
 
 
-def _epoch_dir(epoch: int) -> str:
-    return f"epoch-{epoch:012d}"
+def _commit_path(epoch: int) -> str:
+    return f"_pytimely/commits/epoch-{epoch:012d}.json"
 
 
 def _checksum(data: Any) -> str:
@@ -203,20 +203,15 @@ class EpochOutput:
             return None
         return data
 
-    def _list(self, relative: str) -> list[tuple[str, str]]:
-        """(name, type) of what is directly under ``relative`` ("" for the root); nothing if it does not exist."""
+    def _list(self, relative: str) -> list[str]:
+        """The names directly under ``relative`` ("" for the root); nothing if it does not exist."""
         path = self._path(relative) if relative else self.root
         try:
             self.fs.invalidate_cache(path)
-            entries = self.fs.ls(path, detail=True)
+            entries = self.fs.ls(path, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        found = {}
-        for entry in entries:
-            name = str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
-            if name:
-                found[name] = str(entry.get("type", "file"))
-        return sorted(found.items())
+        return sorted({name for e in entries if (name := str(e).rstrip("/").rsplit("/", 1)[-1])})
 
     # -- checks before the first epoch -------------------------------------------------------------------------
 
@@ -237,9 +232,13 @@ class EpochOutput:
             cause = getattr(exc, "strerror", None) or exc
             raise StreamSinkError(f"the output {self.url} cannot be written: {cause}") from None
         self._check_record()
-        if self.spark_log and self._spark_uri("") is not None and self.local:
+        if self.spark_log and self._spark_uri("") is not None:
             # An empty log already tells Spark to read only logged files: no part is visible before its commit.
-            Path(self._path("_spark_metadata")).mkdir(exist_ok=True)
+            # (An object store has no empty folders: a hidden object, which Spark's log skips, makes it exist.)
+            if self.local:
+                Path(self._path("_spark_metadata")).mkdir(exist_ok=True)
+            else:
+                self.fs.pipe_file(self._path("_spark_metadata/.pytimely"), b"")
         self._sync_spark_log()
 
     def _record(self) -> dict[str, Any]:
@@ -254,7 +253,7 @@ class EpochOutput:
 
         text = self._get("_pytimely/output.json")
         if text is None:
-            others = [n for n, _ in self._list("") if not n.startswith(("_", "."))]
+            others = [n for n in self._list("") if not n.startswith(("_", "."))]
             if others:
                 raise OutputSchemaError(
                     f"the output {self.url} holds files that are not a pytimely output ({', '.join(others[:5])}): "
@@ -387,16 +386,15 @@ class EpochOutput:
             self._check_parts(epoch, chosen)
             manifest = {"epoch": epoch, "rows": sum(p.rows for p in chosen), "committed_ms": int(time.time() * 1000),
                         "parts": [asdict(p) for p in chosen]}  # fmt: skip
-            self._put(f"_pytimely/commits/{_epoch_dir(epoch)}.json", json.dumps(manifest, indent=1).encode(),
+            self._put(_commit_path(epoch), json.dumps(manifest, indent=1).encode(),
                       durable=True)  # fmt: skip
         self._remove_unlisted(epoch, chosen)
         self._sync_spark_log()
 
     def _check_parts(self, epoch: int, parts: Sequence[Part]) -> None:
         """Every part is there with the size it was written with (what a commit is allowed to name)."""
-        directory = self._path(_epoch_dir(epoch))
         with contextlib.suppress(Exception):  # a file system without a listing cache
-            self.fs.invalidate_cache(directory)
+            self.fs.invalidate_cache(self.root)
         for part in parts:
             try:
                 size = int(self.fs.info(self._path(part.path))["size"])
@@ -413,22 +411,38 @@ class EpochOutput:
 
     def _remove_unlisted(self, epoch: int, parts: Sequence[Part]) -> list[str]:
         """Remove the files of committed ``epoch`` that its manifest does not list (earlier attempts)."""
-        keep = {p.path.rsplit("/", 1)[-1] for p in parts}
+        return self._remove(self._list(""), {epoch: {p.path for p in parts}})
+
+    def _remove(self, names: Sequence[str], keep: dict[int, set[str] | None], *, others: bool = False) -> list[str]:
+        """Remove what ``keep`` does not keep among the part files ``names``; return the names removed.
+
+        ``keep[epoch]`` lists the files of ``epoch`` to keep (``None``: all but temporary files); with
+        ``others`` the files of epochs not in ``keep`` are removed too.
+        """
         removed = []
-        for name, _ in self._list(_epoch_dir(epoch)):
-            if name not in keep:
-                relative = f"{_epoch_dir(epoch)}/{name}"
-                try:
-                    self.fs.rm(self._path(relative), recursive=True)
-                except FileNotFoundError:
+        for name in names:
+            match = _PART_FILE.match(name)
+            if match is None:
+                continue
+            epoch = int(match.group(1))
+            if epoch not in keep:
+                if not others:
                     continue
-                removed.append(relative)
+            else:
+                listed = keep[epoch]
+                if (listed is None and not name.startswith(".")) or (listed is not None and name in listed):
+                    continue
+            try:
+                self.fs.rm_file(self._path(name))
+            except FileNotFoundError:
+                continue
+            removed.append(name)
         return removed
 
     # -- reading -----------------------------------------------------------------------------------------------
 
     def _manifest(self, epoch: int) -> list[Part] | None:
-        relative = f"_pytimely/commits/{_epoch_dir(epoch)}.json"
+        relative = _commit_path(epoch)
         text = self._get(relative)
         if text is None:
             return None
@@ -439,7 +453,7 @@ class EpochOutput:
 
     def committed(self) -> list[int]:
         """The committed epochs, in order."""
-        found = (_COMMIT.match(name) for name, _ in self._list("_pytimely/commits"))
+        found = (_COMMIT.match(name) for name in self._list("_pytimely/commits"))
         return sorted(int(m.group(1)) for m in found if m is not None)
 
     def last_committed(self) -> int:
@@ -495,19 +509,12 @@ class EpochOutput:
 
         For after a crash, before writers start again: a part still being written would be removed too.
         """
-        committed = set(self.committed())
-        removed = []
-        for name, _ in self._list(""):
-            match = _EPOCH_DIR.match(name)
-            if match is None:
-                continue
-            epoch = int(match.group(1))
-            if epoch in committed:
-                removed += self._remove_unlisted(epoch, self.parts(epoch))
-            else:
-                self.fs.rm(self._path(name), recursive=True)
-                removed.append(name)
-        return removed
+        committed = self.committed()
+        # A commit removes its epoch's other files after its manifest: only the last commit can have left any.
+        keep: dict[int, set[str] | None] = dict.fromkeys(committed)
+        if committed:
+            keep[committed[-1]] = {p.path for p in self.parts(committed[-1])}
+        return self._remove(self._list(""), keep, others=True)
 
     # -- Spark's file-sink log ---------------------------------------------------------------------------------
 
@@ -528,7 +535,7 @@ class EpochOutput:
         if not self.spark_log or self._spark_uri("") is None:
             return
         epochs = self.committed()
-        present = (_SPARK_LOG.match(name) for name, _ in self._list("_spark_metadata"))
+        present = (_SPARK_LOG.match(name) for name in self._list("_spark_metadata"))
         written = max((int(m.group(1)) for m in present if m is not None), default=-1)
         for index in range(written + 1, len(epochs)):
             compact = (index + 1) % SPARK_COMPACT_INTERVAL == 0
