@@ -161,7 +161,7 @@ def test_a_commit_is_idempotent_and_removes_earlier_attempts(tmp_path: Path) -> 
     out.commit(0, [first])
     assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("part-")] == ["part-000000000000-p0.csv"]
     assert out.read().column("word").to_pylist() == ["a", "b"]  # sorted by order_by
-    other = out.write_part(0, "p1", counts(0, {"c": 3}))
+    other = Part(0, "p1", "part-000000000000-p1.csv", 1, 10, "00000000")
     with pytest.raises(OutputCommitError, match="committed already with other parts"):
         out.commit(0, [first, other])
     out.commit(2, [out.write_part(2, "p0", counts(2, {"x": 1}))])
@@ -266,3 +266,38 @@ def test_spark_reads_the_csv_output_with_its_header(spark: Any, tmp_path: Path) 
         == rows(out.read())
         == sorted((e, w, c) for e in range(3) for w, c in (("x", e), ("y,z", 1)))
     )
+
+
+def test_a_committed_epoch_never_changes_when_it_is_computed_again(tmp_path: Path) -> None:
+    out = EpochOutput(tmp_path / "out", SCHEMA, format="csv")
+    out.prepare()
+    out.commit(0, [out.write_part(0, "p0", counts(0, {"a": 1}))])
+    again = out.write_part(0, "p0", counts(0, {"a": 1, "b": 2}))  # after a restart, in another order or grouping
+    assert again == out.parts(0)[0] and rows(out.read()) == [(0, "a", 1)]
+    out.commit(0, [again])
+    with pytest.raises(OutputCommitError, match="committed already, without a part 'p1'"):
+        out.write_part(0, "p1", counts(0, {"c": 3}))
+    # The driver-hosted path's Sink: one part per micro-batch, committed at once; a batch id again is a no-op.
+    out.commit(1, counts(1, {"x": 1}))
+    out.commit(1, counts(1, {"x": 1, "y": 2}))
+    assert out.committed() == [0, 1] and rows(out.read(1)) == [(1, "x", 1)]
+
+
+def test_the_driver_hosted_stream_commits_each_micro_batch_as_an_epoch(spark: Any, tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from pytimely.spark.streaming import run_stream
+    from tests.spark.test_streaming import drop, load
+
+    wordcount = load("stream_wordcount")
+    incoming = tmp_path / "in"
+    for i, text in enumerate(["x y x\n", "y z\n"]):
+        drop(incoming, f"{i}.txt", text, i)
+    out = EpochOutput(tmp_path / "out", SCHEMA, format="csv", order_by=["word"])
+    source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(incoming))
+    done = run_stream(wordcount.running_counts, source, wordcount.SCHEMA, sink=out, checkpoint=tmp_path / "ck",
+                      available_now=True)  # fmt: skip
+    assert done.processed == [0, 1] and out.committed() == [0, 1]
+    assert out.read().to_pylist() == [
+        {"epoch": 0, "word": "x", "count": 2}, {"epoch": 0, "word": "y", "count": 1},
+        {"epoch": 1, "word": "y", "count": 2}, {"epoch": 1, "word": "z", "count": 1},
+    ]  # fmt: skip

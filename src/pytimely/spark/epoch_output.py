@@ -282,7 +282,9 @@ class EpochOutput:
         """Write ``table`` as part ``part`` of ``epoch``, all or nothing; the same part written again replaces it.
 
         Safe from several processes at once (each part is its own file). Nothing is visible to readers until
-        the driver commits the epoch with the returned :class:`Part` among its parts.
+        the driver commits the epoch with the returned :class:`Part` among its parts. A committed epoch never
+        changes: writing one of its parts again (an epoch computed again after a restart) writes nothing and
+        returns the committed part; a part it does not have is :class:`OutputCommitError`.
         """
         if not isinstance(epoch, int) or epoch < 0:
             raise InvalidArgument(f"output {self.url}: epoch must be an integer >= 0, got {epoch!r}")
@@ -290,6 +292,15 @@ class EpochOutput:
             raise InvalidArgument(f"output {self.url}: part name {part!r} must match {_PART_NAME.pattern}")
         data = self._encode(self._fit(table, epoch))
         relative = _part_path(epoch, part, self.extension)
+        committed = self._manifest(epoch)
+        if committed is not None:
+            for earlier in committed:
+                if earlier.name == part:
+                    return earlier
+            raise OutputCommitError(
+                f"the output {self.url}: epoch {epoch} is committed already, without a part {part!r} "
+                f"(its parts: {', '.join(p.name for p in committed)})"
+            )
         try:
             self._put(relative, data, durable=self.durable)
         except Exception as exc:  # fsspec back ends raise their own kinds (OSError, botocore, ...)
@@ -359,7 +370,7 @@ class EpochOutput:
         import pyarrow as pa
 
         if isinstance(parts, pa.Table):
-            parts = [self.write_part(epoch, "0", parts)]
+            parts = [self.write_part(epoch, "0", parts)]  # the committed part if the epoch is committed already
         if not isinstance(epoch, int) or epoch < 0:
             raise InvalidArgument(f"output {self.url}: epoch must be an integer >= 0, got {epoch!r}")
         chosen = sorted(parts, key=lambda p: p.name)
