@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import secrets
 import time
@@ -170,6 +171,10 @@ class EpochOutput:
             raise StreamSinkError(f"the output {text} cannot be opened: {exc}") from None
         self.root: str = root.rstrip("/") or "/"
         self._recorded = False
+        # The driver's view, listed once and kept up to date by its commits, so a commit costs the same after
+        # ten thousand epochs as after ten; prepare() lists again.
+        self._known: list[int] | None = None
+        self._logged: int | None = None
 
     def __repr__(self) -> str:
         return f"EpochOutput({self.url!r}, format={self.format!r})"
@@ -222,6 +227,7 @@ class EpochOutput:
         schema's or format's output, or files that are not a pytimely output, is :class:`OutputSchemaError`.
         A Spark log left behind its manifests by a crash is completed.
         """
+        self._known = self._logged = None
         probe = f"_pytimely/.probe-{secrets.token_hex(6)}"
         try:
             if self.local:
@@ -381,6 +387,7 @@ class EpochOutput:
             raise OutputCommitError(f"the output {self.url}: epoch {epoch} is given a part name twice")
         self._check_record()
         recorded = self._manifest(epoch)
+        files = self._epoch_files(epoch)
         if recorded is not None:
             if recorded != chosen:
                 raise OutputCommitError(
@@ -388,28 +395,55 @@ class EpochOutput:
                     f"({', '.join(p.name for p in recorded)})"
                 )
         else:
-            last = self.last_committed()
+            known = self._known_committed()
+            last = known[-1] if known else -1
             if epoch < last:
                 raise OutputCommitError(
                     f"the output {self.url}: epoch {epoch} comes after the committed epoch {last}: epochs commit "
                     "in increasing order"
                 )
-            self._check_parts(epoch, chosen)
+            self._check_parts(epoch, chosen, files)
             manifest = {"epoch": epoch, "rows": sum(p.rows for p in chosen), "committed_ms": int(time.time() * 1000),
                         "parts": [asdict(p) for p in chosen]}  # fmt: skip
-            self._put(_commit_path(epoch), json.dumps(manifest, indent=1).encode(),
-                      durable=True)  # fmt: skip
-        self._remove_unlisted(epoch, chosen)
-        self._sync_spark_log()
+            self._put(_commit_path(epoch), json.dumps(manifest, indent=1).encode(), durable=True)
+            if epoch > last:
+                known.append(epoch)
+        self._remove(sorted(files), {epoch: {p.path for p in chosen}})
+        self._sync_spark_log({epoch: chosen})
 
-    def _check_parts(self, epoch: int, parts: Sequence[Part]) -> None:
-        """Every part is there with the size it was written with (what a commit is allowed to name)."""
-        with contextlib.suppress(Exception):  # a file system without a listing cache
-            self.fs.invalidate_cache(self.root)
-        for part in parts:
+    def _known_committed(self) -> list[int]:
+        if self._known is None:
+            self._known = self.committed()
+        return self._known
+
+    def _epoch_files(self, epoch: int) -> dict[str, int]:
+        """The files of ``epoch`` (its parts and temporary files) by name, with their sizes: one listing."""
+        prefix = f"part-{epoch:012d}-"
+        if self.local:
             try:
-                size = int(self.fs.info(self._path(part.path))["size"])
+                entries = list(os.scandir(self.root))
             except FileNotFoundError:
+                return {}
+            found = {}
+            for entry in entries:
+                if entry.name.startswith((prefix, "." + prefix)):
+                    with contextlib.suppress(FileNotFoundError):
+                        found[entry.name] = entry.stat().st_size
+            return found
+        self.fs.invalidate_cache(self.root)
+        try:
+            # An object store lists by prefix: the epoch's own files, however many epochs the output holds.
+            listed = self.fs.find(self.root, maxdepth=1, prefix=prefix, detail=True)
+        except TypeError:  # a file system whose find() takes no prefix
+            listed = self.fs.find(self.root, maxdepth=1, detail=True)
+        names = ((str(path).rsplit("/", 1)[-1], info) for path, info in listed.items())
+        return {name: int(info["size"]) for name, info in names if name.startswith(prefix)}
+
+    def _check_parts(self, epoch: int, parts: Sequence[Part], files: dict[str, int]) -> None:
+        """Every part is there with the size it was written with (what a commit is allowed to name)."""
+        for part in parts:
+            size = files.get(part.path)
+            if size is None:
                 raise OutputCommitError(
                     f"the output {self.url}: epoch {epoch}'s part {part.path} is not there (never written, or "
                     "removed): the epoch is not committed"
@@ -419,10 +453,6 @@ class EpochOutput:
                     f"the output {self.url}: epoch {epoch}'s part {part.path} holds {size} bytes, not the {part.bytes} "
                     "written: another attempt replaced it; the epoch is not committed"
                 )
-
-    def _remove_unlisted(self, epoch: int, parts: Sequence[Part]) -> list[str]:
-        """Remove the files of committed ``epoch`` that its manifest does not list (earlier attempts)."""
-        return self._remove(self._list(""), {epoch: {p.path for p in parts}})
 
     def _remove(self, names: Sequence[str], keep: dict[int, set[str] | None], *, others: bool = False) -> list[str]:
         """Remove what ``keep`` does not keep among the part files ``names``; return the names removed.
@@ -536,24 +566,41 @@ class EpochOutput:
         scheme = _SPARK_SCHEMES.get(self.scheme)
         return None if scheme is None else f"{scheme}://{self._path(relative).lstrip('/')}"
 
-    def _sync_spark_log(self) -> None:
+    def _sync_spark_log(self, known: dict[int, list[Part]] | None = None) -> None:
         """Write the entries of ``_spark_metadata`` that the manifests imply and the log lacks.
 
         Entry ``n`` lists the files of the ``n``-th committed epoch (every tenth, ``n.compact``, all files so
         far), as Spark's own file sink writes them, so Spark's readers list exactly the committed files. Written
         after the manifests, so a crash between leaves a log this completes at the next commit or prepare().
+        ``known`` holds parts of epochs the caller has at hand (not read again).
         """
         if not self.spark_log or self._spark_uri("") is None:
             return
-        epochs = self.committed()
-        present = (_SPARK_LOG.match(name) for name in self._list("_spark_metadata"))
-        written = max((int(m.group(1)) for m in present if m is not None), default=-1)
-        for index in range(written + 1, len(epochs)):
+        epochs = self._known_committed()
+        if self._logged is None:
+            present = (_SPARK_LOG.match(name) for name in self._list("_spark_metadata"))
+            self._logged = max((int(m.group(1)) for m in present if m is not None), default=-1)
+        for index in range(self._logged + 1, len(epochs)):
+            parts = (known or {}).get(epochs[index]) or self.parts(epochs[index])
+            lines = [self._spark_entry(p) for p in parts]
             compact = (index + 1) % SPARK_COMPACT_INTERVAL == 0
-            listed = epochs[: index + 1] if compact else [epochs[index]]
-            lines = ["v1"] + [self._spark_entry(p) for e in listed for p in self.parts(e)]
+            if compact:
+                lines = self._spark_compacted(index, epochs) + lines
             name = f"{index}.compact" if compact else str(index)
-            self._put(f"_spark_metadata/{name}", ("\n".join(lines)).encode(), durable=True)
+            self._put(f"_spark_metadata/{name}", "\n".join(["v1", *lines]).encode(), durable=True)
+            self._logged = index
+
+    def _spark_compacted(self, index: int, epochs: Sequence[int]) -> list[str]:
+        """The files Spark's log lists before entry ``index``: the last compact entry and the entries since."""
+        start = index - SPARK_COMPACT_INTERVAL
+        names = ([f"{start}.compact"] if start >= 0 else []) + [str(i) for i in range(max(start + 1, 0), index)]
+        lines: list[str] = []
+        for name in names:
+            text = self._get(f"_spark_metadata/{name}")
+            if text is None:  # removed by hand: derive the whole list from the manifests instead
+                return [self._spark_entry(p) for e in epochs[:index] for p in self.parts(e)]
+            lines += [line for line in text.decode().split("\n")[1:] if line.strip()]
+        return lines
 
     def _spark_entry(self, part: Part) -> str:
         entry = {"path": self._spark_uri(part.path), "size": part.bytes, "isDir": False,
