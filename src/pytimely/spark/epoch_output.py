@@ -129,7 +129,7 @@ class EpochOutput:
 
     def __init__(
         self,
-        url: str | Any,
+        url: str | os.PathLike[str],
         schema: pa.Schema,
         *,
         format: str = "parquet",
@@ -141,7 +141,7 @@ class EpochOutput:
         import fsspec  # type: ignore[import-untyped]
         import pyarrow as pa
 
-        text = str(url)
+        text = os.fspath(url)
         if format not in FORMATS:
             raise InvalidArgument(f"output {text}: format must be one of {sorted(FORMATS)}, got {format!r}")
         if not isinstance(schema, pa.Schema):
