@@ -145,7 +145,9 @@ def test_a_writer_killed_mid_part_leaves_nothing_visible_and_discard_removes_it(
     assert out.committed() == [1] and rows(out.read()) == [(1, "kept", 1)]
     with pytest.raises(OutputCommitError, match=r"part part-000000000002-p0\.parquet is not there"):
         out.commit(2, [Part(2, "p0", "part-000000000002-p0.parquet", 1, left[0].stat().st_size, "0")])
-    assert out.discard_uncommitted() == [left[0].name]
+    # A crash after epoch 1's manifest, before its earlier attempts' files were removed: discard removes them too.
+    (tmp_path / "out" / "part-000000000001-attempt-0.parquet").write_bytes(b"an earlier attempt")
+    assert out.discard_uncommitted() == [left[0].name, "part-000000000001-attempt-0.parquet"]
     assert not left[0].exists()
     assert rows(out.read()) == [(1, "kept", 1)]
 
@@ -269,6 +271,8 @@ def test_spark_reads_the_csv_output_with_its_header(spark: Any, tmp_path: Path) 
         == rows(out.read())
         == sorted((e, w, c) for e in range(3) for w, c in (("x", e), ("y,z", 1)))
     )
+    assert sorted(tuple(r) for r in out.spark_frame(spark).collect()) == rows(out.read())
+    assert out.spark_frame(spark, streaming=True).isStreaming
 
 
 def test_a_committed_epoch_never_changes_when_it_is_computed_again(tmp_path: Path) -> None:

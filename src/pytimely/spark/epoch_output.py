@@ -36,6 +36,9 @@ from pytimely.errors import InvalidArgument, StreamSinkError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from pytimely.spark.streaming import Sink
 
 __all__ = [
     "EpochOutput",
@@ -557,7 +560,26 @@ class EpochOutput:
             keep[committed[-1]] = {p.path for p in self.parts(committed[-1])}
         return self._remove(self._list(""), keep, others=True)
 
-    # -- Spark's file-sink log ---------------------------------------------------------------------------------
+    # -- Spark ---------------------------------------------------------------------------------------------------
+
+    def spark_frame(self, spark: Any, *, streaming: bool = False) -> DataFrame:
+        """The committed output as a Spark DataFrame; with ``streaming``, one that follows each commit once.
+
+        Spark reads the files its log lists (see the module docstring); an object store's URL is read as
+        ``s3a://`` (Spark needs the ``hadoop-aws`` package for it). A scheme Spark cannot read is InvalidArgument.
+        """
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        location = self._spark_uri("")
+        if location is None or not self.spark_log:
+            raise InvalidArgument(
+                f"the output {self.url}: Spark reads no {self.scheme}:// location (or its log is off)"
+            )
+        reader = (spark.readStream if streaming else spark.read).schema(from_arrow_schema(self.schema))
+        if self.format == "csv":
+            reader = reader.option("header", True)
+        frame: DataFrame = reader.format(self.format).load(location.rstrip("/"))
+        return frame
 
     def _spark_uri(self, relative: str) -> str | None:
         """The URI Spark reads ``relative`` by (``None`` where Spark has no file system for the scheme)."""
@@ -607,6 +629,13 @@ class EpochOutput:
                  "modificationTime": int(time.time() * 1000), "blockReplication": 1, "blockSize": part.bytes,
                  "action": "add"}  # fmt: skip
         return json.dumps(entry)
+
+
+if TYPE_CHECKING:
+
+    def _a_sink(output: EpochOutput) -> Sink:
+        """mypy checks here that an output is a sink of ``run_stream``, the driver-hosted path."""
+        return output
 
 
 def _rebuild(
