@@ -11,9 +11,8 @@ Layout under the output's URL ``OUT``::
     OUT/_pytimely/commits/epoch-000000000007.json    epoch 7's manifest: its parts, rows, sizes, checksums
     OUT/_spark_metadata/<n>                          Spark's file-sink log: the n-th committed epoch's files
 
-A part is written under a hidden temporary name and renamed on a file system, or in one PUT on an object
-store, so no reader meets half a part; files of an epoch without a manifest (a crashed or retried attempt)
-are listed by neither the manifests nor Spark's log, and ``discard_uncommitted()`` removes them.
+A part is written under a hidden temporary name and renamed (a file system) or in one PUT (an object store);
+files of epochs without a manifest are in no reader's list, and ``discard_uncommitted()`` removes them.
 """
 
 from __future__ import annotations
@@ -29,10 +28,10 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from pytimely.atomic import write_atomic
-from pytimely.errors import InvalidArgument, StreamSinkError
+from pytimely.errors import InvalidArgument, OutputCommitError, OutputCorruptError, OutputSchemaError, StreamSinkError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,29 +39,11 @@ if TYPE_CHECKING:
 
     from pytimely.spark.streaming import Sink
 
-__all__ = [
-    "EpochOutput",
-    "OutputCommitError",
-    "OutputCorruptError",
-    "OutputSchemaError",
-    "Part",
-]
+__all__ = ["EpochOutput", "OutputCommitError", "OutputCorruptError", "OutputSchemaError", "Part"]
 
 
-class OutputSchemaError(StreamSinkError):
-    """An output folder holds another schema's or format's output (or other files), or a table does not fit."""
-
-
-class OutputCommitError(StreamSinkError):
-    """An epoch's commit was refused: a part is missing or differs from what was written, or epochs out of order."""
-
-
-class OutputCorruptError(StreamSinkError):
-    """A committed file cannot be read back as its manifest describes it (size, checksum, format)."""
-
-
-FORMATS = {"parquet": "parquet", "csv": "csv"}
-"""Output formats, by name, with the extension of their parts."""
+FORMATS = ("parquet", "csv")
+"""Output formats, each also the extension of its parts."""
 
 LOCAL_SCHEMES = ("file", "local")
 OBJECT_SCHEMES = ("s3", "s3a", "gs", "gcs", "memory")
@@ -183,14 +164,15 @@ class EpochOutput:
         return f"EpochOutput({self.url!r}, format={self.format!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The file system object is made again where the output is unpickled (an executor).
-        return (_rebuild, (self.url, self.schema, self.format, self.storage_options, self.order_by, self.durable,
-                           self.spark_log))  # fmt: skip
+        # Made again from its settings where it is unpickled (an executor), file system object included.
+        settings = {"format": self.format, "storage_options": self.storage_options, "order_by": self.order_by,
+                    "durable": self.durable, "spark_log": self.spark_log}  # fmt: skip
+        return (_rebuild, (self.url, self.schema, settings))
 
     @property
     def extension(self) -> str:
         """The parts' file extension."""
-        return FORMATS[self.format]
+        return self.format
 
     def _path(self, relative: str) -> str:
         return f"{self.root}/{relative}" if self.root != "/" else f"/{relative}"
@@ -220,8 +202,6 @@ class EpochOutput:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted({name for e in entries if (name := str(e).rstrip("/").rsplit("/", 1)[-1])})
-
-    # -- checks before the first epoch -------------------------------------------------------------------------
 
     def prepare(self) -> None:
         """Check the location can be written and holds no other output; nothing visible to readers is written.
@@ -275,17 +255,13 @@ class EpochOutput:
                 schema = pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(recorded["schema"])))
                 kind = recorded["format"]
             except (ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
-                raise OutputCorruptError(
-                    f"the output {self.url}: _pytimely/output.json does not parse: {exc}"
-                ) from None
+                raise OutputCorruptError(f"{self._path('_pytimely/output.json')} does not parse: {exc}") from None
             if kind != self.format or not schema.equals(self.schema):
                 raise OutputSchemaError(
                     f"the output {self.url} holds {kind} output of ({_columns(schema)}), not {self.format} output "
                     f"of ({_columns(self.schema)}): give another folder"
                 )
         self._recorded = True
-
-    # -- executors: parts --------------------------------------------------------------------------------------
 
     def write_part(self, epoch: int, part: str, table: pa.Table) -> Part:
         """Write ``table`` as part ``part`` of ``epoch``, all or nothing; the same part written again replaces it.
@@ -299,8 +275,6 @@ class EpochOutput:
             raise InvalidArgument(f"output {self.url}: epoch must be an integer >= 0, got {epoch!r}")
         if not _PART_NAME.match(part):
             raise InvalidArgument(f"output {self.url}: part name {part!r} must match {_PART_NAME.pattern}")
-        data = self._encode(self._fit(table, epoch))
-        relative = _part_path(epoch, part, self.extension)
         committed = self._manifest(epoch)
         if committed is not None:
             for earlier in committed:
@@ -310,6 +284,8 @@ class EpochOutput:
                 f"the output {self.url}: epoch {epoch} is committed already, without a part {part!r} "
                 f"(its parts: {', '.join(p.name for p in committed)})"
             )
+        data = self._encode(self._fit(table, epoch))
+        relative = _part_path(epoch, part, self.extension)
         try:
             self._put(relative, data, durable=self.durable)
         except Exception as exc:  # fsspec back ends raise their own kinds (OSError, botocore, ...)
@@ -323,8 +299,7 @@ class EpochOutput:
 
         if set(table.column_names) != set(self.schema.names):
             raise OutputSchemaError(
-                f"the output {self.url}: epoch {epoch}'s table has columns {table.column_names}, "
-                f"not {self.schema.names}"
+                f"{self.url}: epoch {epoch}'s columns {table.column_names} are not {self.schema.names}"
             )
         try:
             table = table.select(self.schema.names).cast(self.schema)
@@ -348,24 +323,17 @@ class EpochOutput:
             return bytes(sink.getvalue().to_pybytes())
         import pyarrow.csv as pcsv
 
-        buffer = io.BytesIO()
-        buffer.write((",".join(self.schema.names) + "\n").encode("utf-8"))
+        header = (",".join(self.schema.names) + "\n").encode("utf-8")
+        buffer = io.BytesIO(header)
+        buffer.seek(len(header))
         try:
             # Unquoted, as a person writes CSV; Arrow refuses where a value needs quotes, and then quotes strings.
             pcsv.write_csv(table, buffer, pcsv.WriteOptions(include_header=False, quoting_style="none"))
         except pa.ArrowInvalid:
-            buffer = io.BytesIO()
-            buffer.write((",".join(self.schema.names) + "\n").encode("utf-8"))
+            buffer.seek(len(header))
+            buffer.truncate()
             pcsv.write_csv(table, buffer, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
         return buffer.getvalue()
-
-    # -- the driver: commits -----------------------------------------------------------------------------------
-
-    @overload
-    def commit(self, epoch: int, parts: Sequence[Part], /) -> None: ...
-
-    @overload
-    def commit(self, epoch: int, parts: pa.Table, /) -> None: ...
 
     def commit(self, epoch: int, parts: Sequence[Part] | pa.Table, /) -> None:
         """Make ``parts`` the output of ``epoch``: its manifest written last and atomically, then Spark's log.
@@ -415,22 +383,17 @@ class EpochOutput:
         self._sync_spark_log({epoch: chosen})
 
     def _known_committed(self) -> list[int]:
-        if self._known is None:
-            self._known = self.committed()
+        self._known = self.committed() if self._known is None else self._known
         return self._known
 
     def _epoch_files(self, epoch: int) -> dict[str, int]:
         """The files of ``epoch`` (its parts and temporary files) by name, with their sizes: one listing."""
         prefix = f"part-{epoch:012d}-"
         if self.local:
-            try:
-                entries = list(os.scandir(self.root))
-            except FileNotFoundError:
-                return {}
             found = {}
-            for entry in entries:
-                if entry.name.startswith((prefix, "." + prefix)):
-                    with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.root) if os.path.isdir(self.root) else ():
+                with contextlib.suppress(FileNotFoundError):  # a temporary file renamed meanwhile
+                    if entry.name.startswith((prefix, "." + prefix)):
                         found[entry.name] = entry.stat().st_size
             return found
         self.fs.invalidate_cache(self.root)
@@ -450,7 +413,7 @@ class EpochOutput:
                 raise OutputCommitError(
                     f"the output {self.url}: epoch {epoch}'s part {part.path} is not there (never written, or "
                     "removed): the epoch is not committed"
-                ) from None
+                )
             if size != part.bytes:
                 raise OutputCommitError(
                     f"the output {self.url}: epoch {epoch}'s part {part.path} holds {size} bytes, not the {part.bytes} "
@@ -483,8 +446,6 @@ class EpochOutput:
             removed.append(name)
         return removed
 
-    # -- reading -----------------------------------------------------------------------------------------------
-
     def _manifest(self, epoch: int) -> list[Part] | None:
         relative = _commit_path(epoch)
         text = self._get(relative)
@@ -502,8 +463,7 @@ class EpochOutput:
 
     def last_committed(self) -> int:
         """The last committed epoch (-1 if none)."""
-        epochs = self.committed()
-        return epochs[-1] if epochs else -1
+        return max(self.committed(), default=-1)
 
     def parts(self, epoch: int) -> list[Part]:
         """The parts of committed ``epoch`` (:class:`OutputCommitError` if it is not committed)."""
@@ -518,9 +478,7 @@ class EpochOutput:
 
         epochs = self.committed() if epoch is None else [epoch]
         tables = [self._decode(part) for e in epochs for part in self.parts(e)]
-        if not tables:
-            return self.schema.empty_table()
-        return pa.concat_tables(tables)
+        return pa.concat_tables(tables) if tables else self.schema.empty_table()
 
     def _decode(self, part: Part) -> pa.Table:
         import pyarrow as pa
@@ -544,9 +502,7 @@ class EpochOutput:
                     column_types=self.schema, strings_can_be_null=False, quoted_strings_can_be_null=False))  # fmt: skip
             return table.select(self.schema.names).cast(self.schema)
         except (pa.ArrowInvalid, KeyError) as exc:
-            raise OutputCorruptError(
-                f"the output {self.url}: committed part {part.path} does not parse: {exc}"
-            ) from None
+            raise OutputCorruptError(f"the output {self.url}: part {part.path} does not parse: {exc}") from None
 
     def discard_uncommitted(self) -> list[str]:
         """Remove the files of epochs with no manifest, and unlisted files of committed ones; return them.
@@ -560,8 +516,6 @@ class EpochOutput:
             keep[committed[-1]] = {p.path for p in self.parts(committed[-1])}
         return self._remove(self._list(""), keep, others=True)
 
-    # -- Spark ---------------------------------------------------------------------------------------------------
-
     def spark_frame(self, spark: Any, *, streaming: bool = False) -> DataFrame:
         """The committed output as a Spark DataFrame; with ``streaming``, one that follows each commit once.
 
@@ -572,9 +526,7 @@ class EpochOutput:
 
         location = self._spark_uri("")
         if location is None or not self.spark_log:
-            raise InvalidArgument(
-                f"the output {self.url}: Spark reads no {self.scheme}:// location (or its log is off)"
-            )
+            raise InvalidArgument(f"the output {self.url}: Spark reads no {self.scheme}:// output without its log")
         reader = (spark.readStream if streaming else spark.read).schema(from_arrow_schema(self.schema))
         if self.format == "csv":
             reader = reader.option("header", True)
@@ -638,18 +590,9 @@ if TYPE_CHECKING:
         return output
 
 
-def _rebuild(
-    url: str,
-    schema: pa.Schema,
-    format: str,
-    options: dict[str, Any],
-    order_by: list[str],
-    durable: bool,
-    spark_log: bool,
-) -> EpochOutput:
+def _rebuild(url: str, schema: pa.Schema, settings: dict[str, Any]) -> EpochOutput:
     """An :class:`EpochOutput` made again from its settings (unpickling)."""
-    return EpochOutput(url, schema, format=format, storage_options=options, order_by=order_by, durable=durable,
-                       spark_log=spark_log)  # fmt: skip
+    return EpochOutput(url, schema, **settings)
 
 
 def _columns(schema: pa.Schema) -> str:
