@@ -82,6 +82,9 @@ def test_an_output_on_s3_round_trips_and_is_written_in_one_put_per_part(s3_serve
     # An executor gets the output pickled and opens the same bucket.
     again = pickle.loads(pickle.dumps(out))
     assert again.committed() == [0] and rows(again.read()) == rows(out.read())
+    missing = EpochOutput("s3://no-such-bucket/out", SCHEMA, storage_options=s3_server.options())
+    with pytest.raises(StreamSinkError, match="the output s3://no-such-bucket/out cannot be written"):
+        missing.prepare()
 
 
 def _write_parts(url: str, epoch: int, worker: int, parts: int, queue: Any) -> None:
