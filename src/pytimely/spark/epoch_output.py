@@ -155,8 +155,7 @@ class EpochOutput:
             raise StreamSinkError(f"the output {text} cannot be opened: {exc}") from None
         self.root: str = root.rstrip("/") or "/"
         self._recorded = False
-        # The driver's view, listed once and kept up to date by its commits, so a commit costs the same after
-        # ten thousand epochs as after ten; prepare() lists again.
+        # Listed once, then kept up to date by this driver's commits: a commit's cost does not grow with history.
         self._known: list[int] | None = None
         self._logged: int | None = None
 
@@ -169,28 +168,29 @@ class EpochOutput:
                     "durable": self.durable, "spark_log": self.spark_log}  # fmt: skip
         return (_rebuild, (self.url, self.schema, settings))
 
-    @property
-    def extension(self) -> str:
-        """The parts' file extension."""
-        return self.format
-
     def _path(self, relative: str) -> str:
         return f"{self.root}/{relative}" if self.root != "/" else f"/{relative}"
 
     def _put(self, relative: str, data: bytes, *, durable: bool) -> None:
         """Write one file all or nothing: renamed into place locally, one PUT on an object store."""
         path = self._path(relative)
-        if self.local:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, data, durable=durable)
-        else:
-            self.fs.pipe_file(path, data)
+        try:
+            if self.local:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(path, data, durable=durable)
+            else:
+                self.fs.pipe_file(path, data)
+        except Exception as exc:  # fsspec back ends raise their own kinds (OSError, botocore, ...)
+            cause = getattr(exc, "strerror", None) or exc
+            raise StreamSinkError(f"the output {self.url}: {relative} cannot be written: {cause}") from None
 
     def _get(self, relative: str) -> bytes | None:
         try:
             data: bytes = self.fs.cat_file(self._path(relative))
         except FileNotFoundError:
             return None
+        except Exception as exc:  # as above
+            raise StreamSinkError(f"the output {self.url}: {relative} cannot be read: {exc}") from None
         return data
 
     def _list(self, relative: str) -> list[str]:
@@ -201,6 +201,10 @@ class EpochOutput:
             entries = self.fs.ls(path, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except Exception as exc:  # as in _put
+            raise StreamSinkError(
+                f"the output {self.url}: {relative or 'its folder'} cannot be listed: {exc}"
+            ) from None
         return sorted({name for e in entries if (name := str(e).rstrip("/").rsplit("/", 1)[-1])})
 
     def prepare(self) -> None:
@@ -285,12 +289,8 @@ class EpochOutput:
                 f"(its parts: {', '.join(p.name for p in committed)})"
             )
         data = self._encode(self._fit(table, epoch))
-        relative = _part_path(epoch, part, self.extension)
-        try:
-            self._put(relative, data, durable=self.durable)
-        except Exception as exc:  # fsspec back ends raise their own kinds (OSError, botocore, ...)
-            cause = getattr(exc, "strerror", None) or exc
-            raise StreamSinkError(f"the output {self.url}: part {relative} cannot be written: {cause}") from None
+        relative = _part_path(epoch, part, self.format)
+        self._put(relative, data, durable=self.durable)
         return Part(epoch, part, relative, table.num_rows, len(data), _checksum(data))
 
     def _fit(self, table: pa.Table, epoch: int) -> pa.Table:
@@ -352,7 +352,7 @@ class EpochOutput:
             raise InvalidArgument(f"output {self.url}: epoch must be an integer >= 0, got {epoch!r}")
         chosen = sorted(parts, key=lambda p: p.name)
         for part in chosen:
-            if part.epoch != epoch or part.path != _part_path(epoch, part.name, self.extension):
+            if part.epoch != epoch or part.path != _part_path(epoch, part.name, self.format):
                 raise OutputCommitError(f"the output {self.url}: part {part.path} is not a part of epoch {epoch}")
         if len({p.name for p in chosen}) != len(chosen):
             raise OutputCommitError(f"the output {self.url}: epoch {epoch} is given a part name twice")
