@@ -85,7 +85,7 @@ def test_an_output_on_s3_round_trips_and_is_written_in_one_put_per_part(s3_serve
     missing = EpochOutput("s3://no-such-bucket/out", SCHEMA, storage_options=s3_server.options())
     with pytest.raises(StreamSinkError, match="the output s3://no-such-bucket/out cannot be written"):
         missing.prepare()
-    with pytest.raises(StreamSinkError, match="part-000000000000-p0.parquet cannot be written"):
+    with pytest.raises(StreamSinkError, match=r"part-000000000000-p0\.parquet cannot be written"):
         missing.write_part(0, "p0", counts(0, {"x": 1}))
 
 
