@@ -63,3 +63,15 @@ class CheckpointLocationError(StreamError, InvalidArgument):
 
 class StreamSinkError(StreamError, OSError):
     """A streaming query's sink cannot be written (no permission, a file in the way); raised before the first epoch."""
+
+
+class OutputSchemaError(StreamSinkError):
+    """An epoch output's folder holds another schema's or format's output (or other files), or a table does not fit."""
+
+
+class OutputCommitError(StreamSinkError):
+    """An epoch's commit was refused: a part is missing or differs from what was written, or epochs out of order."""
+
+
+class OutputCorruptError(StreamSinkError):
+    """A committed file of an epoch output cannot be read back as its manifest describes it (size, checksum)."""
