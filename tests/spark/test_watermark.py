@@ -6,6 +6,7 @@ back) that splits each micro-batch into late and on-time rows, and running word 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
@@ -140,10 +141,13 @@ def test_the_epoch_host_holds_the_delayed_epochs_open_and_equals_the_reference(d
     host.close()
 
 
-def test_late_rows_are_dropped_and_counted_and_the_rest_equals_the_reference(spark: Any, tmp_path: Path) -> None:
+def test_late_rows_are_dropped_and_counted_and_the_rest_equals_the_reference(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     incoming, out = tmp_path / "in", tmp_path / "out"
     for k, rows in enumerate(BATCHES):
         drop_file(incoming, f"b{k}.csv", rows, k)
+    caplog.set_level(logging.WARNING, logger="pytimely.spark.streaming")
     done = run_stream(running_counts, source(spark, incoming), SCHEMA,
                       sink=CsvDirectorySink(out, order_by=["epoch", "word"]), checkpoint=tmp_path / "ck",
                       query="late-drop", epoch="epoch", watermark=Watermark(), available_now=True)
@@ -151,6 +155,12 @@ def test_late_rows_are_dropped_and_counted_and_the_rest_equals_the_reference(spa
     assert done.processed == [0, 1, 2, 3]
     assert [t.late for t in done.timings] == [len(rows) for rows in late] == [0, 2, 1, 2]
     assert done.late == 5
+    logged = [r.getMessage() for r in caplog.records if r.name == "pytimely.spark.streaming"]
+    assert logged == [
+        "micro-batch 1: 2 late row(s) with 'epoch' before 3 (epochs already complete) dropped",
+        "micro-batch 2: 1 late row(s) with 'epoch' before 4 (epochs already complete) dropped",
+        "micro-batch 3: 2 late row(s) with 'epoch' before 7 (epochs already complete) dropped",
+    ]
     files = [read_rows(path) for path in sorted(out.glob("batch-*.csv"))]
     assert files == [[[str(e), w, str(c)] for e, w, c in batch] for batch in outputs]
 
