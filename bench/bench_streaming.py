@@ -1,20 +1,27 @@
 """Streaming on Spark: pytimely's micro-batches against Spark's own stateful streaming, in one run.
 
-    python bench/bench_streaming.py [--batches B] [--words-per-batch N] [--edges N] [--edge-batches K]
-                                    [--graphx-at 1,5,10] [--slots S] [--quick] [--json]
+    python bench/bench_streaming.py [--parts wordcount,components,restart] [--sizes 10k,100k,1M] [--batches B]
+                                    [--contenders driver,executors,native,pandas] [--processes N]
+                                    [--edges N] [--edge-batches K] [--graphx-at 1,5,10] [--slots S] [--quick] [--json]
 
-One local Spark (``S`` slots, default 2), started once (its start-up is reported, not counted).
+One local Spark (``S`` slots, default 2), started once (its start-up is reported, not counted). ``--parts``
+picks the parts to run (default wordcount and components), each of which can run alone.
 
-Word count (latency and throughput): ``B`` text files (default 40) of ``N`` words each (default 50,000,
-drawn with seed 7 from 20,000 words by a Zipf law), read by Spark's text source one file per micro-batch
-(``maxFilesPerTrigger=1``, ``availableNow``), so both queries see the same micro-batches.
-(a) pytimely: ``examples/stream_wordcount.py``'s dataflow through ``run_stream`` (one worker on the driver),
-    output to the per-batch CSV sink, with its exactly-once staging and commits.
-(b) Spark: the same running count as ``applyInPandasWithState`` over the words (``update`` mode), output
-    through ``foreachBatch`` to the same sink.
-Per micro-batch latency is Spark's own ``durationMs.triggerExecution`` of each micro-batch for both, its p50
-and p99 over the micro-batches after the first two (warm-up); throughput is the words over the sum of those
-times. Both outputs are checked to give every word the same final count.
+Word count (latency and throughput, ``--parts wordcount``): at each size of ``--sizes`` (rows per micro-batch,
+default 10,000, 100,000 and 1,000,000; ``--quick``: 2,000), ``B`` text files (default 8) of that many lines of
+one word each (drawn with seed 7 from 20,000 words by a Zipf law), read by Spark's text source one file per
+micro-batch (``maxFilesPerTrigger=1``, ``availableNow``), so every query sees the same micro-batches and
+writes the same per-batch CSV changelog (``epoch,word,count``) through ``foreachBatch``:
+(a) pytimely, driver-hosted: ``examples/stream_wordcount.py``'s dataflow through ``run_stream`` (one worker
+    on the driver), with its exactly-once snapshots and commits;
+(x) pytimely on the executors: the same through ``run_stream(..., host="executors", processes=N)`` when this
+    tree's ``run_stream`` takes ``host=`` (else reported as not available);
+(n) Spark's own stateful query, ``groupBy("word").count()`` in update mode;
+(p) Spark's ``applyInPandasWithState`` keeping the same running count (update mode).
+Per micro-batch latency is Spark's own ``durationMs.triggerExecution`` of each micro-batch, its p50 and p99
+over the micro-batches after the first two (warm-up); rows/s is the rows over the sum of those times. Ratios
+are taken within a size: (n)'s and (p)'s p50 over each row's, each row's rows/s over theirs. Every output is
+checked to give every word its reference count.
 
 Connected components (incremental against recomputation): ``--edges`` random edges (default 1,000,000 over
 half as many vertices, seed 42) in ``K`` files (default 10), one per micro-batch.
@@ -36,13 +43,14 @@ query start included) and of the state's restore are reported, with the checkpoi
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,29 +73,81 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def write_texts(directory: Path, batches: int, words: int, seed: int = 7) -> list[list[str]]:
-    """``batches`` text files of ``words`` Zipf-drawn words, oldest first by modification time."""
+WORDS = 20_000
+"""The vocabulary: ``w0`` .. ``w19999``, drawn by a Zipf law."""
+
+
+def write_lines(directory: Path, batches: int, rows: int, seed: int = 7) -> dict[str, int]:
+    """``batches`` text files of ``rows`` lines of one Zipf-drawn word each, oldest first; the words' counts."""
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True)
-    vocabulary = np.array([f"w{i}" for i in range(20_000)])
-    texts = []
+    vocabulary = np.array([f"w{i}" for i in range(WORDS)])
+    totals = np.zeros(WORDS, dtype=np.int64)
     base = time.time() - 100_000
     for k in range(batches):
-        drawn = vocabulary[np.minimum(rng.zipf(1.3, words) - 1, len(vocabulary) - 1)].tolist()
-        texts.append(drawn)
+        drawn = np.minimum(rng.zipf(1.3, rows) - 1, WORDS - 1)
+        totals += np.bincount(drawn, minlength=WORDS)
         path = directory / f"t{k:04d}.txt"
-        path.write_text("\n".join(" ".join(drawn[i : i + 10]) for i in range(0, len(drawn), 10)) + "\n")
+        path.write_text("\n".join(vocabulary[drawn].tolist()) + "\n")
         os.utime(path, (base + 10 * k, base + 10 * k))
-    return texts
+    return {f"w{i}": int(n) for i, n in enumerate(totals.tolist()) if n}
 
 
-def spark_word_count(spark: Any, directory: Path, out: Path, checkpoint: Path) -> tuple[dict[int, float], Any]:
-    """Spark's stateful running word count over the same micro-batches; its trigger times and final counts."""
-    import pandas as pd
+def final_counts(out: Path) -> dict[str, int]:
+    """Every word's last running count in a folder of ``epoch,word,count`` CSV changelogs (any layout of files)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    tables = [pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
+        column_types={"word": pa.string(), "count": pa.int64()})) for path in sorted(out.rglob("*.csv"))]
+    if not tables:
+        return {}
+    table = pa.concat_tables([t.select(["word", "count"]) for t in tables])
+    # Running counts only grow: a word's largest is its last, whichever file (or process) wrote it.
+    grouped = table.group_by("word").aggregate([("count", "max")])
+    return dict(zip(grouped.column("word").to_pylist(), grouped.column("count_max").to_pylist(), strict=True))
+
+
+def _words(spark: Any, directory: Path) -> Any:
+    """The words of the text files, one file per micro-batch, split as the pytimely dataflow splits them."""
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    lines = spark.readStream.option("maxFilesPerTrigger", 1).text(str(directory))
+    return lines.select(F.explode(F.split(F.col("value"), r"\s+")).alias("word")).filter(F.col("word") != "")
+
+
+def _spark_query(counts: Any, out: Path, checkpoint: Path) -> dict[int, float]:
+    """Run a Spark running count in update mode to the per-batch CSV sink through ``foreachBatch``."""
+    from pyspark.sql import functions as F
 
     from pytimely.spark.streaming import CsvDirectorySink, trigger_times
+
+    sink = CsvDirectorySink(out, order_by=["word"])
+
+    def write(frame: Any, batch_id: int) -> None:
+        sink.commit(batch_id, frame.select(F.lit(batch_id).cast("long").alias("epoch"), "word", "count").toArrow())
+
+    query = (
+        counts.writeStream.outputMode("update").foreachBatch(write)
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    return trigger_times(query)
+
+
+def native_word_count(
+    spark: Any, directory: Path, out: Path, checkpoint: Path, _: argparse.Namespace
+) -> dict[int, float]:
+    """Spark's own stateful count, the query a data engineer writes: ``groupBy("word").count()``, update mode."""
+    return _spark_query(_words(spark, directory).groupBy("word").count(), out, checkpoint)
+
+
+def pandas_word_count(
+    spark: Any, directory: Path, out: Path, checkpoint: Path, _: argparse.Namespace
+) -> dict[int, float]:
+    """The same running count as ``applyInPandasWithState`` (update mode)."""
+    import pandas as pd
+    from pyspark.sql.streaming.state import GroupStateTimeout
 
     def running(key: Any, frames: Any, state: Any) -> Any:
         total = state.get[0] if state.exists else 0
@@ -96,56 +156,89 @@ def spark_word_count(spark: Any, directory: Path, out: Path, checkpoint: Path) -
         state.update((total,))
         yield pd.DataFrame({"word": [key[0]], "count": [total]})
 
-    words = (
-        spark.readStream.option("maxFilesPerTrigger", 1)
-        .text(str(directory))
-        .select(F.explode(F.split(F.col("value"), r"\s+")).alias("word"))
-        .filter(F.col("word") != "")
-    )
-    counts = words.groupBy("word").applyInPandasWithState(
+    counts = _words(spark, directory).groupBy("word").applyInPandasWithState(
         running, "word string, count long", "total long", "update", GroupStateTimeout.NoTimeout
     )
-    sink = CsvDirectorySink(out, order_by=["word"])
-    final: dict[str, int] = {}
-
-    def write(frame: Any, batch_id: int) -> None:
-        table = frame.select(F.lit(batch_id).cast("long").alias("epoch"), "word", "count").toArrow()
-        sink.commit(batch_id, table)
-        final.update(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True))
-
-    query = (
-        counts.writeStream.outputMode("update").foreachBatch(write)
-        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
-    )
-    query.awaitTermination()
-    return trigger_times(query), final
+    return _spark_query(counts, out, checkpoint)
 
 
-def pytimely_word_count(spark: Any, directory: Path, out: Path, checkpoint: Path) -> tuple[Any, dict[str, int]]:
-    """pytimely's running word count over the micro-batches; its run record and final counts."""
+def executors_available() -> bool:
+    """Whether this tree's ``run_stream`` can host the dataflow on the executors (it takes ``host=``)."""
+    import inspect
+
+    from pytimely.spark.streaming import run_stream
+
+    return "host" in inspect.signature(run_stream).parameters
+
+
+def pytimely_word_count(
+    spark: Any, directory: Path, out: Path, checkpoint: Path, args: argparse.Namespace, *, executors: bool = False
+) -> dict[int, float]:
+    """``examples/stream_wordcount.py``'s dataflow through ``run_stream``: on the driver, or on the executors."""
     from pytimely.spark.streaming import CsvDirectorySink, run_stream
 
     source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(directory))
+    where: dict[str, Any] = {"host": "executors", "processes": args.processes} if executors else {}
     done = run_stream(
         stream_wordcount.running_counts, source, stream_wordcount.SCHEMA,
         sink=CsvDirectorySink(out, order_by=["word"]), checkpoint=checkpoint, query="bench_wordcount",
-        available_now=True,
+        available_now=True, **where,
     )
-    final: dict[str, int] = {}
-    for path in sorted(out.glob("batch-*.csv")):
-        with path.open(newline="", encoding="utf-8") as handle:
-            for _, word, count in list(csv.reader(handle))[1:]:
-                final[word] = int(count)
-    return done, final
+    return dict(done.trigger_ms)
 
 
-def latency_rows(name: str, ident: str, times: dict[int, float], words: int) -> Row:
-    """p50/p99 of the micro-batch times after the first two, and words per second over them."""
+CONTENDERS = {
+    "driver": ("a", "pytimely run_stream, driver-hosted (1 worker)"),
+    "executors": ("x", "pytimely run_stream, on the executors"),
+    "native": ("n", "Spark groupBy(word).count(), update mode"),
+    "pandas": ("p", "Spark applyInPandasWithState, update mode"),
+}
+
+
+def latency_row(contender: str, size: int, times: dict[int, float]) -> Row:
+    """p50/p99 of the micro-batch times after the first two (warm-up), and rows per second over them."""
+    ident, name = CONTENDERS[contender]
     kept = [times[b] for b in sorted(times)][2:] or list(times.values())
     return {
-        "id": ident, "contender": name, "batches": len(times), "p50_ms": round(percentile(kept, 50), 1),
-        "p99_ms": round(percentile(kept, 99), 1), "words_per_s": round(words * len(kept) / (sum(kept) / 1000)),
+        "id": ident, "contender": name, "rows_per_batch": size, "batches": len(times),
+        "p50_ms": round(percentile(kept, 50), 1), "p99_ms": round(percentile(kept, 99), 1),
+        "rows_per_s": round(size * len(kept) / max(sum(kept) / 1000, 1e-9)),
     }
+
+
+def word_count_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
+    """Every contender's running word count over the same micro-batches, at each size; ratios within a size."""
+    measures: dict[str, Callable[..., dict[int, float]]] = {
+        "driver": partial(pytimely_word_count, executors=False), "native": native_word_count,
+        "pandas": pandas_word_count, "executors": partial(pytimely_word_count, executors=True),
+    }
+    rows: list[Row] = []
+    for size in args.sizes:
+        directory = scratch / f"texts-{size}"
+        expected = write_lines(directory, args.batches, size)
+        spark.read.text(str(min(directory.iterdir()))).count()  # the JVM's first text read, outside every query
+        at_size: dict[str, Row] = {}
+        for contender in args.contenders:
+            if contender == "executors" and not executors_available():
+                at_size[contender] = {"id": "x", "contender": CONTENDERS["executors"][1], "rows_per_batch": size,
+                                      "note": "not available on this tree (run_stream takes no host=)"}
+                continue
+            out, checkpoint = scratch / f"{contender}-{size}-out", scratch / f"{contender}-{size}-ck"
+            times = measures[contender](spark, directory, out, checkpoint, args)
+            if final_counts(out) != expected:
+                raise SystemExit(f"bench_streaming: {contender}'s counts at {size:,} rows differ from the reference")
+            at_size[contender] = latency_row(contender, size, times)
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        for baseline in ("native", "pandas"):
+            base = at_size.get(baseline)
+            for row in at_size.values():
+                if base is not None and "p50_ms" in base and "p50_ms" in row:
+                    row[f"p50_vs_{baseline}"] = round(base["p50_ms"] / row["p50_ms"], 2)
+                    row[f"throughput_vs_{baseline}"] = round(row["rows_per_s"] / base["rows_per_s"], 2)
+        rows += at_size.values()
+    return rows
 
 
 def write_edges(directory: Path, edges: int, files: int, seed: int = 42) -> list[Any]:
@@ -243,26 +336,6 @@ def check_labels(out: Path, graphx: Any) -> None:
         raise SystemExit("bench_streaming: pytimely's components differ from GraphX's")
 
 
-def word_count_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
-    """Both running word counts over the same micro-batches: latency and throughput rows."""
-    texts = write_texts(scratch / "texts", args.batches, args.words_per_batch)
-    spark_times, spark_final = spark_word_count(spark, scratch / "texts", scratch / "s-out", scratch / "s-ck")
-    done, our_final = pytimely_word_count(spark, scratch / "texts", scratch / "p-out", scratch / "p-ck")
-    expected: dict[str, int] = {}
-    for text in texts:
-        for word in text:
-            expected[word] = expected.get(word, 0) + 1
-    if our_final != expected or spark_final != expected:
-        raise SystemExit("bench_streaming: a word count differs from the reference")
-    ours = latency_rows("pytimely run_stream (1 worker on the driver)", "a", done.trigger_ms, args.words_per_batch)
-    theirs = latency_rows("Spark applyInPandasWithState", "b", spark_times, args.words_per_batch)
-    ours["p50_speedup"] = round(theirs["p50_ms"] / ours["p50_ms"], 1)
-    ours["p99_speedup"] = round(theirs["p99_ms"] / ours["p99_ms"], 1)
-    ours["throughput_ratio"] = round(ours["words_per_s"] / theirs["words_per_s"], 1)
-    ours["compute_p50_ms"] = round(percentile([t.compute_s * 1000 for t in done.timings[2:]], 50), 1)
-    return [ours, theirs]
-
-
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -315,7 +388,8 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     facts: Row = {
         "python": platform.python_version(), "spark": spark.version, "slots": args.slots,
         "spark_start_s": round(time.perf_counter() - started, 1), "batches": args.batches,
-        "words_per_batch": args.words_per_batch, "edges": args.edges, "edge_batches": args.edge_batches,
+        "sizes": args.sizes, "processes": args.processes, "executors_path": executors_available(),
+        "edges": args.edges, "edge_batches": args.edge_batches,
     }
     scratch = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
     try:
@@ -329,10 +403,13 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     return facts, rows
 
 
-def _gain(row: Row) -> str | None:
-    if "p50_speedup" not in row:
-        return None
-    return f"**{row['p50_speedup']}x** / {row['p99_speedup']}x / {row['throughput_ratio']}x"
+def _ratios(baseline: str) -> Any:
+    def cell(row: Row) -> str | None:
+        if f"p50_vs_{baseline}" not in row:
+            return row.get("note") if baseline == "native" else None
+        return f"**{row[f'p50_vs_{baseline}']}x** / {row[f'throughput_vs_{baseline}']}x"
+
+    return cell
 
 
 def _phases(row: Row) -> str:
@@ -341,11 +418,13 @@ def _phases(row: Row) -> str:
 
 WORD_COLUMNS = [
     Column("", "id"),
+    Column("rows per micro-batch", "rows_per_batch", "{:,}"),
     Column("query", "contender"),
-    Column("p50 per micro-batch", "p50_ms", "{} ms"),
-    Column("p99", "p99_ms", "{} ms"),
-    Column("words/s", "words_per_s", "{:,}"),
-    Column("pytimely's speed-up (p50 / p99 / throughput)", _gain),
+    Column("p50 per micro-batch", "p50_ms", "{:,} ms"),
+    Column("p99", "p99_ms", "{:,} ms"),
+    Column("rows/s", "rows_per_s", "{:,}"),
+    Column("against groupBy.count (p50 / rows/s)", _ratios("native")),
+    Column("against applyInPandasWithState (p50 / rows/s)", _ratios("pandas")),
 ]
 GRAPH_COLUMNS = [
     Column("micro-batch", "micro_batch"),
@@ -368,22 +447,37 @@ RESTART_COLUMNS = [
 ]
 
 
+def _counts(text: str) -> list[int]:
+    """``10000,100000`` (or ``10k,1M``) as integers."""
+    scale = {"k": 1_000, "m": 1_000_000}
+    return [int(x[:-1]) * scale[x[-1].lower()] if x[-1].lower() in scale else int(x) for x in text.split(",") if x]
+
+
 def main() -> None:
     """Parse, run, print."""
     command = parser(__doc__)
-    command.add_argument("--batches", type=int, default=40)
-    command.add_argument("--words-per-batch", type=int, default=50_000)
+    command.add_argument("--batches", type=int, default=8, help="micro-batches per size (the first two: warm-up)")
+    command.add_argument("--sizes", type=_counts, default=[10_000, 100_000, 1_000_000],
+                         help="rows (words) per micro-batch, comma-separated (default 10000,100000,1000000)")
+    command.add_argument("--contenders", type=lambda text: text.split(","), default=list(CONTENDERS),
+                         help="word count contenders: driver,executors,native,pandas (default all)")
+    command.add_argument("--processes", type=int, default=1, help="pytimely processes of the executors path")
     command.add_argument("--edges", type=int, default=1_000_000)
     command.add_argument("--edge-batches", type=int, default=10)
     command.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")
     command.add_argument("--slots", type=int, default=2)
     command.add_argument("--parts", type=lambda text: text.split(","), default=["wordcount", "components"],
                          help="which parts to run: wordcount,components,restart (default the first two)")
-    command.add_argument("--restart-at", type=lambda text: [int(x) for x in text.split(",")], default=[10, 50, 200])
+    command.add_argument("--restart-at", type=_counts, default=[10, 50, 200])
     command.add_argument("--restart-edges", type=int, default=2_000)
     args = command.parse_args()
     if args.quick:
-        args.batches, args.words_per_batch, args.edges, args.edge_batches = 5, 2_000, 20_000, 3
+        args.batches, args.sizes, args.edges, args.edge_batches = 4, [2_000], 20_000, 3
+        args.restart_at, args.restart_edges = [2, 4], 200
+    if set(args.contenders) - set(CONTENDERS):
+        command.error(f"--contenders names {', '.join(CONTENDERS)}")
+    if args.batches < 3:
+        command.error("--batches must be at least 3 (the first two are warm-up)")
     given = [int(x) for x in args.graphx_at.split(",") if x.strip()]
     middle = (args.edge_batches + 1) // 2
     args.graphx_at = given or sorted({1, middle, args.edge_batches})
@@ -392,12 +486,13 @@ def main() -> None:
     if set(args.parts) - {"wordcount", "components", "restart"}:
         command.error("--parts names wordcount, components and/or restart")
     facts, rows = run(args)
-    words = [row for row in rows if row["id"] in ("a", "b")]
+    words = [row for row in rows if "rows_per_batch" in row]
     graph = [row for row in rows if row["id"] == "c-d-e"]
     restarts = [row for row in rows if row["id"] in ("f", "g")]
     tables = []
     if words:
-        title = f"Word count, {args.batches} micro-batches of {args.words_per_batch:,} words (first two not counted):"
+        title = (f"Running word count, {args.batches} micro-batches per size (first two not counted), the same sink "
+                 "(per-batch CSV through foreachBatch); Spark's triggerExecution per micro-batch:")
         tables.append(Table(WORD_COLUMNS, words, title))
     if graph:
         title = (f"Connected components, {args.edges:,} edges in {args.edge_batches} micro-batches (a 2-row barrier "

@@ -46,9 +46,15 @@ class EpochHost:
         step_timeout: float = 600.0,
         recovery: Recovery | None = None,
         resume_at: int | None = None,
+        delay: int = 0,
     ) -> None:
         if type(workers) is not int or workers < 1:
             raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
+        if type(delay) is not int or delay < 0:
+            raise InvalidArgument(f"delay must be a whole number of epochs >= 0, got {delay!r}")
+        self.delay = delay
+        """With ``feed(epoch=...)``: how many epochs below the largest seen stay open (a watermark's delay)."""
+        self._held: list[tuple[int, pa.RecordBatch]] = []
         self._workers = [Worker(a) for a in LocalAllocator.group(workers)]
         self._step_timeout = step_timeout
         self._session = None if recovery is None else recovery.open(at_most=resume_at)
@@ -108,15 +114,31 @@ class EpochHost:
     def feed(self, table: pa.Table, *, time: int | None = None, epoch: str | None = None) -> list[tuple[int, Any]]:
         """Send ``table`` at epoch ``time`` (or each row at its ``epoch`` column); the output of completed epochs.
 
-        With ``time``, epoch ``time`` completes. With ``epoch``, the epochs before the largest one in the
-        table complete (a later table may still add to the largest); a row older than the frontier is
-        refused with :class:`~pytimely.errors.InputFormatError` before anything is sent.
+        With ``time``, epoch ``time`` completes. With ``epoch``, the epochs before the largest one seen minus
+        ``delay`` complete (later tables may still add to the others); a row older than the frontier is
+        refused with :class:`~pytimely.errors.InputFormatError` before anything is sent. Rows of epochs above
+        the new frontier are held here and sent when the frontier reaches them: the input's time only grows.
         """
         if (time is None) == (epoch is None):
             raise InvalidArgument("feed: give exactly one of time= and epoch=")
         pieces = _pieces(table, time, epoch, self.frontier)
         if not pieces:
             return []
+        if time is None:
+            target = max(self.frontier, pieces[-1][0] - self.delay)
+            waiting = sorted([*self._held, *pieces], key=lambda item: item[0])
+            pieces = [item for item in waiting if item[0] <= target]
+            self._held = waiting[len(pieces) :]
+        else:
+            target = time + 1
+        self._send(pieces)
+        self._advance(target)
+        self._run_until(target)
+        self.frontier = target
+        return self._take()
+
+    def _send(self, pieces: list[tuple[int, pa.RecordBatch]]) -> None:
+        """Each piece at its epoch (in epoch order), shared out evenly among the workers."""
         for t, piece in pieces:
             self._advance(t)
             step = -(-piece.num_rows // self.workers)
@@ -124,11 +146,6 @@ class EpochHost:
                 part = piece.slice(k * step, step)
                 if part.num_rows:
                     handle.send_batch(part)
-        target = pieces[-1][0] + 1 if time is not None else pieces[-1][0]
-        self._advance(target)
-        self._run_until(target)
-        self.frontier = target
-        return self._take()
 
     def _advance(self, time: int) -> None:
         for handle in self._handles:
@@ -232,7 +249,8 @@ def _pieces(table: pa.Table, time: int | None, epoch: str | None, frontier: int)
     late = late_rows(table, epoch, frontier)
     if late:
         raise InputFormatError(
-            f"{late} row(s) have an {epoch!r} before {frontier}, an epoch already complete (late data)"
+            f"{late} row(s) have an {epoch!r} before {frontier}, an epoch already complete (late data; "
+            "a watermark, run_stream(..., watermark=Watermark(...)), drops them or sends them aside)"
         )
     whole = _one_batch(table.sort_by(epoch))
     values = whole.column(epoch).to_numpy()

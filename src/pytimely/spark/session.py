@@ -4,7 +4,8 @@
 bound to loopback, without UI or progress bars, with warnings-only logs, on a
 Java 17 runtime found in ``JAVA_HOME`` or the usual install places. Barrier
 stages that ask for more tasks than there are slots fail within seconds
-instead of after Spark's default ten minutes.
+instead of after Spark's default ten minutes. ``local_session(ui=True)`` (or
+``ui=PORT``) keeps Spark's web UI, on loopback, at ``spark.sparkContext.uiWebUrl``.
 """
 
 from __future__ import annotations
@@ -235,11 +236,18 @@ def _prepare_driver(jvm_options: str = "") -> str:
 
 
 def local_session(
-    slots: int = 2, *, conf: dict[str, Any] | None = None, jvm_options: str = "", app_name: str = "pytimely"
+    slots: int = 2,
+    *,
+    conf: dict[str, Any] | None = None,
+    jvm_options: str = "",
+    app_name: str = "pytimely",
+    ui: bool | int = False,
 ) -> SparkSession:
     """The active SparkSession, or a new quiet, offline ``local[slots]`` one (see the module docstring).
 
     ``conf`` adds or overrides Spark settings; ``jvm_options`` are appended to the driver's Java options.
+    ``ui=True`` keeps Spark's web UI (its first free port from 4040), ``ui=PORT`` puts it on that port (0: any
+    free one); its address is ``spark.sparkContext.uiWebUrl``, on loopback like the rest.
     """
     try:
         from pyspark.sql import SparkSession
@@ -247,8 +255,14 @@ def local_session(
         raise SparkSetupError(
             "pytimely.spark needs PySpark: `pip install 'pytimely[spark]'` (PySpark 4, pandas < 3, pyarrow)"
         ) from exc
+    ui_conf = _ui_conf(ui)
     active = SparkSession.getActiveSession()
     if active is not None:
+        if ui is not False and not active.sparkContext.uiWebUrl:
+            raise SparkSetupError(
+                "local_session(ui=...): a session without the Spark UI already runs in this process; "
+                "stop it (spark.stop()) before asking for one with the UI"
+            )
         return active
     if slots < 1:
         raise InvalidArgument(f"a local Spark needs at least one slot, got {slots}")
@@ -258,6 +272,7 @@ def local_session(
         **LOCAL_CONF,
         "spark.driver.extraJavaOptions": java_options,
         "spark.executor.extraJavaOptions": java_options,
+        **ui_conf,
         **(conf or {}),
     }.items():
         builder = builder.config(key, str(value))
@@ -270,6 +285,17 @@ def local_session(
         raise SparkSetupError(f"the local Spark did not start: {type(exc).__name__}: {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _ui_conf(ui: bool | int) -> dict[str, str]:
+    """The Spark settings for ``local_session(ui=...)``: none for ``False``, the UI (on a port) otherwise."""
+    if ui is False:
+        return {}
+    if ui is True:
+        return {"spark.ui.enabled": "true"}
+    if type(ui) is not int or not 0 <= ui <= 65535:
+        raise InvalidArgument(f"ui must be True, False or a port 0..65535, got {ui!r}")
+    return {"spark.ui.enabled": "true", "spark.ui.port": str(ui)}
 
 
 def session_for(master: str, *, app_name: str = "pytimely") -> SparkSession:

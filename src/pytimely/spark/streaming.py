@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from pytimely.recovery import Recovery
+    from pytimely.spark.watermark import Watermark
 
 __all__ = [
     "BatchTiming",
@@ -104,6 +105,8 @@ class BatchTiming:
     stage_s: float
     compute_s: float
     sink_s: float
+    late: int = 0
+    """Rows of an epoch already complete, dropped or sent aside by the query's watermark."""
 
     @property
     def total_s(self) -> float:
@@ -456,6 +459,7 @@ class StreamHandler:
         check: Check | None = None,
         restore: StateRestore | None = None,
         step_timeout: float = 600.0,
+        watermark: Watermark | None = None,
     ) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
@@ -469,6 +473,7 @@ class StreamHandler:
         self.checkpoint = checkpoint
         self.epoch = epoch
         self.check = check
+        self.watermark = watermark
         self.input_schema: str = identity["input"]
         self.describe = f"pytimely dataflow {identity['build']} (query {identity['query']})"
         self.committed = checkpoint.open(identity)
@@ -481,7 +486,8 @@ class StreamHandler:
             recovery = checkpoint.recovery(identity)
             self.host = EpochHost(build, workers, step_timeout=step_timeout, recovery=recovery, resume_at=last)
         else:
-            self.host = EpochHost(build, workers, step_timeout=step_timeout)
+            delay = 0 if watermark is None else watermark.delay
+            self.host = EpochHost(build, workers, step_timeout=step_timeout, delay=delay)
             restorer = restore if restore is not None else ReplayRestore(checkpoint, epoch)
             restorer.restore(self.host, self.committed)
         self.restore_s = _time.perf_counter() - started
@@ -529,6 +535,9 @@ class StreamHandler:
             table = _collect(frame, batch_id)
         if self.check is not None:
             table = self.check(table, batch_id)
+        late = 0
+        if self.watermark is not None and self.epoch is not None:
+            table, late = self.watermark.admit(table, self.epoch, self.host.frontier, batch_id)
         collected = clock()
         if not self.snapshots:
             self.checkpoint.stage(batch_id, table)
@@ -546,7 +555,7 @@ class StreamHandler:
         done = clock()
         self.timings.append(
             BatchTiming(batch_id, table.num_rows, result.num_rows, collected - started, staged - collected,
-                        computed - staged, done - computed)
+                        computed - staged, done - computed, late)
         )
 
     def _table(self, output: list[tuple[int, Any]]) -> pa.Table:
@@ -608,6 +617,11 @@ class StreamRun:
     trigger_ms: dict[int, float] = field(default_factory=dict)
     """Spark's own time for each micro-batch that had rows (``durationMs.triggerExecution``), by batch id."""
 
+    @property
+    def late(self) -> int:
+        """Late rows the watermark dropped or sent aside over the micro-batches processed."""
+        return sum(t.late for t in self.timings)
+
 
 def run_stream(
     build: Build,
@@ -625,6 +639,7 @@ def run_stream(
     processing_time: str | None = None,
     timeout: float | None = None,
     step_timeout: float = 600.0,
+    watermark: Watermark | None = None,
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
@@ -634,13 +649,16 @@ def run_stream(
     may refuse a micro-batch before anything of it is kept (raising a typed error); it returns the rows to
     keep. With ``available_now`` the query processes what
     the source holds and stops; otherwise it runs (every ``processing_time``, e.g. ``"1 second"``) until
-    ``timeout`` seconds pass. A failure stops the query and raises its typed error; committed micro-batches
-    stay committed and the next run continues after them.
+    ``timeout`` seconds pass. With ``epoch=``, ``watermark`` (:class:`~pytimely.spark.watermark.Watermark`)
+    drops late rows or sends them aside instead of stopping the query. A failure stops the query and raises
+    its typed error; committed micro-batches stay committed and the next run continues after them.
     """
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
     if epoch is not None and epoch not in source.columns:
         raise InvalidArgument(f"epoch column {epoch!r} is not among the source's columns {source.columns}")
+    if watermark is not None and epoch is None:
+        raise InvalidArgument("a watermark needs an event-time column: run_stream(..., epoch=COLUMN, watermark=...)")
     name = getattr(build, "__qualname__", None) or type(build).__name__
     if not isinstance(checkpoint, StreamCheckpoint):
         checkpoint = StreamCheckpoint(checkpoint)
@@ -648,7 +666,7 @@ def run_stream(
         return _run_locked(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
             restore=restore, step_timeout=step_timeout, available_now=available_now,
-            processing_time=processing_time, timeout=timeout,
+            processing_time=processing_time, timeout=timeout, watermark=watermark,
         )
 
 
@@ -669,6 +687,7 @@ def _run_locked(
     available_now: bool,
     processing_time: str | None,
     timeout: float | None,
+    watermark: Watermark | None = None,
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
     from pytimely.spark.session import is_connect
@@ -677,8 +696,10 @@ def _run_locked(
     if connect and isinstance(schema, str):
         schema = source.sparkSession.createDataFrame([], schema).schema  # the server parses DDL for the client
     identity = _identity(query, source, schema, epoch, name)
+    if watermark is not None:
+        identity["epoch"] = f"{epoch}; {watermark.describe()}"
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
-                   check=check, restore=restore, step_timeout=step_timeout)  # fmt: skip
+                   check=check, restore=restore, step_timeout=step_timeout, watermark=watermark)  # fmt: skip
     function: Callable[[DataFrame, int], None]
     if connect:
         # Spark Connect calls foreachBatch in one Python process of the server for the query's life: the
@@ -692,6 +713,8 @@ def _run_locked(
         handler = make()
         restored = len(handler.committed)
         function = handler
+    if watermark is not None:
+        watermark.prepare()
     sink.prepare()  # after the checkpoint is found to be this query's, before Spark writes anything of it
     writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
     writer = writer.queryName(f"{query}-{os.getpid()}")
