@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.capability import Capability
-from pytimely.dataflow.channels import Pact, Pipeline, pact_of
+from pytimely.dataflow.channels import Pact
 from pytimely.dataflow.operator import OperatorInfo
 from pytimely.dataflow.operators import capture as _capture
 from pytimely.dataflow.operators import core as _core
@@ -102,11 +102,8 @@ class Scope(Generic[T]):
         for stream, _ in inputs:
             self._check_owns(stream, name)
         op = self.subgraph.add_operator(name, self, len(inputs), outputs)
-        for port, (stream, given) in enumerate(inputs):
-            pact = pact_of(given, name)
-            self.subgraph.connect(stream._port, op.inputs[port], pact)
-            if type(pact) is not Pipeline and self.check_serialization:
-                stream._port._check_serialization(pact.kind, op.inputs[port])
+        for port, (stream, pact) in enumerate(inputs):
+            self.subgraph.connect(stream._port, op.inputs[port], pact, check_serialization=self.check_serialization)
         if summary is not None:
             self._summaries[op.index] = summary
             op.internal = {
