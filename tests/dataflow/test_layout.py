@@ -90,7 +90,7 @@ def test_a_tuple_pact_is_refused_naming_the_operator() -> None:
     def job(worker: Worker) -> None:
         def build(scope: Any) -> None:
             _, stream = scope.new_input()
-            scope._operator("legacy", [(stream, ("broadcast",))], 1)
+            scope.add_operator("legacy", [(stream, ("broadcast",))], 1)
 
         worker.dataflow(build)
 
@@ -146,3 +146,4 @@ def test_the_progress_exchange_is_the_progcasters() -> None:
         assert subgraph.bootstrapped
 
     execute(job, workers=2)
+

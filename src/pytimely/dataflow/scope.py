@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.capability import Capability
 from pytimely.dataflow.channels import Pact
-from pytimely.dataflow.operator import OperatorInfo
+from pytimely.dataflow.operator import OperatorCore, OperatorInfo
 from pytimely.dataflow.operators import capture as _capture
 from pytimely.dataflow.operators import core as _core
 from pytimely.dataflow.operators import input as _input
@@ -91,14 +91,20 @@ class Scope(Generic[T]):
 
     # -- for operator builders ------------------------------------------------------------
 
-    def _operator(
+    def add_operator(
         self,
         name: str,
-        inputs: list[tuple[Stream[Any], Pact | None]],
+        inputs: Sequence[tuple[Stream[Any], Pact | None]],
         outputs: int,
         summary: dict[tuple[int, int], Any] | None = None,
-    ) -> Any:
-        """Create an operator fed by ``inputs`` (each a stream and its pact) with ``outputs`` outputs."""
+    ) -> OperatorCore:
+        """Add an operator to this scope, fed by ``inputs`` (each a stream and its pact), with ``outputs`` outputs.
+
+        This is how operators are built: the operator's ports are connected (each pact connects its edge,
+        ``None`` being a pipeline) and the caller gives it ``logic`` (a function of no arguments the worker
+        runs when it is scheduled) and reads its outputs with :meth:`stream`. ``summary`` maps ``(input,
+        output)`` to the path summary (or summaries) between them, when not the identity.
+        """
         for stream, _ in inputs:
             self._check_owns(stream, name)
         op = self.subgraph.add_operator(name, self, len(inputs), outputs)
@@ -218,7 +224,7 @@ class Scope(Generic[T]):
         The logic runs once when the dataflow starts, and again at the next step
         each time it calls ``info.activate()``.
         """
-        op = self._operator(name, [], 1)
+        op = self.add_operator(name, [], 1)
         op.initial_caps = True
         output = op.outputs[0]
         logic = constructor(Capability(self.minimum, output, counted=True), self._info(op))

@@ -244,7 +244,9 @@ class Router:
         self.pact = Direct(self._dest)
         # Each batch goes whole to ``dest``: the router splits batches itself and sets ``dest`` right before
         # each part is given (the push is synchronous).
-        op = scope._operator(name, [*((s, None) for s in streams), (control, Broadcast())], n + (1 if migrate else 0))
+        op = scope.add_operator(
+            name, [*((s, None) for s in streams), (control, Broadcast())], n + (1 if migrate else 0)
+        )
         op.notify = True
         self._keys = list(keys)
         self._columns = list(columns)

@@ -189,7 +189,7 @@ def event_clock(
         inputs.append((highest, Broadcast()))
     outputs = 2 if side else 1
     # No path from the inputs' timestamps to the outputs: the clock holds its own capability at the watermark.
-    op = scope._operator(f"{name}.clock", inputs, outputs, summary={})
+    op = scope.add_operator(f"{name}.clock", inputs, outputs, summary={})
     op.notify = True
     # Recovery cuts snapshots at epochs; the clock's output runs on event time, so no epoch cuts the windows after
     # it consistently with it (docs/recovery.md, "Clocks"): a job with a clock is refused before any snapshot.
@@ -290,7 +290,7 @@ def system_clock(stream: Stream[Any], clock: SystemClock, name: str) -> Stream[A
     scope = stream.scope
     if type(scope.minimum) is not int:
         raise InvalidArgument(f"{name!r}: a system clock needs integer timestamps, not {type(scope.minimum).__name__}")
-    op = scope._operator(f"{name}.clock", [(stream, None)], 1, summary={})
+    op = scope.add_operator(f"{name}.clock", [(stream, None)], 1, summary={})
     op.notify = True
     op.undeclared_state = "records re-timed by the wall clock, a timeline replayed records cannot follow,"
     port, out = op.inputs[0], op.outputs[0]

@@ -239,7 +239,7 @@ def collect(
         pact = bin_exchange(0, DEFAULT_BINS)  # a restored window's keys are where their records arrive
     else:
         pact = Exchange(key_route(0) if keyed else _to_zero, vectorized=True)
-    op = scope._operator(name, [(stream, pact)], 1)
+    op = scope.add_operator(name, [(stream, pact)], 1)
     op.notify = True
     port, out = op.inputs[0], op.outputs[0]
     windows = _Windows(keyed)
@@ -305,7 +305,7 @@ def _bounded(
     scope = stream.scope
     # Routed by the bins of the keys: a run restored on another number of workers finds a key's values where its
     # records arrive.
-    op = scope._operator(name, [(stream, bin_exchange(0, DEFAULT_BINS))], 1)
+    op = scope.add_operator(name, [(stream, bin_exchange(0, DEFAULT_BINS))], 1)
     op.notify = True
     op.initial_caps = True
     port, out = op.inputs[0], op.outputs[0]

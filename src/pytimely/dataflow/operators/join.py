@@ -155,7 +155,7 @@ def _per_time(
     left: Stream[Any], right: Stream[Any], name: str, control: Stream[Any] | None, bins: int, how: How
 ) -> Stream[Any]:
     scope, inputs = _sides(left, right, name, control, bins)
-    op = scope._operator(name, inputs, 1)
+    op = scope.add_operator(name, inputs, 1)
     op.notify = True
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
     states: tuple[dict[Any, dict[Any, list[Any]]], dict[Any, dict[Any, list[Any]]]] = ({}, {})
@@ -228,7 +228,7 @@ def _latest(
     if router is not None:
         assert router.state_output is not None
         inputs.append((router.state_output, router.pact))
-    op = scope._operator(name, inputs, 1)
+    op = scope.add_operator(name, inputs, 1)
     op.notify = True
     ports: list[Any] = list(op.inputs)
     in1, in2, out = ports[0], ports[1], op.outputs[0]
@@ -433,7 +433,7 @@ def _interval(
     # Routed by the bins of the keys: a run restored on another number of workers finds a key's values where
     # its records arrive.
     inputs, _ = bin_routes(sides, [0, 0], name, None, DEFAULT_BINS, migrate=True)
-    op = scope._operator(name, inputs, 2 if side_out else 1)
+    op = scope.add_operator(name, inputs, 2 if side_out else 1)
     op.notify = True
     op.initial_caps = True
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]

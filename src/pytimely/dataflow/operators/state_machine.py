@@ -91,7 +91,7 @@ def state_machine(
     if router is not None:
         assert router.state_output is not None
         inputs.append((router.state_output, router.pact))
-    op = scope._operator(name, inputs, 1)
+    op = scope.add_operator(name, inputs, 1)
     op.notify = True
     ports: list[InputPort[Any, Any]] = list(op.inputs)
     data = ports[0]

@@ -768,7 +768,7 @@ def window(
     side = isinstance(policy, SideOutput)
     # Routed by the bins of the keys (the default table): a run restored on another number of workers finds the
     # windows of a key where its records arrive.
-    op = scope._operator(name, [(stream, bin_exchange(_key_for_routing(key), DEFAULT_BINS))], 2 if side else 1)
+    op = scope.add_operator(name, [(stream, bin_exchange(_key_for_routing(key), DEFAULT_BINS))], 2 if side else 1)
     op.notify = True
     op.initial_caps = True
     port: InputPort[Any, Any] = op.inputs[0]
