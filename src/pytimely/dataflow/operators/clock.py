@@ -172,7 +172,7 @@ def event_clock(
 ) -> tuple[Stream[Any], Stream[Any] | None]:
     """The records of ``stream`` at the event clock's watermark, and its late records (with a side output)."""
     from pytimely.dataflow.channels import Broadcast
-    from pytimely.dataflow.operators.window import SideOutput, _not_an_int
+    from pytimely.dataflow.operators.windowing import SideOutput, not_an_int
 
     _check(clock, name)
     check(time, "time")
@@ -230,7 +230,7 @@ def event_clock(
             for r in rows(batch):
                 x = get(r)
                 if type(x) is not int:
-                    raise _not_an_int(x, r, time, batch)
+                    raise not_an_int(x, r, time, batch)
                 (lost_records if mark.take(x, t) else kept).append(r)
         if lost_records:
             _late(lost_records)

@@ -300,7 +300,7 @@ def _bounded(
 ) -> Stream[Any]:
     """Per key, lists of at most ``max_size`` values, or what came within ``timeout`` seconds of the first."""
     from pytimely.dataflow.activate import Alarm
-    from pytimely.dataflow.operators.window import _bound
+    from pytimely.dataflow.operators.windowing import frontier_bound
 
     scope = stream.scope
     # Routed by the bins of the keys: a run restored on another number of workers finds a key's values where its
@@ -348,7 +348,7 @@ def _bounded(
         now_at = None
         if not ended:
             fence = subgraph.fences.get(index)
-            now_at = fence if fence is not None else _bound(port.frontier)
+            now_at = fence if fence is not None else frontier_bound(port.frontier)
         by_time: dict[Any, list[Any]] = {}
         for k in sorted(due, key=lambda k: sort_key(buffers[k][1])):
             values, t, _ = buffers.pop(k)

@@ -44,6 +44,15 @@ import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import EarliestEmission
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
+from pytimely.dataflow.operators.windowing import (
+    Session,
+    Sliding,
+    column_type,
+    first_of,
+    frontier_bound,
+    last_of,
+    not_an_int,
+)
 from pytimely.dataflow.state import KeyedState
 from pytimely.errors import ColumnError, InvalidArgument
 
@@ -144,7 +153,7 @@ class _Collect(_Aggregation):
     timed = True
 
     def finish(self, acc: Any) -> Any:
-        acc.sort(key=_first)
+        acc.sort(key=first_of)
         return [v for _, v in acc]
 
     def add(self, acc: Any, items: list[Any]) -> Any:
@@ -217,7 +226,6 @@ class Folds:
         out: OutputPort[Any, Any],
         late_out: OutputPort[Any, Any] | None,
     ) -> None:
-        from pytimely.dataflow.operators.window import Session, Sliding
 
         self.kind = kind
         self.agg = agg
@@ -263,14 +271,13 @@ class Folds:
         self._absorb_records(cap, batch)
 
     def _times(self, batch: Any) -> Any:
-        from pytimely.dataflow.operators.window import _column_type
 
         xs = column(batch, self.time_field)
         kind = container.kind_of(batch)
         if xs is None:
             raise ColumnError(
                 f"event times must be integers; column {self.time_field!r} of this {kind.name} batch holds "
-                f"{_column_type(batch, self.time_field)}",
+                f"{column_type(batch, self.time_field)}",
                 kind=kind.name,
                 column=self.time_field,
             )
@@ -310,7 +317,6 @@ class Folds:
         return list(zip(values, records, strict=True)) if self.agg.by else values
 
     def _absorb_records(self, cap: InputCapability[Any], batch: Any) -> None:
-        from pytimely.dataflow.operators.window import _not_an_int
 
         t = cap.time
         records = rows(batch)
@@ -321,7 +327,7 @@ class Folds:
             for r in records:
                 x = t if get_time is None else get_time(r)
                 if type(x) is not int:
-                    raise _not_an_int(x, r, self.time_field, batch)
+                    raise not_an_int(x, r, self.time_field, batch)
                 if x < t:
                     late.append(r)
                     continue
@@ -487,8 +493,8 @@ class Folds:
             mine = self.sessions[k] = []
             self._came_or_went.append(k)
         self._written.append(k)
-        lo = bisect_left(mine, first - gap, key=_last)
-        hi = bisect_right(mine, last + gap, key=_first)
+        lo = bisect_left(mine, first - gap, key=last_of)
+        hi = bisect_right(mine, last + gap, key=first_of)
         if lo < hi:
             joined = mine[lo:hi]
             acc = joined[0][2]
@@ -515,7 +521,7 @@ class Folds:
             if not session[3]:
                 continue
             mine = self.sessions[k]
-            del mine[bisect_left(mine, session[0], key=_first)]
+            del mine[bisect_left(mine, session[0], key=first_of)]
             self._written.append(k)
             if not mine:
                 del self.sessions[k]
@@ -532,9 +538,8 @@ class Folds:
         While a snapshot of epoch ``fence`` is pending, a window closing at a later time waits: closing it
         changes the declared state at that time (``OperatorInfo.may_change``).
         """
-        from pytimely.dataflow.operators.window import _bound
 
-        bound = _bound(frontier)
+        bound = frontier_bound(frontier)
         if fence is not None:
             bound = fence + 1 if bound is None else min(bound, fence + 1)
         if self.session:
@@ -586,14 +591,6 @@ class Folds:
 
     def _emit(self, time: int, out: list[tuple[Any, ...]]) -> None:
         self.held.give(self.out, time, out)
-
-
-def _first(session: list[Any]) -> Any:
-    return session[0]
-
-
-def _last(session: list[Any]) -> Any:
-    return session[1]
 
 
 class _Declared(KeyedState[Any, Any]):
