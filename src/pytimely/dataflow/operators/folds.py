@@ -32,17 +32,15 @@ given (ends after the epoch the run resumes at) and holds a capability at the ea
 
 from __future__ import annotations
 
-import copy
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
-from dataclasses import dataclass
 from math import gcd
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import EarliestEmission
+from pytimely.dataflow.operators.aggregations import MISSING, Aggregation, By, Fold, Reduce, aggregation
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 from pytimely.dataflow.operators.windowing import (
     Session,
@@ -54,7 +52,7 @@ from pytimely.dataflow.operators.windowing import (
     not_an_int,
 )
 from pytimely.dataflow.state import KeyedState
-from pytimely.errors import ColumnError, InvalidArgument
+from pytimely.errors import ColumnError
 
 if TYPE_CHECKING:
     from pytimely.dataflow.capability import Capability, InputCapability
@@ -62,163 +60,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Fold", "Reduce", "aggregation"]
 
-_MISSING: Any = object()
-"""No accumulator yet."""
-
-
-@dataclass(frozen=True, slots=True)
-class Fold:
-    """Fold each window's values: ``acc = fold(acc, value)`` from ``init()``; ``merge(a, b)`` joins two
-    accumulators (needed by sliding and session windows; see the module doc)."""
-
-    init: Callable[[], Any]
-    fold: Callable[[Any, Any], Any]
-    merge: Callable[[Any, Any], Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reduce:
-    """Reduce each window's values with ``f(acc, value)`` (associative: it also merges panes and sessions)."""
-
-    f: Callable[[Any, Any], Any]
-
-
-class _Aggregation:
-    """How one kind of aggregation starts, adds values, merges and finishes an accumulator."""
-
-    by = False
-    """Whether items are ``(value, record)`` pairs (max_by / min_by) rather than values."""
-
-    timed = False
-    """Whether items are ``(event time, value)`` pairs (collect: sorted by time when the window closes)."""
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        """``acc`` (or ``_MISSING``) with ``items`` folded in, in order."""
-        raise NotImplementedError
-
-    def merge(self, a: Any, b: Any) -> Any:
-        """``a`` and ``b`` together (``a`` earlier); may change ``a``, never ``b``."""
-        raise NotImplementedError
-
-    def fresh(self, first: Any) -> Any:
-        """An accumulator equal to ``first`` that merging into does not change ``first`` (a pane shared by windows)."""
-        return first
-
-    def finish(self, acc: Any) -> Any:
-        """What the window emits for ``acc``."""
-        return acc
-
-
-class _Fold(_Aggregation):
-    def __init__(self, spec: Fold) -> None:
-        self.init, self.fold, self.merger = spec.init, spec.fold, spec.merge
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        fold = self.fold
-        if acc is _MISSING:
-            acc = self.init()
-        for v in items:
-            acc = fold(acc, v)
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        assert self.merger is not None
-        return self.merger(a, b)
-
-    def fresh(self, first: Any) -> Any:
-        return self.merge(self.init(), first)
-
-
-class _Reduce(_Aggregation):
-    def __init__(self, spec: Reduce) -> None:
-        self.f = spec.f
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        f = self.f
-        it = iter(items)
-        if acc is _MISSING:
-            acc = next(it)
-        for v in it:
-            acc = f(acc, v)
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return self.f(a, b)
-
-    def fresh(self, first: Any) -> Any:
-        return copy.copy(first)
-
-
-class _Collect(_Aggregation):
-    timed = True
-
-    def finish(self, acc: Any) -> Any:
-        acc.sort(key=first_of)
-        return [v for _, v in acc]
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        if acc is _MISSING:
-            return list(items)
-        acc.extend(items)
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        a.extend(b)
-        return a
-
-    def fresh(self, first: Any) -> Any:
-        return list(first)
-
-
-class _By(_Aggregation):
-    by = True
-
-    def __init__(self, largest: bool) -> None:
-        self.largest = largest
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        largest = self.largest
-        for item in items:
-            if acc is _MISSING or (item[0] > acc[0] if largest else item[0] < acc[0]):
-                acc = item
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return b if (b[0] > a[0] if self.largest else b[0] < a[0]) else a
-
-    def finish(self, acc: Any) -> Any:
-        return acc[1]
-
-
-def aggregation(spec: Any, kind_name: str, name: str) -> _Aggregation | None:
-    """The aggregation for ``spec`` (None when ``spec`` is one of the numeric aggregates); checks its arguments."""
-    if isinstance(spec, Fold):
-        if not callable(spec.init) or not callable(spec.fold) or not (spec.merge is None or callable(spec.merge)):
-            raise InvalidArgument(f"{name!r}: Fold takes functions init(), fold(acc, value) and merge(a, b)")
-        if spec.merge is None and kind_name in ("Sliding", "Session"):
-            raise InvalidArgument(
-                f"{name!r}: a fold over {kind_name.lower()} windows needs merge(a, b): a {kind_name.lower()} window "
-                "is the merge of " + ("its panes" if kind_name == "Sliding" else "the sessions a value bridges")
-            )
-        return _Fold(spec)
-    if isinstance(spec, Reduce):
-        if not callable(spec.f):
-            raise InvalidArgument(f"{name!r}: Reduce takes a function f(acc, value), got {spec.f!r}")
-        return _Reduce(spec)
-    if spec == "collect":
-        return _Collect()
-    if spec in ("max_by", "min_by"):
-        return _By(spec == "max_by")
-    return None
-
-
 class Folds:
     """One worker's window folds: per key, the accumulators of its panes or its sessions (see the module doc)."""
 
     def __init__(
         self,
         kind: Any,
-        agg: _Aggregation,
+        agg: Aggregation,
         time: Field,
         key: Field,
         value: Field,
@@ -412,7 +260,7 @@ class Folds:
         import numpy as np
 
         values = by_column[src]
-        largest = isinstance(self.agg, _By) and self.agg.largest
+        largest = isinstance(self.agg, By) and self.agg.largest
         best = (np.maximum if largest else np.minimum).reduceat(values, starts)
         counts = np.diff(np.append(starts, len(src)))
         hit = values == np.repeat(best, counts)
@@ -439,8 +287,8 @@ class Folds:
             mine = self.panes[k] = {}
             self._came_or_went.append(k)
         self._written.append(k)
-        acc = mine.get(p, _MISSING)
-        if acc is _MISSING:
+        acc = mine.get(p, MISSING)
+        if acc is MISSING:
             for end in self._ends_of(p):
                 keys = self.pending.get(end)
                 if keys is None:
@@ -506,7 +354,7 @@ class Folds:
             first = min(first, joined[0][0])
             last = max(last, joined[-1][1])
         else:
-            acc = agg.add(_MISSING, items)
+            acc = agg.add(MISSING, items)
         session = [first, last, acc, True]
         mine[lo:hi] = [session]
         self.seq += 1
