@@ -304,6 +304,14 @@ class LoopHandle:
         self.summary = summary
         self.connected = False
 
+    def connect(self, stream: Stream[Any]) -> None:
+        """Feed ``stream`` back into this loop variable (what :meth:`Stream.connect_loop` does)."""
+        if self.connected:
+            raise ScopeError(f"{self._op.name!r} is already connected; a loop variable has one source")
+        self.scope._check_owns(stream, self._op.name)
+        self.scope.subgraph.connect(stream._port, self._op.inputs[0], None)
+        self.connected = True
+
     def _check_connected(self) -> None:
         if not self.connected:
             raise ScopeError(f"{self._op.name!r} in scope {self.scope.name!r} was never connected; call connect_loop()")

@@ -28,7 +28,6 @@ from pytimely.dataflow.operators import redistribute as _redistribute
 from pytimely.dataflow.operators import reduce as _reduce
 from pytimely.dataflow.operators import state_machine as _state_machine
 from pytimely.dataflow.operators import window as _window
-from pytimely.errors import ScopeError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -184,13 +183,7 @@ class Stream(Generic[D]):
     ) -> Stream[V]:
         """A custom two-input operator: ``constructor(capability, info)`` returns ``logic(in1, in2, output)``."""
         return _generic.binary(
-            self,
-            other,
-            constructor,
-            name=name,
-            exchange1=exchange1,
-            exchange2=exchange2,
-            vectorized=vectorized,
+            self, other, constructor, name=name, exchange1=exchange1, exchange2=exchange2, vectorized=vectorized
         )
 
     # -- keyed, per timestamp --------------------------------------------------------------
@@ -357,16 +350,9 @@ class Stream(Generic[D]):
         watermark from the data (``EventClock(delay)``) or the wall clock (``SystemClock()``) instead of the
         frontier. See ``pytimely.dataflow.operators.window``, ``folds`` and ``clock``.
         """
+        over = _window.Tumbling(size)
         return _window.window(
-            self,
-            _window.Tumbling(size),
-            time=time,
-            key=key,
-            value=value,
-            aggregate=aggregate,
-            late=late,
-            name=name,
-            clock=clock,
+            self, over, time=time, key=key, value=value, aggregate=aggregate, late=late, name=name, clock=clock
         )
 
     def sliding(
@@ -383,16 +369,9 @@ class Stream(Generic[D]):
         name: str = "sliding",
     ) -> Stream[tuple[int, int, Any, Any]]:
         """``(start, end, key, aggregate)`` per key and window ``[k*step, k*step + size)`` (as ``tumbling``)."""
+        over = _window.Sliding(size, step)
         return _window.window(
-            self,
-            _window.Sliding(size, step),
-            time=time,
-            key=key,
-            value=value,
-            aggregate=aggregate,
-            late=late,
-            name=name,
-            clock=clock,
+            self, over, time=time, key=key, value=value, aggregate=aggregate, late=late, name=name, clock=clock
         )
 
     def session(
@@ -411,16 +390,9 @@ class Stream(Generic[D]):
 
         A session is emitted at time ``last + gap`` once the frontier has passed it (as ``tumbling``).
         """
+        over = _window.Session(gap)
         return _window.window(
-            self,
-            _window.Session(gap),
-            time=time,
-            key=key,
-            value=value,
-            aggregate=aggregate,
-            late=late,
-            name=name,
-            clock=clock,
+            self, over, time=time, key=key, value=value, aggregate=aggregate, late=late, name=name, clock=clock
         )
 
     # -- capture --------------------------------------------------------------------------
@@ -446,11 +418,7 @@ class Stream(Generic[D]):
 
     def connect_loop(self, handle: LoopHandle) -> None:
         """Feed this stream back into the loop variable of ``handle``."""
-        if handle.connected:
-            raise ScopeError(f"{handle._op.name!r} is already connected; a loop variable has one source")
-        handle.scope._check_owns(self, handle._op.name)
-        handle.scope.subgraph.connect(self._port, handle._op.inputs[0], None)
-        handle.connected = True
+        handle.connect(self)
 
     def iterate(
         self,
@@ -463,11 +431,7 @@ class Stream(Generic[D]):
 
         The loop ends when ``body`` stops producing records (or after iteration ``limit``).
         """
-        inner = self.scope.iterative(name)
-        handle, variable = inner.feedback(1, limit, name=f"{name}.feedback")
-        result = body(self.enter(inner, name=f"{name}.enter").concat(variable, name=f"{name}.concat"))
-        result.connect_loop(handle)
-        return result.leave(name=f"{name}.leave")
+        return _enterleave.iterate(self, body, limit, name)
 
     # -- everyday operators (keyed, collect, redistribute, enrich, final extremes) -----------
 
