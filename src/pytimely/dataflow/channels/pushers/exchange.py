@@ -42,36 +42,14 @@ class ExchangePusher:
         """The operator whose output feeds this channel (set when connected), for errors."""
 
     def push(self, time: Any, batch: Any) -> None:
-        peers = self._peers
-        record = self._record
-        location = self._location
         parts: Sequence[Any]
         if self._vectorized:
-            import numpy as np
-
-            try:
-                keys = np.asarray(self._route(batch))
-                # For integer keys and a power-of-two peer count, two's complement makes ``& (peers - 1)``
-                # the floor modulo, at a fraction of its cost.
-                power_of_two = keys.dtype.kind in "iu" and peers & (peers - 1) == 0
-                keys = keys & (peers - 1) if power_of_two else keys % peers
-            except Exception as exc:
-                raise self._failed(time, exc) from exc
-            if keys.shape != (len(batch),):
-                raise ArityError(
-                    f"exchange into {self._local._op.name!r}: a vectorized route must give one key per row "
-                    f"({len(batch)} rows), got shape {keys.shape}"
-                )
-            if len(keys) and bool((keys == keys[0]).all()):
-                # Every row has the same owner: send the batch itself rather than a copy of it.
-                owner = int(keys[0])
-                parts = [batch if j == owner else () for j in range(peers)]
-            else:
-                parts = container.split(batch, keys, peers)
+            parts = self._split_by_keys(time, batch)
         elif type(batch) is list:
-            buckets: list[list[Any]] = [[] for _ in range(peers)]
+            buckets: list[list[Any]] = [[] for _ in range(self._peers)]
             appends = [b.append for b in buckets]
             route = self._route
+            peers = self._peers
             r: Any = None
             try:
                 for r in batch:
@@ -80,19 +58,9 @@ class ExchangePusher:
                 raise self._failed(time, exc, r) from exc
             parts = buckets
         else:
-            # A columnar batch routed record by record: its rows go out in its own kind.
-            import numpy as np
-
-            records = container.records(batch)
-            route = self._route
-            dests = np.empty(len(records), dtype=np.int64)
-            r = None
-            try:
-                for i, r in enumerate(records):
-                    dests[i] = route(r) % peers
-            except Exception as exc:
-                raise self._failed(time, exc, r) from exc
-            parts = container.split(batch, dests, peers)
+            parts = self._split_by_records(time, batch)
+        record = self._record
+        location = self._location
         index = self._index
         for j, part in enumerate(parts):
             if len(part):
@@ -106,6 +74,46 @@ class ExchangePusher:
                         raise
                     except Exception as exc:  # the communication layer pickles: its error names no operator
                         push_failed("exchange", self.sender, self._local, time, part, exc)
+
+    def _split_by_keys(self, time: Any, batch: Any) -> Sequence[Any]:
+        """A columnar batch's share of each worker, by the one key per row a vectorized route gives."""
+        import numpy as np
+
+        peers = self._peers
+        try:
+            keys = np.asarray(self._route(batch))
+            # For integer keys and a power-of-two peer count, two's complement makes ``& (peers - 1)``
+            # the floor modulo, at a fraction of its cost.
+            power_of_two = keys.dtype.kind in "iu" and peers & (peers - 1) == 0
+            keys = keys & (peers - 1) if power_of_two else keys % peers
+        except Exception as exc:
+            raise self._failed(time, exc) from exc
+        if keys.shape != (len(batch),):
+            raise ArityError(
+                f"exchange into {self._local._op.name!r}: a vectorized route must give one key per row "
+                f"({len(batch)} rows), got shape {keys.shape}"
+            )
+        if len(keys) and bool((keys == keys[0]).all()):
+            # Every row has the same owner: send the batch itself rather than a copy of it.
+            owner = int(keys[0])
+            return [batch if j == owner else () for j in range(peers)]
+        return container.split(batch, keys, peers)
+
+    def _split_by_records(self, time: Any, batch: Any) -> Sequence[Any]:
+        """A columnar batch routed record by record: its rows go out in its own kind."""
+        import numpy as np
+
+        peers = self._peers
+        records = container.records(batch)
+        route = self._route
+        dests = np.empty(len(records), dtype=np.int64)
+        r = None
+        try:
+            for i, r in enumerate(records):
+                dests[i] = route(r) % peers
+        except Exception as exc:
+            raise self._failed(time, exc, r) from exc
+        return container.split(batch, dests, peers)
 
     def _failed(self, time: Any, exc: Exception, record: Any = None) -> Exception:
         """The error for a route that raised or gave no int: it names the operator the route belongs to."""
