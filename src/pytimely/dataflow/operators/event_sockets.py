@@ -192,42 +192,127 @@ def accept_event_streams(
     dropped for a newcomer). A stream of a capture of another width, or a second stream of one worker, is dropped
     and logged too. Raises :class:`EventStreamTimeoutError` when no capture is complete in time.
     """
-    secret = check_secret(secret)
-    deadline = time.monotonic() + timeout
-    pending: dict[socket.socket, _Handshake] = {}
-    captures: dict[bytes, dict[int, SocketEventReader]] = {}
-    dropped = 0
-    selector = selectors.DefaultSelector()
-    was = listener.gettimeout()
-    listener.setblocking(False)
-    selector.register(listener, selectors.EVENT_READ)
+    acceptor = _Acceptor(
+        listener, count, check_secret(secret), timeout, handshake_timeout, max_pending=max_pending, max_frame=max_frame
+    )
+    return acceptor.run()
 
-    def drop(sock: socket.socket, why: str) -> None:
-        nonlocal dropped
-        dropped += 1
-        shake = pending.pop(sock, None)
+
+class _Acceptor:
+    """The state of one :func:`accept_event_streams`: handshakes under way and the streams of each capture."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        count: int,
+        secret: bytes,
+        timeout: float,
+        handshake_timeout: float,
+        *,
+        max_pending: int,
+        max_frame: int,
+    ) -> None:
+        self.listener = listener
+        self.count = count
+        self.secret = secret
+        self.timeout = timeout
+        self.handshake_timeout = handshake_timeout
+        self.max_pending = max_pending
+        self.max_frame = max_frame
+        self.deadline = time.monotonic() + timeout
+        self.pending: dict[socket.socket, _Handshake] = {}
+        self.captures: dict[bytes, dict[int, SocketEventReader]] = {}
+        self.dropped = 0
+        self.selector = selectors.DefaultSelector()
+
+    def run(self) -> list[SocketEventReader]:
+        """Serve handshakes until one capture is complete; close everything else."""
+        listener = self.listener
+        was = listener.gettimeout()
+        listener.setblocking(False)
+        self.selector.register(listener, selectors.EVENT_READ)
+        try:
+            while True:
+                done = self._turn()
+                if done is not None:
+                    for group in self.captures.values():
+                        for reader in group.values():
+                            if reader not in done:
+                                reader.close()
+                    return done
+        except BaseException:
+            for group in self.captures.values():
+                for reader in group.values():
+                    reader.close()
+            raise
+        finally:
+            for sock in list(self.pending):
+                sock.close()
+            self.selector.close()
+            listener.settimeout(was)
+
+    def _turn(self) -> list[SocketEventReader] | None:
+        """Drop the handshakes past their deadline, then serve what is ready; the streams of a complete capture."""
+        now = time.monotonic()
+        for sock, shake in list(self.pending.items()):
+            if shake.deadline <= now:
+                self._drop(sock, f"no handshake within {self.handshake_timeout:g} s")
+        if now >= self.deadline:
+            arrived = max((len(g) for g in self.captures.values()), default=0)
+            raise EventStreamTimeoutError(
+                f"only {arrived} of {self.count} capturing workers of one capture connected within "
+                f"{self.timeout:g} s ({self.dropped} other connection(s) dropped)"
+            )
+        wait = min([self.deadline, *(s.deadline for s in self.pending.values())]) - now
+        for key, _ in self.selector.select(timeout=max(0.0, wait)):
+            ready = key.fileobj
+            assert isinstance(ready, socket.socket)
+            if ready is self.listener:
+                self._accept()
+            elif ready in self.pending:
+                done = self._step(ready, self.pending[ready])
+                if done is not None:
+                    return done
+        return None
+
+    def _accept(self) -> None:
+        """Take a new connection, dropping the longest waiting handshake when too many wait."""
+        try:
+            conn, peer = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        conn.setblocking(False)
+        if len(self.pending) >= self.max_pending:
+            self._drop(next(iter(self.pending)), f"more than {self.max_pending} handshakes waited at once")
+        self.pending[conn] = _Handshake(f"{peer[0]}:{peer[1]}", time.monotonic() + self.handshake_timeout)
+        self.selector.register(conn, selectors.EVENT_READ)
+
+    def _drop(self, sock: socket.socket, why: str) -> None:
+        self.dropped += 1
+        shake = self.pending.pop(sock, None)
         log.warning("replay: dropped the connection from %s: %s", shake.peer if shake else "?", why)
         with contextlib.suppress(KeyError, ValueError):
-            selector.unregister(sock)
+            self.selector.unregister(sock)
         sock.close()
 
-    def authenticated(sock: socket.socket, shake: _Handshake) -> list[SocketEventReader] | None:
+    def _authenticated(self, sock: socket.socket, shake: _Handshake) -> list[SocketEventReader] | None:
+        """Give a connection that proved it knows the secret its place in its capture."""
         _, _, _, capture, index, width = HELLO.unpack(shake.hello)
         try:
             binding = Binding(capture, index, width)
         except InvalidArgument as exc:
-            drop(sock, f"it names no capturing worker ({exc})")
+            self._drop(sock, f"it names no capturing worker ({exc})")
             return None
-        if binding.count != count:
-            drop(sock, f"it is {binding}, and this replay waits for a capture of {count} workers")
+        if binding.count != self.count:
+            self._drop(sock, f"it is {binding}, and this replay waits for a capture of {self.count} workers")
             return None
-        group = captures.setdefault(binding.capture, {})
+        group = self.captures.setdefault(binding.capture, {})
         if binding.index in group:
-            drop(sock, f"a second stream of {binding}")
+            self._drop(sock, f"a second stream of {binding}")
             return None
         with contextlib.suppress(KeyError, ValueError):
-            selector.unregister(sock)
-        del pending[sock]
+            self.selector.unregister(sock)
+        del self.pending[sock]
         try:
             sock.setblocking(True)
             sock.settimeout(max(0.001, shake.deadline - time.monotonic()))
@@ -238,21 +323,23 @@ def accept_event_streams(
             return None
         name = f"{binding} from {shake.peer}"
         group[binding.index] = SocketEventReader(
-            sock, derive(secret, b"key", shake.hello, shake.nonce), name,
-            timeout=timeout, max_frame=max_frame, binding=binding,
+            sock, derive(self.secret, b"key", shake.hello, shake.nonce), name,
+            timeout=self.timeout, max_frame=self.max_frame, binding=binding,
         )
+        count = self.count
         return [group[i] for i in range(count)] if len(group) == count else None
 
-    def step(sock: socket.socket, shake: _Handshake) -> list[SocketEventReader] | None:
+    def _step(self, sock: socket.socket, shake: _Handshake) -> list[SocketEventReader] | None:
+        """Read what a handshake's connection sent; answer a hello, check a proof."""
         try:
             chunk = sock.recv(shake.want())
         except (BlockingIOError, InterruptedError):
             return None
         except OSError as exc:
-            drop(sock, f"the connection failed ({exc})")
+            self._drop(sock, f"the connection failed ({exc})")
             return None
         if not chunk:
-            drop(sock, "it closed before it proved it knows the secret")
+            self._drop(sock, "it closed before it proved it knows the secret")
             return None
         shake.data = (shake.data or bytearray()) + chunk
         if shake.want():
@@ -261,61 +348,15 @@ def accept_event_streams(
         if not shake.hello:
             magic, version, _, _, _, _ = HELLO.unpack(data)
             if magic != SOCKET_MAGIC or version != VERSION:
-                drop(sock, f"it is not a pytimely capture of version {VERSION}")
+                self._drop(sock, f"it is not a pytimely capture of version {VERSION}")
                 return None
             shake.hello, shake.nonce = data, os.urandom(NONCE)
             try:
                 sock.send(shake.nonce)  # 32 bytes into an empty socket buffer
             except OSError as exc:
-                drop(sock, f"the connection failed ({exc})")
+                self._drop(sock, f"the connection failed ({exc})")
             return None
-        if not hmac.compare_digest(data, derive(secret, b"writer", shake.hello, shake.nonce)):
-            drop(sock, "it did not prove it knows the shared secret")
+        if not hmac.compare_digest(data, derive(self.secret, b"writer", shake.hello, shake.nonce)):
+            self._drop(sock, "it did not prove it knows the shared secret")
             return None
-        return authenticated(sock, shake)
-
-    try:
-        while True:
-            now = time.monotonic()
-            for sock, shake in list(pending.items()):
-                if shake.deadline <= now:
-                    drop(sock, f"no handshake within {handshake_timeout:g} s")
-            if now >= deadline:
-                arrived = max((len(g) for g in captures.values()), default=0)
-                raise EventStreamTimeoutError(
-                    f"only {arrived} of {count} capturing workers of one capture connected within {timeout:g} s "
-                    f"({dropped} other connection(s) dropped)"
-                )
-            wait = min([deadline, *(s.deadline for s in pending.values())]) - now
-            for key, _ in selector.select(timeout=max(0.0, wait)):
-                ready = key.fileobj
-                assert isinstance(ready, socket.socket)
-                sock = ready
-                if sock is listener:
-                    try:
-                        conn, peer = listener.accept()
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    conn.setblocking(False)
-                    if len(pending) >= max_pending:
-                        drop(next(iter(pending)), f"more than {max_pending} handshakes waited at once")
-                    pending[conn] = _Handshake(f"{peer[0]}:{peer[1]}", time.monotonic() + handshake_timeout)
-                    selector.register(conn, selectors.EVENT_READ)
-                elif sock in pending:
-                    done = step(sock, pending[sock])
-                    if done is not None:
-                        for group in captures.values():
-                            for reader in group.values():
-                                if reader not in done:
-                                    reader.close()
-                        return done
-    except BaseException:
-        for group in captures.values():
-            for reader in group.values():
-                reader.close()
-        raise
-    finally:
-        for sock in list(pending):
-            sock.close()
-        selector.close()
-        listener.settimeout(was)
+        return self._authenticated(sock, shake)
