@@ -45,14 +45,13 @@ from pytimely.dataflow.operators.fields import Field, check, column, column_erro
 from pytimely.dataflow.operators.windowing import (
     Session,
     Sliding,
-    column_type,
+    event_times,
     first_of,
     frontier_bound,
     last_of,
     not_an_int,
 )
 from pytimely.dataflow.state import KeyedState
-from pytimely.errors import ColumnError
 
 if TYPE_CHECKING:
     from pytimely.dataflow.capability import Capability, InputCapability
@@ -111,32 +110,12 @@ class Folds:
         """Fold one batch into the open windows; send or count its late records."""
         kind = container.kind_of(batch)
         if kind.columnar and not callable(self.key_field) and not callable(self.time_field):
-            xs = None if self.time_field is None else self._times(batch)
+            xs = None if self.time_field is None else event_times(batch, self.time_field)
             coded = self._key_codes(batch)
             if coded is not None:
                 self._absorb_columns(cap, batch, xs, coded)
                 return
         self._absorb_records(cap, batch)
-
-    def _times(self, batch: Any) -> Any:
-
-        xs = column(batch, self.time_field)
-        kind = container.kind_of(batch)
-        if xs is None:
-            raise ColumnError(
-                f"event times must be integers; column {self.time_field!r} of this {kind.name} batch holds "
-                f"{column_type(batch, self.time_field)}",
-                kind=kind.name,
-                column=self.time_field,
-            )
-        if xs.dtype.kind not in "iu":
-            raise ColumnError(
-                f"event times must be integers (the scope's timestamps are); column {self.time_field!r} holds "
-                f"{xs.dtype} values",
-                kind=kind.name,
-                column=self.time_field,
-            )
-        return xs
 
     def _key_codes(self, batch: Any) -> tuple[Any, list[Any]] | None:
         """``(codes, distinct keys)`` of the key column, or None when it must be read record by record."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytimely.dataflow.bins import DEFAULT_BINS, binner
 from pytimely.dataflow.capability import Capability, EarliestEmission, InputCapability
 from pytimely.dataflow.state import declare
-from pytimely.errors import ColumnError, InvalidArgument
+from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
@@ -51,7 +51,7 @@ from pytimely.dataflow.operators.windowing import (
     Sliding,
     Tumbling,
     check_kind,
-    column_type,
+    event_times,
     first_of,
     frontier_bound,
     last_of,
@@ -128,7 +128,7 @@ class _Windows:
         self._changed = True
         columns = batch if type(batch) is not list else self._as_array(batch)
         if columns is not None:
-            xs = None if self.time_field is None else self._times(columns)
+            xs = None if self.time_field is None else event_times(columns, self.time_field)
             values = None if self.aggregate == "count" else column(columns, self.value_field)
             if (xs is not None or self.time_field is None) and (values is not None or self.aggregate == "count"):
                 keys, coded = self._keys(columns)
@@ -140,28 +140,6 @@ class _Windows:
                         self._absorb_columns(cap, batch, xs, keys, values)
                     return
         self._absorb_records(cap, batch)
-
-    def _times(self, columns: Any) -> Any:
-        """The event time column as integers (None: read record by record); other numbers are refused."""
-        xs = column(columns, self.time_field)
-        if xs is None:
-            if callable(self.time_field):
-                return None
-            kind = container.kind_of(columns)
-            raise ColumnError(
-                f"event times must be integers; column {self.time_field!r} of this {kind.name} batch holds "
-                f"{column_type(columns, self.time_field)}",
-                kind=kind.name,
-                column=self.time_field,
-            )
-        if xs.dtype.kind not in "iu":
-            raise ColumnError(
-                f"event times must be integers (the scope's timestamps are); column {self.time_field!r} holds "
-                f"{xs.dtype} values",
-                kind=container.kind_of(columns).name,
-                column=self.time_field,
-            )
-        return xs
 
     def _keys(self, columns: Any) -> tuple[Any, bool]:
         """``(keys, coded)``: the key column as numbers, or as codes of this operator's own (see module doc)."""

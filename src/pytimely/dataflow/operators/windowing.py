@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
+from pytimely.dataflow.operators.fields import column
 from pytimely.errors import ColumnError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DropLate", "DroppedCount", "Kind", "Session", "SideOutput", "Sliding", "Tumbling", "check_kind", "column_type",
-    "first_of", "frontier_bound", "last_of", "not_an_int",
+    "event_times", "first_of", "frontier_bound", "last_of", "not_an_int",
 ]
 
 
@@ -171,3 +172,26 @@ def check_kind(kind: Kind) -> None:
         v = getattr(kind, name)
         if type(v) is not int or v < 1:
             raise InvalidArgument(f"a {type(kind).__name__.lower()} window's {name} must be a positive int, got {v!r}")
+
+
+def event_times(columns: Any, field: Any) -> Any:
+    """The event time column ``field`` of a columnar batch as integers (``None`` for a function of the record,
+    read record by record); a column of other values is a :class:`ColumnError`."""
+    xs = column(columns, field)
+    if xs is None:
+        if callable(field):
+            return None
+        kind = container.kind_of(columns)
+        raise ColumnError(
+            f"event times must be integers; column {field!r} of this {kind.name} batch holds "
+            f"{column_type(columns, field)}",
+            kind=kind.name,
+            column=field,
+        )
+    if xs.dtype.kind not in "iu":
+        raise ColumnError(
+            f"event times must be integers (the scope's timestamps are); column {field!r} holds {xs.dtype} values",
+            kind=container.kind_of(columns).name,
+            column=field,
+        )
+    return xs
