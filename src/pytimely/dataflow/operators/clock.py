@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
+from pytimely.dataflow.operators.windowing import not_an_int
 from pytimely.errors import ColumnError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ def event_clock(
 ) -> tuple[Stream[Any], Stream[Any] | None]:
     """The records of ``stream`` at the event clock's watermark, and its late records (with a side output)."""
     from pytimely.dataflow.channels import Broadcast
-    from pytimely.dataflow.operators.windowing import SideOutput, not_an_int
+    from pytimely.dataflow.operators.windowing import SideOutput
 
     _check(clock, name)
     check(time, "time")
@@ -199,14 +200,60 @@ def event_clock(
 
     caps = [Capability(scope.minimum, out, counted=True) for out in outs]
     op.initial_caps = True
-    now = clock.now
-    mark = EventWatermark(clock.delay, clock.idle, scope.minimum, now())
+    mark = EventWatermark(clock.delay, clock.idle, scope.minimum, clock.now())
     alarm = scope._info(op).sync_activator() if clock.idle is not None else None
     from pytimely.dataflow.activate import Alarm
 
+    clocked = _Clocked(mark, clock.now, time, caps, outs, late if not side else None)
     timer = Alarm(alarm) if alarm is not None else None
+    op.logic = lambda: clocked.step(ports, timer)
+    late_stream = scope.stream(outs[1]) if side else None
+    return scope.stream(outs[0]), late_stream
 
-    def send(batch: Any) -> None:
+
+class _Clocked:
+    """One worker's event clock: sends records on at its watermark, and its late ones aside."""
+
+    def __init__(
+        self, mark: EventWatermark, now: Any, time: Field, caps: list[Any], outs: list[Any], drop: Any
+    ) -> None:
+        self.mark = mark
+        self.now = now
+        self.time = time
+        self.caps = caps
+        self.outs = outs
+        self.drop = drop
+        """The :class:`DropLate` counting late records, or ``None`` when they go to the side output."""
+
+    def step(self, ports: list[Any], timer: Any) -> None:
+        """Send what arrived, take the other workers' highest event times, and move the watermark."""
+        mark, caps = self.mark, self.caps
+        if not caps[0].valid:
+            for port in ports:
+                port.batches()
+            return
+        for _, batch in ports[0].batches():
+            self.send(batch)
+        if len(ports) > 1:
+            for _, reports in ports[1].batches():
+                for h in reports:
+                    mark.report(h)
+            left = mark.quiet(self.now())
+            if left is not None and timer is not None:
+                timer.arm(left)
+        if all(port.frontier.is_empty() for port in ports):
+            for cap in caps:
+                cap.drop()
+            if timer is not None:
+                timer.close()
+            return
+        for cap in caps:
+            if cap.time < mark.watermark:
+                cap.downgrade(mark.watermark)
+
+    def send(self, batch: Any) -> None:
+        """Send a batch's on-time records at the watermark; its late ones aside."""
+        time, mark, now = self.time, self.mark, self.now
         if type(batch) is not list:
             xs = _times(batch, time)
             if xs is not None:
@@ -216,10 +263,10 @@ def event_clock(
 
                     lost = container.take(batch, np.flatnonzero(late_mask))
                     on_time = container.take(batch, np.flatnonzero(~late_mask))
-                    _late(lost)
+                    self._late(lost)
                     batch = on_time
                 if container.length(batch):
-                    outs[0].give(caps[0], batch)
+                    self.outs[0].give(self.caps[0], batch)
                 return
         get = reader(batch, time)
         assert get is not None
@@ -233,43 +280,15 @@ def event_clock(
                     raise not_an_int(x, r, time, batch)
                 (lost_records if mark.take(x, t) else kept).append(r)
         if lost_records:
-            _late(lost_records)
+            self._late(lost_records)
         if kept:
-            outs[0].give(caps[0], kept)
+            self.outs[0].give(self.caps[0], kept)
 
-    def _late(records: Any) -> None:
-        if side:
-            outs[1].give(caps[1], records)
+    def _late(self, records: Any) -> None:
+        if self.drop is None:
+            self.outs[1].give(self.caps[1], records)
         else:
-            late.dropped += container.length(records)
-
-    def logic() -> None:
-        if not caps[0].valid:
-            for port in ports:
-                port.batches()
-            return
-        for _, batch in ports[0].batches():
-            send(batch)
-        if len(ports) > 1:
-            for _, reports in ports[1].batches():
-                for h in reports:
-                    mark.report(h)
-            left = mark.quiet(now())
-            if left is not None and timer is not None:
-                timer.arm(left)
-        if all(port.frontier.is_empty() for port in ports):
-            for cap in caps:
-                cap.drop()
-            if timer is not None:
-                timer.close()
-            return
-        for cap in caps:
-            if cap.time < mark.watermark:
-                cap.downgrade(mark.watermark)
-
-    op.logic = logic
-    late_stream = scope.stream(outs[1]) if side else None
-    return scope.stream(outs[0]), late_stream
+            self.drop.dropped += container.length(records)
 
 
 def _highest(batch: Any, time: Field) -> list[int]:
