@@ -45,6 +45,23 @@ class _Held:
         self._ports = ports
         self._router = router
 
+    def take_shipped(self, port: InputPort[Any, Any]) -> None:
+        """Install the states shipped to this worker (before any record is applied: binned.py, step 1)."""
+        for _, shipped in port.batches():
+            self.states.update(shipped)
+            self.keyed.touch(k for k, _ in shipped)
+
+    def take_records(self, port: InputPort[Any, Any], notificator: Notificator[Any]) -> None:
+        """Queue the records that arrived by their time, asking to hear when each time is complete."""
+        pending = self.pending
+        for cap, batch in port:
+            t = cap.time
+            waiting = pending.get(t)
+            if waiting is None:
+                waiting = pending[t] = []
+                notificator.notify_at(cap.retain())
+            waiting.extend(container.records(batch))
+
     def settled_before(self, time: Any) -> bool:
         """Whether every record at a time ``< time`` that will reach this worker has been applied."""
         for port in self._ports:
@@ -86,11 +103,7 @@ def state_machine(
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
     value_of: Callable[[Any], Any] = itemgetter(1) if key is None else _same
-    columns = [FIRST_COLUMN if key is None else None]
-    inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True, columns=columns)
-    if router is not None:
-        assert router.state_output is not None
-        inputs.append((router.state_output, router.pact))
+    inputs, router = _routes(stream, key_of, FIRST_COLUMN if key is None else None, control, bins, name)
     op = scope.add_operator(name, inputs, 1)
     op.notify = True
     ports: list[InputPort[Any, Any]] = list(op.inputs)
@@ -108,47 +121,14 @@ def state_machine(
     notificator: Notificator[Any] = Notificator()
     worker = scope.index
 
-    touch = keyed.touch
-
-    def apply(records: list[Any]) -> list[Any]:
-        emitted: list[Any] = []
-        extend = emitted.extend
-        get = states.get
-        keys = list(map(key_of, records))
-        added: list[Any] = []  # keys that came or went: what a snapshot of the whole state must know of
-        for k, record in zip(keys, records, strict=True):
-            old = get(k)
-            new, outputs = fold(k, value_of(record), old)
-            if new is None:
-                if old is not None:
-                    del states[k]
-                    added.append(k)
-            else:
-                if old is None:
-                    added.append(k)
-                states[k] = new
-            if outputs:
-                extend(outputs)
-        keyed.touch_batch(keys, added)
-        return emitted
-
     def logic() -> None:
         if state_in is not None:
-            # Shipped state goes in before any record is applied (binned.py, step 1).
-            for _, shipped in state_in.batches():
-                states.update(shipped)
-                touch(k for k, _ in shipped)
-        for cap, batch in data:
-            t = cap.time
-            waiting = pending.get(t)
-            if waiting is None:
-                waiting = pending[t] = []
-                notificator.notify_at(cap.retain())
-            waiting.extend(container.records(batch))
+            held.take_shipped(state_in)
+        held.take_records(data, notificator)
         for done in notificator.ready(*(p.frontier for p in ports)):
             t = done.time
             op.time = t  # errors in ``fold`` name the time being applied
-            emitted = apply(pending.pop(t))
+            emitted = _apply(pending.pop(t), fold, key_of, value_of, states, keyed)
             if emitted:
                 out.give(done, emitted)
             done.drop()
@@ -159,6 +139,48 @@ def state_machine(
 
     op.logic = logic
     return scope.stream(out)
+
+
+def _routes(
+    stream: Stream[Any], key_of: Callable[[Any], Any], column: Any, control: Stream[Any] | None, bins: int, name: str
+) -> tuple[list[Any], Router | None]:
+    """The operator's inputs, routed by the bins of their keys, and the router (with a control stream)."""
+    inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True, columns=[column])
+    if router is not None:
+        assert router.state_output is not None
+        inputs.append((router.state_output, router.pact))
+    return inputs, router
+
+
+def _apply(
+    records: list[Any],
+    fold: Fold,
+    key_of: Callable[[Any], Any],
+    value_of: Callable[[Any], Any],
+    states: dict[Any, Any],
+    keyed: KeyedState[Any, Any],
+) -> list[Any]:
+    """Fold ``records`` into their keys' states in order; what the folds emitted."""
+    emitted: list[Any] = []
+    extend = emitted.extend
+    get = states.get
+    keys = list(map(key_of, records))
+    added: list[Any] = []  # keys that came or went: what a snapshot of the whole state must know of
+    for k, record in zip(keys, records, strict=True):
+        old = get(k)
+        new, outputs = fold(k, value_of(record), old)
+        if new is None:
+            if old is not None:
+                del states[k]
+                added.append(k)
+        else:
+            if old is None:
+                added.append(k)
+            states[k] = new
+        if outputs:
+            extend(outputs)
+    keyed.touch_batch(keys, added)
+    return emitted
 
 
 def _same(record: Any) -> Any:
