@@ -10,8 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
+from pytimely.dataflow.capability import Capability
 from pytimely.dataflow.operators.binned import bin_routes
+from pytimely.dataflow.operators.clock import event_clock
 from pytimely.dataflow.operators.join_keys import How, Interval, KeyTypes, time_getters
+from pytimely.dataflow.operators.windowing import (
+    DropLate,
+    DroppedCount,
+    SideOutput,
+    frontier_bound,
+    late_policy,
+    send_late_to,
+    take_start,
+)
 from pytimely.dataflow.state import KeyedState, declare
 from pytimely.errors import InputFormatError, InvalidArgument
 
@@ -24,29 +35,16 @@ __all__ = ["interval_join"]
 def interval_join(
     left: Stream[Any], right: Stream[Any], name: str, how: How, over: Interval, time: Any, clock: Any, late: Any
 ) -> Stream[Any]:
-    from pytimely.dataflow.capability import Capability
-    from pytimely.dataflow.operators.windowing import DropLate, DroppedCount, SideOutput
-
+    """The interval join of ``left`` and ``right`` (see :mod:`.join`)."""
     lower, upper = over.lower, over.upper
     if type(lower) is not int or type(upper) is not int or lower > upper:
         raise InvalidArgument(f"{name!r}: an interval's bounds are ints with lower <= upper, got {over!r}")
     get_left, get_right = time_getters(time, name)
-    policy = DropLate() if late is None else late
-    if not isinstance(policy, DropLate | SideOutput):
-        raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
+    policy = late_policy(late, name)
     scope = left.scope
     if type(scope.minimum) is not int:
         raise InvalidArgument(f"{name!r}: an interval join needs integer timestamps")
-    sides = [left, right]
-    clock_late: list[Stream[Any]] = []
-    if clock is not None:
-        from pytimely.dataflow.operators.clock import event_clock
-
-        for i, get in enumerate((get_left, get_right)):
-            clocked, lost = event_clock(sides[i], clock, _of_value(get), policy, f"{name}.{i}")
-            sides[i] = clocked
-            if lost is not None:
-                clock_late.append(lost.map(_tagged(i), name=f"{name}.{i}.late"))
+    sides, clock_late = _clocked([left, right], clock, (get_left, get_right), policy, name)
     side_out = isinstance(policy, SideOutput)
     # Routed by the bins of the keys: a run restored on another number of workers finds a key's values where
     # its records arrive.
@@ -67,11 +65,9 @@ def interval_join(
     subgraph, index = scope.subgraph, op.index
 
     def logic() -> None:
-        if initial:
-            for other in initial[1:]:
-                other.drop()
-            state.resume(initial[0])
-            initial.clear()
+        start = take_start(initial)
+        if start is not None:
+            state.resume(start)
         for side, port in ((0, in1), (1, in2)):
             for cap, batch in port:
                 lost = state.absorb(side, cap, batch, out)
@@ -83,12 +79,25 @@ def interval_join(
         state.expire(in1.frontier, in2.frontier, out, subgraph.fences.get(index))
 
     op.logic = logic
-    if isinstance(policy, SideOutput):
-        assert late_out is not None
-        policy.stream = scope.stream(late_out)
-        if clock_late:
-            policy.stream = policy.stream.concat(*clock_late, name=f"{name}.late")
+    send_late_to(policy, scope.stream(late_out) if late_out else None, clock_late, name)
     return scope.stream(out)
+
+
+def _clocked(
+    sides: list[Stream[Any]], clock: Any, getters: tuple[Any, Any], policy: Any, name: str
+) -> tuple[list[Stream[Any]], list[Stream[Any]]]:
+    """Each side through its event clock (none without ``clock``), and the clocks' late values as ``(key, side,
+    value)``."""
+    clock_late: list[Stream[Any]] = []
+    if clock is None:
+        return sides, clock_late
+    sides = list(sides)
+    for i, get in enumerate(getters):
+        clocked, lost = event_clock(sides[i], clock, _of_value(get), policy, f"{name}.{i}")
+        sides[i] = clocked
+        if lost is not None:
+            clock_late.append(lost.map(_tagged(i), name=f"{name}.{i}.late"))
+    return sides, clock_late
 
 
 def _of_value(get: Any) -> Any:
@@ -202,8 +211,6 @@ class _IntervalState:
     def expire(self, left_frontier: Any, right_frontier: Any, out: Any, fence: int | None = None) -> None:
         """Drop the values no future value can meet; send the unmatched ones of the kept sides (not past
         ``fence``, the epoch of a pending snapshot)."""
-        from pytimely.dataflow.operators.windowing import frontier_bound
-
         by_time: dict[int, list[Any]] = {}
         released: set[int] = set()
         # A left value waits on the right frontier, a right one on the left frontier.

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pytimely.dataflow.stream import Stream
 
 import pytimely.container as container
+from pytimely.dataflow.operators.aggregations import Aggregation
 from pytimely.dataflow.operators.binned import bin_exchange
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 from pytimely.dataflow.operators.folds import Fold, Folds, Reduce, aggregation
@@ -55,7 +56,10 @@ from pytimely.dataflow.operators.windowing import (
     first_of,
     frontier_bound,
     last_of,
+    late_policy,
     not_an_int,
+    send_late_to,
+    take_start,
 )
 
 __all__ = [
@@ -481,6 +485,21 @@ def _key_for_routing(key: Field) -> Any:
     return key
 
 
+def _checked_aggregation(stream: Stream[Any], kind: Kind, aggregate: Aggregate, name: str) -> Aggregation | None:
+    """The aggregation a window of ``kind`` computes (``None``: a numeric one of this module), after checking that
+    ``kind``, ``aggregate`` and the stream's timestamps can make windows."""
+    check_kind(kind)
+    folds = aggregation(aggregate, type(kind).__name__, name)
+    if folds is None and aggregate not in _COMBINE:
+        raise InvalidArgument(
+            f"{name!r}: aggregate must be one of {[*sorted(_COMBINE), 'collect', 'max_by', 'min_by']}, Fold(...) or "
+            f"Reduce(...), got {aggregate!r}"
+        )
+    if type(stream.scope.minimum) is not int:
+        raise InvalidArgument(f"{name!r}: windows need integer timestamps, not {type(stream.scope.minimum).__name__}")
+    return folds
+
+
 def window(
     stream: Stream[Any],
     kind: Kind,
@@ -501,19 +520,9 @@ def window(
     :class:`~pytimely.dataflow.operators.clock.EventClock` or ``SystemClock``) makes the watermark from the data
     or the wall clock instead of the input's frontier (see :mod:`pytimely.dataflow.operators.clock`).
     """
-    check_kind(kind)
-    folds = aggregation(aggregate, type(kind).__name__, name)
-    if folds is None and aggregate not in _COMBINE:
-        raise InvalidArgument(
-            f"{name!r}: aggregate must be one of {[*sorted(_COMBINE), 'collect', 'max_by', 'min_by']}, Fold(...) or "
-            f"Reduce(...), got {aggregate!r}"
-        )
+    folds = _checked_aggregation(stream, kind, aggregate, name)
     scope = stream.scope
-    if type(scope.minimum) is not int:
-        raise InvalidArgument(f"{name!r}: windows need integer timestamps, not {type(scope.minimum).__name__}")
-    policy = DropLate() if late is None else late
-    if not isinstance(policy, DropLate | SideOutput):
-        raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
+    policy = late_policy(late, name)
     clock_late: Stream[Any] | None = None
     if clock is not None:
         from pytimely.dataflow.operators.clock import clocked
@@ -542,19 +551,13 @@ def window(
     subgraph, index = scope.subgraph, op.index
 
     def logic() -> None:
-        if initial:
-            for other in initial[1:]:
-                other.drop()
-            state.resume(initial[0], subgraph.resume_epoch)
-            initial.clear()
+        start = take_start(initial)
+        if start is not None:
+            state.resume(start, subgraph.resume_epoch)
         for cap, batch in port:
             state.absorb(cap, batch)
         state.close(port.frontier, subgraph.fences.get(index))
 
     op.logic = logic
-    if isinstance(policy, SideOutput):
-        assert late_out is not None
-        policy.stream = scope.stream(late_out)
-        if clock_late is not None:
-            policy.stream = policy.stream.concat(clock_late, name=f"{name}.late")
+    send_late_to(policy, scope.stream(late_out) if late_out else None, [clock_late] if clock_late else [], name)
     return scope.stream(out)

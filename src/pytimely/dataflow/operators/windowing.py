@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DropLate", "DroppedCount", "Kind", "Session", "SideOutput", "Sliding", "Tumbling", "check_kind", "column_type",
-    "event_times", "first_of", "frontier_bound", "last_of", "not_an_int",
+    "event_times", "first_of", "frontier_bound", "last_of", "late_policy", "not_an_int", "send_late_to", "take_start",
 ]
 
 
@@ -195,3 +195,30 @@ def event_times(columns: Any, field: Any) -> Any:
             column=field,
         )
     return xs
+
+
+def late_policy(late: DropLate | SideOutput | None, name: str) -> DropLate | SideOutput:
+    """What ``late=`` asks for: :class:`DropLate` by default; anything else is an :class:`InvalidArgument`."""
+    policy = DropLate() if late is None else late
+    if not isinstance(policy, DropLate | SideOutput):
+        raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
+    return policy
+
+
+def send_late_to(policy: DropLate | SideOutput, late: Stream[Any] | None, more: list[Stream[Any]], name: str) -> None:
+    """Give a :class:`SideOutput` its stream: ``late`` (the operator's late output) and ``more`` (its clocks')."""
+    if isinstance(policy, SideOutput):
+        assert late is not None
+        policy.stream = late.concat(*more, name=f"{name}.late") if more else late
+
+
+def take_start(initial: list[Any]) -> Any:
+    """At an operator's first step, the capability its first output started with (those of the others are
+    dropped; a restored copy re-times it to its pending emissions); ``None`` at any later step."""
+    if not initial:
+        return None
+    for other in initial[1:]:
+        other.drop()
+    start = initial[0]
+    initial.clear()
+    return start
