@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIRST_COLUMN", "WHOLE_RECORD", "KeyColumn", "Router", "StateHolder", "bin_exchange", "bin_routes", "earlier",
+    "hold_state", "migrating_routes",
 ]
 
 _KNOWN_LIMIT = 1 << 20
@@ -147,6 +148,31 @@ def bin_routes(
     functions = [_function_of(key) for key in keys]
     router = Router(streams, functions, name, control, bins, migrate, columns)
     return [(s, router.pact) for s in router.data_outputs], router
+
+
+def migrating_routes(
+    streams: Sequence[Stream[Any]],
+    keys: Sequence[Key],
+    name: str,
+    control: Stream[Any] | None,
+    bins: int,
+    columns: Sequence[Column] | None = None,
+) -> tuple[list[tuple[Stream[Any], Any]], Router | None]:
+    """:func:`bin_routes` for an operator whose state moves with its bins: a router's state output (the states
+    shipped to this worker) is the operator's last input."""
+    inputs, router = bin_routes(streams, keys, name, control, bins, migrate=True, columns=columns)
+    if router is not None:
+        assert router.state_output is not None
+        inputs.append((router.state_output, router.pact))
+    return inputs, router
+
+
+def hold_state(router: Router | None, holder: StateHolder, subgraph: Any, index: int) -> None:
+    """Let ``router`` (if any) ship the state of ``holder``, operator ``index`` of ``subgraph``, when its fence
+    allows."""
+    if router is not None:
+        router.holder = holder
+        router.may_change = lambda time: subgraph.may_change(index, time)
 
 
 def _is_column(key: Key) -> bool:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
-from pytimely.dataflow.operators.binned import bin_routes, earlier
+from pytimely.dataflow.operators.binned import bin_routes, earlier, hold_state, migrating_routes
 from pytimely.dataflow.operators.fields import Field
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.operators.join_interval import interval_join
@@ -151,12 +151,7 @@ def _per_time(
         f1, f2 = in1.frontier, in2.frontier
         for held in notificator.ready(f1, f2):
             t = held.time
-            lefts, rights = states[0].pop(t, {}), states[1].pop(t, {})
-            lonely: list[Any] = []
-            if keep[0]:
-                lonely.extend((k, (v, None)) for k, vs in lefts.items() if k not in rights for v in vs)
-            if keep[1]:
-                lonely.extend((k, (None, v)) for k, vs in rights.items() if k not in lefts for v in vs)
+            lonely = _unmatched(states[0].pop(t, {}), states[1].pop(t, {}), keep)
             if lonely:
                 out.give(held, lonely)
             held.drop()
@@ -170,16 +165,23 @@ def _per_time(
     return scope.stream(out)
 
 
+def _unmatched(lefts: dict[Any, list[Any]], rights: dict[Any, list[Any]], keep: tuple[bool, bool]) -> list[Any]:
+    """The records of one time's values without a partner, of the sides ``keep`` says go out alone."""
+    lonely: list[Any] = []
+    if keep[0]:
+        lonely.extend((k, (v, None)) for k, vs in lefts.items() if k not in rights for v in vs)
+    if keep[1]:
+        lonely.extend((k, (None, v)) for k, vs in rights.items() if k not in lefts for v in vs)
+    return lonely
+
+
 def _latest(
     left: Stream[Any], right: Stream[Any], name: str, control: Stream[Any] | None, bins: int, how: How
 ) -> Stream[Any]:
     scope = left.scope
     # Routed by the bins of the keys (the state outlives a time: with a control stream, a moving bin's keys go
     # to their new owner; with recovery, a run restored on another number of workers finds them where they arrive).
-    inputs, router = bin_routes([left, right], [0, 0], name, control, bins, migrate=True)
-    if router is not None:
-        assert router.state_output is not None
-        inputs.append((router.state_output, router.pact))
+    inputs, router = migrating_routes([left, right], [0, 0], name, control, bins)
     op = scope.add_operator(name, inputs, 1)
     op.notify = True
     ports: list[Any] = list(op.inputs)
@@ -187,14 +189,9 @@ def _latest(
     state_in = ports[2] if router is not None else None
     keyed: KeyedState[Any, list[Any]] = KeyedState(bins)
     declare(op, "latest", keyed, layout="latest_join/1")
-    latest = keyed.data
-    """Per key: ``[left value, right value]`` (None: none yet) — the operator's declared state."""
     pending: dict[Any, list[tuple[int, Any]]] = {}
     held = _Latest(ports, router, keyed, pending)
-    if router is not None:
-        router.holder = held
-        subgraph, index = scope.subgraph, op.index
-        router.may_change = lambda time: subgraph.may_change(index, time)
+    hold_state(router, held, scope.subgraph, op.index)
     notificator: Notificator[Any] = Notificator()
     types = KeyTypes(name)
     need = {"inner": (True, True), "left": (True, False), "outer": (False, False)}[how]
@@ -215,28 +212,11 @@ def _latest(
 
     def logic() -> None:
         if state_in is not None:
-            # Shipped state goes in before any value is applied (binned.py, step 1).
-            for _, shipped in state_in.batches():
-                latest.update(shipped)
-                keyed.touch(k for k, _ in shipped)
+            held.take_shipped(state_in)
         absorb(in1, 0)
         absorb(in2, 1)
         for done in notificator.ready(*(p.frontier for p in ports)):
-            changed: dict[Any, list[Any]] = {}
-            came: list[Any] = []
-            for side, (k, v) in pending.pop(done.time):
-                pair = latest.get(k)
-                if pair is None:
-                    pair = latest[k] = [None, None]
-                    came.append(k)
-                pair[side] = v
-                changed[k] = pair
-            keyed.touch_batch(list(changed), came)
-            sent = [
-                (k, (lv, rv))
-                for k, (lv, rv) in changed.items()
-                if (lv is not None or not need[0]) and (rv is not None or not need[1])
-            ]
+            sent = held.apply(pending.pop(done.time), need)
             if sent:
                 out.give(done, sent)
             done.drop()
@@ -254,12 +234,38 @@ class _Latest:
         self, ports: list[Any], router: Any, keyed: KeyedState[Any, list[Any]], pending: dict[Any, list[Any]]
     ) -> None:
         self.keyed = keyed
+        """Per key: ``[left value, right value]`` (None: none yet) — the operator's declared state."""
         self.pending = pending
         self._ports = ports
         self._router = router
 
+    def take_shipped(self, port: Any) -> None:
+        """Install the latest values shipped to this worker (before any value is applied: binned.py, step 1)."""
+        for _, shipped in port.batches():
+            self.keyed.data.update(shipped)
+            self.keyed.touch(k for k, _ in shipped)
+
+    def apply(self, values: list[tuple[int, Any]], need: tuple[bool, bool]) -> list[Any]:
+        """Make one time's ``(side, (key, value))`` the latest; the pairs of the keys it changed that go out."""
+        latest = self.keyed.data
+        changed: dict[Any, list[Any]] = {}
+        came: list[Any] = []
+        for side, (k, v) in values:
+            pair = latest.get(k)
+            if pair is None:
+                pair = latest[k] = [None, None]
+                came.append(k)
+            pair[side] = v
+            changed[k] = pair
+        self.keyed.touch_batch(list(changed), came)
+        return [
+            (k, (lv, rv))
+            for k, (lv, rv) in changed.items()
+            if (lv is not None or not need[0]) and (rv is not None or not need[1])
+        ]
+
     def settled_before(self, time: Any) -> bool:
-        """Whether every value at a time ``< time`` that will reach this worker has been applied."""
+        """Whether every value at a time ``< time`` that will reach this worker has been appli"""
         for port in self._ports:
             if any(earlier(e, time) for e in port.frontier.frontier_elements()):
                 return False

@@ -21,7 +21,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
-from pytimely.dataflow.operators.binned import FIRST_COLUMN, Router, bin_routes, earlier
+from pytimely.dataflow.operators.binned import FIRST_COLUMN, Router, earlier, hold_state, migrating_routes
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.state import KeyedState, declare
 
@@ -103,7 +103,8 @@ def state_machine(
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
     value_of: Callable[[Any], Any] = itemgetter(1) if key is None else _same
-    inputs, router = _routes(stream, key_of, FIRST_COLUMN if key is None else None, control, bins, name)
+    column = FIRST_COLUMN if key is None else None
+    inputs, router = migrating_routes([stream], [key_of], name, control, bins, columns=[column])
     op = scope.add_operator(name, inputs, 1)
     op.notify = True
     ports: list[InputPort[Any, Any]] = list(op.inputs)
@@ -113,10 +114,7 @@ def state_machine(
     keyed: KeyedState[Any, Any] = KeyedState(bins, data=states)
     declare(op, "states", keyed, layout="state_machine/1")
     held = _Held(ports, router, keyed)
-    if router is not None:
-        router.holder = held
-        subgraph, index = scope.subgraph, op.index
-        router.may_change = lambda time: subgraph.may_change(index, time)
+    hold_state(router, held, scope.subgraph, op.index)
     states, pending = held.states, held.pending
     notificator: Notificator[Any] = Notificator()
     worker = scope.index
@@ -139,17 +137,6 @@ def state_machine(
 
     op.logic = logic
     return scope.stream(out)
-
-
-def _routes(
-    stream: Stream[Any], key_of: Callable[[Any], Any], column: Any, control: Stream[Any] | None, bins: int, name: str
-) -> tuple[list[Any], Router | None]:
-    """The operator's inputs, routed by the bins of their keys, and the router (with a control stream)."""
-    inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True, columns=[column])
-    if router is not None:
-        assert router.state_output is not None
-        inputs.append((router.state_output, router.pact))
-    return inputs, router
 
 
 def _apply(
