@@ -120,6 +120,13 @@ class _Windows:
         self._find = binner(DEFAULT_BINS)
         self._reported: set[int] = set()
 
+    def send(self, held: Capability[Any], out: OutputPort[Any, Any]) -> None:
+        """Send the window that ends at ``held``'s time (its groups, or its records) and forget it."""
+        self.changed_since = True
+        state = self.states.pop(held.time)
+        out.give(held, list(state.items()) if self.keyed else [gather(state)])
+        held.drop()
+
     def next_change(self) -> int | None:
         """The earliest window end: the state changes there without input (the window is sent)."""
         return min(self.states) if self.states else None
@@ -291,13 +298,7 @@ def collect(
                 # Sending a window empties it: not at an epoch after a pending snapshot's (it is run again then).
                 notificator.notify_at(held)
                 continue
-            windows.changed_since = True
-            state = states.pop(held.time)
-            if keyed:
-                out.give(held, list(state.items()))
-            else:
-                out.give(held, [gather(state)])
-            held.drop()
+            windows.send(held, out)
 
     op.logic = logic
     return scope.stream(out)

@@ -100,6 +100,18 @@ def _clocked(
     return sides, clock_late
 
 
+def _send_at(out: Any, cap: Any, matches: dict[Any, list[Any]]) -> None:
+    """Send each time's matches, at that time (``cap``'s or a later one)."""
+    t = cap.time
+    for when, pairs in matches.items():
+        if when == t:
+            out.give(cap, pairs)
+        else:
+            later = cap.delayed(when)
+            out.give(later, pairs)
+            later.drop()
+
+
 def _of_value(get: Any) -> Any:
     """A function reading ``get`` from the value of a ``(key, value)`` pair."""
     return lambda kv: get(kv[1])
@@ -190,23 +202,20 @@ class _IntervalState:
             deadline = x + hi
             heapq.heappush(self.expiry[side], (deadline, entry[1], k, entry))
             if self.keep[side]:
-                when = deadline if deadline > t else t
-                held = self.caps.get(when)
-                if held is None:
-                    self.caps[when] = [cap.delayed(when), 1]
-                else:
-                    held[1] += 1
-        for when, pairs in matches.items():
-            if when == t:
-                out.give(cap, pairs)
-            else:
-                later = cap.delayed(when)
-                out.give(later, pairs)
-                later.drop()
+                self._hold(cap, deadline if deadline > t else t)
+        _send_at(out, cap, matches)
         for s in (0, 1):
             if written[s]:
                 self.declared[s].touch_batch(written[s], came[s])
         return lost
+
+    def _hold(self, cap: Any, when: Any) -> None:
+        """Count one more unmatched value that may go out at ``when`` (a capability there is held while any may)."""
+        held = self.caps.get(when)
+        if held is None:
+            self.caps[when] = [cap.delayed(when), 1]
+        else:
+            held[1] += 1
 
     def expire(self, left_frontier: Any, right_frontier: Any, out: Any, fence: int | None = None) -> None:
         """Drop the values no future value can meet; send the unmatched ones of the kept sides (not past

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 import pytimely.container as container
 from pytimely.dataflow.operators.aggregations import Aggregation
 from pytimely.dataflow.operators.binned import bin_exchange
+from pytimely.dataflow.operators.clock import clocked
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 from pytimely.dataflow.operators.folds import Fold, Folds, Reduce, aggregation
 from pytimely.dataflow.operators.window_chunks import KeptChunks, reduceat
@@ -525,8 +526,6 @@ def window(
     policy = late_policy(late, name)
     clock_late: Stream[Any] | None = None
     if clock is not None:
-        from pytimely.dataflow.operators.clock import clocked
-
         stream, time, clock_late = clocked(stream, clock, time, policy, name)
     side = isinstance(policy, SideOutput)
     # Routed by the bins of the keys (the default table): a run restored on another number of workers finds the
