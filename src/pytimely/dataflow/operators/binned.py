@@ -74,8 +74,17 @@ if TYPE_CHECKING:
     from pytimely.dataflow.stream import Stream
 
 __all__ = [
-    "FIRST_COLUMN", "WHOLE_RECORD", "KeyColumn", "Router", "StateHolder", "bin_exchange", "bin_routes", "earlier",
-    "hold_state", "migrating_routes",
+    "FIRST_COLUMN",
+    "WHOLE_RECORD",
+    "KeyColumn",
+    "KeyedHolder",
+    "Router",
+    "StateHolder",
+    "bin_exchange",
+    "bin_routes",
+    "earlier",
+    "hold_state",
+    "migrating_routes",
 ]
 
 _KNOWN_LIMIT = 1 << 20
@@ -165,6 +174,43 @@ def migrating_routes(
         assert router.state_output is not None
         inputs.append((router.state_output, router.pact))
     return inputs, router
+
+
+class KeyedHolder:
+    """The per-key state of an operator whose keys move with their bins, as its :class:`Router` sees it
+    (a :class:`StateHolder`): the declared state, and the values waiting for their time to complete."""
+
+    def __init__(self, ports: Sequence[Any], router: Router | None, keyed: Any, pending: dict[Any, list[Any]]) -> None:
+        self.keyed = keyed
+        """The declared :class:`~pytimely.dataflow.state.KeyedState`: per key, its state."""
+        self.pending = pending
+        self._ports = ports
+        self._router = router
+
+    def take_shipped(self, port: Any) -> None:
+        """Install the states shipped to this worker (before any value is applied: step 1 of this module's doc)."""
+        for _, shipped in port.batches():
+            self.keyed.data.update(shipped)
+            self.keyed.touch(k for k, _ in shipped)
+
+    def settled_before(self, time: Any) -> bool:
+        """Whether every value at a time ``< time`` that will reach this worker has been applied."""
+        for port in self._ports:
+            if any(earlier(e, time) for e in port.frontier.frontier_elements()):
+                return False
+        return not any(earlier(s, time) for s in self.pending)
+
+    def extract(self, leaving: set[int], owners: Sequence[int]) -> dict[int, list[Any]]:
+        """Remove the states of the keys in the bins ``leaving``; ``(key, state)`` pairs by new owner."""
+        assert self._router is not None
+        find = self._router.find
+        states = self.keyed.data
+        out: dict[int, list[Any]] = {}
+        for k in [k for k in states if find(k) in leaving]:
+            out.setdefault(owners[find(k)], []).append((k, states.pop(k)))
+        for items in out.values():
+            self.keyed.touch(k for k, _ in items)
+        return out
 
 
 def hold_state(router: Router | None, holder: StateHolder, subgraph: Any, index: int) -> None:

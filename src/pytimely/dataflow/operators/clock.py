@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
-from pytimely.dataflow.operators.windowing import not_an_int
-from pytimely.errors import ColumnError, InvalidArgument
+from pytimely.dataflow.operators.windowing import event_times, not_an_int
+from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.stream import Stream
@@ -147,27 +147,6 @@ class EventWatermark:
             self.watermark = to
 
 
-def _times(batch: Any, field: Field) -> Any:
-    """The event-time column of a columnar batch as an int64 array, None when read record by record."""
-    xs = column(batch, field)
-    if xs is None:
-        if callable(field):
-            return None
-        kind = container.kind_of(batch)
-        raise ColumnError(
-            f"event times must be integers; column {field!r} of this {kind.name} batch is not a column of numbers",
-            kind=kind.name,
-            column=field,
-        )
-    if xs.dtype.kind not in "iu":
-        raise ColumnError(
-            f"event times must be integers (the scope's timestamps are); column {field!r} holds {xs.dtype} values",
-            kind=container.kind_of(batch).name,
-            column=field,
-        )
-    return xs
-
-
 def event_clock(
     stream: Stream[Any], clock: EventClock, time: Field, late: Any, name: str
 ) -> tuple[Stream[Any], Stream[Any] | None]:
@@ -255,7 +234,7 @@ class _Clocked:
         """Send a batch's on-time records at the watermark; its late ones aside."""
         time, mark, now = self.time, self.mark, self.now
         if type(batch) is not list:
-            xs = _times(batch, time)
+            xs = event_times(batch, time)
             if xs is not None:
                 late_mask = mark.late(xs, now())
                 if late_mask.any():

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
-from pytimely.dataflow.operators.binned import bin_routes, earlier, hold_state, migrating_routes
+from pytimely.dataflow.operators.binned import KeyedHolder, bin_routes, hold_state, migrating_routes
 from pytimely.dataflow.operators.fields import Field
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.operators.join_interval import interval_join
@@ -227,23 +227,9 @@ def _latest(
     return scope.stream(out)
 
 
-class _Latest:
-    """The running join's state as a router sees it (:class:`~pytimely.dataflow.operators.binned.StateHolder`)."""
-
-    def __init__(
-        self, ports: list[Any], router: Any, keyed: KeyedState[Any, list[Any]], pending: dict[Any, list[Any]]
-    ) -> None:
-        self.keyed = keyed
-        """Per key: ``[left value, right value]`` (None: none yet) — the operator's declared state."""
-        self.pending = pending
-        self._ports = ports
-        self._router = router
-
-    def take_shipped(self, port: Any) -> None:
-        """Install the latest values shipped to this worker (before any value is applied: binned.py, step 1)."""
-        for _, shipped in port.batches():
-            self.keyed.data.update(shipped)
-            self.keyed.touch(k for k, _ in shipped)
+class _Latest(KeyedHolder):
+    """The running join's latest values per key (``[left value, right value]``, None: none yet) as a router sees
+    them (:class:`~pytimely.dataflow.operators.binned.StateHolder`)."""
 
     def apply(self, values: list[tuple[int, Any]], need: tuple[bool, bool]) -> list[Any]:
         """Make one time's ``(side, (key, value))`` the latest; the pairs of the keys it changed that go out."""
@@ -263,24 +249,6 @@ class _Latest:
             for k, (lv, rv) in changed.items()
             if (lv is not None or not need[0]) and (rv is not None or not need[1])
         ]
-
-    def settled_before(self, time: Any) -> bool:
-        """Whether every value at a time ``< time`` that will reach this worker has been appli"""
-        for port in self._ports:
-            if any(earlier(e, time) for e in port.frontier.frontier_elements()):
-                return False
-        return not any(earlier(s, time) for s in self.pending)
-
-    def extract(self, leaving: set[int], owners: Any) -> dict[int, list[Any]]:
-        """Remove the latest values of the keys in the bins ``leaving``; ``(key, [left, right])`` by new owner."""
-        find = self._router.find
-        latest = self.keyed.data
-        out: dict[int, list[Any]] = {}
-        for k in [k for k in latest if find(k) in leaving]:
-            out.setdefault(owners[find(k)], []).append((k, latest.pop(k)))
-        for items in out.values():
-            self.keyed.touch(k for k, _ in items)
-        return out
 
 
 def _windowed(

@@ -16,12 +16,12 @@ first step, on any number of workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
-from pytimely.dataflow.operators.binned import FIRST_COLUMN, Router, earlier, hold_state, migrating_routes
+from pytimely.dataflow.operators.binned import FIRST_COLUMN, KeyedHolder, Router, hold_state, migrating_routes
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.state import KeyedState, declare
 
@@ -35,21 +35,12 @@ Fold = Callable[[Any, Any, Any], tuple[Any, Iterable[Any] | None]]
 InspectState = Callable[[int, Any, Mapping[Any, Any]], None]
 
 
-class _Held:
+class _Held(KeyedHolder):
     """One worker's per-key states and the records waiting for their time to complete."""
 
     def __init__(self, ports: list[InputPort[Any, Any]], router: Router | None, keyed: KeyedState[Any, Any]) -> None:
-        self.keyed = keyed
+        super().__init__(ports, router, keyed, {})
         self.states: dict[Any, Any] = keyed.data
-        self.pending: dict[Any, list[Any]] = {}
-        self._ports = ports
-        self._router = router
-
-    def take_shipped(self, port: InputPort[Any, Any]) -> None:
-        """Install the states shipped to this worker (before any record is applied: binned.py, step 1)."""
-        for _, shipped in port.batches():
-            self.states.update(shipped)
-            self.keyed.touch(k for k, _ in shipped)
 
     def take_records(self, port: InputPort[Any, Any], notificator: Notificator[Any]) -> None:
         """Queue the records that arrived by their time, asking to hear when each time is complete."""
@@ -61,25 +52,6 @@ class _Held:
                 waiting = pending[t] = []
                 notificator.notify_at(cap.retain())
             waiting.extend(container.records(batch))
-
-    def settled_before(self, time: Any) -> bool:
-        """Whether every record at a time ``< time`` that will reach this worker has been applied."""
-        for port in self._ports:
-            if any(earlier(e, time) for e in port.frontier.frontier_elements()):
-                return False
-        return not any(earlier(s, time) for s in self.pending)
-
-    def extract(self, leaving: set[int], owners: Sequence[int]) -> dict[int, list[Any]]:
-        """Remove the states of the keys in the bins ``leaving``; ``(key, state)`` pairs by new owner."""
-        assert self._router is not None
-        find = self._router.find
-        states = self.states
-        out: dict[int, list[Any]] = {}
-        for k in [k for k in states if find(k) in leaving]:
-            out.setdefault(owners[find(k)], []).append((k, states.pop(k)))
-        for items in out.values():
-            self.keyed.touch(k for k, _ in items)
-        return out
 
 
 def state_machine(

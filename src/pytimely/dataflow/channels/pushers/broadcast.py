@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Members
-from pytimely.dataflow.channels.pushers.failures import push_failed
+from pytimely.dataflow.channels.pushers.failures import push_failed, push_to
 from pytimely.errors import PytimelyError
 
 if TYPE_CHECKING:
@@ -54,9 +54,4 @@ class BroadcastPusher:
             if j == self._index:
                 self._local._deliver((time, batch))
             else:
-                try:
-                    push.push((time, batch))
-                except PytimelyError:
-                    raise
-                except Exception as exc:  # the communication layer pickles: its error names no operator
-                    push_failed("broadcast", self.sender, self._local, time, batch, exc)
+                push_to(push, "broadcast", self.sender, self._local, time, batch)

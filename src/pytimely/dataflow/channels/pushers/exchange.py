@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
-from pytimely.dataflow.channels.pushers.failures import push_failed
-from pytimely.errors import ArityError, OperatorError, PytimelyError, RouteError
+from pytimely.dataflow.channels.pushers.failures import push_to
+from pytimely.errors import ArityError, OperatorError, RouteError
 
 if TYPE_CHECKING:
     from pytimely.communication.allocator import Push
@@ -68,12 +68,7 @@ class ExchangePusher:
                 if j == index:
                     self._local._deliver((time, part))
                 else:
-                    try:
-                        self._pushes[j].push((time, part))
-                    except PytimelyError:
-                        raise
-                    except Exception as exc:  # the communication layer pickles: its error names no operator
-                        push_failed("exchange", self.sender, self._local, time, part, exc)
+                    push_to(self._pushes[j], "exchange", self.sender, self._local, time, part)
 
     def _split_by_keys(self, time: Any, batch: Any) -> Sequence[Any]:
         """A columnar batch's share of each worker, by the one key per row a vectorized route gives."""
@@ -168,9 +163,4 @@ class DirectPusher:
         if j == self._index:
             self._local._deliver((time, batch))
         else:
-            try:
-                self._pushes[j].push((time, batch))
-            except PytimelyError:
-                raise
-            except Exception as exc:  # the communication layer pickles: its error names no operator
-                push_failed("exchange", self.sender, self._local, time, batch, exc)
+            push_to(self._pushes[j], "exchange", self.sender, self._local, time, batch)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pytimely.communication.payload import dumps
-from pytimely.errors import UnpicklableRecordError
+from pytimely.errors import PytimelyError, UnpicklableRecordError
 
 if TYPE_CHECKING:
+    from pytimely.communication.allocator import Push
     from pytimely.dataflow.ports import InputPort
 
-__all__ = ["push_failed", "unpicklable"]
+__all__ = ["push_failed", "push_to", "unpicklable"]
 
 
 def unpicklable(
@@ -47,3 +48,14 @@ def push_failed(
     except Exception:
         raise unpicklable(kind, sender, target, time, batch, exc) from exc
     raise exc
+
+
+def push_to(push: Push[Any], kind: str, sender: str | None, target: InputPort[Any, Any], time: Any, batch: Any) -> None:
+    """Push ``(time, batch)`` to another worker; what the communication layer raises (it pickles, and its errors name
+    no operator) comes back named (:func:`push_failed`)."""
+    try:
+        push.push((time, batch))
+    except PytimelyError:
+        raise
+    except Exception as exc:
+        push_failed(kind, sender, target, time, batch, exc)
