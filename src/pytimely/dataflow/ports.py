@@ -1,4 +1,4 @@
-"""Operator ports: where channels end (inputs) and start (outputs), and the session that batches records.
+"""Operator ports: where channels end (inputs) and start (outputs); ``OutputPort.session`` buffers records.
 
 Messages are ``(time, batch)`` pairs: a batch is a list of records, a numpy
 array or an Arrow record batch. Every message is a pointstamp at the input port
@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytimely.dataflow.capability import Capability, InputCapability
+from pytimely.dataflow.channels.pushers.buffer import Session
 from pytimely.errors import CapabilityError
 from pytimely.progress.frontier import MutableAntichain
 from pytimely.progress.location import Source, Target
@@ -164,40 +165,3 @@ class OutputPort(Generic[T, D]):
         """A buffer for sending records one by one at ``cap``'s time (use it in a ``with`` block)."""
         self._check(cap)
         return Session(self, cap, size)
-
-
-class Session(Generic[T]):
-    """Buffers records given one at a time and sends them as batches."""
-
-    __slots__ = ("_buffer", "_cap", "_output", "_size")
-
-    def __init__(self, output: OutputPort[T, Any], cap: Capability[T] | InputCapability[T], size: int) -> None:
-        self._output = output
-        self._cap = cap
-        self._size = size
-        self._buffer: list[Any] = []
-
-    def give(self, record: Any) -> None:
-        """Send one record (buffered)."""
-        self._buffer.append(record)
-        if len(self._buffer) >= self._size:
-            self.flush()
-
-    def give_iterable(self, records: Any) -> None:
-        """Send every record of an iterable (buffered)."""
-        self._buffer.extend(records)
-        if len(self._buffer) >= self._size:
-            self.flush()
-
-    def flush(self) -> None:
-        """Send what is buffered; the capability must still be valid (a kept session cannot outlive it)."""
-        if self._buffer:
-            time = self._output._check(self._cap)
-            self._output._push(time, self._buffer)
-            self._buffer = []
-
-    def __enter__(self) -> Session[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.flush()

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from pytimely.dataflow.channels.pushers.broadcast import BroadcastPusher
+from pytimely.dataflow.channels.pushers.buffer import Session
 from pytimely.dataflow.channels.pushers.checked import CheckedPusher
 from pytimely.dataflow.channels.pushers.exchange import DirectPusher, ExchangePusher
 from pytimely.dataflow.channels.pushers.local import LocalPusher
 
-__all__ = ["BroadcastPusher", "CheckedPusher", "DirectPusher", "ExchangePusher", "LocalPusher", "Pusher"]
+__all__ = ["BroadcastPusher", "CheckedPusher", "DirectPusher", "ExchangePusher", "LocalPusher", "Pusher", "Session"]
 
 
 class Pusher(Protocol):
