@@ -211,13 +211,14 @@ def sealed_stream(sealer: Any, events: list[tuple[str, Any]]) -> Stream:
 
 def fuzz_sockets(cases: int, seed: int) -> dict[str, int]:
     """``cases`` damaged (and intact) capture streams over real loopback TCP; how each ended, by error type."""
-    from pytimely.dataflow.operators.event_stream import SocketEventWriter, _Sealer, accept_event_streams
+    from pytimely.dataflow.operators.event_codec import Sealer
+    from pytimely.dataflow.operators.event_stream import SocketEventWriter, accept_event_streams
 
     rng = random.Random(seed)
     secret = secrets.token_bytes(32)
     counts: dict[str, int] = {}
     # Frames sealed under other keys (other connections): the donors of splices.
-    donors = [sealed_stream(_Sealer(secrets.token_bytes(32)), sample_events(rng)) for _ in range(2)]
+    donors = [sealed_stream(Sealer(secrets.token_bytes(32)), sample_events(rng)) for _ in range(2)]
     with socket.create_server(("127.0.0.1", 0)) as listener:
         address = listener.getsockname()
         for n in range(cases):

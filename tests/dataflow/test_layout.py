@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytimely import Worker, execute
+from pytimely import Stream, Worker, execute
 from pytimely.dataflow.channels import Broadcast, Direct, Exchange, Pipeline, exchange_for, pact_of
 from pytimely.dataflow.operators import core
 from pytimely.dataflow.progcaster import Progcaster
@@ -90,7 +90,7 @@ def test_a_tuple_pact_is_refused_naming_the_operator() -> None:
     def job(worker: Worker) -> None:
         def build(scope: Any) -> None:
             _, stream = scope.new_input()
-            scope._operator("legacy", [(stream, ("broadcast",))], 1)
+            scope.add_operator("legacy", [(stream, ("broadcast",))], 1)
 
         worker.dataflow(build)
 
@@ -146,3 +146,17 @@ def test_the_progress_exchange_is_the_progcasters() -> None:
         assert subgraph.bootstrapped
 
     execute(job, workers=2)
+
+
+def test_then_chains_a_function_of_a_stream_with_its_arguments() -> None:
+    def longer_than(words: Stream[str], n: int, *, name: str) -> Stream[str]:
+        return words.filter(lambda w: len(w) > n, name=name)
+
+    def job(worker: Worker) -> list[Any]:
+        def build(scope: Any) -> Any:
+            return scope.to_stream(["a", "abc", "abcdef"]).then(longer_than, 2, name="long").map(str.upper).capture()
+
+        return worker.dataflow(build)
+
+    [captured] = execute(job, workers=1)
+    assert sorted(r for _, b in captured for r in records(b)) == ["ABC", "ABCDEF"]

@@ -170,7 +170,7 @@ def test_an_operator_with_undeclared_state_is_refused_before_any_snapshot(tmp_pa
     def job(worker: Any) -> None:
         def build(scope: Any) -> Any:
             handle, stream = scope.new_input(name="events")
-            op = scope._operator("keeps things", [(stream, None)], 0)
+            op = scope.add_operator("keeps things", [(stream, None)], 0)
             op.undeclared_state = "its cache"
             op.logic = lambda: None
             return handle

@@ -275,7 +275,7 @@ def ordered_sink(
     """Gather ``stream`` on worker 0 and call ``write(time, batches)`` per complete time, in time order, then
     ``finish()`` once the stream has ended (on worker 0 only)."""
     scope = stream.scope
-    op = scope._operator(name, [(stream, Exchange(_to_zero, vectorized=True))], 0)
+    op = scope.add_operator(name, [(stream, Exchange(_to_zero, vectorized=True))], 0)
     op.notify = True
     port = op.inputs[0]
     pending: dict[Any, list[Any]] = {}

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Channel", "DataflowGraph", "OperatorView", "ScopeView", "describe", "render", "to_dot", "to_mermaid"]
 
-KINDS = ("pipeline", "exchange", "broadcast", "direct")
-"""The contracts a channel can have (see :meth:`Subgraph.connect`)."""
-
-
 @dataclass(frozen=True, slots=True)
 class ScopeView:
     """A scope of a dataflow: ``index`` 0 is the root; ``parent`` is ``None`` only for the root."""
@@ -125,8 +121,7 @@ def describe(subgraph: Subgraph) -> DataflowGraph:
             )
         )
     edges = subgraph._edges
-    kinds = subgraph.channel_kinds
-    channels = tuple(Channel(s, t, k) for (s, t), k in zip(edges, kinds, strict=True))
+    channels = tuple(Channel(s, t, pact.kind) for (s, t), pact in zip(edges, subgraph.pacts, strict=True))
     return DataflowGraph(subgraph.ident, subgraph.name, tuple(scopes), tuple(operators), channels)
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pytimely.dataflow.capability import Capability
-from pytimely.dataflow.channels import Pact, Pipeline, pact_of
-from pytimely.dataflow.operator import OperatorInfo
+from pytimely.dataflow.channels import Pact
+from pytimely.dataflow.operator import OperatorCore, OperatorInfo
 from pytimely.dataflow.operators import capture as _capture
 from pytimely.dataflow.operators import core as _core
 from pytimely.dataflow.operators import input as _input
@@ -91,22 +91,25 @@ class Scope(Generic[T]):
 
     # -- for operator builders ------------------------------------------------------------
 
-    def _operator(
+    def add_operator(
         self,
         name: str,
-        inputs: list[tuple[Stream[Any], Pact | None]],
+        inputs: Sequence[tuple[Stream[Any], Pact | None]],
         outputs: int,
         summary: dict[tuple[int, int], Any] | None = None,
-    ) -> Any:
-        """Create an operator fed by ``inputs`` (each a stream and its pact) with ``outputs`` outputs."""
+    ) -> OperatorCore:
+        """Add an operator to this scope, fed by ``inputs`` (each a stream and its pact), with ``outputs`` outputs.
+
+        This is how operators are built: the operator's ports are connected (each pact connects its edge,
+        ``None`` being a pipeline) and the caller gives it ``logic`` (a function of no arguments the worker
+        runs when it is scheduled) and reads its outputs with :meth:`stream`. ``summary`` maps ``(input,
+        output)`` to the path summary (or summaries) between them, when not the identity.
+        """
         for stream, _ in inputs:
             self._check_owns(stream, name)
         op = self.subgraph.add_operator(name, self, len(inputs), outputs)
-        for port, (stream, given) in enumerate(inputs):
-            pact = pact_of(given, name)
-            self.subgraph.connect(stream._port, op.inputs[port], pact)
-            if type(pact) is not Pipeline and self.check_serialization:
-                stream._port._check_serialization(pact.kind, op.inputs[port])
+        for port, (stream, pact) in enumerate(inputs):
+            self.subgraph.connect(stream._port, op.inputs[port], pact, check_serialization=self.check_serialization)
         if summary is not None:
             self._summaries[op.index] = summary
             op.internal = {
@@ -221,7 +224,7 @@ class Scope(Generic[T]):
         The logic runs once when the dataflow starts, and again at the next step
         each time it calls ``info.activate()``.
         """
-        op = self._operator(name, [], 1)
+        op = self.add_operator(name, [], 1)
         op.initial_caps = True
         output = op.outputs[0]
         logic = constructor(Capability(self.minimum, output, counted=True), self._info(op))
@@ -300,6 +303,14 @@ class LoopHandle:
         self._op = op
         self.summary = summary
         self.connected = False
+
+    def connect(self, stream: Stream[Any]) -> None:
+        """Feed ``stream`` back into this loop variable (what :meth:`Stream.connect_loop` does)."""
+        if self.connected:
+            raise ScopeError(f"{self._op.name!r} is already connected; a loop variable has one source")
+        self.scope._check_owns(stream, self._op.name)
+        self.scope.subgraph.connect(stream._port, self._op.inputs[0], None)
+        self.connected = True
 
     def _check_connected(self) -> None:
         if not self.connected:

@@ -10,7 +10,7 @@ record batch) at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from pytimely.dataflow.operators import capture as _capture
 from pytimely.dataflow.operators import collect as _collect
@@ -28,7 +28,6 @@ from pytimely.dataflow.operators import redistribute as _redistribute
 from pytimely.dataflow.operators import reduce as _reduce
 from pytimely.dataflow.operators import state_machine as _state_machine
 from pytimely.dataflow.operators import window as _window
-from pytimely.errors import ScopeError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,6 +49,8 @@ K = TypeVar("K")
 V = TypeVar("V")
 W = TypeVar("W")
 S = TypeVar("S")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 UnaryLogic = Callable[["InputPort[Any, list[D]]", "OutputPort[Any, list[E]]"], None]
 """``logic(input, output)`` of a unary operator from ``Stream[D]`` to ``Stream[E]`` (batches typed as lists)."""
@@ -66,6 +67,14 @@ class Stream(Generic[D]):
 
     def __repr__(self) -> str:
         return f"<Stream from {self._port.operator_name!r} output {self._port.port} in {self.scope.name!r}>"
+
+    def then(self, f: Callable[Concatenate[Stream[D], P], R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """``f(self, *args, **kwargs)``: a function of a stream (an operator of one's own) chained like a method.
+
+        ``words.then(count_long, 5).map(str)`` reads in the order the records flow, where
+        ``count_long(words, 5).map(str)`` does not; ``Stream`` needs no method for it.
+        """
+        return f(self, *args, **kwargs)
 
     # -- record at a time -----------------------------------------------------------------
 
@@ -174,13 +183,7 @@ class Stream(Generic[D]):
     ) -> Stream[V]:
         """A custom two-input operator: ``constructor(capability, info)`` returns ``logic(in1, in2, output)``."""
         return _generic.binary(
-            self,
-            other,
-            constructor,
-            name=name,
-            exchange1=exchange1,
-            exchange2=exchange2,
-            vectorized=vectorized,
+            self, other, constructor, name=name, exchange1=exchange1, exchange2=exchange2, vectorized=vectorized
         )
 
     # -- keyed, per timestamp --------------------------------------------------------------
@@ -347,16 +350,9 @@ class Stream(Generic[D]):
         watermark from the data (``EventClock(delay)``) or the wall clock (``SystemClock()``) instead of the
         frontier. See ``pytimely.dataflow.operators.window``, ``folds`` and ``clock``.
         """
+        over = _window.Tumbling(size)
         return _window.window(
-            self,
-            _window.Tumbling(size),
-            time=time,
-            key=key,
-            value=value,
-            aggregate=aggregate,
-            late=late,
-            name=name,
-            clock=clock,
+            self, over, time=time, key=key, value=value, aggregate=aggregate, late=late, name=name, clock=clock
         )
 
     def sliding(
@@ -373,16 +369,9 @@ class Stream(Generic[D]):
         name: str = "sliding",
     ) -> Stream[tuple[int, int, Any, Any]]:
         """``(start, end, key, aggregate)`` per key and window ``[k*step, k*step + size)`` (as ``tumbling``)."""
+        over = _window.Sliding(size, step)
         return _window.window(
-            self,
-            _window.Sliding(size, step),
-            time=time,
-            key=key,
-            value=value,
-            aggregate=aggregate,
-            late=late,
-            name=name,
-            clock=clock,
+            self, over, time=time, key=key, value=value, aggregate=aggregate, late=late, name=name, clock=clock
         )
 
     def session(
@@ -401,16 +390,9 @@ class Stream(Generic[D]):
 
         A session is emitted at time ``last + gap`` once the frontier has passed it (as ``tumbling``).
         """
+        over = _window.Session(gap)
         return _window.window(
-            self,
-            _window.Session(gap),
-            time=time,
-            key=key,
-            value=value,
-            aggregate=aggregate,
-            late=late,
-            name=name,
-            clock=clock,
+            self, over, time=time, key=key, value=value, aggregate=aggregate, late=late, name=name, clock=clock
         )
 
     # -- capture --------------------------------------------------------------------------
@@ -436,11 +418,7 @@ class Stream(Generic[D]):
 
     def connect_loop(self, handle: LoopHandle) -> None:
         """Feed this stream back into the loop variable of ``handle``."""
-        if handle.connected:
-            raise ScopeError(f"{handle._op.name!r} is already connected; a loop variable has one source")
-        handle.scope._check_owns(self, handle._op.name)
-        handle.scope.subgraph.connect(self._port, handle._op.inputs[0], None)
-        handle.connected = True
+        handle.connect(self)
 
     def iterate(
         self,
@@ -453,11 +431,7 @@ class Stream(Generic[D]):
 
         The loop ends when ``body`` stops producing records (or after iteration ``limit``).
         """
-        inner = self.scope.iterative(name)
-        handle, variable = inner.feedback(1, limit, name=f"{name}.feedback")
-        result = body(self.enter(inner, name=f"{name}.enter").concat(variable, name=f"{name}.concat"))
-        result.connect_loop(handle)
-        return result.leave(name=f"{name}.leave")
+        return _enterleave.iterate(self, body, limit, name)
 
     # -- everyday operators (keyed, collect, redistribute, enrich, final extremes) -----------
 

@@ -31,18 +31,18 @@ dropped.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.allocator import Precedence
 from pytimely.dataflow.activate import Doorbell, SyncActivator
-from pytimely.dataflow.channels import Direct, Exchange, Pact, Pipeline, pact_of
+from pytimely.dataflow.channels import Pact, Pipeline, pact_of
+from pytimely.dataflow.channels.pushers import CheckedPusher, Pusher
 from pytimely.dataflow.operator import OperatorCore
-from pytimely.dataflow.ports import InputPort, OutputPort, _Broadcast, _Direct, _Exchange, _Pipeline
+from pytimely.dataflow.ports import InputPort, OutputPort
 from pytimely.dataflow.progcaster import Progcaster
 from pytimely.errors import BatchError, MembershipError, OperatorError, PytimelyError, ScopeError
 from pytimely.observe.eventlog import EventLogger, Sink
@@ -52,7 +52,7 @@ from pytimely.progress.reachability import Builder, Tracker
 from pytimely.progress.timestamp import identity_for
 
 if TYPE_CHECKING:
-    from pytimely.communication.allocator import Allocator, Pull
+    from pytimely.communication.allocator import Allocator, Pull, Push
     from pytimely.dataflow.scope import Scope
 
 __all__ = ["Subgraph"]
@@ -79,8 +79,8 @@ class Subgraph:
         self._pinned: dict[str, tuple[int, ...]] = {}
         self._channels = 1
         self._edges: list[tuple[Source, Target]] = []
-        self.channel_kinds: list[str] = []
-        """The contract each of ``_edges`` was connected with (``pipeline``, ``exchange``, ...), for graph views."""
+        self.pacts: list[Pact] = []
+        """The contract each of ``_edges`` was connected with, for graph views."""
         self._remote: list[tuple[Pull[Any], InputPort[Any, Any]]] = []
         self._active: set[int] = set()
         self._external: deque[int] = deque()
@@ -126,32 +126,53 @@ class Subgraph:
         self.operators.append(op)
         return op
 
-    def connect(self, output: OutputPort[Any, Any], target: InputPort[Any, Any], pact: Pact | None) -> None:
-        """Add an edge from ``output`` to ``target`` moving data by ``pact`` (``None``: a pipeline)."""
+    def connect(
+        self,
+        output: OutputPort[Any, Any],
+        target: InputPort[Any, Any],
+        pact: Pact | None,
+        *,
+        check_serialization: bool = False,
+    ) -> None:
+        """Add an edge from ``output`` to ``target`` moving data by ``pact`` (``None``: a pipeline).
+
+        The contract connects the edge (:meth:`Pipeline.connect <pytimely.dataflow.channels.Pipeline.connect>`);
+        with ``check_serialization``, a contract other than a pipeline serialises every batch as the network
+        would, even where it stays in this process.
+        """
         if self.built:
             raise ScopeError(f"dataflow {self.name!r} is already built; connect streams inside its build function")
-        pact = pact_of(pact, target._op.name)
-        channel: Any
-        if type(pact) is Pipeline or (self.peers == 1 and not self.elastic):
-            channel = _Pipeline(target, self.record)
-        else:
-            pushes, pull = self.allocator.allocate((self.ident, self._channels), Precedence.DATA)
-            self._channels += 1
-            if type(pact) is Exchange:
-                # ``exchange`` spreads records over the workers the computation started with: only those receive.
-                self._pinned.setdefault(target._op.name, tuple(range(self.peers)))
-                channel = _Exchange(target, pushes, self.worker, pact.route, pact.vectorized, self.record)
-            elif type(pact) is Direct:
-                channel = _Direct(target, pushes, self.worker, pact.dest, self.record)
-            else:
-                channel = _Broadcast(target, pushes, self.worker, self.record)
-            self._remote.append((pull, target))
+        pact = pact_of(pact, target.operator_name)
+        channel: Pusher = pact.connect(self, target)
         if not self.operators[output.source.node].inputs:
             # A source: in a resumed run, what it sends at a committed epoch is dropped here.
             channel = _Replayed(channel, self)
+        if check_serialization and type(pact) is not Pipeline:
+            channel = CheckedPusher(channel, pact.kind, target, output.operator_name)
         output._connect(channel)
         self._edges.append((output.source, target.location))
-        self.channel_kinds.append(pact.kind)
+        self.pacts.append(pact)
+
+    @property
+    def channel_kinds(self) -> list[str]:
+        """The name of the contract each edge was connected with (``pipeline``, ``exchange``, ...)."""
+        return [pact.kind for pact in self.pacts]
+
+    @property
+    def local(self) -> bool:
+        """Whether this worker is the dataflow's only one and none may join (every edge is then a pipeline)."""
+        return self.peers == 1 and not self.elastic
+
+    def allocate_channel(self, target: InputPort[Any, Any]) -> Sequence[Push[Any]]:
+        """A new data channel between the workers; this worker's receiving end feeds ``target`` each step."""
+        pushes, pull = self.allocator.allocate((self.ident, self._channels), Precedence.DATA)
+        self._channels += 1
+        self._remote.append((pull, target))
+        return pushes
+
+    def pin_started(self, operator: str) -> None:
+        """Say that records reach ``operator`` on the workers the computation started with, unless it is pinned."""
+        self._pinned.setdefault(operator, tuple(range(self.peers)))
 
     def on_step(self, hook: Callable[[], bool]) -> None:
         """Run ``hook`` at the start of every step (input handles flush there); it says whether it did work."""
@@ -465,19 +486,18 @@ class _Replayed:
 
     __slots__ = ("_inner", "_subgraph")
 
-    def __init__(self, inner: Any, subgraph: Subgraph) -> None:
+    def __init__(self, inner: Pusher, subgraph: Subgraph) -> None:
         self._inner = inner
         self._subgraph = subgraph
 
     @property
     def sender(self) -> str | None:
         """The operator whose output feeds this channel (for the channel's errors)."""
-        return getattr(self._inner, "sender", None)
+        return self._inner.sender
 
     @sender.setter
     def sender(self, name: str | None) -> None:
-        with contextlib.suppress(AttributeError):  # a pipeline has no sender to name
-            self._inner.sender = name
+        self._inner.sender = name
 
     def push(self, time: Any, batch: Any) -> None:
         resume = self._subgraph.resume_epoch

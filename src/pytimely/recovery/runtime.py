@@ -228,7 +228,7 @@ class WorkerRecovery:
             # copy still follows the capability its bootstrap minted for it.
             scope.subgraph.inputs.remove(handle)
             scope.subgraph.on_rejoin(handle._rejoined)
-            op = scope._operator("snapshot commits", [(stream, Direct(_to_first))], 0)
+            op = scope.add_operator("snapshot commits", [(stream, Direct(_to_first))], 0)
             op.notify = True
             port = op.inputs[0]
 

@@ -74,7 +74,17 @@ if TYPE_CHECKING:
     from pytimely.dataflow.stream import Stream
 
 __all__ = [
-    "FIRST_COLUMN", "WHOLE_RECORD", "KeyColumn", "Router", "StateHolder", "bin_exchange", "bin_routes", "earlier",
+    "FIRST_COLUMN",
+    "WHOLE_RECORD",
+    "KeyColumn",
+    "KeyedHolder",
+    "Router",
+    "StateHolder",
+    "bin_exchange",
+    "bin_routes",
+    "earlier",
+    "hold_state",
+    "migrating_routes",
 ]
 
 _KNOWN_LIMIT = 1 << 20
@@ -147,6 +157,68 @@ def bin_routes(
     functions = [_function_of(key) for key in keys]
     router = Router(streams, functions, name, control, bins, migrate, columns)
     return [(s, router.pact) for s in router.data_outputs], router
+
+
+def migrating_routes(
+    streams: Sequence[Stream[Any]],
+    keys: Sequence[Key],
+    name: str,
+    control: Stream[Any] | None,
+    bins: int,
+    columns: Sequence[Column] | None = None,
+) -> tuple[list[tuple[Stream[Any], Any]], Router | None]:
+    """:func:`bin_routes` for an operator whose state moves with its bins: a router's state output (the states
+    shipped to this worker) is the operator's last input."""
+    inputs, router = bin_routes(streams, keys, name, control, bins, migrate=True, columns=columns)
+    if router is not None:
+        assert router.state_output is not None
+        inputs.append((router.state_output, router.pact))
+    return inputs, router
+
+
+class KeyedHolder:
+    """The per-key state of an operator whose keys move with their bins, as its :class:`Router` sees it
+    (a :class:`StateHolder`): the declared state, and the values waiting for their time to complete."""
+
+    def __init__(self, ports: Sequence[Any], router: Router | None, keyed: Any, pending: dict[Any, list[Any]]) -> None:
+        self.keyed = keyed
+        """The declared :class:`~pytimely.dataflow.state.KeyedState`: per key, its state."""
+        self.pending = pending
+        self._ports = ports
+        self._router = router
+
+    def take_shipped(self, port: Any) -> None:
+        """Install the states shipped to this worker (before any value is applied: step 1 of this module's doc)."""
+        for _, shipped in port.batches():
+            self.keyed.data.update(shipped)
+            self.keyed.touch(k for k, _ in shipped)
+
+    def settled_before(self, time: Any) -> bool:
+        """Whether every value at a time ``< time`` that will reach this worker has been applied."""
+        for port in self._ports:
+            if any(earlier(e, time) for e in port.frontier.frontier_elements()):
+                return False
+        return not any(earlier(s, time) for s in self.pending)
+
+    def extract(self, leaving: set[int], owners: Sequence[int]) -> dict[int, list[Any]]:
+        """Remove the states of the keys in the bins ``leaving``; ``(key, state)`` pairs by new owner."""
+        assert self._router is not None
+        find = self._router.find
+        states = self.keyed.data
+        out: dict[int, list[Any]] = {}
+        for k in [k for k in states if find(k) in leaving]:
+            out.setdefault(owners[find(k)], []).append((k, states.pop(k)))
+        for items in out.values():
+            self.keyed.touch(k for k, _ in items)
+        return out
+
+
+def hold_state(router: Router | None, holder: StateHolder, subgraph: Any, index: int) -> None:
+    """Let ``router`` (if any) ship the state of ``holder``, operator ``index`` of ``subgraph``, when its fence
+    allows."""
+    if router is not None:
+        router.holder = holder
+        router.may_change = lambda time: subgraph.may_change(index, time)
 
 
 def _is_column(key: Key) -> bool:
@@ -244,7 +316,9 @@ class Router:
         self.pact = Direct(self._dest)
         # Each batch goes whole to ``dest``: the router splits batches itself and sets ``dest`` right before
         # each part is given (the push is synchronous).
-        op = scope._operator(name, [*((s, None) for s in streams), (control, Broadcast())], n + (1 if migrate else 0))
+        op = scope.add_operator(
+            name, [*((s, None) for s in streams), (control, Broadcast())], n + (1 if migrate else 0)
+        )
         op.notify = True
         self._keys = list(keys)
         self._columns = list(columns)

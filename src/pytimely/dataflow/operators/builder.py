@@ -176,7 +176,7 @@ class OperatorBuilder(Generic[T]):
         self._check_open()
         summary = self._summary()
         scope = self._scope
-        op = scope._operator(self._name, [(s, p) for s, p, _ in self._inputs], self._outputs, summary)
+        op = scope.add_operator(self._name, [(s, p) for s, p, _ in self._inputs], self._outputs, summary)
         self._built = True
         for name, state, layout in self._states:
             declare(op, name, state, layout=layout)

@@ -63,7 +63,7 @@ def capture(stream: Stream[Any], into: list[tuple[Any, list[Any]]], name: str) -
     what the snapshot holds, so each batch is in it once. It is this worker's: gather the stream to one worker
     first (``exchange(lambda _: 0)``) to have everything in one list.
     """
-    op = stream.scope._operator(name, [(stream, None)], 0)
+    op = stream.scope.add_operator(name, [(stream, None)], 0)
     declare(op, "batches", Log(into), layout="capture/1")
     port = op.inputs[0]
     append = into.append
@@ -78,7 +78,7 @@ def capture(stream: Stream[Any], into: list[tuple[Any, list[Any]]], name: str) -
 
 def replay(scope: Scope[Any], events: Iterable[tuple[Any, Any]], name: str) -> Stream[Any]:
     """Send each captured ``(time, batch)`` again at its time, then finish."""
-    op = scope._operator(name, [], 1)
+    op = scope.add_operator(name, [], 1)
     op.initial_caps = True
     output = op.outputs[0]
     cap = Capability(scope.minimum, output, counted=True)
@@ -106,7 +106,7 @@ def _capture_id(scope: Scope[Any], name: str, before: Callable[[], None] | None)
 
     ``before`` runs on worker 0 first: nothing of this capture is written anywhere until the id arrives.
     """
-    op = scope._operator(f"{name} id", [], 1)
+    op = scope.add_operator(f"{name} id", [], 1)
     op.initial_caps = True
     output = op.outputs[0]
     cap = Capability(scope.minimum, output, counted=True)
@@ -144,7 +144,7 @@ def capture_into(
             f"{scope.peers} workers it started with: capture from a dataflow built before processes join"
         )
     ident = _capture_id(scope, name, before)
-    op = scope._operator(name, [(stream, None), (ident, Broadcast())], 0)
+    op = scope.add_operator(name, [(stream, None), (ident, Broadcast())], 0)
     op.notify = True
     port, ids = op.inputs
     # What the reader assumes before the first progress event: the frontier is the scope's minimum.
@@ -262,7 +262,7 @@ class _Replayed:
 
 def replay_events(scope: Scope[Any], readers: Sequence[EventReader], *, name: str = "replay_events") -> Stream[Any]:
     """Replay ``readers`` (this worker's share of the captured workers) with their messages and progress."""
-    op = scope._operator(name, [], 1)
+    op = scope.add_operator(name, [], 1)
     op.initial_caps = True
     output = op.outputs[0]
     state = _Replayed(readers, scope.minimum, Capability(scope.minimum, output, counted=True))

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
-from pytimely.errors import ColumnError, InvalidArgument
+from pytimely.dataflow.operators.windowing import event_times, not_an_int
+from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.stream import Stream
@@ -146,33 +147,12 @@ class EventWatermark:
             self.watermark = to
 
 
-def _times(batch: Any, field: Field) -> Any:
-    """The event-time column of a columnar batch as an int64 array, None when read record by record."""
-    xs = column(batch, field)
-    if xs is None:
-        if callable(field):
-            return None
-        kind = container.kind_of(batch)
-        raise ColumnError(
-            f"event times must be integers; column {field!r} of this {kind.name} batch is not a column of numbers",
-            kind=kind.name,
-            column=field,
-        )
-    if xs.dtype.kind not in "iu":
-        raise ColumnError(
-            f"event times must be integers (the scope's timestamps are); column {field!r} holds {xs.dtype} values",
-            kind=container.kind_of(batch).name,
-            column=field,
-        )
-    return xs
-
-
 def event_clock(
     stream: Stream[Any], clock: EventClock, time: Field, late: Any, name: str
 ) -> tuple[Stream[Any], Stream[Any] | None]:
     """The records of ``stream`` at the event clock's watermark, and its late records (with a side output)."""
     from pytimely.dataflow.channels import Broadcast
-    from pytimely.dataflow.operators.window import SideOutput, _not_an_int
+    from pytimely.dataflow.operators.windowing import SideOutput
 
     _check(clock, name)
     check(time, "time")
@@ -189,7 +169,7 @@ def event_clock(
         inputs.append((highest, Broadcast()))
     outputs = 2 if side else 1
     # No path from the inputs' timestamps to the outputs: the clock holds its own capability at the watermark.
-    op = scope._operator(f"{name}.clock", inputs, outputs, summary={})
+    op = scope.add_operator(f"{name}.clock", inputs, outputs, summary={})
     op.notify = True
     # Recovery cuts snapshots at epochs; the clock's output runs on event time, so no epoch cuts the windows after
     # it consistently with it (docs/recovery.md, "Clocks"): a job with a clock is refused before any snapshot.
@@ -199,62 +179,45 @@ def event_clock(
 
     caps = [Capability(scope.minimum, out, counted=True) for out in outs]
     op.initial_caps = True
-    now = clock.now
-    mark = EventWatermark(clock.delay, clock.idle, scope.minimum, now())
+    mark = EventWatermark(clock.delay, clock.idle, scope.minimum, clock.now())
     alarm = scope._info(op).sync_activator() if clock.idle is not None else None
     from pytimely.dataflow.activate import Alarm
 
+    clocked = _Clocked(mark, clock.now, time, caps, outs, late if not side else None)
     timer = Alarm(alarm) if alarm is not None else None
+    op.logic = lambda: clocked.step(ports, timer)
+    late_stream = scope.stream(outs[1]) if side else None
+    return scope.stream(outs[0]), late_stream
 
-    def send(batch: Any) -> None:
-        if type(batch) is not list:
-            xs = _times(batch, time)
-            if xs is not None:
-                late_mask = mark.late(xs, now())
-                if late_mask.any():
-                    import numpy as np
 
-                    lost = container.take(batch, np.flatnonzero(late_mask))
-                    on_time = container.take(batch, np.flatnonzero(~late_mask))
-                    _late(lost)
-                    batch = on_time
-                if container.length(batch):
-                    outs[0].give(caps[0], batch)
-                return
-        get = reader(batch, time)
-        assert get is not None
-        kept: list[Any] = []
-        lost_records: list[Any] = []
-        t = now()
-        with column_errors(batch, time):
-            for r in rows(batch):
-                x = get(r)
-                if type(x) is not int:
-                    raise _not_an_int(x, r, time, batch)
-                (lost_records if mark.take(x, t) else kept).append(r)
-        if lost_records:
-            _late(lost_records)
-        if kept:
-            outs[0].give(caps[0], kept)
+class _Clocked:
+    """One worker's event clock: sends records on at its watermark, and its late ones aside."""
 
-    def _late(records: Any) -> None:
-        if side:
-            outs[1].give(caps[1], records)
-        else:
-            late.dropped += container.length(records)
+    def __init__(
+        self, mark: EventWatermark, now: Any, time: Field, caps: list[Any], outs: list[Any], drop: Any
+    ) -> None:
+        self.mark = mark
+        self.now = now
+        self.time = time
+        self.caps = caps
+        self.outs = outs
+        self.drop = drop
+        """The :class:`DropLate` counting late records, or ``None`` when they go to the side output."""
 
-    def logic() -> None:
+    def step(self, ports: list[Any], timer: Any) -> None:
+        """Send what arrived, take the other workers' highest event times, and move the watermark."""
+        mark, caps = self.mark, self.caps
         if not caps[0].valid:
             for port in ports:
                 port.batches()
             return
         for _, batch in ports[0].batches():
-            send(batch)
+            self.send(batch)
         if len(ports) > 1:
             for _, reports in ports[1].batches():
                 for h in reports:
                     mark.report(h)
-            left = mark.quiet(now())
+            left = mark.quiet(self.now())
             if left is not None and timer is not None:
                 timer.arm(left)
         if all(port.frontier.is_empty() for port in ports):
@@ -267,9 +230,44 @@ def event_clock(
             if cap.time < mark.watermark:
                 cap.downgrade(mark.watermark)
 
-    op.logic = logic
-    late_stream = scope.stream(outs[1]) if side else None
-    return scope.stream(outs[0]), late_stream
+    def send(self, batch: Any) -> None:
+        """Send a batch's on-time records at the watermark; its late ones aside."""
+        time, mark, now = self.time, self.mark, self.now
+        if type(batch) is not list:
+            xs = event_times(batch, time)
+            if xs is not None:
+                late_mask = mark.late(xs, now())
+                if late_mask.any():
+                    import numpy as np
+
+                    lost = container.take(batch, np.flatnonzero(late_mask))
+                    on_time = container.take(batch, np.flatnonzero(~late_mask))
+                    self._late(lost)
+                    batch = on_time
+                if container.length(batch):
+                    self.outs[0].give(self.caps[0], batch)
+                return
+        get = reader(batch, time)
+        assert get is not None
+        kept: list[Any] = []
+        lost_records: list[Any] = []
+        t = now()
+        with column_errors(batch, time):
+            for r in rows(batch):
+                x = get(r)
+                if type(x) is not int:
+                    raise not_an_int(x, r, time, batch)
+                (lost_records if mark.take(x, t) else kept).append(r)
+        if lost_records:
+            self._late(lost_records)
+        if kept:
+            self.outs[0].give(self.caps[0], kept)
+
+    def _late(self, records: Any) -> None:
+        if self.drop is None:
+            self.outs[1].give(self.caps[1], records)
+        else:
+            self.drop.dropped += container.length(records)
 
 
 def _highest(batch: Any, time: Field) -> list[int]:
@@ -290,7 +288,7 @@ def system_clock(stream: Stream[Any], clock: SystemClock, name: str) -> Stream[A
     scope = stream.scope
     if type(scope.minimum) is not int:
         raise InvalidArgument(f"{name!r}: a system clock needs integer timestamps, not {type(scope.minimum).__name__}")
-    op = scope._operator(f"{name}.clock", [(stream, None)], 1, summary={})
+    op = scope.add_operator(f"{name}.clock", [(stream, None)], 1, summary={})
     op.notify = True
     op.undeclared_state = "records re-timed by the wall clock, a timeline replayed records cannot follow,"
     port, out = op.inputs[0], op.outputs[0]

@@ -38,12 +38,13 @@ from pytimely.dataflow.channels import Exchange
 from pytimely.dataflow.operators.binned import bin_exchange
 from pytimely.dataflow.operators.fields import key_route
 from pytimely.dataflow.operators.generic import Notificator
+from pytimely.dataflow.operators.windowing import frontier_bound
 from pytimely.dataflow.state import KeyedState, declare
 from pytimely.errors import InvalidArgument
 from pytimely.order import sort_key
 
 if TYPE_CHECKING:
-    from pytimely.dataflow.capability import InputCapability
+    from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
 __all__ = ["collect", "gather"]
@@ -118,6 +119,13 @@ class _Windows:
         self.bins = DEFAULT_BINS
         self._find = binner(DEFAULT_BINS)
         self._reported: set[int] = set()
+
+    def send(self, held: Capability[Any], out: OutputPort[Any, Any]) -> None:
+        """Send the window that ends at ``held``'s time (its groups, or its records) and forget it."""
+        self.changed_since = True
+        state = self.states.pop(held.time)
+        out.give(held, list(state.items()) if self.keyed else [gather(state)])
+        held.drop()
 
     def next_change(self) -> int | None:
         """The earliest window end: the state changes there without input (the window is sent)."""
@@ -213,6 +221,29 @@ class _WorkerWindows:
         return self.windows.next_change()
 
 
+def _check_settings(name: str, keyed: bool, every: int | None, max_size: int | None, timeout: float | None) -> None:
+    """:class:`InvalidArgument` for settings of :func:`collect` that are out of range or do not go together."""
+    if every is not None and (type(every) is not int or every < 1):
+        raise InvalidArgument(f"{name}: every must be a positive int (epochs per window) or None, got {every!r}")
+    if max_size is None and timeout is None:
+        return
+    if max_size is not None and (type(max_size) is not int or max_size < 1):
+        raise InvalidArgument(f"{name}: max_size must be a positive int or None, got {max_size!r}")
+    if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+        raise InvalidArgument(f"{name}: timeout must be seconds > 0 or None, got {timeout!r}")
+    if not keyed or every is not None:
+        raise InvalidArgument(
+            f"{name}: max_size= and timeout= gather keyed values across times; not with keyed=False or every="
+        )
+
+
+def _window_end(t: Any, every: int, name: str) -> int:
+    """The last epoch of the window of ``every`` epochs that epoch ``t`` is in."""
+    if type(t) is not int:
+        raise InvalidArgument(f"{name}: every= groups integer epochs; time {t!r} is not one")
+    return (t // every + 1) * every - 1
+
+
 def collect(
     stream: Stream[Any],
     keyed: bool,
@@ -223,23 +254,15 @@ def collect(
     now: Callable[[], float] = _time.monotonic,
 ) -> Stream[Any]:
     """Gather each time's (or window's) records, per key or in all; see the module doc."""
-    if every is not None and (type(every) is not int or every < 1):
-        raise InvalidArgument(f"{name}: every must be a positive int (epochs per window) or None, got {every!r}")
+    _check_settings(name, keyed, every, max_size, timeout)
     if max_size is not None or timeout is not None:
-        if max_size is not None and (type(max_size) is not int or max_size < 1):
-            raise InvalidArgument(f"{name}: max_size must be a positive int or None, got {max_size!r}")
-        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
-            raise InvalidArgument(f"{name}: timeout must be seconds > 0 or None, got {timeout!r}")
-        if not keyed or every is not None:
-            raise InvalidArgument(f"{name}: max_size= and timeout= gather keyed values across times; not with "
-                                  "keyed=False or every=")
         return _bounded(stream, max_size, timeout, now, name)
     scope = stream.scope
     if keyed and every is not None:
         pact = bin_exchange(0, DEFAULT_BINS)  # a restored window's keys are where their records arrive
     else:
         pact = Exchange(key_route(0) if keyed else _to_zero, vectorized=True)
-    op = scope._operator(name, [(stream, pact)], 1)
+    op = scope.add_operator(name, [(stream, pact)], 1)
     op.notify = True
     port, out = op.inputs[0], op.outputs[0]
     windows = _Windows(keyed)
@@ -254,14 +277,6 @@ def collect(
 
     may_change = scope._info(op).may_change
 
-    def window_of(cap: InputCapability[Any]) -> Any:
-        t = cap.time
-        if every is None:
-            return t
-        if type(t) is not int:
-            raise InvalidArgument(f"{name}: every= groups integer epochs; time {t!r} is not one")
-        return (t // every + 1) * every - 1
-
     def logic() -> None:
         if initial:
             start = initial.pop()
@@ -270,7 +285,7 @@ def collect(
             start.drop()
         for cap, batch in port:
             windows.changed_since = True
-            w = window_of(cap)
+            w = cap.time if every is None else _window_end(cap.time, every, name)
             if w not in states:
                 states[w] = {} if keyed else []
                 notificator.notify_at(cap.delayed(w) if w != cap.time else cap.retain())
@@ -283,13 +298,7 @@ def collect(
                 # Sending a window empties it: not at an epoch after a pending snapshot's (it is run again then).
                 notificator.notify_at(held)
                 continue
-            windows.changed_since = True
-            state = states.pop(held.time)
-            if keyed:
-                out.give(held, list(state.items()))
-            else:
-                out.give(held, [gather(state)])
-            held.drop()
+            windows.send(held, out)
 
     op.logic = logic
     return scope.stream(out)
@@ -300,76 +309,83 @@ def _bounded(
 ) -> Stream[Any]:
     """Per key, lists of at most ``max_size`` values, or what came within ``timeout`` seconds of the first."""
     from pytimely.dataflow.activate import Alarm
-    from pytimely.dataflow.operators.window import _bound
 
     scope = stream.scope
     # Routed by the bins of the keys: a run restored on another number of workers finds a key's values where its
     # records arrive.
-    op = scope._operator(name, [(stream, bin_exchange(0, DEFAULT_BINS))], 1)
+    op = scope.add_operator(name, [(stream, bin_exchange(0, DEFAULT_BINS))], 1)
     op.notify = True
     op.initial_caps = True
-    port, out = op.inputs[0], op.outputs[0]
     declared: KeyedState[Any, list[Any]] = KeyedState(DEFAULT_BINS)
     declare(op, "buffers", declared, layout="collect_bounded/1")
-    buffers = declared.data
-    """Per key: ``[values, time of the first, wall-clock time of the first]`` (the operator's declared state)."""
-    caps: dict[Any, list[Any]] = {}
-    """Time -> ``[capability, keys whose first value is at that time]``."""
     alarm = Alarm(scope._info(op).sync_activator()) if timeout is not None else None
+    buffers = _Buffers(op.inputs[0], op.outputs[0], declared, max_size, timeout, now)
     # A capability at the scope's minimum until the first step: a restored copy holds capabilities at its keys'
     # first values' times.
-    initial = [Capability(scope.minimum, out, counted=True)]
+    initial = [Capability(scope.minimum, op.outputs[0], counted=True)]
     subgraph, index = scope.subgraph, op.index
-
-    def hold(t: Any, cap: Any) -> None:
-        held = caps.get(t)
-        if held is None:
-            caps[t] = [cap.delayed(t), 1]
-        else:
-            held[1] += 1
-
-    def release(t: Any) -> None:
-        held = caps[t]
-        held[1] -= 1
-        if held[1] == 0:
-            held[0].drop()
-            del caps[t]
-
-    def restore(start: Capability[Any]) -> None:
-        moment = now()
-        for buffer in buffers.values():
-            buffer[2] = moment  # the old run's clock means nothing here: a restored key's timeout starts again
-            hold(buffer[1], start)
-        start.drop()
-
-    def flush(due: list[Any], ended: bool) -> None:
-        """Send the buffers of ``due``: at the end of the input at their first values' times; on a timeout at the
-        earliest epoch still open (no earlier than the first value's time), which a snapshot has not passed."""
-        now_at = None
-        if not ended:
-            fence = subgraph.fences.get(index)
-            now_at = fence if fence is not None else _bound(port.frontier)
-        by_time: dict[Any, list[Any]] = {}
-        for k in sorted(due, key=lambda k: sort_key(buffers[k][1])):
-            values, t, _ = buffers.pop(k)
-            at = t if now_at is None or not t <= now_at else now_at
-            by_time.setdefault((t, at), []).append((k, values))
-        for (t, at), rows in by_time.items():
-            held = caps[t][0]
-            if at == t:
-                out.give(held, rows)
-            else:
-                later = held.delayed(at)
-                out.give(later, rows)
-                later.drop()
-            for _ in rows:
-                release(t)
-        declared.touch_batch(due, due)
 
     def logic() -> None:
         if initial:
-            restore(initial.pop())
-        for cap, batch in port:
+            buffers.restore(initial.pop())
+        buffers.absorb()
+        buffers.flush_due(subgraph.fences.get(index), alarm)
+
+    op.logic = logic
+    return scope.stream(op.outputs[0])
+
+
+class _Buffers:
+    """One worker's bounded collect: per key, the values gathered so far, and a capability per first time."""
+
+    def __init__(
+        self,
+        port: InputPort[Any, Any],
+        out: OutputPort[Any, Any],
+        declared: KeyedState[Any, list[Any]],
+        max_size: int | None,
+        timeout: float | None,
+        now: Callable[[], float],
+    ) -> None:
+        self.port = port
+        self.out = out
+        self.declared = declared
+        self.buffers = declared.data
+        """Per key: ``[values, time of the first, wall-clock time of the first]`` (the operator's declared state)."""
+        self.caps: dict[Any, list[Any]] = {}
+        """Time -> ``[capability, keys whose first value is at that time]``."""
+        self.max_size = max_size
+        self.timeout = timeout
+        self.now = now
+
+    def hold(self, t: Any, cap: Any) -> None:
+        """Count one more key whose first value is at ``t`` (a capability at ``t`` is held while any is)."""
+        held = self.caps.get(t)
+        if held is None:
+            self.caps[t] = [cap.delayed(t), 1]
+        else:
+            held[1] += 1
+
+    def release(self, t: Any) -> None:
+        """Count one key fewer at ``t``; the capability goes with the last."""
+        held = self.caps[t]
+        held[1] -= 1
+        if held[1] == 0:
+            held[0].drop()
+            del self.caps[t]
+
+    def restore(self, start: Capability[Any]) -> None:
+        """Hold capabilities for the restored keys (from ``start``, at the scope's minimum), then drop ``start``."""
+        moment = self.now()
+        for buffer in self.buffers.values():
+            buffer[2] = moment  # the old run's clock means nothing here: a restored key's timeout starts again
+            self.hold(buffer[1], start)
+        start.drop()
+
+    def absorb(self) -> None:
+        """Take the queued batches; send the lists that reach ``max_size``."""
+        buffers, max_size = self.buffers, self.max_size
+        for cap, batch in self.port:
             t = cap.time
             filled: list[Any] = []
             keys: list[Any] = []
@@ -378,29 +394,55 @@ def _bounded(
                 keys.append(k)
                 buffer = buffers.get(k)
                 if buffer is None:
-                    buffer = buffers[k] = [[], t, now()]
+                    buffer = buffers[k] = [[], t, self.now()]
                     came_or_went.append(k)
-                    hold(t, cap)
+                    self.hold(t, cap)
                 buffer[0].append(v)
                 if max_size is not None and len(buffer[0]) >= max_size:
                     filled.append((k, buffer[0]))
                     del buffers[k]
                     came_or_went.append(k)
-                    release(buffer[1])
-            declared.touch_batch(keys, came_or_went)
+                    self.release(buffer[1])
+            self.declared.touch_batch(keys, came_or_went)
             if filled:
-                out.give(cap, filled)
-        ended = port.frontier.is_empty()
-        if timeout is not None or ended:
-            moment = now()
-            due = [k for k, b in buffers.items() if ended or moment - b[2] >= timeout]
-            if due:
-                flush(due, ended)
-            if alarm is not None:
-                if ended:
-                    alarm.close()
-                elif buffers:
-                    alarm.arm(min(b[2] for b in buffers.values()) + timeout - moment)
+                self.out.give(cap, filled)
 
-    op.logic = logic
-    return scope.stream(out)
+    def flush_due(self, fence: int | None, alarm: Any) -> None:
+        """Send the lists whose timeout passed (all of them at the end of the input); set the alarm for the next."""
+        timeout, buffers = self.timeout, self.buffers
+        ended = self.port.frontier.is_empty()
+        if timeout is None and not ended:
+            return
+        moment = self.now()
+        due = [k for k, b in buffers.items() if ended or moment - b[2] >= timeout]
+        if due:
+            self.flush(due, ended, fence)
+        if alarm is not None:
+            if ended:
+                alarm.close()
+            elif buffers:
+                alarm.arm(min(b[2] for b in buffers.values()) + timeout - moment)
+
+    def flush(self, due: list[Any], ended: bool, fence: int | None) -> None:
+        """Send the buffers of ``due``: at the end of the input at their first values' times; on a timeout at the
+        earliest epoch still open (no earlier than the first value's time), which a snapshot has not passed."""
+        buffers = self.buffers
+        now_at = None
+        if not ended:
+            now_at = fence if fence is not None else frontier_bound(self.port.frontier)
+        by_time: dict[Any, list[Any]] = {}
+        for k in sorted(due, key=lambda k: sort_key(buffers[k][1])):
+            values, t, _ = buffers.pop(k)
+            at = t if now_at is None or not t <= now_at else now_at
+            by_time.setdefault((t, at), []).append((k, values))
+        for (t, at), rows in by_time.items():
+            held = self.caps[t][0]
+            if at == t:
+                self.out.give(held, rows)
+            else:
+                later = held.delayed(at)
+                self.out.give(later, rows)
+                later.drop()
+            for _ in rows:
+                self.release(t)
+        self.declared.touch_batch(due, due)

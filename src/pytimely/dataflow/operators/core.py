@@ -47,7 +47,7 @@ def per_batch(
 ) -> list[Stream[Any]]:
     """An operator calling ``handle(time, batch, outputs)`` for every batch of ``stream``; its output streams."""
     scope = stream.scope
-    op = scope._operator(name, [(stream, pact)], outputs)
+    op = scope.add_operator(name, [(stream, pact)], outputs)
     port, outs = op.inputs[0], op.outputs
 
     def logic() -> None:
@@ -165,7 +165,7 @@ def broadcast(stream: Stream[Any], name: str) -> Stream[Any]:
 
 def concat(scope: Scope[Any], streams: list[Stream[Any]], name: str) -> Stream[Any]:
     """Merge several streams of one scope."""
-    op = scope._operator(name, [(s, None) for s in streams], 1)
+    op = scope.add_operator(name, [(s, None) for s in streams], 1)
     out = op.outputs[0]
     ports = op.inputs
 

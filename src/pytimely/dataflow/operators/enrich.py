@@ -99,7 +99,7 @@ def enrich_cached(
         raise InvalidArgument(f"{name}: ttl must be a positive int (timestamps) or None, got {ttl!r}")
     if not callable(getter) or not callable(mapper):
         raise InvalidArgument(f"{name}: getter and mapper must be callable")
-    op = stream.scope._operator(name, [(stream, None)], 1)
+    op = stream.scope.add_operator(name, [(stream, None)], 1)
     port, out = op.inputs[0], op.outputs[0]
     cache: EnrichCache[Any, Any] = EnrichCache(getter, ttl)
     declare(op, "cache", cache, layout="enrich/1")

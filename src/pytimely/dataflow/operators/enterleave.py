@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytimely.errors import ScopeError
 from pytimely.order import Product
@@ -12,7 +13,9 @@ if TYPE_CHECKING:
     from pytimely.dataflow.scope import Scope
     from pytimely.dataflow.stream import Stream
 
-__all__ = ["enter", "leave"]
+__all__ = ["enter", "iterate", "leave"]
+
+D = TypeVar("D")
 
 
 def _identity(stream: Stream[Any], into: Scope[Any], name: str) -> Stream[Any]:
@@ -70,3 +73,12 @@ def leave(stream: Stream[Any], name: str) -> Stream[Any]:
 
     op.logic = logic
     return outer.stream(out)
+
+
+def iterate(stream: Stream[D], body: Callable[[Stream[D]], Stream[D]], limit: int | None, name: str) -> Stream[D]:
+    """Run ``body`` in a loop: what it returns goes round again one iteration later, and leaves."""
+    inner = stream.scope.iterative(name)
+    handle, variable = inner.feedback(1, limit, name=f"{name}.feedback")
+    result = body(stream.enter(inner, name=f"{name}.enter").concat(variable, name=f"{name}.concat"))
+    result.connect_loop(handle)
+    return result.leave(name=f"{name}.leave")

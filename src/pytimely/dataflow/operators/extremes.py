@@ -140,7 +140,7 @@ def final(stream: Stream[Any], kind: Extreme, key: Field, value: Field, name: st
     if kind not in ("min", "max", "first", "last"):
         raise InvalidArgument(f"{name}: kind must be 'min', 'max', 'first' or 'last', got {kind!r}")
     scope = stream.scope
-    op = scope._operator(name, [(stream, bin_exchange(key, DEFAULT_BINS))], 1)
+    op = scope.add_operator(name, [(stream, bin_exchange(key, DEFAULT_BINS))], 1)
     op.notify = True
     op.initial_caps = True
     port, out = op.inputs[0], op.outputs[0]
@@ -170,8 +170,8 @@ def final(stream: Stream[Any], kind: Extreme, key: Field, value: Field, name: st
                 by_time.setdefault(last, []).append((k, v))
             for t in sorted(by_time, key=sort_key):
                 out.give(state.caps[t], by_time[t])
-            for cap in state.caps.values():
-                cap.drop()
+            for held in state.caps.values():
+                held.drop()
             state.caps.clear()
             state.keyed.clear()
 

@@ -82,7 +82,7 @@ def _final(
 ) -> Stream[Any]:
     """``(key, finish(acc))`` per key once the input has ended; ``absorb(state, batch)`` gives the batch's keys."""
     scope = stream.scope
-    op = scope._operator(name, [(stream, bin_exchange(key, DEFAULT_BINS))], 1)
+    op = scope.add_operator(name, [(stream, bin_exchange(key, DEFAULT_BINS))], 1)
     op.notify = True
     op.initial_caps = True
     port, out = op.inputs[0], op.outputs[0]
@@ -112,8 +112,8 @@ def _final(
                 by_time.setdefault(state.last[k], []).append((k, finish(acc)))
             for t in sorted(by_time, key=sort_key):
                 out.give(state.caps[t], by_time[t])
-            for cap in state.caps.values():
-                cap.drop()
+            for held in state.caps.values():
+                held.drop()
             state.caps.clear()
             state.declared_accs.clear()
             state.declared_last.clear()

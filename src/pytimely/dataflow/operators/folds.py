@@ -32,20 +32,26 @@ given (ends after the epoch the run resumes at) and holds a capability at the ea
 
 from __future__ import annotations
 
-import copy
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
-from dataclasses import dataclass
 from math import gcd
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.dataflow.capability import EarliestEmission
+from pytimely.dataflow.operators.aggregations import MISSING, Aggregation, By, Fold, Reduce, aggregation
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
+from pytimely.dataflow.operators.windowing import (
+    Session,
+    Sliding,
+    event_times,
+    first_of,
+    frontier_bound,
+    last_of,
+    not_an_int,
+)
 from pytimely.dataflow.state import KeyedState
-from pytimely.errors import ColumnError, InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.capability import Capability, InputCapability
@@ -53,163 +59,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Fold", "Reduce", "aggregation"]
 
-_MISSING: Any = object()
-"""No accumulator yet."""
-
-
-@dataclass(frozen=True, slots=True)
-class Fold:
-    """Fold each window's values: ``acc = fold(acc, value)`` from ``init()``; ``merge(a, b)`` joins two
-    accumulators (needed by sliding and session windows; see the module doc)."""
-
-    init: Callable[[], Any]
-    fold: Callable[[Any, Any], Any]
-    merge: Callable[[Any, Any], Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reduce:
-    """Reduce each window's values with ``f(acc, value)`` (associative: it also merges panes and sessions)."""
-
-    f: Callable[[Any, Any], Any]
-
-
-class _Aggregation:
-    """How one kind of aggregation starts, adds values, merges and finishes an accumulator."""
-
-    by = False
-    """Whether items are ``(value, record)`` pairs (max_by / min_by) rather than values."""
-
-    timed = False
-    """Whether items are ``(event time, value)`` pairs (collect: sorted by time when the window closes)."""
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        """``acc`` (or ``_MISSING``) with ``items`` folded in, in order."""
-        raise NotImplementedError
-
-    def merge(self, a: Any, b: Any) -> Any:
-        """``a`` and ``b`` together (``a`` earlier); may change ``a``, never ``b``."""
-        raise NotImplementedError
-
-    def fresh(self, first: Any) -> Any:
-        """An accumulator equal to ``first`` that merging into does not change ``first`` (a pane shared by windows)."""
-        return first
-
-    def finish(self, acc: Any) -> Any:
-        """What the window emits for ``acc``."""
-        return acc
-
-
-class _Fold(_Aggregation):
-    def __init__(self, spec: Fold) -> None:
-        self.init, self.fold, self.merger = spec.init, spec.fold, spec.merge
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        fold = self.fold
-        if acc is _MISSING:
-            acc = self.init()
-        for v in items:
-            acc = fold(acc, v)
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        assert self.merger is not None
-        return self.merger(a, b)
-
-    def fresh(self, first: Any) -> Any:
-        return self.merge(self.init(), first)
-
-
-class _Reduce(_Aggregation):
-    def __init__(self, spec: Reduce) -> None:
-        self.f = spec.f
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        f = self.f
-        it = iter(items)
-        if acc is _MISSING:
-            acc = next(it)
-        for v in it:
-            acc = f(acc, v)
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return self.f(a, b)
-
-    def fresh(self, first: Any) -> Any:
-        return copy.copy(first)
-
-
-class _Collect(_Aggregation):
-    timed = True
-
-    def finish(self, acc: Any) -> Any:
-        acc.sort(key=_first)
-        return [v for _, v in acc]
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        if acc is _MISSING:
-            return list(items)
-        acc.extend(items)
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        a.extend(b)
-        return a
-
-    def fresh(self, first: Any) -> Any:
-        return list(first)
-
-
-class _By(_Aggregation):
-    by = True
-
-    def __init__(self, largest: bool) -> None:
-        self.largest = largest
-
-    def add(self, acc: Any, items: list[Any]) -> Any:
-        largest = self.largest
-        for item in items:
-            if acc is _MISSING or (item[0] > acc[0] if largest else item[0] < acc[0]):
-                acc = item
-        return acc
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return b if (b[0] > a[0] if self.largest else b[0] < a[0]) else a
-
-    def finish(self, acc: Any) -> Any:
-        return acc[1]
-
-
-def aggregation(spec: Any, kind_name: str, name: str) -> _Aggregation | None:
-    """The aggregation for ``spec`` (None when ``spec`` is one of the numeric aggregates); checks its arguments."""
-    if isinstance(spec, Fold):
-        if not callable(spec.init) or not callable(spec.fold) or not (spec.merge is None or callable(spec.merge)):
-            raise InvalidArgument(f"{name!r}: Fold takes functions init(), fold(acc, value) and merge(a, b)")
-        if spec.merge is None and kind_name in ("Sliding", "Session"):
-            raise InvalidArgument(
-                f"{name!r}: a fold over {kind_name.lower()} windows needs merge(a, b): a {kind_name.lower()} window "
-                "is the merge of " + ("its panes" if kind_name == "Sliding" else "the sessions a value bridges")
-            )
-        return _Fold(spec)
-    if isinstance(spec, Reduce):
-        if not callable(spec.f):
-            raise InvalidArgument(f"{name!r}: Reduce takes a function f(acc, value), got {spec.f!r}")
-        return _Reduce(spec)
-    if spec == "collect":
-        return _Collect()
-    if spec in ("max_by", "min_by"):
-        return _By(spec == "max_by")
-    return None
-
-
 class Folds:
     """One worker's window folds: per key, the accumulators of its panes or its sessions (see the module doc)."""
 
     def __init__(
         self,
         kind: Any,
-        agg: _Aggregation,
+        agg: Aggregation,
         time: Field,
         key: Field,
         value: Field,
@@ -217,7 +73,6 @@ class Folds:
         out: OutputPort[Any, Any],
         late_out: OutputPort[Any, Any] | None,
     ) -> None:
-        from pytimely.dataflow.operators.window import Session, Sliding
 
         self.kind = kind
         self.agg = agg
@@ -255,33 +110,12 @@ class Folds:
         """Fold one batch into the open windows; send or count its late records."""
         kind = container.kind_of(batch)
         if kind.columnar and not callable(self.key_field) and not callable(self.time_field):
-            xs = None if self.time_field is None else self._times(batch)
+            xs = None if self.time_field is None else event_times(batch, self.time_field)
             coded = self._key_codes(batch)
             if coded is not None:
                 self._absorb_columns(cap, batch, xs, coded)
                 return
         self._absorb_records(cap, batch)
-
-    def _times(self, batch: Any) -> Any:
-        from pytimely.dataflow.operators.window import _column_type
-
-        xs = column(batch, self.time_field)
-        kind = container.kind_of(batch)
-        if xs is None:
-            raise ColumnError(
-                f"event times must be integers; column {self.time_field!r} of this {kind.name} batch holds "
-                f"{_column_type(batch, self.time_field)}",
-                kind=kind.name,
-                column=self.time_field,
-            )
-        if xs.dtype.kind not in "iu":
-            raise ColumnError(
-                f"event times must be integers (the scope's timestamps are); column {self.time_field!r} holds "
-                f"{xs.dtype} values",
-                kind=kind.name,
-                column=self.time_field,
-            )
-        return xs
 
     def _key_codes(self, batch: Any) -> tuple[Any, list[Any]] | None:
         """``(codes, distinct keys)`` of the key column, or None when it must be read record by record."""
@@ -310,7 +144,6 @@ class Folds:
         return list(zip(values, records, strict=True)) if self.agg.by else values
 
     def _absorb_records(self, cap: InputCapability[Any], batch: Any) -> None:
-        from pytimely.dataflow.operators.window import _not_an_int
 
         t = cap.time
         records = rows(batch)
@@ -321,7 +154,7 @@ class Folds:
             for r in records:
                 x = t if get_time is None else get_time(r)
                 if type(x) is not int:
-                    raise _not_an_int(x, r, self.time_field, batch)
+                    raise not_an_int(x, r, self.time_field, batch)
                 if x < t:
                     late.append(r)
                     continue
@@ -406,7 +239,7 @@ class Folds:
         import numpy as np
 
         values = by_column[src]
-        largest = isinstance(self.agg, _By) and self.agg.largest
+        largest = isinstance(self.agg, By) and self.agg.largest
         best = (np.maximum if largest else np.minimum).reduceat(values, starts)
         counts = np.diff(np.append(starts, len(src)))
         hit = values == np.repeat(best, counts)
@@ -433,8 +266,8 @@ class Folds:
             mine = self.panes[k] = {}
             self._came_or_went.append(k)
         self._written.append(k)
-        acc = mine.get(p, _MISSING)
-        if acc is _MISSING:
+        acc = mine.get(p, MISSING)
+        if acc is MISSING:
             for end in self._ends_of(p):
                 keys = self.pending.get(end)
                 if keys is None:
@@ -487,8 +320,8 @@ class Folds:
             mine = self.sessions[k] = []
             self._came_or_went.append(k)
         self._written.append(k)
-        lo = bisect_left(mine, first - gap, key=_last)
-        hi = bisect_right(mine, last + gap, key=_first)
+        lo = bisect_left(mine, first - gap, key=last_of)
+        hi = bisect_right(mine, last + gap, key=first_of)
         if lo < hi:
             joined = mine[lo:hi]
             acc = joined[0][2]
@@ -500,7 +333,7 @@ class Folds:
             first = min(first, joined[0][0])
             last = max(last, joined[-1][1])
         else:
-            acc = agg.add(_MISSING, items)
+            acc = agg.add(MISSING, items)
         session = [first, last, acc, True]
         mine[lo:hi] = [session]
         self.seq += 1
@@ -515,7 +348,7 @@ class Folds:
             if not session[3]:
                 continue
             mine = self.sessions[k]
-            del mine[bisect_left(mine, session[0], key=_first)]
+            del mine[bisect_left(mine, session[0], key=first_of)]
             self._written.append(k)
             if not mine:
                 del self.sessions[k]
@@ -532,9 +365,8 @@ class Folds:
         While a snapshot of epoch ``fence`` is pending, a window closing at a later time waits: closing it
         changes the declared state at that time (``OperatorInfo.may_change``).
         """
-        from pytimely.dataflow.operators.window import _bound
 
-        bound = _bound(frontier)
+        bound = frontier_bound(frontier)
         if fence is not None:
             bound = fence + 1 if bound is None else min(bound, fence + 1)
         if self.session:
@@ -586,14 +418,6 @@ class Folds:
 
     def _emit(self, time: int, out: list[tuple[Any, ...]]) -> None:
         self.held.give(self.out, time, out)
-
-
-def _first(session: list[Any]) -> Any:
-    return session[0]
-
-
-def _last(session: list[Any]) -> Any:
-    return session[1]
 
 
 class _Declared(KeyedState[Any, Any]):

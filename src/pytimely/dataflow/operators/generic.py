@@ -78,7 +78,7 @@ def unary(
     capability (at the scope's minimum) is the logic's to keep, downgrade or drop.
     """
     scope = stream.scope
-    op = scope._operator(name, [(stream, pact_for(exchange, vectorized))], 1)
+    op = scope.add_operator(name, [(stream, pact_for(exchange, vectorized))], 1)
     op.notify = True
     op.initial_caps = True
     port, out = op.inputs[0], op.outputs[0]
@@ -99,7 +99,8 @@ def binary(
 ) -> Stream[Any]:
     """A two-input operator: ``constructor(capability, info)`` returns ``logic(input1, input2, output)``."""
     scope = left.scope
-    op = scope._operator(name, [(left, pact_for(exchange1, vectorized)), (right, pact_for(exchange2, vectorized))], 1)
+    pacts = [(left, pact_for(exchange1, vectorized)), (right, pact_for(exchange2, vectorized))]
+    op = scope.add_operator(name, pacts, 1)
     op.notify = True
     op.initial_caps = True
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]

@@ -152,7 +152,7 @@ class InputHandle(Generic[T, D]):
 
 def _source(scope: Scope[T], name: str) -> tuple[Any, Any, Capability[T]]:
     """An operator with no inputs and one output, and the capability at the scope's minimum it starts with."""
-    op = scope._operator(name, [], 1)
+    op = scope.add_operator(name, [], 1)
     op.initial_caps = True
     output = op.outputs[0]
     return op, output, Capability(scope.minimum, output, counted=True)

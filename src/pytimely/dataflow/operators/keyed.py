@@ -31,7 +31,7 @@ def key_on(stream: Stream[Any], key: KeyField, name: str) -> Stream[Any]:
         raise InvalidArgument(
             f"{name}: key must be a function of the record or a column (position or name), got {key!r}"
         )
-    op = stream.scope._operator(name, [(stream, None)], 1)
+    op = stream.scope.add_operator(name, [(stream, None)], 1)
     port, out = op.inputs[0], op.outputs[0]
 
     def logic() -> None:
@@ -54,7 +54,7 @@ def key_on(stream: Stream[Any], key: KeyField, name: str) -> Stream[Any]:
 
 def map_value(stream: Stream[Any], f: Callable[[Any], Any], name: str) -> Stream[Any]:
     """``(key, f(value))`` for every ``(key, value)`` pair."""
-    op = stream.scope._operator(name, [(stream, None)], 1)
+    op = stream.scope.add_operator(name, [(stream, None)], 1)
     port, out = op.inputs[0], op.outputs[0]
 
     def logic() -> None:

@@ -74,7 +74,7 @@ class ProbeHandle(Generic[T]):
 
 def _probe_port(stream: Stream[Any], name: str) -> InputPort[Any, Any]:
     """A sink on ``stream`` whose input frontier a probe reads; messages are consumed and discarded."""
-    op = stream.scope._operator(name, [(stream, None)], 0)
+    op = stream.scope.add_operator(name, [(stream, None)], 0)
     port = op.inputs[0]
 
     def logic() -> None:

@@ -49,7 +49,7 @@ def _keyed(
     ``finish(state)`` once the time is complete."""
     stream = source[0]
     scope = stream.scope
-    op = scope._operator(name, [source], 1)
+    op = scope.add_operator(name, [source], 1)
     op.notify = True
     port: InputPort[Any, Any] = op.inputs[0]
     out: OutputPort[Any, Any] = op.outputs[0]
@@ -296,7 +296,7 @@ def _keyed_local(
 ) -> Stream[Any]:
     """Like :func:`_keyed` without the exchange: each worker aggregates what it has."""
     scope = stream.scope
-    op = scope._operator(name, [(stream, None)], 1)
+    op = scope.add_operator(name, [(stream, None)], 1)
     op.notify = True
     port = op.inputs[0]
     out = op.outputs[0]

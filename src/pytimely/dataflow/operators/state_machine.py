@@ -16,12 +16,12 @@ first step, on any number of workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import pytimely.container as container
-from pytimely.dataflow.operators.binned import FIRST_COLUMN, Router, bin_routes, earlier
+from pytimely.dataflow.operators.binned import FIRST_COLUMN, KeyedHolder, Router, hold_state, migrating_routes
 from pytimely.dataflow.operators.generic import Notificator
 from pytimely.dataflow.state import KeyedState, declare
 
@@ -35,34 +35,23 @@ Fold = Callable[[Any, Any, Any], tuple[Any, Iterable[Any] | None]]
 InspectState = Callable[[int, Any, Mapping[Any, Any]], None]
 
 
-class _Held:
+class _Held(KeyedHolder):
     """One worker's per-key states and the records waiting for their time to complete."""
 
     def __init__(self, ports: list[InputPort[Any, Any]], router: Router | None, keyed: KeyedState[Any, Any]) -> None:
-        self.keyed = keyed
+        super().__init__(ports, router, keyed, {})
         self.states: dict[Any, Any] = keyed.data
-        self.pending: dict[Any, list[Any]] = {}
-        self._ports = ports
-        self._router = router
 
-    def settled_before(self, time: Any) -> bool:
-        """Whether every record at a time ``< time`` that will reach this worker has been applied."""
-        for port in self._ports:
-            if any(earlier(e, time) for e in port.frontier.frontier_elements()):
-                return False
-        return not any(earlier(s, time) for s in self.pending)
-
-    def extract(self, leaving: set[int], owners: Sequence[int]) -> dict[int, list[Any]]:
-        """Remove the states of the keys in the bins ``leaving``; ``(key, state)`` pairs by new owner."""
-        assert self._router is not None
-        find = self._router.find
-        states = self.states
-        out: dict[int, list[Any]] = {}
-        for k in [k for k in states if find(k) in leaving]:
-            out.setdefault(owners[find(k)], []).append((k, states.pop(k)))
-        for items in out.values():
-            self.keyed.touch(k for k, _ in items)
-        return out
+    def take_records(self, port: InputPort[Any, Any], notificator: Notificator[Any]) -> None:
+        """Queue the records that arrived by their time, asking to hear when each time is complete."""
+        pending = self.pending
+        for cap, batch in port:
+            t = cap.time
+            waiting = pending.get(t)
+            if waiting is None:
+                waiting = pending[t] = []
+                notificator.notify_at(cap.retain())
+            waiting.extend(container.records(batch))
 
 
 def state_machine(
@@ -86,12 +75,9 @@ def state_machine(
     scope = stream.scope
     key_of: Callable[[Any], Any] = itemgetter(0) if key is None else key
     value_of: Callable[[Any], Any] = itemgetter(1) if key is None else _same
-    columns = [FIRST_COLUMN if key is None else None]
-    inputs, router = bin_routes([stream], [key_of], name, control, bins, migrate=True, columns=columns)
-    if router is not None:
-        assert router.state_output is not None
-        inputs.append((router.state_output, router.pact))
-    op = scope._operator(name, inputs, 1)
+    column = FIRST_COLUMN if key is None else None
+    inputs, router = migrating_routes([stream], [key_of], name, control, bins, columns=[column])
+    op = scope.add_operator(name, inputs, 1)
     op.notify = True
     ports: list[InputPort[Any, Any]] = list(op.inputs)
     data = ports[0]
@@ -100,55 +86,19 @@ def state_machine(
     keyed: KeyedState[Any, Any] = KeyedState(bins, data=states)
     declare(op, "states", keyed, layout="state_machine/1")
     held = _Held(ports, router, keyed)
-    if router is not None:
-        router.holder = held
-        subgraph, index = scope.subgraph, op.index
-        router.may_change = lambda time: subgraph.may_change(index, time)
+    hold_state(router, held, scope.subgraph, op.index)
     states, pending = held.states, held.pending
     notificator: Notificator[Any] = Notificator()
     worker = scope.index
 
-    touch = keyed.touch
-
-    def apply(records: list[Any]) -> list[Any]:
-        emitted: list[Any] = []
-        extend = emitted.extend
-        get = states.get
-        keys = list(map(key_of, records))
-        added: list[Any] = []  # keys that came or went: what a snapshot of the whole state must know of
-        for k, record in zip(keys, records, strict=True):
-            old = get(k)
-            new, outputs = fold(k, value_of(record), old)
-            if new is None:
-                if old is not None:
-                    del states[k]
-                    added.append(k)
-            else:
-                if old is None:
-                    added.append(k)
-                states[k] = new
-            if outputs:
-                extend(outputs)
-        keyed.touch_batch(keys, added)
-        return emitted
-
     def logic() -> None:
         if state_in is not None:
-            # Shipped state goes in before any record is applied (binned.py, step 1).
-            for _, shipped in state_in.batches():
-                states.update(shipped)
-                touch(k for k, _ in shipped)
-        for cap, batch in data:
-            t = cap.time
-            waiting = pending.get(t)
-            if waiting is None:
-                waiting = pending[t] = []
-                notificator.notify_at(cap.retain())
-            waiting.extend(container.records(batch))
+            held.take_shipped(state_in)
+        held.take_records(data, notificator)
         for done in notificator.ready(*(p.frontier for p in ports)):
             t = done.time
             op.time = t  # errors in ``fold`` name the time being applied
-            emitted = apply(pending.pop(t))
+            emitted = _apply(pending.pop(t), fold, key_of, value_of, states, keyed)
             if emitted:
                 out.give(done, emitted)
             done.drop()
@@ -159,6 +109,37 @@ def state_machine(
 
     op.logic = logic
     return scope.stream(out)
+
+
+def _apply(
+    records: list[Any],
+    fold: Fold,
+    key_of: Callable[[Any], Any],
+    value_of: Callable[[Any], Any],
+    states: dict[Any, Any],
+    keyed: KeyedState[Any, Any],
+) -> list[Any]:
+    """Fold ``records`` into their keys' states in order; what the folds emitted."""
+    emitted: list[Any] = []
+    extend = emitted.extend
+    get = states.get
+    keys = list(map(key_of, records))
+    added: list[Any] = []  # keys that came or went: what a snapshot of the whole state must know of
+    for k, record in zip(keys, records, strict=True):
+        old = get(k)
+        new, outputs = fold(k, value_of(record), old)
+        if new is None:
+            if old is not None:
+                del states[k]
+                added.append(k)
+        else:
+            if old is None:
+                added.append(k)
+            states[k] = new
+        if outputs:
+            extend(outputs)
+    keyed.touch_batch(keys, added)
+    return emitted
 
 
 def _same(record: Any) -> Any:

@@ -26,22 +26,42 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely.dataflow.bins import DEFAULT_BINS, binner
 from pytimely.dataflow.capability import Capability, EarliestEmission, InputCapability
 from pytimely.dataflow.state import declare
-from pytimely.errors import ColumnError, InvalidArgument
+from pytimely.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from pytimely.dataflow.ports import InputPort, OutputPort
     from pytimely.dataflow.stream import Stream
 
 import pytimely.container as container
+from pytimely.dataflow.operators.aggregations import Aggregation
 from pytimely.dataflow.operators.binned import bin_exchange
+from pytimely.dataflow.operators.clock import clocked
 from pytimely.dataflow.operators.fields import Field, check, column, column_errors, reader, rows
 from pytimely.dataflow.operators.folds import Fold, Folds, Reduce, aggregation
+from pytimely.dataflow.operators.window_chunks import KeptChunks, reduceat
+from pytimely.dataflow.operators.windowing import (
+    DropLate,
+    DroppedCount,
+    Kind,
+    Session,
+    SideOutput,
+    Sliding,
+    Tumbling,
+    check_kind,
+    event_times,
+    first_of,
+    frontier_bound,
+    last_of,
+    late_policy,
+    not_an_int,
+    send_late_to,
+    take_start,
+)
 
 __all__ = [
     "Aggregate", "DropLate", "Field", "Fold", "Reduce", "Session", "SideOutput", "Sliding", "Tumbling", "window",
@@ -60,107 +80,6 @@ _COMBINE: dict[str, Callable[[Any, Any], Any]] = {
     "min": min,
     "max": max,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Tumbling:
-    """Windows ``[k*size, (k+1)*size)``: each event time in exactly one."""
-
-    size: int
-
-    def ends(self, x: int) -> list[int]:
-        """The ends of the windows holding event time ``x``."""
-        return [(x // self.size + 1) * self.size]
-
-    def assign(self, xs: Any) -> tuple[Any, Any]:
-        """``(ends, rows)``: one entry per (window, row) membership of the event times ``xs``."""
-        import numpy as np
-
-        return (xs // self.size + 1) * self.size, np.arange(len(xs))
-
-
-@dataclass(frozen=True, slots=True)
-class Sliding:
-    """Windows ``[k*step, k*step + size)`` for every ``k >= 0``: an event time is in up to ``ceil(size/step)``."""
-
-    size: int
-    step: int
-
-    def ends(self, x: int) -> list[int]:
-        """The ends of the windows holding event time ``x``."""
-        size, step = self.size, self.step
-        last = x // step
-        # Only the ceil(size/step) latest windows can still hold x.
-        return [k * step + size for k in range(last, max(-1, last + size // -step), -1) if k * step + size > x]
-
-    def assign(self, xs: Any) -> tuple[Any, Any]:
-        """``(ends, rows)``: one entry per (window, row) membership of the event times ``xs``."""
-        import numpy as np
-
-        size, step = self.size, self.step
-        last = xs // step
-        ends, rows = [], []
-        for j in range(-(-size // step)):
-            k = last - j
-            end = k * step + size
-            hit = np.flatnonzero((k >= 0) & (end > xs))
-            ends.append(end[hit])
-            rows.append(hit)
-        return np.concatenate(ends), np.concatenate(rows)
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """Per key, maximal runs of event times in which consecutive ones are at most ``gap`` apart."""
-
-    gap: int
-
-
-Kind = Tumbling | Sliding | Session
-
-
-class DropLate:
-    """Late records are dropped; ``dropped`` counts those this worker's copy of the operator dropped."""
-
-    def __init__(self) -> None:
-        self.dropped = 0
-
-    def snapshot(self) -> int:
-        """The count (declared state of the window operator: it comes back after a restart)."""
-        return self.dropped
-
-    def restore(self, values: list[int]) -> None:
-        """Add the counts of the old workers this worker stands in for."""
-        self.dropped += sum(values)
-
-
-class _Dropped:
-    """A :class:`DropLate` count as declared state of its window operator: it changes only when records come,
-    so it tells the runtime the windows' next change (without it, a restored or finished run would step its
-    snapshots epoch by epoch up to windows far ahead in event time)."""
-
-    def __init__(self, policy: DropLate, windows: Any) -> None:
-        self.policy = policy
-        self.windows = windows
-
-    def snapshot(self) -> int:
-        """The count."""
-        return self.policy.snapshot()
-
-    def restore(self, values: list[int]) -> None:
-        """Add the counts of the old workers this worker stands in for."""
-        self.policy.restore(values)
-
-    def next_change(self) -> int | None:
-        """The windows' next change without input."""
-        return self.windows.next_change()  # type: ignore[no-any-return]
-
-
-class SideOutput:
-    """Late records go, unchanged and at their own time, to ``stream`` (set when the operator is built)."""
-
-    def __init__(self) -> None:
-        self.stream: Stream[Any] | None = None
 
 
 class _Windows:
@@ -191,14 +110,9 @@ class _Windows:
         # Tumbling and sliding: accumulators by window end, then key; ends in a heap.
         self.open: dict[int, dict[Any, Any]] = {}
         self.heap: list[int] = []
-        # Tumbling and sliding over columns: (ends, keys, partial aggregates) arrays not yet grouped.
-        self.chunks: list[tuple[Any, Any, Any]] = []
-        self.chunk_low: int | None = None
-        self.chunk_rows = 0
-        # Keys that are not numbers, while kept in arrays: a code per distinct key, and the key of each code.
-        self.codes: dict[Any, int] = {}
-        self.decode: list[Any] = []
-        self.coded = False
+        # Tumbling and sliding over columns: arrays not yet grouped, and the codes of keys that are not numbers.
+        step = kind.step if isinstance(kind, Sliding) else kind.size if isinstance(kind, Tumbling) else 1
+        self.kept = KeptChunks(aggregate, step)
         # Sessions: per key, disjoint sessions [first, last, acc] sorted by first; deadlines in a heap.
         self.sessions: dict[Any, list[list[Any]]] = {}
         self.deadlines: list[tuple[int, int, Any, list[Any]]] = []
@@ -219,44 +133,21 @@ class _Windows:
         self._changed = True
         columns = batch if type(batch) is not list else self._as_array(batch)
         if columns is not None:
-            xs = None if self.time_field is None else self._times(columns)
+            xs = None if self.time_field is None else event_times(columns, self.time_field)
             values = None if self.aggregate == "count" else column(columns, self.value_field)
             if (xs is not None or self.time_field is None) and (values is not None or self.aggregate == "count"):
                 keys, coded = self._keys(columns)
                 if keys is not None:
                     if len(keys):
-                        if coded != self.coded:
+                        if coded != self.kept.coded:
                             self._switch_keys(coded)
                         # Late records are taken from ``batch`` itself: the side output keeps the batch's kind.
                         self._absorb_columns(cap, batch, xs, keys, values)
                     return
         self._absorb_records(cap, batch)
 
-    def _times(self, columns: Any) -> Any:
-        """The event time column as integers (None: read record by record); other numbers are refused."""
-        xs = column(columns, self.time_field)
-        if xs is None:
-            if callable(self.time_field):
-                return None
-            kind = container.kind_of(columns)
-            raise ColumnError(
-                f"event times must be integers; column {self.time_field!r} of this {kind.name} batch holds "
-                f"{_column_type(columns, self.time_field)}",
-                kind=kind.name,
-                column=self.time_field,
-            )
-        if xs.dtype.kind not in "iu":
-            raise ColumnError(
-                f"event times must be integers (the scope's timestamps are); column {self.time_field!r} holds "
-                f"{xs.dtype} values",
-                kind=container.kind_of(columns).name,
-                column=self.time_field,
-            )
-        return xs
-
     def _keys(self, columns: Any) -> tuple[Any, bool]:
         """``(keys, coded)``: the key column as numbers, or as codes of this operator's own (see module doc)."""
-        import numpy as np
 
         if callable(self.key_field):
             return None, False
@@ -267,23 +158,13 @@ class _Windows:
         if encoded is None:
             return None, False
         local, distinct = encoded
-        if not self.chunks:  # no code is kept in arrays any more: start afresh (bounds the table's size)
-            self.codes, self.decode = {}, []
-        codes, decode = self.codes, self.decode
-        lookup = np.empty(len(distinct), dtype=np.int64)
-        for i, k in enumerate(distinct):
-            code = codes.get(k)
-            if code is None:
-                code = codes[k] = len(decode)
-                decode.append(k)
-            lookup[i] = code
-        return lookup[local], True
+        return self.kept.encode(local, distinct), True
 
     def _switch_keys(self, coded: bool) -> None:
         """Keys change between numbers and codes: what is kept in arrays moves to the open windows first."""
-        if self.chunks:
+        if self.kept:
             self._close_chunks(None)
-        self.coded = coded
+        self.kept.coded = coded
 
     def _as_array(self, batch: list[Any]) -> Any:
         """A list of tuples of ints whose fields are named by column as a 2-d int array, else None."""
@@ -314,7 +195,7 @@ class _Windows:
             for r in rows(batch):
                 x = t if get_time is None else get_time(r)
                 if type(x) is not int:
-                    raise _not_an_int(x, r, self.time_field, batch)
+                    raise not_an_int(x, r, self.time_field, batch)
                 if x < t:
                     late.append(r)
                     continue
@@ -327,7 +208,7 @@ class _Windows:
             for r in rows(batch):
                 x = t if get_time is None else get_time(r)
                 if type(x) is not int:
-                    raise _not_an_int(x, r, self.time_field, batch)
+                    raise not_an_int(x, r, self.time_field, batch)
                 if x < t:
                     late.append(r)
                     continue
@@ -365,80 +246,16 @@ class _Windows:
         accs = np.ones(len(ends), dtype=np.int64) if values is None else values[rows]
         # Kept as arrays until their windows close: a window's partial results from many batches are
         # combined in one grouping then, and Python runs once per window, not once per window and batch.
-        self.chunks.append((ends, ks, accs))
-        low = int(ends.min())
-        if self.chunk_low is None or low < self.chunk_low:
-            self.chunk_low = low
-        self.chunk_rows += len(ends)
+        low = self.kept.add(ends, ks, accs)
         self.emitting.hold(cap, low - 1)
-        if self.chunk_rows > _COMPACT_AT:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Group the kept arrays by (window end, key): one row per window and key."""
-        import numpy as np
-
-        ends = np.concatenate([c[0] for c in self.chunks])
-        ks = np.concatenate([c[1] for c in self.chunks])
-        accs = np.concatenate([c[2] for c in self.chunks])
-        grid = self._grid(ends, ks)
-        if grid is not None and grid[5] and self.aggregate == "count":
-            # Few (window, key) cells: count into a dense grid, no sort at all.
-            cell, e0, k0, width, step, _ = grid
-            totals = np.bincount(cell, weights=accs)
-            hit = np.flatnonzero(totals)
-            ends, ks, accs = e0 + (hit // width) * step, k0 + hit % width, totals[hit].astype(np.int64)
-        else:
-            # One argsort of a combined (end, key) number where it fits, else a two-key lexsort.
-            order = np.argsort(grid[0], kind="stable") if grid is not None else np.lexsort((ks, ends))
-            ends, ks = ends[order], ks[order]
-            starts = np.flatnonzero(np.concatenate(([True], (ends[1:] != ends[:-1]) | (ks[1:] != ks[:-1]))))
-            accs = _reduceat("sum" if self.aggregate == "count" else self.aggregate, accs[order], starts)
-            ends, ks = ends[starts], ks[starts]
-        self.chunks = [(ends, ks, accs)]
-        self.chunk_rows = len(ends)
-
-    def _grid(self, ends: Any, ks: Any) -> tuple[Any, int, int, int, int, bool] | None:
-        """``(cell, first end, least key, keys per end, step, dense)``: each row's (end, key) as one int64.
-
-        None when it does not fit; ``dense`` when the cells are few enough to count into an array of them.
-        """
-        if ks.dtype.kind != "i" or not len(ends):
-            return None
-        step = self.kind.step if isinstance(self.kind, Sliding) else self.kind.size  # type: ignore[union-attr]
-        e0, k0 = int(ends.min()), int(ks.min())
-        width = int(ks.max()) - k0 + 1
-        cells = ((int(ends.max()) - e0) // step + 1) * width
-        if cells >= 1 << 62:
-            return None
-        cell = (ends - e0) // step * width + (ks - k0)
-        return cell, e0, k0, width, step, cells <= max(4 * len(ends), 1 << 16)
 
     def _close_chunks(self, bound: int | None) -> None:
         """Move the kept windows that ``bound`` closes into the open windows, which emit them."""
-        import numpy as np
-
-        if self.chunk_low is None or (bound is not None and self.chunk_low > bound):
-            return
-        self._compact()
-        ends, ks, accs = self.chunks[0]
-        done = np.ones(len(ends), dtype=bool) if bound is None else ends <= bound
-        rest = np.flatnonzero(~done)
-        if rest.size:
-            self.chunks = [(ends[rest], ks[rest], accs[rest])]
-            self.chunk_low = int(ends[rest].min())
-            self.chunk_rows = rest.size
-        else:
-            self.chunks, self.chunk_low, self.chunk_rows = [], None, 0
-        hit = np.flatnonzero(done)
+        ends, keys, accs = self.kept.take_closed(bound)
         combine = self.combine
         current = None
         window: dict[Any, Any] = {}
-        keys = ks[hit].tolist()
-        if self.coded:
-            decode = self.decode
-            keys = [decode[k] for k in keys]
-        for end, k, a in zip(ends[hit].tolist(), keys, accs[hit].tolist(), strict=True):
+        for end, k, a in zip(ends, keys, accs, strict=True):
             if end != current:
                 current = end
                 if end not in self.open:
@@ -457,10 +274,10 @@ class _Windows:
         cut = np.concatenate(([True], (keys[1:] != keys[:-1]) | (xs[1:] - xs[:-1] > gap)))
         starts = np.flatnonzero(cut)
         ends = np.append(starts[1:], len(xs)) - 1
-        accs = ends - starts + 1 if values is None else _reduceat(self.aggregate, values[order], starts)
+        accs = ends - starts + 1 if values is None else reduceat(self.aggregate, values[order], starts)
         distinct = keys[starts].tolist()
-        if self.coded:
-            decode = self.decode
+        if self.kept.coded:
+            decode = self.kept.decode
             distinct = [decode[k] for k in distinct]
         for k, first, last, a in zip(distinct, xs[starts].tolist(), xs[ends].tolist(), accs.tolist(), strict=True):
             self._merge(cap, k, first, last, a)
@@ -487,8 +304,8 @@ class _Windows:
         mine = self.sessions.get(k)
         if mine is None:
             mine = self.sessions[k] = []
-        lo = bisect_left(mine, first - gap, key=_last)
-        hi = bisect_right(mine, last + gap, key=_first)
+        lo = bisect_left(mine, first - gap, key=last_of)
+        hi = bisect_right(mine, last + gap, key=first_of)
         if lo < hi:
             joined = mine[lo:hi]
             for s in joined:
@@ -508,7 +325,7 @@ class _Windows:
         While a snapshot of epoch ``fence`` is pending, a window closing at a later time waits: closing it
         changes the declared state at that time (``OperatorInfo.may_change``).
         """
-        bound = _bound(frontier)
+        bound = frontier_bound(frontier)
         if fence is not None:
             bound = fence + 1 if bound is None else min(bound, fence + 1)
         if isinstance(self.kind, Session):
@@ -524,7 +341,7 @@ class _Windows:
             end = heapq.heappop(heap)
             accs = self.open.pop(end)
             self._emit(end - 1, [(end - size, end, k, a) for k, a in accs.items()])
-        pending = [e for e in (heap[0] if heap else None, self.chunk_low) if e is not None]
+        pending = [e for e in (heap[0] if heap else None, self.kept.low) if e is not None]
         self.emitting.settle(min(pending) - 1 if pending else None)
 
     def _close_sessions(self, bound: int | None) -> None:
@@ -535,7 +352,7 @@ class _Windows:
             if not session[3]:
                 continue
             mine = self.sessions[k]
-            del mine[bisect_left(mine, session[0], key=_first)]
+            del mine[bisect_left(mine, session[0], key=first_of)]
             if not mine:
                 del self.sessions[k]
             first, last, acc, _ = session
@@ -554,8 +371,8 @@ class _Windows:
     def earliest_emission(self) -> int | None:
         """The time of the earliest pending emission, if any (what a restored operator holds a capability at)."""
         pending = [self.heap[0] - 1] if self.heap else []
-        if self.chunk_low is not None:
-            pending.append(self.chunk_low - 1)
+        if self.kept.low is not None:
+            pending.append(self.kept.low - 1)
         if self.deadlines:
             pending.append(self.deadlines[0][0])
         return min(pending) if pending else None
@@ -565,8 +382,8 @@ class _Windows:
         step there at once once no record can come): a window ``[start, end)`` closes with epoch ``end - 1``,
         a session with its deadline."""
         pending = [self.heap[0] - 1] if self.heap else []
-        if self.chunk_low is not None:
-            pending.append(self.chunk_low - 1)
+        if self.kept.low is not None:
+            pending.append(self.kept.low - 1)
         if self.deadlines:
             pending.append(self.deadlines[0][0])  # a stale entry at the top is earlier: stepping there is harmless
         return min(pending) if pending else None
@@ -581,7 +398,7 @@ class _Windows:
 
     def _portable(self) -> dict[str, Any]:
         """The open windows and sessions as plain dicts (arrays kept for speed are folded in first)."""
-        if self.chunks:
+        if self.kept:
             self._close_chunks(None)
         return {
             "open": {end: dict(accs) for end, accs in self.open.items()},
@@ -659,59 +476,9 @@ class _Windows:
                 mine.append(session)
                 self.seq += 1
                 heapq.heappush(self.deadlines, (last + gap, self.seq, k, session))
-            mine.sort(key=_first)
+            mine.sort(key=first_of)
         self._reported.update(b for b in wanted)
         self.restored = True
-
-
-def _column_type(batch: Any, field: Any) -> str:
-    """What a non-numeric column holds, for an error."""
-    if container.kind_of(batch).name == "arrow":
-        return str(container.kind_named("arrow").column(batch, field).type)  # type: ignore[attr-defined]
-    values = container.values(batch, field)
-    return type(values[0]).__name__ if values else "nothing"
-
-
-def _not_an_int(x: Any, record: Any, field: Any, batch: Any) -> ColumnError:
-    """The error for an event time that is not an int (a float, a string, a date...)."""
-    return ColumnError(
-        f"event times must be integers (the scope's timestamps are); the time {x!r} of {_preview(record)} "
-        f"is a {type(x).__name__}",
-        kind=container.kind_of(batch).name,
-        column=field,
-    )
-
-
-def _preview(record: Any) -> str:
-    text = repr(record)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _first(session: list[Any]) -> Any:
-    return session[0]
-
-
-def _last(session: list[Any]) -> Any:
-    return session[1]
-
-
-def _bound(frontier: Any) -> int | None:
-    """The least time the frontier still allows (None when it is empty: every window may close)."""
-    elements = list(frontier.frontier_elements())
-    if not elements:
-        return None
-    return min(elements)  # type: ignore[no-any-return]
-
-
-_COMPACT_AT = 1 << 22
-"""Rows of kept arrays after which they are grouped (bounds their memory when no window closes for long)."""
-
-
-def _reduceat(aggregate: str, values: Any, starts: Any) -> Any:
-    import numpy as np
-
-    reduce = {"sum": np.add, "min": np.minimum, "max": np.maximum}[aggregate]
-    return reduce.reduceat(values, starts)
 
 
 def _key_for_routing(key: Field) -> Any:
@@ -719,12 +486,19 @@ def _key_for_routing(key: Field) -> Any:
     return key
 
 
-def _check(kind: Kind) -> None:
-    sizes = {"Tumbling": ["size"], "Sliding": ["size", "step"], "Session": ["gap"]}[type(kind).__name__]
-    for name in sizes:
-        v = getattr(kind, name)
-        if type(v) is not int or v < 1:
-            raise InvalidArgument(f"a {type(kind).__name__.lower()} window's {name} must be a positive int, got {v!r}")
+def _checked_aggregation(stream: Stream[Any], kind: Kind, aggregate: Aggregate, name: str) -> Aggregation | None:
+    """The aggregation a window of ``kind`` computes (``None``: a numeric one of this module), after checking that
+    ``kind``, ``aggregate`` and the stream's timestamps can make windows."""
+    check_kind(kind)
+    folds = aggregation(aggregate, type(kind).__name__, name)
+    if folds is None and aggregate not in _COMBINE:
+        raise InvalidArgument(
+            f"{name!r}: aggregate must be one of {[*sorted(_COMBINE), 'collect', 'max_by', 'min_by']}, Fold(...) or "
+            f"Reduce(...), got {aggregate!r}"
+        )
+    if type(stream.scope.minimum) is not int:
+        raise InvalidArgument(f"{name!r}: windows need integer timestamps, not {type(stream.scope.minimum).__name__}")
+    return folds
 
 
 def window(
@@ -747,28 +521,16 @@ def window(
     :class:`~pytimely.dataflow.operators.clock.EventClock` or ``SystemClock``) makes the watermark from the data
     or the wall clock instead of the input's frontier (see :mod:`pytimely.dataflow.operators.clock`).
     """
-    _check(kind)
-    folds = aggregation(aggregate, type(kind).__name__, name)
-    if folds is None and aggregate not in _COMBINE:
-        raise InvalidArgument(
-            f"{name!r}: aggregate must be one of {[*sorted(_COMBINE), 'collect', 'max_by', 'min_by']}, Fold(...) or "
-            f"Reduce(...), got {aggregate!r}"
-        )
+    folds = _checked_aggregation(stream, kind, aggregate, name)
     scope = stream.scope
-    if type(scope.minimum) is not int:
-        raise InvalidArgument(f"{name!r}: windows need integer timestamps, not {type(scope.minimum).__name__}")
-    policy = DropLate() if late is None else late
-    if not isinstance(policy, DropLate | SideOutput):
-        raise InvalidArgument(f"{name!r}: late must be DropLate() or SideOutput(), got {late!r}")
+    policy = late_policy(late, name)
     clock_late: Stream[Any] | None = None
     if clock is not None:
-        from pytimely.dataflow.operators.clock import clocked
-
         stream, time, clock_late = clocked(stream, clock, time, policy, name)
     side = isinstance(policy, SideOutput)
     # Routed by the bins of the keys (the default table): a run restored on another number of workers finds the
     # windows of a key where its records arrive.
-    op = scope._operator(name, [(stream, bin_exchange(_key_for_routing(key), DEFAULT_BINS))], 2 if side else 1)
+    op = scope.add_operator(name, [(stream, bin_exchange(_key_for_routing(key), DEFAULT_BINS))], 2 if side else 1)
     op.notify = True
     op.initial_caps = True
     port: InputPort[Any, Any] = op.inputs[0]
@@ -782,25 +544,19 @@ def window(
         state = _Windows(kind, time, key, value, aggregate, policy, out, late_out)  # type: ignore[arg-type]
         declare(op, "windows", state, layout="windows/1")
     if isinstance(policy, DropLate):
-        declare(op, "dropped", _Dropped(policy, state), layout="dropped/1")
+        declare(op, "dropped", DroppedCount(policy, state), layout="dropped/1")
     # Every copy starts with a capability at the scope's minimum: a restored one keeps it for its pending windows.
     initial: list[Capability[Any]] = [Capability(scope.minimum, o, counted=True) for o in op.outputs]
     subgraph, index = scope.subgraph, op.index
 
     def logic() -> None:
-        if initial:
-            for other in initial[1:]:
-                other.drop()
-            state.resume(initial[0], subgraph.resume_epoch)
-            initial.clear()
+        start = take_start(initial)
+        if start is not None:
+            state.resume(start, subgraph.resume_epoch)
         for cap, batch in port:
             state.absorb(cap, batch)
         state.close(port.frontier, subgraph.fences.get(index))
 
     op.logic = logic
-    if isinstance(policy, SideOutput):
-        assert late_out is not None
-        policy.stream = scope.stream(late_out)
-        if clock_late is not None:
-            policy.stream = policy.stream.concat(clock_late, name=f"{name}.late")
+    send_late_to(policy, scope.stream(late_out) if late_out else None, [clock_late] if clock_late else [], name)
     return scope.stream(out)
