@@ -48,6 +48,7 @@ def s3_server() -> Iterator[S3Server]:
 
 
 SLOWEST_FIRST = (
+    "spark/test_standalone_streaming.py",
     "spark/test_standalone.py",
     "verify/test_rescale.py",
     "spark/test_streaming.py",
