@@ -3,6 +3,7 @@ servers would share buckets, and the second could not create its own)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,23 @@ class S3Server:
             "skip_instance_cache": True,
         }
 
+    def shared_options(self) -> dict[str, Any]:
+        """:meth:`options` with one botocore session for every filesystem made from them in this process.
+
+        Each filesystem still has its own client, connections and listings cache; only the session's loaded
+        service description and credentials are shared, which a new session otherwise loads again on its first
+        request (most of a new filesystem's cost). In this process only: the session does not cross to another.
+        """
+        return {**self.options(), "session": _botocore_session()}
+
+
+@functools.cache
+def _botocore_session() -> Any:
+    """One aiobotocore session per test process (s3fs runs every filesystem's requests on fsspec's one loop)."""
+    from aiobotocore.session import AioSession
+
+    return AioSession()
+
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
@@ -48,16 +66,22 @@ def s3_server() -> Iterator[S3Server]:
 
 
 SLOWEST_FIRST = (
+    "spark/test_standalone_streaming.py",
     "spark/test_standalone.py",
     "verify/test_rescale.py",
+    "verify/test_mutants.py",
     "spark/test_streaming.py",
     "spark/test_connect.py",
-    "spark/test_hosting.py",
     "bench/test_bench_spark_smoke.py",
+    "spark/test_hosting.py",
+    "recovery/test_kill.py",
+    "spark/test_baselines.py",
+    "examples/test_demo.py",
+    "spark/test_executor_setup.py",
     "workflow/test_resume.py",
-    "simulate/test_seeds.py",
-    "verify/test_mutants.py",
     "workflow/test_concurrency.py",
+    "spark/test_figures.py",
+    "simulate/test_seeds.py",
     "workflow/test_e2e.py",
     "simulate/test_simulate.py",
     "cluster/test_membership.py",

@@ -10,9 +10,12 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def spark_home() -> Path:
@@ -86,6 +89,9 @@ def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", dea
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(directory),
+        # The master and worker JVMs compile less and collect with one thread: they start sooner and take less of
+        # the machine from the tests; what they do is the same.
+        "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         # The executors the worker starts inherit this: they run this interpreter with this tree of pytimely.
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", ""),
     }
@@ -113,3 +119,12 @@ def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", dea
         cluster.stop()
         raise
     return cluster
+
+
+def run_example(name: str, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The example's command line in its own process: a driver of its own, as a user would run it."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *args],
+        capture_output=True, text=True, timeout=timeout, env=env, check=False,
+    )  # fmt: skip

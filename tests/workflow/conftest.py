@@ -35,7 +35,7 @@ def make_area(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Stag
         return FsspecStaging(f"file://{tmp_path}/area")
     if kind == "s3":
         s3: S3Server = request.getfixturevalue("s3_server")
-        return FsspecStaging(f"s3://{s3.bucket}/test-{next(_prefixes)}", **s3.options())
+        return FsspecStaging(f"s3://{s3.bucket}/test-{next(_prefixes)}", **s3.shared_options())
     raise AssertionError(kind)
 
 

@@ -28,7 +28,7 @@ def _area(kind: str, tmp_path: Path, s3: S3Server | None, prefix: str) -> Stagin
     if kind == "fsspec-local":
         return FsspecStaging(f"file://{tmp_path}/area")
     assert s3 is not None
-    return FsspecStaging(f"s3://{s3.bucket}/{prefix}", **s3.options())
+    return FsspecStaging(f"s3://{s3.bucket}/{prefix}", **s3.shared_options())
 
 
 @pytest.mark.parametrize(("kind", "writers"), [("local", 200), ("fsspec-local", 200), ("s3", 100)])

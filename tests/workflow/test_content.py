@@ -125,10 +125,10 @@ def test_paths_that_name_nothing() -> None:
 def test_s3_objects_by_etag_or_version(s3_server: Any, tmp_path: Path) -> None:
     import s3fs
 
-    fs = s3fs.S3FileSystem(**s3_server.options())
+    fs = s3fs.S3FileSystem(**s3_server.shared_options())
     url = f"s3://{s3_server.bucket}/inputs/edges.csv"
     fs.pipe(url, b"1 2\n")
-    options = s3_server.options()
+    options = s3_server.shared_options()
     first = content_fingerprint(url, storage_options=options)
     assert content_fingerprint(url, storage_options=options) == first
     fs.pipe(url, b"1 3\n")

@@ -50,7 +50,8 @@ def join(cfg: RescaleConfig, s: State, n: int, server: int) -> State:
     if cfg.mutant is Mutant.NO_BOOTSTRAP_MESSAGE:
         hello: tuple[int | None, ...] = (None,) * cfg.senders
     else:
-        hello = tuple(len(s.hist[m]) if m in _greeters(cfg, s, n) else None for m in range(cfg.senders))
+        greeters = _greeters(cfg, s, n)
+        hello = tuple(len(s.hist[m]) if m in greeters else None for m in range(cfg.senders))
     # Aggregated, ``n``'s batches reach an earlier newcomer of another process through ``n``'s aggregate sender.
     boots = tuple(b._replace(hello=_set(b.hello, _stream(cfg, n, b.newcomer), 0)) for b in s.boots)
     boot = Boot(n, server, hello, None, frozenset(), frozenset(), 0)

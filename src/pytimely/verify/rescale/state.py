@@ -141,22 +141,22 @@ class RescaleConfig:
         )
         object.__setattr__(self, "exchange", exch)
 
-    @property
+    @cached_property
     def workers(self) -> int:
         """Every worker id that may ever take part: initial members and joiners."""
         return self.members + self.joiners
 
-    @property
+    @cached_property
     def aggregated(self) -> bool:
         """Whether batches to other processes go through per-process outboxes and aggregate senders."""
         return self.processes is not None
 
-    @property
+    @cached_property
     def process_count(self) -> int:
         """How many processes there are (0 without aggregated senders)."""
         return 0 if self.processes is None else max(self.processes) + 1
 
-    @property
+    @cached_property
     def senders(self) -> int:
         """Every sender id: the workers, then (aggregated) one aggregate sender per process."""
         return self.workers + self.process_count
@@ -172,6 +172,14 @@ class RescaleConfig:
     def feeds(self, sender: int, r: int) -> bool:
         """Whether ``sender``'s batches reach worker ``r`` at all: every worker's without aggregated senders; else
         those of the workers of ``r``'s own process and of the aggregate senders of the others."""
+        return self._feeds[sender][r]
+
+    @cached_property
+    def _feeds(self) -> tuple[tuple[bool, ...], ...]:
+        """:meth:`feeds` of every sender and worker, worked out once (the model asks it for every state)."""
+        return tuple(tuple(self._reaches(sender, r) for r in range(self.workers)) for sender in range(self.senders))
+
+    def _reaches(self, sender: int, r: int) -> bool:
         if self.processes is None:
             return sender < self.workers
         if sender < self.workers:

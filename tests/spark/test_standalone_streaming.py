@@ -1,0 +1,43 @@
+"""The streaming jobs through ``spark://`` on a real standalone cluster (one worker, one core), each run a
+driver of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark.standalone import run_example
+from tests.spark.test_streaming import drop, edge_csv, random_edges, read_changelog, reference_changelog
+
+# Each example runs as a driver of its own, bounded at 300 s; the test runs three of them in turn, which a
+# heavily loaded machine can stretch past the suite's 600 s a test.
+pytestmark = pytest.mark.timeout(1200)
+
+
+def test_streaming_jobs_through_spark_standalone_equal_their_references(standalone: Any, tmp_path: Path) -> None:
+    """stream_wcc over two rounds of files and stream_wordcount, each run a driver of its own on ``spark://``."""
+    import random
+    from collections import Counter
+
+    rng = random.Random(23)
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    rounds = []
+    for number in range(2):
+        edges = random_edges(rng, rng.randint(5, 25))
+        drop(incoming, f"r{number}.csv", edge_csv(edges), number)
+        rounds.append(edges)
+        done = run_example("stream_wcc", ["--spark", standalone.url, "--edges-dir", str(incoming), "--output",
+                                           str(out), "--checkpoint", str(ck), "--available-now"])
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert read_changelog(out) == reference_changelog(rounds)
+
+    texts, counted, ck2 = tmp_path / "text", tmp_path / "counted", tmp_path / "ck2"
+    lines = ["the fox", "the dog and the fox", "é é x"]
+    drop(texts, "t0.txt", "\n".join(lines) + "\n", 0)
+    done = run_example("stream_wordcount", ["--spark", standalone.url, "--text-dir", str(texts), "--output",
+                                             str(counted), "--checkpoint", str(ck2), "--available-now"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split(",") for p in sorted(counted.glob("batch-*.csv")) for line in p.read_text().splitlines()[1:]]
+    assert sorted((w, int(c)) for _, w, c in rows) == sorted(Counter(" ".join(lines).split()).items())
