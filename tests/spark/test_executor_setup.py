@@ -36,4 +36,5 @@ def test_executors_without_pytimely_are_told_how_to_fix_it_before_the_stage(tmp_
         done.stderr
     ), done.stderr[-3000:]
     assert "PYSPARK_PYTHON" in done.stderr and "Traceback" not in done.stderr
-    assert time.monotonic() - started < 120
+    # Spark on its own would retry the stage for about ten minutes; the check answers long before, even under load.
+    assert time.monotonic() - started < 240
