@@ -51,6 +51,7 @@ __all__ = [
     "State",
     "Tracked",
     "Value",
+    "Whole",
     "WorkerState",
     "declare",
     "exchange_by_bin",
@@ -419,7 +420,7 @@ class KeyedState(MutableMapping[K, V]):
             emptied = (self._reported | gone) - set(held)
             pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
             if held:
-                pieces.append((tuple(held), _Whole(tuple(held), data)))
+                pieces.append((tuple(held), Whole(tuple(held), data)))
             self._reported = set(held)
             return pieces
         dirty = self.changed()
@@ -436,7 +437,7 @@ class KeyedState(MutableMapping[K, V]):
         """Install a piece's keys of ``bins``: all of it when it stands for exactly those bins, else filtered."""
         if not value:
             return
-        if isinstance(value, _Whole):
+        if isinstance(value, Whole):
             covered, items = value.bins, value.data
         else:
             covered, items = tuple(bins), value
@@ -473,8 +474,9 @@ class KeyedState(MutableMapping[K, V]):
 
 
 @dataclass(frozen=True, slots=True)
-class _Whole:
-    """A piece standing for many bins of a :class:`KeyedState`: the bins it covered when written, and their keys."""
+class Whole:
+    """A piece standing for many bins of a :class:`KeyedState`: the bins it covered when written, and their keys
+    (what :meth:`KeyedState.capture` gives when most keys were written, and :meth:`KeyedState.restore_piece` takes)."""
 
     bins: tuple[int, ...]
     data: dict[Any, Any]
