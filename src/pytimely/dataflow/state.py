@@ -410,21 +410,19 @@ class KeyedState(MutableMapping[K, V]):
 
     def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
         """The pieces to write (:class:`PiecewiseState`): one piece for the whole state when at least half of its
-        keys were written since the last capture (no per-key work but the pickling), else one per bin."""
+        keys were written since the last capture (no per-key work but the pickling) or at least half of the bins
+        it holds changed (a few keys in each: one piece costs less than a piece per bin and holds no more), else
+        one per bin."""
         data = self.data
         if data and (len(self._touched) + self._written) * 2 >= len(data):
             gone = self._sync(dirty=False) | self._dirty
-            self._dirty.clear()
-            held = sorted(b for b, m in self._members.items() if m)
-            # Emptied: bins it stood for before, and bins a key left (given away or deleted) that hold nothing now.
-            emptied = (self._reported | gone) - set(held)
-            pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
-            if held:
-                pieces.append((tuple(held), Whole(tuple(held), data)))
-            self._reported = set(held)
-            return pieces
+            self._dirty = set()
+            return self._whole(gone)
         dirty = self.changed()
-        rewrite = {b for b in self.held() if b % rewrite_every == turn} - dirty
+        held = self.held()
+        if len(held) > 1 and len(dirty) * 2 >= len(held):
+            return self._whole(dirty)
+        rewrite = {b for b in held if b % rewrite_every == turn} - dirty
         values = self.snapshot(dirty | rewrite) if dirty or rewrite else {}
         for b, v in values.items():
             if v is None:
@@ -432,6 +430,19 @@ class KeyedState(MutableMapping[K, V]):
             else:
                 self._reported.add(b)
         return [((b,), v) for b, v in sorted(values.items())]
+
+    def _whole(self, changed: set[int]) -> list[tuple[tuple[int, ...], Any]]:
+        """Every bin held as one piece (the index is up to date), and ``None`` for each bin emptied: bins it stood
+        for before, and bins ``changed`` (a key left them: given away or deleted) that hold nothing now."""
+        held = sorted(b for b, m in self._members.items() if m)
+        emptied = (self._reported | changed) - set(held)
+        pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
+        if held:
+            pieces.append((tuple(held), Whole(tuple(held), self.data)))
+        self._reported = set(held)
+        for b in emptied:
+            self._members.pop(b, None)
+        return pieces
 
     def restore_piece(self, bins: Collection[int], value: Any) -> None:
         """Install a piece's keys of ``bins``: all of it when it stands for exactly those bins, else filtered."""
