@@ -88,6 +88,53 @@ def test_a_whole_piece_restores_only_the_bins_asked_for() -> None:
     assert all(other.data[k] == state.data[k] for k in other.data)
 
 
+def _whole(state: KeyedState[Any, Any]) -> Whole:
+    [whole] = [v for _, v in state.capture(0, 32) if isinstance(v, Whole)]
+    return whole
+
+
+def _write(state: KeyedState[Any, Any], keys: list[Any], came_or_went: list[Any]) -> None:
+    for k in keys:
+        state.data[k] = state.data.get(k, 0) + 1
+    state.touch_batch(keys, came_or_went)
+
+
+def test_keys_that_did_not_come_or_go_are_written_as_before_and_the_values_anew() -> None:
+    state: KeyedState[str, int] = KeyedState(8)
+    state.track()
+    keys = [f"k{i}" for i in range(300)]
+    _write(state, keys, keys)
+    first = encode(_whole(state))
+    memo = state._keys
+    written = memo.encoded
+    _write(state, keys[::2], [])  # values only
+    second = _whole(state)
+    assert second.memo is memo and memo.stable
+    assert decode(encode(second)).data == state.data and memo.encoded is written
+    assert decode(first).data != state.data
+    # A key removed and added again moves to the end of the dict: told so, the keys are written anew.
+    del state.data["k3"]
+    state.data["k3"] = 9
+    _write(state, keys, ["k3", "k3"])
+    third = _whole(state)
+    assert not memo.stable
+    back = decode(encode(third)).data
+    assert back == state.data and list(back) == list(state.data) and memo.encoded is not written
+
+
+def test_keys_that_changed_untold_are_written_anew() -> None:
+    state: KeyedState[str, int] = KeyedState(8)
+    state.track()
+    keys = [f"k{i}" for i in range(300)]
+    _write(state, keys, keys)
+    encode(_whole(state))
+    state.data["new"] = 1  # written directly and not told: the comparison of the keys still sees it
+    _write(state, keys, [])
+    whole = _whole(state)
+    assert whole.memo is not None and whole.memo.stable
+    assert decode(encode(whole)).data["new"] == 1
+
+
 EPOCHS = 6
 CRASH_EPOCH = 4
 

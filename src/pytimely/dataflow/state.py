@@ -30,7 +30,7 @@ step, and it holds back from every stateful operator the messages of later epoch
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pytimely.dataflow.bins import DEFAULT_BINS, binner
@@ -44,6 +44,7 @@ __all__ = [
     "BinnedState",
     "Declared",
     "KeyedState",
+    "KeysMemo",
     "Log",
     "LogState",
     "PiecewiseState",
@@ -255,7 +256,9 @@ class KeyedState(MutableMapping[K, V]):
         "_bin_of",
         "_dirty",
         "_find",
+        "_keys",
         "_members",
+        "_moved",
         "_reported",
         "_touched",
         "_tracking",
@@ -278,16 +281,22 @@ class KeyedState(MutableMapping[K, V]):
         self._written = 0
         self._added: list[Any] = []
         self._tracking = False
+        self._keys = KeysMemo()
+        self._moved = True
+        """Whether a key may have come or gone since the last whole piece (then its keys are written anew)."""
 
     def __getitem__(self, key: K) -> V:
         return self.data[key]
 
     def __setitem__(self, key: K, value: V) -> None:
+        if key not in self.data:
+            self._moved = True
         self.data[key] = value
         self._touched.add(key)
 
     def __delitem__(self, key: K) -> None:
         del self.data[key]
+        self._moved = True
         self._touched.add(key)
         if not self._tracking and len(self._touched) > 2 * len(self.data) + _FOLD:
             self._sync(dirty=False)
@@ -308,6 +317,7 @@ class KeyedState(MutableMapping[K, V]):
     def touch(self, keys: Iterable[Any]) -> None:
         """Note that ``keys`` were written (or removed) in :attr:`data` directly."""
         self._touched.update(keys)
+        self._moved = True
 
     def touch_batch(self, keys: Sequence[Any], changed_keys: Sequence[Any]) -> None:
         """Note that ``keys`` were written in :attr:`data` directly, of which ``changed_keys`` were added or removed.
@@ -315,6 +325,8 @@ class KeyedState(MutableMapping[K, V]):
         Nothing is done per key now: a snapshot that writes the whole state (most keys written) needs only the
         keys added and removed, and one that writes changed bins looks at ``keys`` then.
         """
+        if changed_keys:
+            self._moved = True
         if self._tracking:
             self._batches.append(keys)
             self._written += len(keys)
@@ -437,17 +449,20 @@ class KeyedState(MutableMapping[K, V]):
         held = sorted(b for b, m in self._members.items() if m)
         emptied = (self._reported | changed) - set(held)
         pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
-        if held:
-            pieces.append((tuple(held), Whole(tuple(held), self.data)))
         self._reported = set(held)
         for b in emptied:
             self._members.pop(b, None)
+        memo = self._keys
+        memo.stable, self._moved = not self._moved, False
+        if held:
+            pieces.append((tuple(held), Whole(tuple(held), self.data, memo)))
         return pieces
 
     def restore_piece(self, bins: Collection[int], value: Any) -> None:
         """Install a piece's keys of ``bins``: all of it when it stands for exactly those bins, else filtered."""
         if not value:
             return
+        self._moved = True
         if isinstance(value, Whole):
             covered, items = value.bins, value.data
         else:
@@ -474,6 +489,7 @@ class KeyedState(MutableMapping[K, V]):
 
     def extract(self, bins: Collection[int]) -> dict[Any, V]:
         """Remove and return the keys of ``bins`` (a bin moving to another worker)."""
+        self._moved = True
         self._sync()
         out: dict[Any, V] = {}
         data = self.data
@@ -484,13 +500,26 @@ class KeyedState(MutableMapping[K, V]):
         return out
 
 
+@dataclass(slots=True)
+class KeysMemo:
+    """What an encoder of :class:`Whole` pieces may keep of a state's keys from one piece to the next: the keys it
+    wrote last and their bytes. ``stable``: no key came or went since then (the state says so from the writes it
+    was told of), so the keys, in the same order, may be written as they were."""
+
+    keys: list[Any] | None = None
+    encoded: bytes | None = None
+    stable: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Whole:
     """A piece standing for many bins of a :class:`KeyedState`: the bins it covered when written, and their keys
-    (what :meth:`KeyedState.capture` gives when most keys were written, and :meth:`KeyedState.restore_piece` takes)."""
+    (what :meth:`KeyedState.capture` gives when most keys were written, and :meth:`KeyedState.restore_piece` takes).
+    ``memo`` is the state's :class:`KeysMemo` (not part of the piece's value)."""
 
     bins: tuple[int, ...]
     data: dict[Any, Any]
+    memo: KeysMemo | None = field(default=None, compare=False, repr=False)
 
 
 class Value(Generic[V]):

@@ -7,7 +7,10 @@ so that an object met twice is written once and shared after loading. A dict's k
 sharing a restored state cannot miss (a dict finds a key by equality), so they are pickled as one list without
 the memo, at about half the cost; the values are pickled as a second list with it, so values that share an
 object still share it once restored. Keys that refer back to themselves (which pickling without the memo
-refuses) are pickled with it.
+refuses) are pickled with it. A :class:`Whole` carries its state's
+:class:`~pytimely.dataflow.state.KeysMemo`: when no key came or went since the piece before and the keys are
+those written then, in that order (checked: one comparison of two lists of the same objects), their bytes are
+those written then, and only the values are pickled.
 
 A piece starts with one byte saying which it is: ``K`` (a dict), ``W`` (a :class:`Whole`: its bins, then the
 dict) or a pickle's own first byte. Pieces are decoded only once the manifest's seal and the payload file's
@@ -20,7 +23,7 @@ import io
 import pickle
 from typing import Any
 
-from pytimely.dataflow.state import Whole
+from pytimely.dataflow.state import KeysMemo, Whole
 
 __all__ = ["decode", "encode"]
 
@@ -34,7 +37,7 @@ def encode(value: Any) -> bytes:
     if type(value) is dict:
         return _keyed(_DICT, value)
     if type(value) is Whole:
-        return _keyed(_WHOLE, value.data, value.bins)
+        return _keyed(_WHOLE, value.data, value.bins, value.memo)
     return pickle.dumps(value, protocol=_PROTOCOL)
 
 
@@ -54,20 +57,34 @@ def decode(data: bytes) -> Any:
     return restored if bins is None else Whole(tuple(bins), restored)
 
 
-def _keyed(tag: bytes, data: dict[Any, Any], bins: tuple[int, ...] | None = None) -> bytes:
+def _keyed(
+    tag: bytes, data: dict[Any, Any], bins: tuple[int, ...] | None = None, memo: KeysMemo | None = None
+) -> bytes:
     out = io.BytesIO()
     out.write(tag)
     if bins is not None:
         pickle.dump(bins, out, protocol=_PROTOCOL)
-    start = out.tell()
     keys = list(data)
+    # The same keys as the piece before (the state saw none come or go, and they are those written then, in
+    # that order): their bytes are those written then.
+    if memo is not None and memo.stable and memo.encoded is not None and memo.keys == keys:
+        out.write(memo.encoded)
+    else:
+        encoded = _keys(keys)
+        if memo is not None:
+            memo.keys, memo.encoded = keys, encoded
+        out.write(encoded)
+    pickle.dump(list(data.values()), out, protocol=_PROTOCOL)
+    return out.getvalue()
+
+
+def _keys(keys: list[Any]) -> bytes:
+    """A pickle of ``keys`` without the memo (module doc), or with it for keys that refer back to themselves."""
+    out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=_PROTOCOL)
-    pickler.fast = True  # no memo for the keys (module doc)
+    pickler.fast = True
     try:
         pickler.dump(keys)
-    except ValueError:  # a key that refers back to itself: pickled with the memo
-        out.seek(start)
-        out.truncate()
-        pickle.dump(keys, out, protocol=_PROTOCOL)
-    pickle.dump(list(data.values()), out, protocol=_PROTOCOL)
+    except ValueError:
+        return pickle.dumps(keys, protocol=_PROTOCOL)
     return out.getvalue()
