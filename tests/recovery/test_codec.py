@@ -4,6 +4,7 @@ the operator mutates that state in place right after the boundary."""
 from __future__ import annotations
 
 import pickle
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pytimely.dataflow.operators.state_machine import state_machine
 from pytimely.dataflow.state import KeyedState, Whole
 from pytimely.recovery import Recovery
 from pytimely.recovery.codec import decode, encode
+from pytimely.recovery.runtime import WorkerRecovery
 from tests.recovery.jobs import Crash
 
 
@@ -147,7 +149,23 @@ def _append(_key: int, value: int, seen: list[int] | None) -> tuple[list[int], N
     return seen, None
 
 
+def _mutate_and_die(worker: Worker, durable: threading.Event, states: dict[int, list[int]]) -> None:
+    """Once the snapshot of the epoch before ``CRASH_EPOCH`` is durable (worker 0 knows), mutate its lists in
+    place, then die before any later snapshot: what a resumed run restores must not hold the mutation."""
+    if worker.index == 0:
+        hook = worker._recovery
+        assert isinstance(hook, WorkerRecovery)
+        worker.step_while(lambda: not hook.holds(CRASH_EPOCH - 1), timeout=120)
+        durable.set()
+    worker.step_while(lambda: not durable.is_set(), timeout=120)
+    for values in states.values():
+        values.append(-1)
+    raise Crash(f"worker {worker.index} dies after the boundary of epoch {CRASH_EPOCH - 1}")
+
+
 def _job(crash: bool) -> Any:
+    durable = threading.Event()
+
     def job(worker: Worker) -> dict[int, list[int]]:
         states: dict[int, list[int]] = {}
 
@@ -158,15 +176,11 @@ def _job(crash: bool) -> Any:
 
         handle, probe = worker.dataflow(build)
         for epoch in range(EPOCHS):
+            if crash and epoch == CRASH_EPOCH:
+                _mutate_and_die(worker, durable, states)
             mine = [(k, epoch * 100 + k) for k in range(12)][worker.index :: worker.peers]
             handle.send_batch(mine[:3])
             handle.advance_to(epoch + 1)
-            # The snapshot of the epoch before is taken (at its boundary); mutate its lists in place, then die
-            # before any later snapshot: what a resumed run restores must not hold the mutation.
-            if crash and epoch == CRASH_EPOCH:
-                for values in states.values():
-                    values.append(-1)
-                raise Crash(f"worker {worker.index} dies after the boundary of epoch {epoch}")
             worker.step_while(lambda: probe.less_than(handle.time))
         handle.close()
         worker.step_while(lambda: not probe.done())
@@ -179,7 +193,7 @@ def test_a_state_mutated_in_place_after_the_boundary_restores_as_it_was_at_the_b
     recovery = Recovery(tmp_path / "store", job="lists", parameters={"epochs": EPOCHS})
     with pytest.raises(Crash):
         execute(_job(True), 2, recovery=recovery)
-    assert 0 < recovery.committed().resume_epoch <= CRASH_EPOCH  # resumed from a snapshot the mutation followed
+    assert recovery.committed().resume_epoch == CRASH_EPOCH  # resumed from the snapshot the mutation followed
     resumed = execute(_job(False), 2, recovery=recovery)
     uninterrupted = execute(_job(False), 2)
     merged = {k: v for part in resumed for k, v in part.items()}
