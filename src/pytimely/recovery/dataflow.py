@@ -54,7 +54,7 @@ class _Stateful:
 
 
 class DataflowRecovery:
-    """One dataflow's snapshots on one worker: restore, fences, capture (see the module doc).
+    """One dataflow's snapshots on one worker: restore, fences, capture (see :mod:`pytimely.recovery.runtime`).
 
     Each operator that declared state has its own fence and is snapshotted at an epoch ``e`` once nothing at an
     epoch ``<= e`` can still reach it and it holds no capability at one (its work of ``e`` is done): an operator
@@ -135,9 +135,9 @@ class DataflowRecovery:
                 entry.finished = True
             return
         start = session.resume
-        handle = self.owner._handle
-        if handle is not None:
-            start = max(start, handle.time)
+        reporting = self.owner.reporting_from
+        if reporting is not None:
+            start = max(start, reporting)
         fence = session.policy.first_at_or_after(start)
         for entry in self.stateful:
             entry.fence = fence
@@ -231,7 +231,7 @@ class DataflowRecovery:
                     self.session.snapshots.put_payload, assembling.name, bytes(assembling.buffer)
                 )
             self.owner.capture_taken(Capture(epoch, part, write))
-        self.owner._advance()
+        self.owner.advance()
 
     def _capture(self, entry: _Stateful, epoch: int) -> None:
         """Take this worker's snapshot of one operator's declared states at ``epoch`` (what changed)."""

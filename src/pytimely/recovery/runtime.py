@@ -105,7 +105,7 @@ class WorkerRecovery:
         df = DataflowRecovery(self, subgraph, len(self.dataflows))
         self.dataflows.append(df)
         df.start()
-        self._advance()
+        self.advance()
 
     def after_step(self) -> bool:
         """Hand on written snapshots in epoch order, commit what every worker reported (worker 0); whether it
@@ -123,6 +123,12 @@ class WorkerRecovery:
             self._drain()
         return worked
 
+    @property
+    def reporting_from(self) -> int | None:
+        """The epoch the commit input stands at (``None`` before it is built): a dataflow built later takes no
+        snapshot before it."""
+        return None if self._handle is None else int(self._handle.time)
+
     def busy(self) -> bool:
         """Whether files or commits are still being written."""
         return bool(self._outbox or self._commits)
@@ -130,14 +136,14 @@ class WorkerRecovery:
     def finishing(self) -> None:
         """The job closed its inputs: once every dataflow's last snapshot is reported, close the commit input."""
         self._finishing = True
-        self._advance()
+        self.advance()
 
     def leaving(self, at: Any) -> None:
         """This worker leaves at ``at``: it takes the snapshots of earlier epochs only."""
         self.leave_at = epoch_of(at) if at is not None else 0
         for df in self.dataflows:
             df.stop_at(self.leave_at)
-        self._advance()
+        self.advance()
 
     # -- reporting ----------------------------------------------------------------------------
 
@@ -196,10 +202,10 @@ class WorkerRecovery:
                 handle.advance_to(capture.epoch)
             handle.send_batch([capture.part])
         if sent:
-            self._advance()
+            self.advance()
         return sent
 
-    def _advance(self) -> None:
+    def advance(self) -> None:
         """Move the commit input to the earliest epoch this worker may still report, or close it."""
         handle = self._handle
         if handle is None or self._closed:
