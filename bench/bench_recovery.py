@@ -1,22 +1,25 @@
 """Recovery: what a snapshot per epoch costs, what a snapshot writes against what changed, how resuming grows.
 
-    python bench/bench_recovery.py [--quick] [--json] [--runs R]
+    python bench/bench_recovery.py [--quick] [--json] [--runs R] [--epoch-ms 10,30,100] [--figures throughput,...]
 
 1. **Throughput.** Word count on 2 workers (20,000 distinct words, seed 16), the counts kept across epochs by
    ``state_machine`` (its state declared, so the runtime snapshots it), with epochs sized so that the job
-   without recovery takes about 10, 30 and 100 ms per epoch. Variants, taking turns run after run (best of R):
+   without recovery takes about 10, 30 and 100 ms per epoch (``--epoch-ms``). Variants, taking turns run after
+   run (best of R):
    no recovery (the baseline), a snapshot every epoch into a local folder (fsynced), the same without fsync,
    and a snapshot every 4th epoch (fsynced). The ratio is the baseline's time over the variant's.
 2. **Snapshot bytes against bytes changed.** A state of 100,000 keys in 256 bins (and in 4,096); each epoch
    changes K keys (1 to 100,000). Per epoch: the bytes the snapshot wrote (payload files) against the bytes of
    the keys that changed (each changed key and value pickled on its own) and the bytes of the whole state.
    Snapshots are incremental by bin: a bin with one changed key is written whole, and each snapshot also writes
-   again 1/32 of the bins that did not change (``SnapshotPolicy.rewrite_every``), which bounds the store.
+   again 1/32 of the bins that did not change (``SnapshotPolicy.rewrite_every``), which bounds the store; when at
+   least half of the keys or of the bins held changed, the state is written whole, as one piece.
 3. **Resume time against state size.** A store holding a snapshot of N keys (10^4 to 10^6, 2 workers): the time
    for a new run to open it (find, verify and read the snapshot) and restore every key, against the time the
    run that wrote it took, and the same run's time on an empty store.
 
-Prints a Markdown table per figure (``--json``: one JSON object per row).
+Prints a Markdown table per figure (``--json``: one JSON object per row); ``--figures`` picks some of them
+(``throughput``, ``bytes``, ``resume``).
 """
 
 from __future__ import annotations
@@ -238,19 +241,41 @@ def tables(rows: list[Row]) -> list[Table]:
     ]
 
 
+FIGURES = ("throughput", "bytes", "resume")
+
+
 def main() -> None:
     """Run the figures and print them."""
-    args = parser(__doc__, runs=5).parse_args()
+    made = parser(__doc__, runs=5)
+    made.add_argument(
+        "--epoch-ms", default="10,30,100", metavar="MS,...", help="the epoch lengths of the throughput figure"
+    )
+    made.add_argument("--figures", default=",".join(FIGURES), metavar="NAME,...", help=f"some of {FIGURES}")
+    args = made.parse_args()
+    figures = set(args.figures.split(","))
+    if not figures <= set(FIGURES):
+        made.error(f"--figures: unknown {sorted(figures - set(FIGURES))}; the figures are {', '.join(FIGURES)}")
+    try:
+        targets = [float(ms) / 1000 for ms in args.epoch_ms.split(",")]
+    except ValueError:
+        made.error(f"--epoch-ms: milliseconds separated by commas, got {args.epoch_ms!r}")
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if args.quick:
-            rows = throughput([0.01], 2_000, 8, 1, tmp)
-            rows += changed_bytes(2_000, [10, 2_000], [256], 3, tmp)
-            rows += resume_time([1_000, 10_000], tmp)
+            if "throughput" in figures:
+                rows += throughput(targets[:1], 2_000, 8, 1, tmp)
+            if "bytes" in figures:
+                rows += changed_bytes(2_000, [10, 2_000], [256], 3, tmp)
+            if "resume" in figures:
+                rows += resume_time([1_000, 10_000], tmp)
         else:
-            rows = throughput([0.01, 0.03, 0.1], 20_000, 40, args.runs, tmp)
-            rows += changed_bytes(100_000, [1, 10, 100, 1_000, 10_000, 100_000], [256, 4096], 5, tmp)
-            rows += resume_time([10_000, 100_000, 1_000_000], tmp)
+            if "throughput" in figures:
+                rows += throughput(targets, 20_000, 40, args.runs, tmp)
+            if "bytes" in figures:
+                rows += changed_bytes(100_000, [1, 10, 100, 1_000, 10_000, 100_000], [256, 4096], 5, tmp)
+            if "resume" in figures:
+                rows += resume_time([10_000, 100_000, 1_000_000], tmp)
     report(rows, tables(rows), as_json=args.json, note=f"variants taking turns, best of {runs_of(args)}")
 
 

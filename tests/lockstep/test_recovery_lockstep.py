@@ -9,7 +9,8 @@ the model allows and does it with the runtime's own pieces, the ones :mod:`pytim
 * the fence rule is the runtime's ``may_change_at``, checked at every apply, ship and install the model allows;
 * when a worker snapshots, and where its fence goes, is the runtime's ``passed_fences`` (it must agree with the
   model's ``capture_plan``); what it reports is ``binned_changes`` (only the bins that changed, plus a rotating
-  share of the others), not the model's full report;
+  share of the others, or the whole state as one piece), not the model's full report, each piece encoded and
+  decoded by the runtime's codec;
 * a commit is the runtime's ``merge`` of those reports into the manifest before; a restart restores bin ``b`` on
   ``owner_on_restore(b, k)``.
 
@@ -19,7 +20,6 @@ the model's invariants (``SnapshotExact`` first) hold throughout.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 from hypothesis import settings
@@ -30,6 +30,7 @@ from pytimely.dataflow.bins import binner
 from pytimely.dataflow.state import KeyedState
 from pytimely.dataflow.subgraph import may_change_at
 from pytimely.recovery import Manifest, SnapshotPolicy, merge
+from pytimely.recovery.codec import decode, encode
 from pytimely.recovery.parts import Part
 from pytimely.recovery.runtime import binned_changes, owner_on_restore, passed_fences
 from pytimely.verify import snapshots as S
@@ -141,7 +142,7 @@ class SnapshotLockstep(RuleBasedStateMachine):
         self.taken[w] += 1
         pieces = binned_changes(self.states[w], turn, REWRITE_EVERY)
         name = f"f{len(self.files)}"
-        self.files[name] = [pickle.loads(pickle.dumps(v)) for _, v in pieces]  # as written, not as it goes on
+        self.files[name] = [decode(encode(v)) for _, v in pieces]  # as written (the codec), not as it goes on
         part = Part(w, 0, fence, files=[(name, 1, "sha")])
         if pieces:
             part.binned[KEY] = {b: None if v is None else (name, i, 1) for i, (bins, v) in enumerate(pieces)

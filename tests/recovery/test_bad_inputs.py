@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from pytimely.errors import RecoveryMismatchError, SnapshotSealError, StoreWriteError
-from pytimely.recovery import FsspecStore, LocalStore, Manifest, RecoveryWarning, Seal, Snapshots
+from pytimely.recovery import FORMAT_VERSION, FsspecStore, LocalStore, Manifest, RecoveryWarning, Seal, Snapshots
 from pytimely.recovery.manifest import digest
 from tests.recovery.jobs import Crash, expected, run_sums
 
@@ -121,7 +121,7 @@ def test_a_store_of_another_version_is_refused_and_left_alone(tmp_path: Path) ->
     identity["body"]["format"] = 1
     (store / "identity.json").write_bytes(Seal(None).wrap("identity", identity["body"]))
     before = sorted((p, p.read_bytes()) for p in store.rglob("*") if p.is_file())
-    with pytest.raises(RecoveryMismatchError, match="format version 1, this is version 2"):
+    with pytest.raises(RecoveryMismatchError, match=f"format version 1, this is version {FORMAT_VERSION}"):
         run_sums(store, EPOCHS, 2)
     assert sorted((p, p.read_bytes()) for p in store.rglob("*") if p.is_file()) == before
 

@@ -84,9 +84,10 @@ def test_a_finished_run_started_again_computes_nothing_and_gives_the_same_output
 def test_a_policy_of_every_third_epoch_snapshots_those_epochs_and_keep_bounds_them(tmp_path: Path) -> None:
     run_sums(tmp_path / "r", EPOCHS, 2, every=3, keep=10, on_epoch=_slowly)
     # The last (8) is where the fence stood when the input ended, then the final snapshot; a commit the writer
-    # had not started when a newer one came is dropped (the newer holds everything), so 8 may be missing.
+    # had not started when a newer one came is dropped (the newer holds everything), so under load any of them
+    # but the last may be missing.
     committed = [int(n) for n in _manifests(tmp_path / "r")]
-    assert committed[-1] == 1 << 62 and set(committed[:-1]) <= {2, 5, 8} and len(committed) >= 3
+    assert committed[-1] == 1 << 62 and set(committed[:-1]) <= {2, 5, 8} and len(committed) >= 2
     run_sums(tmp_path / "k", EPOCHS, 2, keep=3, on_epoch=_slowly)
     kept = [int(n) for n in _manifests(tmp_path / "k")]
     assert len(kept) == 3 and kept[-1] == 1 << 62 and kept[0] >= 4

@@ -30,7 +30,7 @@ step, and it holds back from every stateful operator the messages of later epoch
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pytimely.dataflow.bins import DEFAULT_BINS, binner
@@ -44,6 +44,7 @@ __all__ = [
     "BinnedState",
     "Declared",
     "KeyedState",
+    "KeysMemo",
     "Log",
     "LogState",
     "PiecewiseState",
@@ -51,6 +52,7 @@ __all__ = [
     "State",
     "Tracked",
     "Value",
+    "Whole",
     "WorkerState",
     "declare",
     "exchange_by_bin",
@@ -254,7 +256,9 @@ class KeyedState(MutableMapping[K, V]):
         "_bin_of",
         "_dirty",
         "_find",
+        "_keys",
         "_members",
+        "_moved",
         "_reported",
         "_touched",
         "_tracking",
@@ -277,16 +281,22 @@ class KeyedState(MutableMapping[K, V]):
         self._written = 0
         self._added: list[Any] = []
         self._tracking = False
+        self._keys = KeysMemo()
+        self._moved = True
+        """Whether a key may have come or gone since the last whole piece (then its keys are written anew)."""
 
     def __getitem__(self, key: K) -> V:
         return self.data[key]
 
     def __setitem__(self, key: K, value: V) -> None:
+        if key not in self.data:
+            self._moved = True
         self.data[key] = value
         self._touched.add(key)
 
     def __delitem__(self, key: K) -> None:
         del self.data[key]
+        self._moved = True
         self._touched.add(key)
         if not self._tracking and len(self._touched) > 2 * len(self.data) + _FOLD:
             self._sync(dirty=False)
@@ -307,6 +317,7 @@ class KeyedState(MutableMapping[K, V]):
     def touch(self, keys: Iterable[Any]) -> None:
         """Note that ``keys`` were written (or removed) in :attr:`data` directly."""
         self._touched.update(keys)
+        self._moved = True
 
     def touch_batch(self, keys: Sequence[Any], changed_keys: Sequence[Any]) -> None:
         """Note that ``keys`` were written in :attr:`data` directly, of which ``changed_keys`` were added or removed.
@@ -314,6 +325,8 @@ class KeyedState(MutableMapping[K, V]):
         Nothing is done per key now: a snapshot that writes the whole state (most keys written) needs only the
         keys added and removed, and one that writes changed bins looks at ``keys`` then.
         """
+        if changed_keys:
+            self._moved = True
         if self._tracking:
             self._batches.append(keys)
             self._written += len(keys)
@@ -409,21 +422,19 @@ class KeyedState(MutableMapping[K, V]):
 
     def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
         """The pieces to write (:class:`PiecewiseState`): one piece for the whole state when at least half of its
-        keys were written since the last capture (no per-key work but the pickling), else one per bin."""
+        keys were written since the last capture (no per-key work but the pickling) or at least half of the bins
+        it holds changed (a few keys in each: one piece costs less than a piece per bin and holds no more), else
+        one per bin."""
         data = self.data
         if data and (len(self._touched) + self._written) * 2 >= len(data):
             gone = self._sync(dirty=False) | self._dirty
-            self._dirty.clear()
-            held = sorted(b for b, m in self._members.items() if m)
-            # Emptied: bins it stood for before, and bins a key left (given away or deleted) that hold nothing now.
-            emptied = (self._reported | gone) - set(held)
-            pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
-            if held:
-                pieces.append((tuple(held), _Whole(tuple(held), data)))
-            self._reported = set(held)
-            return pieces
+            self._dirty = set()
+            return self._whole(gone)
         dirty = self.changed()
-        rewrite = {b for b in self.held() if b % rewrite_every == turn} - dirty
+        held = self.held()
+        if len(held) > 1 and len(dirty) * 2 >= len(held):
+            return self._whole(dirty)
+        rewrite = {b for b in held if b % rewrite_every == turn} - dirty
         values = self.snapshot(dirty | rewrite) if dirty or rewrite else {}
         for b, v in values.items():
             if v is None:
@@ -432,11 +443,27 @@ class KeyedState(MutableMapping[K, V]):
                 self._reported.add(b)
         return [((b,), v) for b, v in sorted(values.items())]
 
+    def _whole(self, changed: set[int]) -> list[tuple[tuple[int, ...], Any]]:
+        """Every bin held as one piece (the index is up to date), and ``None`` for each bin emptied: bins it stood
+        for before, and bins ``changed`` (a key left them: given away or deleted) that hold nothing now."""
+        held = sorted(b for b, m in self._members.items() if m)
+        emptied = (self._reported | changed) - set(held)
+        pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
+        self._reported = set(held)
+        for b in emptied:
+            self._members.pop(b, None)
+        memo = self._keys
+        memo.stable, self._moved = not self._moved, False
+        if held:
+            pieces.append((tuple(held), Whole(tuple(held), self.data, memo)))
+        return pieces
+
     def restore_piece(self, bins: Collection[int], value: Any) -> None:
         """Install a piece's keys of ``bins``: all of it when it stands for exactly those bins, else filtered."""
         if not value:
             return
-        if isinstance(value, _Whole):
+        self._moved = True
+        if isinstance(value, Whole):
             covered, items = value.bins, value.data
         else:
             covered, items = tuple(bins), value
@@ -462,6 +489,7 @@ class KeyedState(MutableMapping[K, V]):
 
     def extract(self, bins: Collection[int]) -> dict[Any, V]:
         """Remove and return the keys of ``bins`` (a bin moving to another worker)."""
+        self._moved = True
         self._sync()
         out: dict[Any, V] = {}
         data = self.data
@@ -472,12 +500,26 @@ class KeyedState(MutableMapping[K, V]):
         return out
 
 
+@dataclass(slots=True)
+class KeysMemo:
+    """What an encoder of :class:`Whole` pieces may keep of a state's keys from one piece to the next: the keys it
+    wrote last and their bytes. ``stable``: no key came or went since then (the state says so from the writes it
+    was told of), so the keys, in the same order, may be written as they were."""
+
+    keys: list[Any] | None = None
+    encoded: bytes | None = None
+    stable: bool = False
+
+
 @dataclass(frozen=True, slots=True)
-class _Whole:
-    """A piece standing for many bins of a :class:`KeyedState`: the bins it covered when written, and their keys."""
+class Whole:
+    """A piece standing for many bins of a :class:`KeyedState`: the bins it covered when written, and their keys
+    (what :meth:`KeyedState.capture` gives when most keys were written, and :meth:`KeyedState.restore_piece` takes).
+    ``memo`` is the state's :class:`KeysMemo` (not part of the piece's value)."""
 
     bins: tuple[int, ...]
     data: dict[Any, Any]
+    memo: KeysMemo | None = field(default=None, compare=False, repr=False)
 
 
 class Value(Generic[V]):

@@ -42,7 +42,7 @@ __all__ = [
     "fingerprint",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The layout of stores, manifests and payloads; a store of another version is refused, never rewritten."""
 
 FINAL = 1 << 62

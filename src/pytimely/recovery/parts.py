@@ -73,6 +73,13 @@ def merge(previous: Manifest | None, epoch: int, parts: list[Part], identity: st
     for part in ordered:
         for name, size, sha in part.files:
             sizes[name] = (size, sha)
+    _fold_bins(binned, ordered, epoch)
+    _fold_workers(values, logs, positions, ordered)
+    return _manifest(epoch, identity, peers, sizes, binned, values, logs, positions)
+
+
+def _fold_bins(binned: dict[str, dict[int, Where]], ordered: list[Part], epoch: int) -> None:
+    """Each bin a part holds goes where that part says; a bin emptied and held by no part goes."""
     holder: dict[tuple[str, int], int] = {}
     for part in ordered:
         for key, bins in part.binned.items():
@@ -94,6 +101,15 @@ def merge(previous: Manifest | None, epoch: int, parts: list[Part], identity: st
             for b, piece in bins.items():
                 if piece is None and (key, b) not in holder:
                     into.pop(b, None)
+
+
+def _fold_workers(
+    values: dict[str, dict[int, Where]],
+    logs: dict[str, dict[int, list[Where]]],
+    positions: dict[str, dict[int, Any]],
+    ordered: list[Part],
+) -> None:
+    """A worker's value and log replace that worker's; the old workers' slots a worker took over go."""
     reported = {(k, p.worker) for p in ordered for k in (*p.values, *p.logs)}
     for part in ordered:
         for key, slots in part.absorbed.items():
@@ -107,6 +123,19 @@ def merge(previous: Manifest | None, epoch: int, parts: list[Part], identity: st
             logs.setdefault(key, {})[part.worker] = list(pieces)
         for key, changed in part.positions.items():
             positions.setdefault(key, {}).update(changed)
+
+
+def _manifest(
+    epoch: int,
+    identity: str,
+    peers: int,
+    sizes: dict[str, tuple[int, str]],
+    binned: dict[str, dict[int, Where]],
+    values: dict[str, dict[int, Where]],
+    logs: dict[str, dict[int, list[Where]]],
+    positions: dict[str, dict[int, Any]],
+) -> Manifest:
+    """The manifest naming every place: each file it needs once, in the order first named, with its size and hash."""
     used: dict[str, int] = {}
     files: list[tuple[str, int, str]] = []
 

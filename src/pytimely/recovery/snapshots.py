@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import secrets
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Any
 
 from pytimely.errors import RecoveryMismatchError, SnapshotSealError
@@ -85,6 +87,9 @@ class Snapshots:
 
     store: SnapshotStore
     seal: Seal
+    _token: str = field(default_factory=lambda: secrets.token_hex(6), init=False, repr=False)
+    """Random, once per opening: payload names of this run differ from every earlier run's."""
+    _count: Iterator[int] = field(default_factory=count, init=False, repr=False)
 
     @property
     def where(self) -> str:
@@ -160,10 +165,10 @@ class Snapshots:
 
     # -- writing -----------------------------------------------------------------------------
 
-    @staticmethod
-    def payload_name(epoch: int, worker: int, dataflow: int) -> str:
-        """A fresh name for a worker's payload file of a dataflow at ``epoch``."""
-        return f"snapshots/{epoch_name(epoch)}-{worker:05d}-{dataflow:03d}-{secrets.token_hex(6)}"
+    def payload_name(self, epoch: int, worker: int, dataflow: int) -> str:
+        """A fresh name for a worker's payload file of a dataflow at ``epoch`` (no system call: a worker's step
+        that made one could lose the interpreter to another thread until the switch interval passes)."""
+        return f"snapshots/{epoch_name(epoch)}-{worker:05d}-{dataflow:03d}-{self._token}{next(self._count):x}"
 
     def put_payload(self, name: str, data: bytes) -> tuple[str, int, str]:
         """Write a payload file; ``(name, size, sha256)`` as the manifest will name it."""

@@ -1,0 +1,144 @@
+"""Taking a snapshot of an operator's declared states: what changed of each, encoded into one epoch's part.
+
+The operators of a dataflow are snapshotted at an epoch one by one, as each passes its fence
+(:mod:`pytimely.recovery.fences`); what each gives is encoded at once (:mod:`pytimely.recovery.codec`), so that
+later changes cannot reach it, into the :class:`Assembling` part of that epoch, which goes to the writer as one
+file once every operator is past the epoch. :class:`History` is what snapshots remember from one to the next:
+the pieces a log was written in, the value a worker state had, the old workers' slots taken over on restore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytimely.dataflow.state import PiecewiseState
+from pytimely.errors import RecoveryError
+from pytimely.recovery.codec import encode
+from pytimely.recovery.parts import Part, Where
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.state import BinnedState, Declared, LogState, WorkerState
+
+__all__ = ["Assembling", "Capture", "History", "binned_changes", "capture_states"]
+
+
+def binned_changes(state: BinnedState, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
+    """What a snapshot writes of a keyed state, as ``(bins, value)`` pieces: the bins that changed (``None``:
+    emptied) and, in turn, one ``rewrite_every``-th of the bins that did not (so no file is needed by more than
+    ``rewrite_every`` snapshots). A :class:`~pytimely.dataflow.state.PiecewiseState` says so itself."""
+    if isinstance(state, PiecewiseState):
+        return state.capture(turn, rewrite_every)
+    dirty = set(state.changed())
+    rewrite = {b for b in state.held() if b % rewrite_every == turn} - dirty
+    values = state.snapshot(dirty | rewrite) if dirty or rewrite else {}
+    return [((b,), v) for b, v in sorted(values.items())]
+
+
+@dataclass(slots=True)
+class Capture:
+    """A snapshot taken and on its way: the part to report, once its file (if any) is written."""
+
+    epoch: int
+    part: Part
+    write: Future[tuple[str, int, str]] | None
+    taken: Callable[[], None] | None = None
+    """Tells the worker the write's result was taken (it counted as work under way until then)."""
+
+
+@dataclass(slots=True)
+class Assembling:
+    """The part of one epoch while the operators of a dataflow take their snapshots of it, one by one, and the
+    bytes of its payload file so far."""
+
+    part: Part
+    name: str
+    buffer: bytearray = field(default_factory=bytearray)
+
+    def add(self, data: bytes) -> Where:
+        """Append encoded ``data`` to the payload; where it lies."""
+        where = (self.name, len(self.buffer), len(data))
+        self.buffer.extend(data)
+        return where
+
+    def piece(self, value: Any, operator: str, key: str) -> Where:
+        """Encode ``value`` (of state ``key`` of ``operator``) into the payload; where it lies."""
+        return self.add(_encoded(value, operator, key, self.part.epoch))
+
+
+def _encoded(value: Any, operator: str, key: str, epoch: int) -> bytes:
+    """``encode(value)``; a value that cannot be is a :class:`~pytimely.errors.RecoveryError` naming the
+    operator, the state and the epoch."""
+    try:
+        return encode(value)
+    except Exception as exc:
+        raise RecoveryError(
+            f"operator {operator!r}: its state {key.rsplit('/', 1)[-1]!r} cannot be pickled for a snapshot "
+            f"at epoch {epoch}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+@dataclass(slots=True)
+class History:
+    """What one dataflow's snapshots on one worker remember from one to the next (see the module doc)."""
+
+    logs: dict[str, list[Where]] = field(default_factory=dict)
+    values: dict[str, bytes] = field(default_factory=dict)
+    absorbed: dict[str, list[int]] = field(default_factory=dict)
+    """Per worker or log state: the slots of old workers taken over on restore, reported with the next part."""
+
+
+def capture_states(
+    into: Assembling,
+    operator: str,
+    states: list[tuple[str, Declared]],
+    history: History,
+    turn: int,
+    rewrite_every: int,
+) -> None:
+    """Take what changed of an operator's declared ``states`` into ``into`` (``turn``: the operator's turn in
+    the rewriting of unchanged bins)."""
+    part = into.part
+    for key, declared in states:
+        state = declared.state
+        kind = declared.kind
+        if kind == "binned":
+            _binned(into, operator, key, state, turn, rewrite_every)
+        elif kind == "worker":
+            _value(into, operator, key, state, history)
+        elif kind == "log":
+            _log(into, operator, key, state, history, rewrite_every)
+        else:
+            changed = state.changed()
+            if changed:
+                part.positions[key] = changed
+
+
+def _binned(into: Assembling, operator: str, key: str, state: BinnedState, turn: int, rewrite_every: int) -> None:
+    written = binned_changes(state, turn, rewrite_every)
+    if written:
+        places = into.part.binned[key] = {}
+        for bins, v in written:
+            where = None if v is None else into.piece(v, operator, key)
+            for b in bins:
+                places[b] = where
+
+
+def _value(into: Assembling, operator: str, key: str, state: WorkerState, history: History) -> None:
+    data = _encoded(state.snapshot(), operator, key, into.part.epoch)
+    if history.values.get(key) != data or history.absorbed.get(key):
+        history.values[key] = data
+        into.part.values[key] = into.add(data)
+
+
+def _log(into: Assembling, operator: str, key: str, state: LogState, history: History, rewrite_every: int) -> None:
+    new = state.appended()
+    pieces = history.logs.setdefault(key, [])
+    if new or history.absorbed.get(key):
+        if len(pieces) >= rewrite_every:
+            pieces[:] = [into.piece(state.entries(), operator, key)]
+        elif new:
+            pieces.append(into.piece(new, operator, key))
+        into.part.logs[key] = list(pieces)  # the list goes on growing here
