@@ -14,6 +14,7 @@ import pytest
 from pytimely import Worker, execute
 from pytimely.dataflow.operators.window import DropLate, Session, Sliding, Tumbling, window
 from pytimely.recovery import Recovery
+from pytimely.recovery.runtime import WorkerRecovery
 from tests.recovery.jobs import Crash
 
 EPOCHS = 10
@@ -24,6 +25,14 @@ def _events(epoch: int) -> list[tuple[int, int]]:
     """``(event time, key)`` at ``epoch``; a few are late (event time before the epoch)."""
     rng = random.Random(epoch)
     return [(max(0, 2 * epoch + rng.randrange(-3, 4)), rng.randrange(6)) for _ in range(20)]
+
+
+def _await_durable(worker: Worker, epoch: int) -> None:
+    """Worker 0 steps until the snapshot of ``epoch`` is durable: under load the writer may not have finished it when
+    the crash comes, and a run that resumes from nothing shows nothing of what restoring does."""
+    hook = worker._recovery
+    if isinstance(hook, WorkerRecovery) and epoch >= 0:
+        worker.step_while(lambda: not hook.holds(epoch), timeout=120)
 
 
 def _run(
@@ -57,6 +66,7 @@ def _run(
         for epoch in range(EPOCHS):
             handle.send_batch(events(epoch)[worker.index :: worker.peers])
             if crash == epoch and worker.index == 0:
+                _await_durable(worker, epoch - 1)
                 raise Crash(f"dies at epoch {epoch}")
             handle.advance_to(epoch + 1)
             worker.step_while(lambda: probe.less_than(handle.time))
@@ -256,6 +266,7 @@ def _components(store: Path, workers: int, crash: int | None = None) -> Any:
             handle.advance_to(epoch)
             handle.send_batch(mine[mine[:, 2] == epoch, :2])
             if crash == epoch and worker.index == 0:
+                _await_durable(worker, epoch - 1)
                 raise Crash(f"dies at epoch {epoch}")
             handle.advance_to(epoch + 1)
             worker.step_while(lambda: probe.less_than(handle.time))
