@@ -576,6 +576,18 @@ class StreamSinkError(StreamError, OSError):
     """A streaming query's sink cannot be written (no permission, a file in the way); raised before the first epoch."""
 
 
+class StreamFeedError(StreamError):
+    """A micro-batch did not reach the hosted processes whole (lost, duplicated, refused, or no answer in time)."""
+
+
+class StreamHostError(StreamError):
+    """The hosted processes of a streaming query failed, or did not start; names the generation and the cause."""
+
+
+class StreamFencedError(StreamError):
+    """Another run took the streaming checkpoint over: this one may not commit, and stops; names both owners."""
+
+
 class BatchError(DataflowError):
     """A batch does not fit what an operator does with it; names the operator (once known), the kind, the column."""
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pytimely.atomic import write_atomic
 from pytimely.errors import (
@@ -402,6 +402,23 @@ class StreamCheckpoint:
         """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
         write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
 
+    def next_generation(self) -> int:
+        """A new host generation of this checkpoint (one more than any before; the caller holds the lock)."""
+        path = self.own / "generation.json"
+        try:
+            last = int(json.loads(path.read_text(encoding="utf-8"))["generation"])
+        except FileNotFoundError:
+            last = 0
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointMismatchError(f"{path} is not a pytimely generation record: {exc}") from None
+        self.own.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({"generation": last + 1}) + "\n")
+        hosts = self.own / "hosts"
+        if hosts.exists():
+            for old in hosts.iterdir():
+                old.unlink(missing_ok=True)  # earlier generations' addresses: their processes are gone
+        return last + 1
+
 
 def _check_identity(recorded: dict[str, Any], identity: dict[str, Any], where: Path) -> None:
     """Refuse a checkpoint recorded by another query, naming what differs (the input's schema most plainly)."""
@@ -625,6 +642,8 @@ def run_stream(
     processing_time: str | None = None,
     timeout: float | None = None,
     step_timeout: float = 600.0,
+    processes: int | None = None,
+    host: str | None = None,
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
@@ -636,7 +655,13 @@ def run_stream(
     the source holds and stops; otherwise it runs (every ``processing_time``, e.g. ``"1 second"``) until
     ``timeout`` seconds pass. A failure stops the query and raises its typed error; committed micro-batches
     stay committed and the next run continues after them.
+
+    ``processes=N`` hosts the dataflow on the executors (``host="executors"``, the default once ``processes`` is
+    given): N pytimely processes of ``workers`` workers each, the tasks of one background barrier job, fed by one
+    Spark job per micro-batch (:mod:`pytimely.spark.stream_control`). ``host="driver"`` (or no ``processes``)
+    keeps the dataflow in this process.
     """
+    hosted = _hosting(processes, host, workers, epoch, restore)
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
     if epoch is not None and epoch not in source.columns:
@@ -648,8 +673,24 @@ def run_stream(
         return _run_locked(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
             restore=restore, step_timeout=step_timeout, available_now=available_now,
-            processing_time=processing_time, timeout=timeout,
+            processing_time=processing_time, timeout=timeout, processes=processes if hosted else None,
         )
+
+
+def _hosting(processes: int | None, host: str | None, workers: int, epoch: str | None, restore: Any) -> bool:
+    """Whether the dataflow runs on the executors; a setting that does not fit is refused here."""
+    from pytimely.spark.stream_control import check_layout
+
+    check_layout(processes, workers)
+    if host not in (None, "executors", "driver"):
+        raise InvalidArgument(f"host must be 'executors' or 'driver', got {host!r}")
+    if host == "executors" and processes is None:
+        raise InvalidArgument("host='executors' needs processes=N")
+    hosted = processes is not None and host != "driver"
+    if hosted and (epoch is not None or restore is not None):
+        raise InvalidArgument("a dataflow hosted on the executors takes batch ids as epochs and restores from "
+                              "snapshots: epoch= and restore= need host='driver'")  # fmt: skip
+    return hosted
 
 
 def _run_locked(
@@ -669,6 +710,7 @@ def _run_locked(
     available_now: bool,
     processing_time: str | None,
     timeout: float | None,
+    processes: int | None = None,
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
     from pytimely.spark.session import is_connect
@@ -677,6 +719,11 @@ def _run_locked(
     if connect and isinstance(schema, str):
         schema = source.sparkSession.createDataFrame([], schema).schema  # the server parses DDL for the client
     identity = _identity(query, source, schema, epoch, name)
+    if processes is not None:
+        return _run_hosted(
+            build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,
+            available_now=available_now, processing_time=processing_time, timeout=timeout,
+        )  # fmt: skip
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
                    check=check, restore=restore, step_timeout=step_timeout)  # fmt: skip
     function: Callable[[DataFrame, int], None]
@@ -693,27 +740,9 @@ def _run_locked(
         restored = len(handler.committed)
         function = handler
     sink.prepare()  # after the checkpoint is found to be this query's, before Spark writes anything of it
-    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
-    writer = writer.queryName(f"{query}-{os.getpid()}")
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif processing_time is not None:
-        writer = writer.trigger(processingTime=processing_time)
+    running = _start_query(source, function, checkpoint, query, available_now, processing_time)
     try:
-        running = writer.start()
-    except Exception as exc:
-        raise _typed(str(exc)) or StreamError(
-            f"the streaming query {query!r} did not start (checkpoint {checkpoint.root}): {_cause(str(exc))}"
-        ) from None
-    try:
-        if timeout is not None:
-            running.awaitTermination(max(1, round(timeout)))
-        else:
-            running.awaitTermination()
-    except Exception as exc:
-        if handler is not None and handler.failure is not None:
-            raise handler.failure from None
-        raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
+        _await_query(running, query, timeout, None if handler is None else lambda: handler.failure)
     finally:
         if running.isActive:
             running.stop()
@@ -727,6 +756,99 @@ def _run_locked(
         raise handler.failure
     processed = [t.batch_id for t in handler.timings]
     return StreamRun(processed, handler.skipped, handler.restore_s, restored, list(handler.timings), triggers)
+
+
+def _start_query(
+    source: DataFrame,
+    function: Callable[[DataFrame, int], None],
+    checkpoint: StreamCheckpoint,
+    query: str,
+    available_now: bool,
+    processing_time: str | None,
+) -> Any:
+    """Start the streaming query that calls ``function`` for each micro-batch; a failure to start is typed."""
+    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
+    writer = writer.queryName(f"{query}-{os.getpid()}")
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif processing_time is not None:
+        writer = writer.trigger(processingTime=processing_time)
+    try:
+        return writer.start()
+    except Exception as exc:
+        raise _typed(str(exc)) or StreamError(
+            f"the streaming query {query!r} did not start (checkpoint {checkpoint.root}): {_cause(str(exc))}"
+        ) from None
+
+
+def _await_query(
+    running: Any, query: str, timeout: float | None, failure: Callable[[], PytimelyError | None] | None
+) -> None:
+    """Wait for the query to end (or ``timeout``); its failure as the handler's typed error where it has one."""
+    try:
+        if timeout is not None:
+            running.awaitTermination(max(1, round(timeout)))
+        else:
+            running.awaitTermination()
+    except Exception as exc:
+        known = None if failure is None else failure()
+        if known is not None:
+            raise known from None
+        raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
+
+
+def _run_hosted(
+    build: Build,
+    source: DataFrame,
+    schema: Any,
+    sink: Sink,
+    checkpoint: StreamCheckpoint,
+    identity: dict[str, Any],
+    *,
+    processes: int,
+    workers: int,
+    check: Check | None,
+    available_now: bool,
+    processing_time: str | None,
+    timeout: float | None,
+) -> StreamRun:
+    """``run_stream`` with the dataflow hosted on the executors (:mod:`pytimely.spark.stream_control`)."""
+    from pytimely.spark.hosting import _arrow_schema, check_executors
+    from pytimely.spark.session import is_connect
+    from pytimely.spark.stream_control import HostedDataflow, HostedHandler
+
+    spark = source.sparkSession
+    if is_connect(spark):
+        raise InvalidArgument("processes= (the dataflow on the executors) needs a classic session for now")
+    check_executors(spark)
+    ship_by_value(build)
+    if check is not None:
+        ship_by_value(cast(Build, check))
+    from pyspark.sql.types import StructType
+
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    hosted = HostedDataflow(
+        spark, build, checkpoint.own, processes=processes, workers=workers, schema=arrow, job=identity["query"],
+        parameters={"input": identity["input"], "output": identity["output"]},
+        describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
+    )  # fmt: skip
+    handler = HostedHandler(hosted, sink, checkpoint, identity, check=check)
+    restored = len(handler.committed)
+    try:
+        sink.prepare()
+        running = _start_query(source, handler, checkpoint, identity["query"], available_now, processing_time)
+        try:
+            _await_query(running, identity["query"], timeout, lambda: handler.failure)
+        finally:
+            if running.isActive:
+                running.stop()
+    finally:
+        handler.close()
+    if handler.failure is not None:
+        raise handler.failure
+    triggers = trigger_times(running)
+    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers)
 
 
 class ServerSideHandler:

@@ -1,0 +1,393 @@
+"""The control side of a streaming query whose dataflow is hosted on the executors.
+
+:class:`HostedDataflow` starts the hosting job (one barrier job of ``processes`` tasks, run by a background
+thread for the query's life, see :mod:`pytimely.spark.stream_host`), finds the processes' feed ports under the
+checkpoint, and for each micro-batch runs one Spark job whose tasks send their Arrow partitions straight to the
+processes (:class:`Sender`; only counts come back to the caller), then closes the epoch on every process and
+collects the names of their output parts. A failure of the hosting job, a lost connection or a silent process
+is a typed error within the deadlines; :class:`HostedHandler` then starts a new generation, restored from the
+snapshot of the last committed micro-batch, and sends the micro-batch again (a bounded number of times).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time as _time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytimely.errors import (
+    CheckpointMismatchError,
+    InvalidArgument,
+    PytimelyError,
+    SparkSlotsError,
+    StreamError,
+    StreamFeedError,
+    StreamHostError,
+    StreamSchemaError,
+)
+from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
+from pytimely.spark.stream_host import HostPlan, HostTask, parts_folder, read_hosts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from pytimely.spark.streaming import Sink, StreamCheckpoint
+
+__all__ = ["HostedDataflow", "HostedHandler", "Sender"]
+
+_COUNTS = "process int, sender long, frames long, rows long"
+_FRAME_ROWS = 1 << 16
+"""Rows per DATA message at most: Spark's Arrow batches (10,000 rows by default) are joined up to this."""
+
+
+class Sender:
+    """A task of a micro-batch's feed job: its partition's rows to the hosted processes, counts back."""
+
+    def __init__(
+        self, feeds: list[str], secret: bytes, generation: int, epoch: int, check: Callable[..., Any] | None = None
+    ) -> None:
+        self.feeds = feeds
+        self.secret = secret
+        self.generation = generation
+        self.epoch = epoch
+        self.check = check
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        sender = 0 if context is None else context.partitionId()
+        links: dict[int, FeedLink] = {}
+        counts = {p: [0, 0] for p in range(len(self.feeds))}
+        turn = sender
+        try:
+            for group in _groups(batches, _FRAME_ROWS):
+                table = pa.Table.from_batches(group)
+                if self.check is not None:
+                    table = self.check(table, self.epoch)
+                if table.num_rows == 0:
+                    continue
+                process = turn % len(self.feeds)  # spread evenly, each sender starting elsewhere
+                turn += 1
+                if process not in links:
+                    links[process] = dial(self.feeds[process], self.secret, process)
+                header = {"generation": self.generation, "epoch": self.epoch, "sender": sender,
+                          "seq": counts[process][0]}  # fmt: skip
+                links[process].send(Kind.DATA, header, arrow_bytes(table.to_batches(), table.schema))
+                counts[process][0] += 1
+                counts[process][1] += table.num_rows
+        finally:
+            for link in links.values():
+                link.close()
+        used = [p for p, (frames, _) in counts.items() if frames]
+        yield pa.RecordBatch.from_pydict({
+            "process": pa.array(used, pa.int32()),
+            "sender": pa.array([sender] * len(used), pa.int64()),
+            "frames": pa.array([counts[p][0] for p in used], pa.int64()),
+            "rows": pa.array([counts[p][1] for p in used], pa.int64()),
+        })
+
+
+def _groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """Consecutive batches joined into groups of about ``rows`` rows."""
+    group: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        group.append(batch)
+        size += batch.num_rows
+        if size >= rows:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+class HostedDataflow:
+    """The hosted processes of one generation, seen from the control side: start, feed an epoch, stop."""
+
+    def __init__(
+        self,
+        spark: Any,
+        build: Callable[..., Any],
+        own: Path,
+        *,
+        processes: int,
+        workers: int,
+        schema: pa.Schema,
+        job: str,
+        parameters: dict[str, Any],
+        describe: str,
+        start_timeout: float = 120.0,
+        close_timeout: float = 600.0,
+    ) -> None:
+        self.spark = spark
+        self.build = build
+        self.own = own
+        self.processes = processes
+        self.workers = workers
+        self.schema = schema
+        self.job = job
+        self.parameters = parameters
+        self.describe = describe
+        self.start_timeout = start_timeout
+        self.close_timeout = close_timeout
+        self.generation = 0
+        self.feeds: list[str] = []
+        self._secret = b""
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._group = ""
+
+    def start(self, generation: int, resume_at: int) -> None:
+        """Start generation ``generation`` of the hosted processes, restored at ``resume_at``; wait for their ports."""
+        from pytimely.spark.session import is_connect, slots_of, wait_for_slots
+
+        slots = wait_for_slots(self.spark, self.processes, 30.0)
+        if self.processes + 1 > slots:
+            raise SparkSlotsError(f"{self.processes} hosted processes need {self.processes + 1} task slots at once "
+                                  f"(one for the micro-batches' feed jobs); the session has {slots}")  # fmt: skip
+        self.generation = generation
+        self._secret = secrets.token_bytes(32)
+        self._failure = None
+        plan = HostPlan(
+            build=self.build, processes=self.processes, workers=self.workers, generation=generation,
+            secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
+            resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
+            close_timeout=self.close_timeout,
+        )  # fmt: skip
+        self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
+        self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,
+                                        name=f"pytimely-hosting-g{generation}")  # fmt: skip
+        self._thread.start()
+        deadline = _time.monotonic() + self.start_timeout
+        while True:
+            feeds = read_hosts(self.own, generation, self._secret)
+            if feeds is not None:
+                self.feeds = feeds
+                return
+            self._raise_if_failed()
+            if _time.monotonic() > deadline:
+                self.cancel()
+                raise StreamHostError(f"the hosted processes of generation {generation} did not start within "
+                                      f"{self.start_timeout:g} s")  # fmt: skip
+            _time.sleep(0.05)
+
+    def _host(self, task: HostTask) -> None:
+        """The background thread: run the hosting job until the processes stop (or fail)."""
+        from pytimely.spark.session import is_connect
+
+        try:
+            if not is_connect(self.spark):
+                context = self.spark.sparkContext
+                context.setJobGroup(self._group, f"{self.describe}: hosted processes, generation {self.generation}",
+                                    interruptOnCancel=True)  # fmt: skip
+            frame = self.spark.range(0, self.processes, 1, self.processes)
+            frame.mapInArrow(task, "process int", barrier=True).collect()
+        except BaseException as exc:
+            self._failure = exc
+
+    def _raise_if_failed(self) -> None:
+        if self._thread is not None and not self._thread.is_alive() and self._failure is not None:
+            raise StreamHostError(f"the hosted processes of generation {self.generation} failed: "
+                                  f"{_short(self._failure)}") from None  # fmt: skip
+
+    def epoch(self, frame: DataFrame, epoch: int, check: Callable[..., Any] | None = None) -> list[str]:
+        """Send micro-batch ``frame`` as ``epoch`` to the processes, complete it there; the output parts' paths."""
+        from pytimely.spark.streaming import _job_description
+
+        self._raise_if_failed()
+        sender = Sender(self.feeds, self._secret, self.generation, epoch, check)
+        with _job_description(frame, f"{self.describe}: feed epoch {epoch} (generation {self.generation})"):
+            try:
+                counts = frame.mapInArrow(sender, _COUNTS).toArrow()
+            except Exception as exc:
+                self._raise_if_failed()
+                raise _feed_failure(exc, epoch) from None
+        expected: list[dict[str, list[int]]] = [{} for _ in self.feeds]
+        for row in counts.to_pylist():
+            expected[row["process"]][str(row["sender"])] = [row["frames"], row["rows"]]
+        return self._close(epoch, expected)
+
+    def _close(self, epoch: int, expected: list[dict[str, list[int]]]) -> list[str]:
+        links = [dial(address, self._secret, p) for p, address in enumerate(self.feeds)]
+        try:
+            for p, link in enumerate(links):
+                link.send(Kind.CLOSE, {"generation": self.generation, "epoch": epoch, "expected": expected[p]})
+            parts = []
+            for link in links:
+                answer = self._answer(link, self.close_timeout)
+                if answer.kind != Kind.DONE:
+                    raise StreamFeedError(f"epoch {epoch}: {link.peer}: {answer.header.get('error')}")
+                parts.append(str(answer.header["part"]))
+            return parts
+        finally:
+            for link in links:
+                link.close()
+
+    def _answer(self, link: FeedLink, timeout: float) -> Any:
+        """The process's answer; a failed hosting job ends the wait early."""
+        deadline = _time.monotonic() + timeout
+        while True:
+            try:
+                return link.receive(min(1.0, max(0.01, deadline - _time.monotonic())))
+            except StreamFeedError:
+                self._raise_if_failed()
+                if _time.monotonic() > deadline or self._thread is None or not self._thread.is_alive():
+                    raise
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the processes (their dataflow ends cleanly) and wait for the hosting job."""
+        if self._thread is None:
+            return
+        try:
+            for p, address in enumerate(self.feeds):
+                link = dial(address, self._secret, p, timeout=10.0)
+                try:
+                    link.send(Kind.STOP, {"generation": self.generation})
+                    link.receive(timeout)
+                finally:
+                    link.close()
+            self._thread.join(timeout)
+        except PytimelyError:
+            pass  # a process already gone: the job is cancelled below
+        finally:
+            if self._thread.is_alive():
+                self.cancel()
+            self._thread = None
+
+    def cancel(self) -> None:
+        """Cancel the hosting job (its tasks are killed) and wait a while for the thread."""
+        from pytimely.spark.session import is_connect
+
+        if not is_connect(self.spark):
+            self.spark.sparkContext.cancelJobGroup(self._group)
+        if self._thread is not None:
+            self._thread.join(30.0)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")]
+    telling = [line for line in lines if "Error" in line or "error" in line]
+    return " | ".join((telling or lines or [type(exc).__name__])[:3])[:600]
+
+
+def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
+    """A feed job's failure as a typed error (the error a sender task raised, where it names one)."""
+    from pytimely.spark.streaming import _typed
+
+    found = _typed(str(exc))
+    if isinstance(found, StreamFeedError | StreamSchemaError):
+        return found
+    return StreamFeedError(f"the feed job of epoch {epoch} failed: {_short(exc)}")
+
+
+class HostedHandler:
+    """The ``foreachBatch`` function of a hosted query: feed, complete, commit each micro-batch once."""
+
+    def __init__(
+        self,
+        hosted: HostedDataflow,
+        sink: Sink,
+        checkpoint: StreamCheckpoint,
+        identity: dict[str, Any],
+        *,
+        check: Callable[..., Any] | None = None,
+        retries: int = 2,
+    ) -> None:
+        self.hosted = hosted
+        self.sink = sink
+        self.checkpoint = checkpoint
+        self.input_schema: str = identity["input"]
+        self.check = check
+        self.retries = retries
+        self.committed = checkpoint.open(identity)
+        self.generation = checkpoint.next_generation()
+        self.failure: PytimelyError | None = None
+        self.skipped = 0
+        self.restarts = 0
+        self.processed: list[int] = []
+        self.hosted.start(self.generation, self.last_committed)
+
+    @property
+    def last_committed(self) -> int:
+        """The last batch id whose output is committed (-1 before the first)."""
+        return self.committed[-1] if self.committed else -1
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Process micro-batch ``batch_id`` (Spark calls this from ``foreachBatch``)."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            self._process(frame, batch_id)
+        except PytimelyError as exc:
+            self.failure = exc
+            raise
+        except Exception as exc:
+            self.failure = StreamError(f"micro-batch {batch_id}: {type(exc).__name__}: {exc}")
+            raise self.failure from exc
+
+    def _process(self, frame: DataFrame, batch_id: int) -> None:
+        if batch_id <= self.last_committed:
+            self.skipped += 1
+            return
+        if batch_id != self.last_committed + 1:
+            raise CheckpointMismatchError(f"micro-batch {batch_id} arrived after {self.last_committed}: the commits "
+                                          "of the batches between are missing from the checkpoint")  # fmt: skip
+        if frame.schema.simpleString() != self.input_schema:
+            raise StreamSchemaError(f"micro-batch {batch_id}: the source's schema changed from {self.input_schema} "
+                                    f"to {frame.schema.simpleString()}")  # fmt: skip
+        attempt = 0
+        while True:
+            try:
+                parts = self.hosted.epoch(frame, batch_id, self.check)
+                break
+            except (StreamFeedError, StreamHostError):
+                if attempt >= self.retries:
+                    raise
+                attempt += 1
+                self.restart()
+        self._commit(batch_id, parts)
+
+    def restart(self) -> None:
+        """Cancel this generation and start the next one, restored at the last committed micro-batch."""
+        self.hosted.cancel()
+        self.restarts += 1
+        self.generation = self.checkpoint.next_generation()
+        self.hosted.start(self.generation, self.last_committed)
+
+    def _commit(self, batch_id: int, parts: list[str]) -> None:
+        """The parts as the sink's output of ``batch_id``, then the commit record; the parts are removed after."""
+        import shutil
+
+        import pyarrow as pa
+
+        tables = []
+        for path in parts:
+            with pa.memory_map(path) as source:
+                tables.append(pa.ipc.open_file(source).read_all())
+        table = pa.concat_tables(tables) if tables else pa.table({})
+        self.sink.commit(batch_id, table)
+        self.checkpoint.commit(batch_id)
+        self.committed.append(batch_id)
+        self.processed.append(batch_id)
+        shutil.rmtree(parts_folder(self.hosted.own, batch_id), ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the hosted processes."""
+        self.hosted.stop()
+
+
+def check_layout(processes: int | None, workers: int) -> None:
+    """Refuse a layout that cannot run, before anything starts."""
+    if processes is not None and (type(processes) is not int or processes < 1):
+        raise InvalidArgument(f"processes must be a positive int, got {processes!r}")
+    if type(workers) is not int or workers < 1:
+        raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
