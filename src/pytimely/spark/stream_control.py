@@ -126,8 +126,11 @@ class HostedDataflow:
         describe: str,
         start_timeout: float = 120.0,
         close_timeout: float = 600.0,
+        failure_wait: float = 60.0,
     ) -> None:
         self.spark = spark
+        self.failure_wait = failure_wait
+        """Seconds a lost connection waits for the hosting job to fail (Spark's own deadline to notice)."""
         self.build = build
         self.own = own
         self.processes = processes
@@ -232,15 +235,15 @@ class HostedDataflow:
                 link.close()
 
     def _answer(self, link: FeedLink, timeout: float) -> Any:
-        """The process's answer; a failed hosting job ends the wait early."""
-        deadline = _time.monotonic() + timeout
-        while True:
-            try:
-                return link.receive(min(1.0, max(0.01, deadline - _time.monotonic())))
-            except StreamFeedError:
-                self._raise_if_failed()
-                if _time.monotonic() > deadline or self._thread is None or not self._thread.is_alive():
-                    raise
+        """The process's answer; a lost connection waits (bounded) for the hosting job's failure to name it."""
+        try:
+            return link.receive(timeout)
+        except StreamFeedError as lost:
+            # A process that died takes its connection with it; Spark fails the barrier job a moment later.
+            if self._thread is not None:
+                self._thread.join(self.failure_wait)
+            self._raise_if_failed()
+            raise lost from None
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the processes (their dataflow ends cleanly) and wait for the hosting job."""

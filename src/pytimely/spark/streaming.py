@@ -624,6 +624,8 @@ class StreamRun:
     timings: list[BatchTiming] = field(default_factory=list)
     trigger_ms: dict[int, float] = field(default_factory=dict)
     """Spark's own time for each micro-batch that had rows (``durationMs.triggerExecution``), by batch id."""
+    restarts: int = 0
+    """How many times the hosted processes were started again after a failure (executor-hosted runs)."""
 
 
 def run_stream(
@@ -848,7 +850,7 @@ def _run_hosted(
     if handler.failure is not None:
         raise handler.failure
     triggers = trigger_times(running)
-    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers)
+    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts)
 
 
 class ServerSideHandler:
