@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import os
-import signal
 import random
+import signal
 from pathlib import Path
 from typing import Any
 
