@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+    from pytimely.spark.epoch_output import EpochOutput
     from pytimely.spark.streaming import Sink, StreamCheckpoint
 
 __all__ = ["HostedDataflow", "HostedHandler", "Sender"]
@@ -127,8 +128,10 @@ class HostedDataflow:
         start_timeout: float = 120.0,
         close_timeout: float = 600.0,
         failure_wait: float = 60.0,
+        output: EpochOutput | None = None,
     ) -> None:
         self.spark = spark
+        self.output = output
         self.failure_wait = failure_wait
         """Seconds a lost connection waits for the hosting job to fail (Spark's own deadline to notice)."""
         self.build = build
@@ -163,7 +166,7 @@ class HostedDataflow:
             build=self.build, processes=self.processes, workers=self.workers, generation=generation,
             secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
             resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
-            close_timeout=self.close_timeout,
+            close_timeout=self.close_timeout, output=self.output,
         )  # fmt: skip
         self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
         self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,
@@ -312,6 +315,8 @@ class HostedHandler:
         self.check = check
         self.retries = retries
         self.committed = checkpoint.open(identity)
+        if hosted.output is not None:
+            self._take_over(hosted.output)
         self.generation = checkpoint.next_generation()
         self.failure: PytimelyError | None = None
         self.skipped = 0
@@ -366,8 +371,31 @@ class HostedHandler:
         self.generation = self.checkpoint.next_generation()
         self.hosted.start(self.generation, self.last_committed)
 
+    def _take_over(self, output: EpochOutput) -> None:
+        """Line the checkpoint up with the output: a manifest is the commit (a run killed before it wrote its commit
+        record left it; the epoch's snapshot was durable before its parts), and uncommitted parts are removed."""
+        output.prepare()
+        ahead = output.last_committed()
+        if ahead > self.last_committed:
+            self.checkpoint.commit(ahead)
+            self.committed = list(range(ahead + 1))
+        output.discard_uncommitted()
+
     def _commit(self, batch_id: int, parts: list[str]) -> None:
-        """The parts as the sink's output of ``batch_id``, then the commit record; the parts are removed after."""
+        """The parts as the output of ``batch_id`` (its manifest, or the sink's commit), then the commit record."""
+        output = self.hosted.output
+        if output is not None:
+            from pytimely.spark.epoch_output import Part
+
+            output.commit(batch_id, [Part.from_json(text) for text in parts])
+        else:
+            self._commit_through_driver(batch_id, parts)
+        self.checkpoint.commit(batch_id)
+        self.committed.append(batch_id)
+        self.processed.append(batch_id)
+
+    def _commit_through_driver(self, batch_id: int, parts: list[str]) -> None:
+        """A sink that is not an :class:`EpochOutput` gets the parts joined here; they are removed after."""
         import shutil
 
         import pyarrow as pa
@@ -376,11 +404,7 @@ class HostedHandler:
         for path in parts:
             with pa.memory_map(path) as source:
                 tables.append(pa.ipc.open_file(source).read_all())
-        table = pa.concat_tables(tables) if tables else pa.table({})
-        self.sink.commit(batch_id, table)
-        self.checkpoint.commit(batch_id)
-        self.committed.append(batch_id)
-        self.processed.append(batch_id)
+        self.sink.commit(batch_id, pa.concat_tables(tables))
         shutil.rmtree(parts_folder(self.hosted.own, batch_id), ignore_errors=True)
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from pytimely.recovery.runtime import WorkerRecovery
     from pytimely.recovery.session import Session
+    from pytimely.spark.epoch_output import EpochOutput
     from pytimely.worker import Worker
 
 __all__ = ["HostPlan", "HostTask", "ResumeAt", "hosts_path", "read_hosts"]
@@ -101,6 +102,8 @@ class HostPlan:
     heartbeat: float = 0.5
     timeout: float = 10.0
     close_timeout: float = 600.0
+    output: EpochOutput | None = None
+    """Where the processes write their parts themselves (else under ``CK/pytimely/parts``, for the driver)."""
 
     def recovery(self) -> ResumeAt:
         """The query's recovery store, opened at the last committed micro-batch (two snapshots kept)."""
@@ -288,10 +291,14 @@ class Feeder:
         return [b for bs in taken.values() for b in bs]
 
     def _write_part(self, epoch: int, outputs: list[pa.RecordBatch]) -> dict[str, Any]:
-        """This process's output of ``epoch`` as an Arrow file under ``CK/pytimely/parts`` (renamed into place)."""
+        """This process's output of ``epoch``: a part of the query's :class:`EpochOutput`, or an Arrow file under
+        ``CK/pytimely/parts`` for the driver to hand to its sink (written aside and renamed, either way)."""
         import pyarrow as pa
 
         table = pa.Table.from_batches(outputs, schema=self.plan.schema)
+        if self.plan.output is not None:
+            name = f"g{self.plan.generation}-p{self.process:05d}"
+            return {"part": self.plan.output.write_part(epoch, name, table).to_json(), "rows": table.num_rows}
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)

@@ -830,10 +830,13 @@ def _run_hosted(
 
     struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    from pytimely.spark.epoch_output import EpochOutput
+
     hosted = HostedDataflow(
         spark, build, checkpoint.own, processes=processes, workers=workers, schema=arrow, job=identity["query"],
         parameters={"input": identity["input"], "output": identity["output"]},
         describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
+        output=sink if isinstance(sink, EpochOutput) else None,
     )  # fmt: skip
     handler = HostedHandler(hosted, sink, checkpoint, identity, check=check)
     restored = len(handler.committed)
