@@ -11,6 +11,7 @@ snapshot of the last committed micro-batch, and sends the micro-batch again (a b
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time as _time
@@ -150,6 +151,8 @@ class HostedDataflow:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._group = ""
+        self.received = 0
+        """Bytes of results and answers this side received for the last epoch (counts and part names only)."""
 
     def start(self, generation: int, resume_at: int) -> None:
         """Start generation ``generation`` of the hosted processes, restored at ``resume_at``; wait for their ports."""
@@ -216,6 +219,7 @@ class HostedDataflow:
             except Exception as exc:
                 self._raise_if_failed()
                 raise _feed_failure(exc, epoch) from None
+        self.received = counts.nbytes
         expected: list[dict[str, list[int]]] = [{} for _ in self.feeds]
         for row in counts.to_pylist():
             expected[row["process"]][str(row["sender"])] = [row["frames"], row["rows"]]
@@ -229,6 +233,7 @@ class HostedDataflow:
             parts = []
             for link in links:
                 answer = self._answer(link, self.close_timeout)
+                self.received += len(json.dumps(answer.header)) + len(answer.body)
                 if answer.kind != Kind.DONE:
                     raise StreamFeedError(f"epoch {epoch}: {link.peer}: {answer.header.get('error')}")
                 parts.append(str(answer.header["part"]))
@@ -322,6 +327,8 @@ class HostedHandler:
         self.skipped = 0
         self.restarts = 0
         self.processed: list[int] = []
+        self.driver_bytes: dict[int, int] = {}
+        """Bytes this side received per micro-batch (Spark's results of the feed job and the processes' answers)."""
         self.hosted.start(self.generation, self.last_committed)
 
     @property
@@ -362,6 +369,7 @@ class HostedHandler:
                     raise
                 attempt += 1
                 self.restart()
+        self.driver_bytes[batch_id] = self.hosted.received
         self._commit(batch_id, parts)
 
     def restart(self) -> None:

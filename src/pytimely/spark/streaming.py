@@ -626,6 +626,8 @@ class StreamRun:
     """Spark's own time for each micro-batch that had rows (``durationMs.triggerExecution``), by batch id."""
     restarts: int = 0
     """How many times the hosted processes were started again after a failure (executor-hosted runs)."""
+    driver_bytes: dict[int, int] = field(default_factory=dict)
+    """Executor-hosted runs: bytes the control side received per micro-batch (counts and answers, no rows)."""
 
 
 def run_stream(
@@ -853,7 +855,8 @@ def _run_hosted(
     if handler.failure is not None:
         raise handler.failure
     triggers = trigger_times(running)
-    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts)
+    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts,
+                     dict(handler.driver_bytes))  # fmt: skip
 
 
 class ServerSideHandler:
