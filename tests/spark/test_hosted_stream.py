@@ -52,6 +52,11 @@ def count_words(spark: Any, incoming: Path, out: Path | EpochOutput, ck: Path, *
     )  # fmt: skip
 
 
+def size(folder: Path) -> int:
+    """Bytes of the files under ``folder``."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
 def output_changelog(output: EpochOutput) -> list[tuple[str, ...]]:
     """An :class:`EpochOutput`'s committed rows as :func:`changelog` gives a CSV folder's."""
     rows: list[tuple[str, ...]] = []
@@ -63,18 +68,23 @@ def output_changelog(output: EpochOutput) -> list[tuple[str, ...]]:
 
 
 def test_hosted_word_count_equals_the_driver_hosted_path_across_a_restart(spark: Any, tmp_path: Path) -> None:
-    """Two processes on the executors, stopped after three micro-batches and run again for three more, write the
-    changelog one uninterrupted driver-hosted run writes (the state came back from the snapshots). ~25 s."""
+    """Two processes on the executors, stopped after two micro-batches and run again (2 workers each) for four
+    more, write the changelog one uninterrupted driver-hosted run writes (the state came back from the snapshots);
+    pytimely's half of the checkpoint does not grow with the micro-batches. ~60 s."""
     rng = random.Random(35)
     incoming = tmp_path / "in"
-    drop_texts(incoming, rng, range(3))
+    drop_texts(incoming, rng, range(2))
     hosted_out = EpochOutput(tmp_path / "hosted", SCHEMA, format="csv", order_by=["word"])
     hosted_ck = tmp_path / "hosted-ck"
     first = count_words(spark, incoming, hosted_out, hosted_ck, processes=2)
-    assert first.processed == [0, 1, 2]
-    drop_texts(incoming, rng, range(3, 6))
+    assert first.processed == [0, 1]
+    after_two = {half: size(hosted_ck / half) for half in ("pytimely", "spark")}
+    drop_texts(incoming, rng, range(2, 6))
     second = count_words(spark, incoming, hosted_out, hosted_ck, processes=2, workers=2)
-    assert second.processed == [3, 4, 5] and second.restored_batches == 3
+    assert second.processed == [2, 3, 4, 5] and second.restored_batches == 2
+    after_six = {half: size(hosted_ck / half) for half in ("pytimely", "spark")}
+    print("checkpoint bytes after 2 and 6 micro-batches:", after_two, after_six)
+    assert after_six["pytimely"] <= 1.5 * after_two["pytimely"], (after_two, after_six)
     driver_out = tmp_path / "driver"
     count_words(spark, incoming, driver_out, tmp_path / "driver-ck")
     assert hosted_out.committed() == list(range(6))
