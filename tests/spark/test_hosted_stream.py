@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pytimely.errors import InvalidArgument
+from pytimely.errors import InvalidArgument, StreamFencedError
 from pytimely.spark.epoch_output import EpochOutput
-from pytimely.spark.streaming import CsvDirectorySink, run_stream
+from pytimely.spark.streaming import CsvDirectorySink, StreamCheckpoint, run_stream
 from tests.spark.test_streaming import drop, load
 
 SCHEMA = pa.schema([("epoch", pa.int64()), ("word", pa.string()), ("count", pa.int64())])
@@ -143,3 +143,32 @@ def test_a_hosted_process_killed_mid_batch_is_started_again_from_the_snapshot(sp
     driver_out = tmp_path / "driver"
     count_words(spark, incoming, driver_out, tmp_path / "driver-ck")
     assert changelog(out) == changelog(driver_out)
+
+
+class TakenOverAfter(CsvDirectorySink):
+    """A CSV sink during whose commit of ``batch`` another run takes the checkpoint over."""
+
+    def __init__(self, directory: Path, checkpoint: Path, batch: int) -> None:
+        super().__init__(directory, order_by=["word"])
+        self.checkpoint = checkpoint
+        self.batch = batch
+
+    def commit(self, batch_id: int, table: Any) -> None:
+        super().commit(batch_id, table)
+        if batch_id == self.batch:
+            StreamCheckpoint(self.checkpoint).take_ownership()
+
+
+def test_a_run_whose_checkpoint_was_taken_over_commits_nothing_more(spark: Any, tmp_path: Path) -> None:
+    """Once another run owns the checkpoint, this run's next commit is refused (StreamFencedError) and the query
+    stops: the checkpoint and the output end at the last micro-batch it committed as owner. ~30 s."""
+    rng = random.Random(3)
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    drop_texts(incoming, rng, range(4))
+    wordcount = load("stream_wordcount")
+    source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(incoming))
+    with pytest.raises(StreamFencedError, match="taken over"):
+        run_stream(wordcount.running_counts, source, wordcount.SCHEMA, sink=TakenOverAfter(out, ck, 1), checkpoint=ck,
+                   query="fenced", available_now=True, processes=2)
+    assert StreamCheckpoint(ck).last_committed() == 1
+    assert sorted(p.name for p in out.glob("batch-*.csv")) == [f"batch-{b:012d}.csv" for b in (0, 1)]

@@ -320,6 +320,7 @@ class HostedHandler:
         self.check = check
         self.retries = retries
         self.committed = checkpoint.open(identity)
+        self.owner = checkpoint.take_ownership()
         if hosted.output is not None:
             self._take_over(hosted.output)
         self.generation = checkpoint.next_generation()
@@ -392,13 +393,14 @@ class HostedHandler:
     def _commit(self, batch_id: int, parts: list[str]) -> None:
         """The parts as the output of ``batch_id`` (its manifest, or the sink's commit), then the commit record."""
         output = self.hosted.output
-        if output is not None:
-            from pytimely.spark.epoch_output import Part
+        with self.checkpoint.fenced_commit(self.owner, batch_id):
+            if output is not None:
+                from pytimely.spark.epoch_output import Part
 
-            output.commit(batch_id, [Part.from_json(text) for text in parts])
-        else:
-            self._commit_through_driver(batch_id, parts)
-        self.checkpoint.commit(batch_id)
+                output.commit(batch_id, [Part.from_json(text) for text in parts])
+            else:
+                self._commit_through_driver(batch_id, parts)
+            self.checkpoint.commit(batch_id)
         self.committed.append(batch_id)
         self.processed.append(batch_id)
 

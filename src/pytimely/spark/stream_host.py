@@ -46,6 +46,8 @@ __all__ = ["HostPlan", "HostTask", "ResumeAt", "hosts_path", "read_hosts"]
 
 HOSTS_PURPOSE = "stream-hosts"
 _STOP = "stop"
+_IDLE_FIRST = 0.0005
+_IDLE_MOST = 0.05
 
 
 def hosts_path(own: str | Path, generation: int) -> Path:
@@ -315,12 +317,16 @@ class Feeder:
         handle, probe, captured = worker.dataflow(lambda scope: _dataflow(scope, self.plan.build))
         commands = self.commands[index]
         hook = cast("WorkerRecovery | None", worker._recovery) if worker.index == 0 else None
+        idle = _IDLE_FIRST
         while True:
+            worker.step()
+            # Between epochs only heartbeats arrive: wait on the queue longer the longer nothing happens.
+            idle = _IDLE_FIRST if worker.last_step_worked else min(idle * 2, _IDLE_MOST)
             try:
-                command = commands.get_nowait() if worker.step() or worker.last_step_worked else commands.get(
-                    timeout=0.002)  # fmt: skip
+                command = commands.get(timeout=idle)
             except queue.Empty:
                 continue
+            idle = _IDLE_FIRST
             if command == _STOP:
                 handle.close()
                 worker.step_while(lambda: not probe.done())

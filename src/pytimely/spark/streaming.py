@@ -45,6 +45,7 @@ from pytimely.errors import (
     InvalidArgument,
     PytimelyError,
     StreamError,
+    StreamFencedError,
     StreamInputError,
     StreamSchemaError,
     StreamSinkError,
@@ -401,6 +402,44 @@ class StreamCheckpoint:
     def commit(self, batch_id: int) -> None:
         """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
         write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
+
+    def take_ownership(self) -> str:
+        """Make this run the checkpoint's owner (a fresh token in ``owner.json``); an earlier owner can no longer
+        commit (:meth:`fenced_commit`). Called by a run that holds the checkpoint's lock."""
+        import secrets
+
+        token = secrets.token_hex(16)
+        self.own.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.own / "owner.json", json.dumps({"owner": token, "pid": os.getpid()}) + "\n")
+        return token
+
+    def owner(self) -> str | None:
+        """The token of the run that owns the checkpoint now (``None`` before any)."""
+        try:
+            return str(json.loads((self.own / "owner.json").read_text(encoding="utf-8"))["owner"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointMismatchError(f"{self.own / 'owner.json'} is not a pytimely owner record: {exc}") from None
+
+    @contextlib.contextmanager
+    def fenced_commit(self, owner: str, batch_id: int) -> Iterator[None]:
+        """Hold the commit lock (``CK/pytimely/commit.lock``) while ``owner`` still owns the checkpoint, else raise
+        :class:`StreamFencedError`: a run that was taken over (a killed client's query still running on a Spark
+        Connect server, a second client) never commits."""
+        self.own.mkdir(parents=True, exist_ok=True)
+        with open(self.own / "commit.lock", "a+", encoding="utf-8") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            try:
+                now = self.owner()
+                if now != owner:
+                    raise StreamFencedError(
+                        f"micro-batch {batch_id}: the checkpoint {self.root} was taken over by another run (owner "
+                        f"{now}, this run {owner}); this run stops without committing"
+                    )
+                yield
+            finally:
+                fcntl.flock(file, fcntl.LOCK_UN)
 
     def next_generation(self) -> int:
         """A new host generation of this checkpoint (one more than any before; the caller holds the lock)."""
