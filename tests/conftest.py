@@ -71,6 +71,11 @@ SLOWEST_FIRST = (
 started last would hold up the whole run while the other processes sit idle."""
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--kill-trials N``: how many seeded kill trials ``tests/spark/test_hosted_faults.py`` runs (default 2)."""
+    parser.addoption("--kill-trials", type=int, default=2, help="seeded kill trials of the hosted streaming tests")
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the slowest files first; the rest keep their order."""
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import csv
-import os
 import random
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from pytimely.spark.epoch_output import EpochOutput
 from pytimely.spark.streaming import CsvDirectorySink, StreamCheckpoint, run_stream
 from tests.spark.test_streaming import drop, load
 
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = pa.schema([("epoch", pa.int64()), ("word", pa.string()), ("count", pa.int64())])
 VOCABULARY = ["a", "b", "c,d", 'say "hi"', "é", "zz", "x1", "q"]
 
@@ -105,46 +104,6 @@ def test_a_layout_that_cannot_run_is_refused_before_anything_starts(spark: Any, 
                    processes=2, host="elsewhere")
 
 
-class KillOnce:
-    """The word count, whose hosted process kills itself (SIGKILL) on a line holding ``word`` while ``marker`` is
-    there (it removes the marker first: the retried micro-batch passes)."""
-
-    def __init__(self, marker: Path, word: str) -> None:
-        self.marker = marker
-        self.word = word
-
-    def __call__(self, stream: Any) -> Any:
-        return load("stream_wordcount").running_counts(stream.map_batch(self.check, name="kill-once"))
-
-    def check(self, batch: Any) -> Any:
-        if self.marker.exists() and any(self.word in line for line in batch.column(0).to_pylist()):
-            self.marker.unlink()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return batch
-
-
-def test_a_hosted_process_killed_mid_batch_is_started_again_from_the_snapshot(spark: Any, tmp_path: Path) -> None:
-    """kill -9 of a hosted process in micro-batch 2: a new generation restores the snapshot of batch 1 and the
-    micro-batch is sent again; the changelog has no duplicate and no gap (equal to the driver-hosted one). ~40 s."""
-    rng = random.Random(7)
-    incoming = tmp_path / "in"
-    drop_texts(incoming, rng, range(4))
-    kill_file = incoming / "t002.txt"
-    kill_file.write_text(kill_file.read_text(encoding="utf-8") + "KILL here\n", encoding="utf-8")
-    marker = tmp_path / "kill-marker"
-    marker.write_text("armed", encoding="utf-8")
-    out = tmp_path / "out"
-    source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(incoming))
-    wordcount = load("stream_wordcount")
-    done = run_stream(KillOnce(marker, "KILL"), source, wordcount.SCHEMA, sink=CsvDirectorySink(out, order_by=["word"]),
-                      checkpoint=tmp_path / "ck", query="killed", available_now=True, processes=2)
-    assert not marker.exists(), "no hosted process reached the line that kills it"
-    assert done.processed == [0, 1, 2, 3] and done.restarts == 1
-    driver_out = tmp_path / "driver"
-    count_words(spark, incoming, driver_out, tmp_path / "driver-ck")
-    assert changelog(out) == changelog(driver_out)
-
-
 class TakenOverAfter(CsvDirectorySink):
     """A CSV sink during whose commit of ``batch`` another run takes the checkpoint over."""
 
@@ -172,3 +131,4 @@ def test_a_run_whose_checkpoint_was_taken_over_commits_nothing_more(spark: Any, 
                    query="fenced", available_now=True, processes=2)
     assert StreamCheckpoint(ck).last_committed() == 1
     assert sorted(p.name for p in out.glob("batch-*.csv")) == [f"batch-{b:012d}.csv" for b in (0, 1)]
+

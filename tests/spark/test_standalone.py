@@ -64,7 +64,8 @@ def test_streaming_jobs_through_spark_standalone_equal_their_references(standalo
         edges = random_edges(rng, rng.randint(5, 25))
         drop(incoming, f"r{number}.csv", edge_csv(edges), number)
         rounds.append(edges)
-        done = _run_example("stream_wcc", ["--spark", standalone.url, "--edges-dir", str(incoming), "--output",
+        done = _run_example("stream_wcc", ["--processes", "0",
+                                           "--spark", standalone.url, "--edges-dir", str(incoming), "--output",
                                            str(out), "--checkpoint", str(ck), "--available-now"])
         assert done.returncode == 0, done.stderr[-3000:]
         assert read_changelog(out) == reference_changelog(rounds)
@@ -72,7 +73,8 @@ def test_streaming_jobs_through_spark_standalone_equal_their_references(standalo
     texts, counted, ck2 = tmp_path / "text", tmp_path / "counted", tmp_path / "ck2"
     lines = ["the fox", "the dog and the fox", "é é x"]
     drop(texts, "t0.txt", "\n".join(lines) + "\n", 0)
-    done = _run_example("stream_wordcount", ["--spark", standalone.url, "--text-dir", str(texts), "--output",
+    done = _run_example("stream_wordcount", ["--processes", "0",
+                                             "--spark", standalone.url, "--text-dir", str(texts), "--output",
                                              str(counted), "--checkpoint", str(ck2), "--available-now"])
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split(",") for p in sorted(counted.glob("batch-*.csv")) for line in p.read_text().splitlines()[1:]]
