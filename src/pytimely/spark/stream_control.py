@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from pytimely.spark.epoch_output import EpochOutput
-    from pytimely.spark.streaming import Sink, StreamCheckpoint
+    from pytimely.spark.streaming import Sink, StreamCheckpoint, StreamRun
 
-__all__ = ["HostedDataflow", "HostedHandler", "Sender"]
+__all__ = ["HostedDataflow", "HostedHandler", "Sender", "check_layout", "run_hosted"]
 
 _COUNTS = "process int, sender long, frames long, rows long"
 _FRAME_ROWS = 1 << 16
@@ -420,6 +420,63 @@ class HostedHandler:
     def close(self) -> None:
         """Stop the hosted processes."""
         self.hosted.stop()
+
+
+def run_hosted(
+    build: Callable[..., Any],
+    source: DataFrame,
+    schema: Any,
+    sink: Sink,
+    checkpoint: StreamCheckpoint,
+    identity: dict[str, Any],
+    *,
+    processes: int,
+    workers: int,
+    check: Callable[..., Any] | None,
+    available_now: bool,
+    processing_time: str | None,
+    timeout: float | None,
+) -> StreamRun:
+    """``run_stream`` with the dataflow hosted on the executors, once the checkpoint is held."""
+    from pyspark.sql.types import StructType
+
+    from pytimely.spark.epoch_output import EpochOutput
+    from pytimely.spark.hosting import _arrow_schema, check_executors, ship_by_value
+    from pytimely.spark.session import is_connect
+    from pytimely.spark.streaming import StreamRun, _await_query, _start_query, trigger_times
+
+    spark = source.sparkSession
+    if is_connect(spark):
+        raise InvalidArgument("processes= (the dataflow on the executors) needs a classic session for now")
+    check_executors(spark)
+    ship_by_value(build)
+    if check is not None:
+        ship_by_value(check)
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    hosted = HostedDataflow(
+        spark, build, checkpoint.own, processes=processes, workers=workers, schema=arrow, job=identity["query"],
+        parameters={"input": identity["input"], "output": identity["output"]},
+        describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
+        output=sink if isinstance(sink, EpochOutput) else None,
+    )  # fmt: skip
+    handler = HostedHandler(hosted, sink, checkpoint, identity, check=check)
+    restored = len(handler.committed)
+    try:
+        sink.prepare()
+        running = _start_query(source, handler, checkpoint, identity["query"], available_now, processing_time)
+        try:
+            _await_query(running, identity["query"], timeout, lambda: handler.failure)
+        finally:
+            if running.isActive:
+                running.stop()
+    finally:
+        handler.close()
+    if handler.failure is not None:
+        raise handler.failure
+    triggers = trigger_times(running)
+    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts,
+                     dict(handler.driver_bytes))  # fmt: skip
 
 
 def check_layout(processes: int | None, workers: int) -> None:

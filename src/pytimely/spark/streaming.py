@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytimely.atomic import write_atomic
 from pytimely.errors import (
@@ -763,7 +763,9 @@ def _run_locked(
         schema = source.sparkSession.createDataFrame([], schema).schema  # the server parses DDL for the client
     identity = _identity(query, source, schema, epoch, name)
     if processes is not None:
-        return _run_hosted(
+        from pytimely.spark.stream_control import run_hosted
+
+        return run_hosted(
             build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,
             available_now=available_now, processing_time=processing_time, timeout=timeout,
         )  # fmt: skip
@@ -838,64 +840,6 @@ def _await_query(
         if known is not None:
             raise known from None
         raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
-
-
-def _run_hosted(
-    build: Build,
-    source: DataFrame,
-    schema: Any,
-    sink: Sink,
-    checkpoint: StreamCheckpoint,
-    identity: dict[str, Any],
-    *,
-    processes: int,
-    workers: int,
-    check: Check | None,
-    available_now: bool,
-    processing_time: str | None,
-    timeout: float | None,
-) -> StreamRun:
-    """``run_stream`` with the dataflow hosted on the executors (:mod:`pytimely.spark.stream_control`)."""
-    from pytimely.spark.hosting import _arrow_schema, check_executors
-    from pytimely.spark.session import is_connect
-    from pytimely.spark.stream_control import HostedDataflow, HostedHandler
-
-    spark = source.sparkSession
-    if is_connect(spark):
-        raise InvalidArgument("processes= (the dataflow on the executors) needs a classic session for now")
-    check_executors(spark)
-    ship_by_value(build)
-    if check is not None:
-        ship_by_value(cast(Build, check))
-    from pyspark.sql.types import StructType
-
-    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-    arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
-    from pytimely.spark.epoch_output import EpochOutput
-
-    hosted = HostedDataflow(
-        spark, build, checkpoint.own, processes=processes, workers=workers, schema=arrow, job=identity["query"],
-        parameters={"input": identity["input"], "output": identity["output"]},
-        describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
-        output=sink if isinstance(sink, EpochOutput) else None,
-    )  # fmt: skip
-    handler = HostedHandler(hosted, sink, checkpoint, identity, check=check)
-    restored = len(handler.committed)
-    try:
-        sink.prepare()
-        running = _start_query(source, handler, checkpoint, identity["query"], available_now, processing_time)
-        try:
-            _await_query(running, identity["query"], timeout, lambda: handler.failure)
-        finally:
-            if running.isActive:
-                running.stop()
-    finally:
-        handler.close()
-    if handler.failure is not None:
-        raise handler.failure
-    triggers = trigger_times(running)
-    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts,
-                     dict(handler.driver_bytes))  # fmt: skip
 
 
 class ServerSideHandler:
