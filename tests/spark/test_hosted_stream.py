@@ -132,3 +132,26 @@ def test_a_run_whose_checkpoint_was_taken_over_commits_nothing_more(spark: Any, 
     assert StreamCheckpoint(ck).last_committed() == 1
     assert sorted(p.name for p in out.glob("batch-*.csv")) == [f"batch-{b:012d}.csv" for b in (0, 1)]
 
+
+
+def test_files_whose_columns_change_stop_a_hosted_query_with_a_schema_error(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The wcc example's check runs in the feed tasks on the executors: a Parquet file without ``src``/``dst``
+    stops the hosted query with StreamSchemaError naming the file (exit 2), nothing of it committed. ~40 s."""
+    import pyarrow.parquet as pq
+
+    stream_wcc = load("stream_wcc")
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    incoming.mkdir()
+    pq.write_table(pa.table({"src": [1], "dst": [2]}), incoming / "a.parquet")
+    args = ["--processes", "2", "--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out),
+            "--checkpoint", str(ck), "--available-now", "--format", "parquet"]
+    assert stream_wcc.main(args) == 0
+    pq.write_table(pa.table({"from": [3], "to": [4]}), tmp_path / "b.parquet")
+    (tmp_path / "b.parquet").rename(incoming / "b.parquet")
+    assert stream_wcc.main(args) == 2
+    err = capsys.readouterr().err
+    assert "StreamSchemaError" in err and "b.parquet" in err, err
+    schema = pa.schema([("epoch", pa.int64()), ("vertex", pa.int64()), ("label", pa.int64())])
+    assert EpochOutput(out, schema, format="csv").committed() == [0]
