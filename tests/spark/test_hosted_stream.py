@@ -155,3 +155,22 @@ def test_files_whose_columns_change_stop_a_hosted_query_with_a_schema_error(
     assert "StreamSchemaError" in err and "b.parquet" in err, err
     schema = pa.schema([("epoch", pa.int64()), ("vertex", pa.int64()), ("label", pa.int64())])
     assert EpochOutput(out, schema, format="csv").committed() == [0]
+
+
+def test_a_manifest_written_just_before_a_crash_counts_as_the_commit(spark: Any, tmp_path: Path) -> None:
+    """A run killed after micro-batch 1's manifest, before pytimely's and Spark's commit records (both rolled back
+    here): the rerun takes the manifest as the commit, skips the re-delivered batch 1, and continues. ~25 s."""
+    rng = random.Random(41)
+    incoming, ck = tmp_path / "in", tmp_path / "ck"
+    drop_texts(incoming, rng, range(2))
+    output = EpochOutput(tmp_path / "out", SCHEMA, format="csv", order_by=["word"])
+    assert count_words(spark, incoming, output, ck, processes=2).processed == [0, 1]
+    (ck / "pytimely" / "committed.json").write_text('{"batch": 0}\n', encoding="utf-8")
+    for name in ("1", ".1.crc"):
+        (ck / "spark" / "commits" / name).unlink(missing_ok=True)
+    drop_texts(incoming, rng, range(2, 3))
+    again = count_words(spark, incoming, output, ck, processes=2)
+    assert again.processed == [2] and again.skipped == 1
+    driver_out = tmp_path / "driver"
+    count_words(spark, incoming, driver_out, tmp_path / "driver-ck")
+    assert output_changelog(output) == changelog(driver_out)
