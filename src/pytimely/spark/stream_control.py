@@ -16,6 +16,7 @@ import secrets
 import threading
 import time as _time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -130,9 +131,13 @@ class HostedDataflow:
         close_timeout: float = 600.0,
         failure_wait: float = 60.0,
         output: EpochOutput | None = None,
+        secret: bytes | None = None,
     ) -> None:
         self.spark = spark
         self.output = output
+        self.run_secret = secret
+        """The run's secret for every generation (made by the client, so it can stop the processes on Spark
+        Connect); ``None``: a fresh one per generation."""
         self.failure_wait = failure_wait
         """Seconds a lost connection waits for the hosting job to fail (Spark's own deadline to notice)."""
         self.build = build
@@ -163,7 +168,7 @@ class HostedDataflow:
             raise SparkSlotsError(f"{self.processes} hosted processes need {self.processes + 1} task slots at once "
                                   f"(one for the micro-batches' feed jobs); the session has {slots}")  # fmt: skip
         self.generation = generation
-        self._secret = secrets.token_bytes(32)
+        self._secret = self.run_secret or secrets.token_bytes(32)
         self._failure = None
         plan = HostPlan(
             build=self.build, processes=self.processes, workers=self.workers, generation=generation,
@@ -193,7 +198,9 @@ class HostedDataflow:
         from pytimely.spark.session import is_connect
 
         try:
-            if not is_connect(self.spark):
+            if is_connect(self.spark):
+                self.spark.addTag(self._group)
+            else:
                 context = self.spark.sparkContext
                 context.setJobGroup(self._group, f"{self.describe}: hosted processes, generation {self.generation}",
                                     interruptOnCancel=True)  # fmt: skip
@@ -277,7 +284,9 @@ class HostedDataflow:
         """Cancel the hosting job (its tasks are killed) and wait a while for the thread."""
         from pytimely.spark.session import is_connect
 
-        if not is_connect(self.spark):
+        if is_connect(self.spark):
+            self.spark.interruptTag(self._group)
+        else:
             self.spark.sparkContext.cancelJobGroup(self._group)
         if self._thread is not None:
             self._thread.join(30.0)
@@ -312,6 +321,7 @@ class HostedHandler:
         *,
         check: Callable[..., Any] | None = None,
         retries: int = 2,
+        owner: str | None = None,
     ) -> None:
         self.hosted = hosted
         self.sink = sink
@@ -320,7 +330,7 @@ class HostedHandler:
         self.check = check
         self.retries = retries
         self.committed = checkpoint.open(identity)
-        self.owner = checkpoint.take_ownership()
+        self.owner = checkpoint.take_ownership() if owner is None else owner
         if hosted.output is not None:
             self._take_over(hosted.output)
         self.generation = checkpoint.next_generation()
@@ -446,37 +456,87 @@ def run_hosted(
     from pytimely.spark.streaming import StreamRun, _await_query, _start_query, trigger_times
 
     spark = source.sparkSession
-    if is_connect(spark):
-        raise InvalidArgument("processes= (the dataflow on the executors) needs a classic session for now")
     check_executors(spark)
     ship_by_value(build)
     if check is not None:
         ship_by_value(check)
     struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
-    hosted = HostedDataflow(
-        spark, build, checkpoint.own, processes=processes, workers=workers, schema=arrow, job=identity["query"],
-        parameters={"input": identity["input"], "output": identity["output"]},
+    connect = is_connect(spark)
+    secret = secrets.token_bytes(32)
+    make_hosted = partial(
+        HostedDataflow, build=build, own=checkpoint.own, processes=processes, workers=workers, schema=arrow,
+        job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
         describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
-        output=sink if isinstance(sink, EpochOutput) else None,
+        output=sink if isinstance(sink, EpochOutput) else None, secret=secret,
     )  # fmt: skip
-    handler = HostedHandler(hosted, sink, checkpoint, identity, check=check)
-    restored = len(handler.committed)
+    handler: HostedHandler | None = None
+    function: Callable[[DataFrame, int], None]
+    if connect:
+        # foreachBatch runs in a Python process of the server: the handler is made there, at the first
+        # micro-batch; this client checks the checkpoint and takes it over first (fencing an orphaned query).
+        restored = len(checkpoint.open(identity))
+        owner = checkpoint.take_ownership()
+        function = _ServerSide(partial(HostedHandler, sink=sink, checkpoint=checkpoint, identity=identity,
+                                       check=check, owner=owner), make_hosted)  # fmt: skip
+    else:
+        handler = HostedHandler(make_hosted(spark), sink, checkpoint, identity, check=check)
+        restored = len(handler.committed)
+        function = handler
     try:
         sink.prepare()
-        running = _start_query(source, handler, checkpoint, identity["query"], available_now, processing_time)
+        running = _start_query(source, function, checkpoint, identity["query"], available_now, processing_time)
         try:
-            _await_query(running, identity["query"], timeout, lambda: handler.failure)
+            _await_query(running, identity["query"], timeout, None if handler is None else lambda: handler.failure)
         finally:
             if running.isActive:
                 running.stop()
     finally:
-        handler.close()
+        if handler is not None:
+            handler.close()
+        else:
+            stop_published(checkpoint.own, secret)
+    triggers = trigger_times(running)
+    if handler is None:
+        return StreamRun(sorted(triggers), 0, 0.0, restored, [], triggers)
     if handler.failure is not None:
         raise handler.failure
-    triggers = trigger_times(running)
     return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts,
                      dict(handler.driver_bytes))  # fmt: skip
+
+
+class _ServerSide:
+    """The ``foreachBatch`` function on Spark Connect: its :class:`HostedHandler` made at the first micro-batch."""
+
+    def __init__(self, make: Callable[..., HostedHandler], hosted: Callable[..., HostedDataflow]) -> None:
+        self.make = make
+        self.hosted = hosted
+        self.handler: HostedHandler | None = None
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Process micro-batch ``batch_id``."""
+        if self.handler is None:
+            self.handler = self.make(self.hosted(frame.sparkSession))
+        self.handler(frame, batch_id)
+
+
+def stop_published(own: Path, secret: bytes, timeout: float = 30.0) -> None:
+    """Stop the hosted processes of the checkpoint's newest generation (a Connect client, once its query ended)."""
+    try:
+        generation = int(json.loads((own / "generation.json").read_text(encoding="utf-8"))["generation"])
+        feeds = read_hosts(own, generation, secret)
+    except (OSError, ValueError, KeyError, PytimelyError):
+        return
+    for process, address in enumerate(feeds or []):
+        try:
+            link = dial(address, secret, process, timeout=timeout)
+            try:
+                link.send(Kind.STOP, {"generation": generation})
+                link.receive(timeout)
+            finally:
+                link.close()
+        except PytimelyError:
+            continue  # gone already
 
 
 def check_layout(processes: int | None, workers: int) -> None:
