@@ -61,12 +61,8 @@ def run(args: argparse.Namespace) -> Any:
 
 
 def processes(session: Any, args: argparse.Namespace) -> int:
-    """How many processes host the dataflow on the executors (0: on the driver; Spark Connect hosts it there)."""
-    from pytimely.spark import is_connect
-
-    if args.processes is not None:
-        return int(args.processes)
-    return 0 if is_connect(session) else 2
+    """How many processes host the dataflow on the executors (0: on the driver)."""
+    return 2 if args.processes is None else int(args.processes)
 
 
 def output_for(session: Any, args: argparse.Namespace, order_by: list[str]) -> Any:
@@ -93,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files-per-batch", type=int, help="at most this many new files per micro-batch")
     parser.add_argument("-w", "--workers", type=int, default=1, help="pytimely workers per process")
     parser.add_argument("--processes", type=int, help="pytimely processes on the executors (default 2; 0: the "
-                        "dataflow on the driver, as on Spark Connect)")
+                        "dataflow on the driver)")
     parser.add_argument("--timeout", type=float, default=60.0, help="without --available-now: seconds to run")
     args = parser.parse_args(argv)
     started = time.perf_counter()
