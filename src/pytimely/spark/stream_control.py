@@ -151,6 +151,8 @@ class HostedDataflow:
         self.start_timeout = start_timeout
         self.close_timeout = close_timeout
         self.generation = 0
+        self.owner: str | None = None
+        """The run that owns the checkpoint (its processes stop once another run does)."""
         self.feeds: list[str] = []
         self._secret = b""
         self._thread: threading.Thread | None = None
@@ -174,7 +176,7 @@ class HostedDataflow:
             build=self.build, processes=self.processes, workers=self.workers, generation=generation,
             secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
             resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
-            close_timeout=self.close_timeout, output=self.output,
+            close_timeout=self.close_timeout, output=self.output, owner=self.owner,
         )  # fmt: skip
         self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
         self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,
@@ -331,6 +333,7 @@ class HostedHandler:
         self.retries = retries
         self.committed = checkpoint.open(identity)
         self.owner = checkpoint.take_ownership() if owner is None else owner
+        hosted.owner = self.owner
         if hosted.output is not None:
             self._take_over(hosted.output)
         self.generation = checkpoint.next_generation()
@@ -376,6 +379,7 @@ class HostedHandler:
                 parts = self.hosted.epoch(frame, batch_id, self.check)
                 break
             except (StreamFeedError, StreamHostError):
+                self.checkpoint.check_owner(self.owner, batch_id)  # processes that stopped for a new owner
                 if attempt >= self.retries:
                     raise
                 attempt += 1

@@ -106,6 +106,9 @@ class HostPlan:
     close_timeout: float = 600.0
     output: EpochOutput | None = None
     """Where the processes write their parts themselves (else under ``CK/pytimely/parts``, for the driver)."""
+    owner: str | None = None
+    """The run that started the processes: once another run owns the checkpoint they stop by themselves (an
+    orphaned query's processes, left by a killed Spark Connect client, give their task slots back)."""
 
     def recovery(self) -> ResumeAt:
         """The query's recovery store, opened at the last committed micro-batch (two snapshots kept)."""
@@ -182,6 +185,7 @@ class Feeder:
         self.arrived = threading.Condition()
         self.closed = threading.Event()
         self.failure: BaseException | None = None
+        self._next_look = 0.0
 
     def start(self) -> None:
         """Start accepting feed connections (one thread each)."""
@@ -198,10 +202,25 @@ class Feeder:
             try:
                 sock, _ = self.listener.accept()
             except TimeoutError:
+                if self._taken_over():
+                    for commands in self.commands:
+                        commands.put(_STOP)
+                    return
                 continue
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _taken_over(self) -> bool:
+        """Whether another run owns the checkpoint now (read at most every two seconds)."""
+        if self.plan.owner is None or _time.monotonic() < self._next_look:
+            return False
+        self._next_look = _time.monotonic() + 2.0
+        try:
+            owner = json.loads((Path(self.plan.own) / "owner.json").read_text(encoding="utf-8"))["owner"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return bool(owner != self.plan.owner)
 
     def _serve(self, sock: socket.socket) -> None:
         """One connection: authenticate, then take messages until the peer closes it."""

@@ -422,6 +422,15 @@ class StreamCheckpoint:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CheckpointMismatchError(f"{self.own / 'owner.json'} is not a pytimely owner record: {exc}") from None
 
+    def check_owner(self, owner: str, batch_id: int) -> None:
+        """Raise :class:`StreamFencedError` unless ``owner`` still owns the checkpoint."""
+        now = self.owner()
+        if now != owner:
+            raise StreamFencedError(
+                f"micro-batch {batch_id}: the checkpoint {self.root} was taken over by another run (owner "
+                f"{now}, this run {owner}); this run stops without committing"
+            )
+
     @contextlib.contextmanager
     def fenced_commit(self, owner: str, batch_id: int) -> Iterator[None]:
         """Hold the commit lock (``CK/pytimely/commit.lock``) while ``owner`` still owns the checkpoint, else raise
@@ -431,12 +440,7 @@ class StreamCheckpoint:
         with open(self.own / "commit.lock", "a+", encoding="utf-8") as file:
             fcntl.flock(file, fcntl.LOCK_EX)
             try:
-                now = self.owner()
-                if now != owner:
-                    raise StreamFencedError(
-                        f"micro-batch {batch_id}: the checkpoint {self.root} was taken over by another run (owner "
-                        f"{now}, this run {owner}); this run stops without committing"
-                    )
+                self.check_owner(owner, batch_id)
                 yield
             finally:
                 fcntl.flock(file, fcntl.LOCK_UN)
