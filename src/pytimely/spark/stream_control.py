@@ -31,7 +31,7 @@ from pytimely.errors import (
     StreamSchemaError,
 )
 from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
-from pytimely.spark.stream_host import HostPlan, HostTask, parts_folder, read_hosts
+from pytimely.spark.stream_host import HostPlan, HostTask, await_exits, parts_folder, read_hosts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -324,6 +324,7 @@ class HostedHandler:
         check: Callable[..., Any] | None = None,
         retries: int = 2,
         owner: str | None = None,
+        takeover_wait: float = 0.0,
     ) -> None:
         self.hosted = hosted
         self.sink = sink
@@ -334,6 +335,10 @@ class HostedHandler:
         self.committed = checkpoint.open(identity)
         self.owner = checkpoint.take_ownership() if owner is None else owner
         hosted.owner = self.owner
+        if takeover_wait:
+            # An orphaned query's processes (a killed Connect client's) stop once they see the new owner; the
+            # recovery store must not have two writers.
+            await_exits(checkpoint.own, takeover_wait)
         if hosted.output is not None:
             self._take_over(hosted.output)
         self.generation = checkpoint.next_generation()
@@ -482,7 +487,7 @@ def run_hosted(
         restored = len(checkpoint.open(identity))
         owner = checkpoint.take_ownership()
         function = _ServerSide(partial(HostedHandler, sink=sink, checkpoint=checkpoint, identity=identity,
-                                       check=check, owner=owner), make_hosted)  # fmt: skip
+                                       check=check, owner=owner, takeover_wait=60.0), make_hosted)  # fmt: skip
     else:
         handler = HostedHandler(make_hosted(spark), sink, checkpoint, identity, check=check)
         restored = len(handler.committed)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pytimely.spark.epoch_output import EpochOutput
     from pytimely.worker import Worker
 
-__all__ = ["HostPlan", "HostTask", "ResumeAt", "hosts_path", "read_hosts"]
+__all__ = ["HostPlan", "HostTask", "ResumeAt", "await_exits", "hosts_path", "read_hosts"]
 
 HOSTS_PURPOSE = "stream-hosts"
 _STOP = "stop"
@@ -53,6 +53,25 @@ _IDLE_MOST = 0.05
 def hosts_path(own: str | Path, generation: int) -> Path:
     """Where generation ``generation`` publishes its processes' feed addresses."""
     return Path(own) / "hosts" / f"gen-{generation}.json"
+
+
+def await_exits(own: str | Path, timeout: float) -> bool:
+    """Wait until every process of the newest published generation has exited (its ``.exit-P`` marker written);
+    ``False`` after ``timeout`` seconds (processes killed write none). What is in the files is only counted."""
+    folder = Path(own) / "hosts"
+    published = sorted(folder.glob("gen-*.json")) if folder.exists() else []
+    if not published:
+        return True
+    try:
+        count = len(json.loads(published[-1].read_text(encoding="utf-8"))["feeds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    deadline = _time.monotonic() + timeout
+    while not all(published[-1].with_suffix(f".exit-{p}").exists() for p in range(count)):
+        if _time.monotonic() > deadline:
+            return False
+        _time.sleep(0.1)
+    return True
 
 
 def read_hosts(own: str | Path, generation: int, secret: bytes) -> list[str] | None:
@@ -162,6 +181,9 @@ class HostTask:
             run_process(feeder.job, config, listener=listener, recovery=plan.recovery())
         finally:
             feeder.close()
+            # Its recovery store's writers have finished: a run taking the checkpoint over may open the store.
+            exited = hosts_path(plan.own, plan.generation).with_suffix(f".exit-{process}")
+            write_atomic(exited, b"")
         yield pa.RecordBatch.from_pydict({"process": pa.array([process], pa.int32())})
 
 
