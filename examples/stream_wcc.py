@@ -1,13 +1,16 @@
 """Connected components of a stream of edge files, one epoch per Spark micro-batch, exactly once.
 
-    python examples/stream_wcc.py --spark 'local[2]' --edges-dir IN --output OUT --checkpoint CK [--available-now]
+    python examples/stream_wcc.py --spark 'local[3]' --edges-dir IN --output OUT --checkpoint CK [--available-now]
 
 Edge files arriving in IN (CSV ``src,dst`` with a header, or Parquet with integer columns ``src`` and ``dst``;
 ``--format``, by default what IN holds, else CSV) are read by Spark's file source. Each micro-batch is an
 epoch (its batch id) of one incremental connected-components dataflow whose state carries from batch to
-batch. OUT is a directory of CSV files, ``batch-<id>.csv`` per micro-batch, each ``epoch,vertex,label`` with
-a row for every vertex whose label is new or changed at that epoch, given all edges up to it (the contract of
-``wcc.py --epochs``); a file appears whole or not at all.
+batch, hosted by ``--processes`` pytimely processes on the executors (default 2; they need as many Spark task
+slots, plus one for feeding them). OUT holds, per micro-batch, CSV files ``epoch-<id>/part-*.csv`` (one per
+process) committed by a manifest ``_pytimely/commits/epoch-<id>.json`` (``--processes 0``: the dataflow on the
+driver, one ``batch-<id>.csv`` per micro-batch), rows ``epoch,vertex,label``: a row for every vertex whose label
+is new or changed at that epoch, given all edges up to it (the contract of ``wcc.py --epochs``); a micro-batch's
+output appears whole or not at all.
 
 With ``--available-now`` the job processes what IN holds and stops; otherwise it runs until ``--timeout``
 seconds pass. Killed and run again with the same CK, it continues with no duplicate and no missing row.
@@ -104,7 +107,7 @@ _LOUD = (
 def run(args: argparse.Namespace) -> Any:
     """Start (or continue) the streaming query; return what it did."""
     from pytimely.spark import session_for
-    from pytimely.spark.streaming import CsvDirectorySink, run_stream
+    from pytimely.spark.streaming import run_stream
 
     directory = Path(args.edges_dir)
     if not directory.is_dir():
@@ -113,10 +116,29 @@ def run(args: argparse.Namespace) -> Any:
     quiet_streaming_log(session)
     source = edge_stream(session, str(directory), source_format(directory, args.format), args.files_per_batch)
     return run_stream(
-        components, source, SCHEMA, sink=CsvDirectorySink(args.output, order_by=["vertex"]),
-        checkpoint=args.checkpoint, query="stream_wcc", workers=args.workers, check=check_edges,
+        components, source, SCHEMA, sink=output_for(session, args, ["vertex"]),
+        checkpoint=args.checkpoint, query="stream_wcc", workers=args.workers,
+        processes=processes(session, args) or None, check=check_edges,
         available_now=args.available_now, timeout=None if args.available_now else args.timeout,
     )
+
+
+def processes(session: Any, args: argparse.Namespace) -> int:
+    """How many processes host the dataflow on the executors (0: on the driver)."""
+    return 2 if args.processes is None else int(args.processes)
+
+
+def output_for(session: Any, args: argparse.Namespace, order_by: list[str]) -> Any:
+    """OUT: per-micro-batch CSV parts and manifests (hosted), or one ``batch-<id>.csv`` per micro-batch (driver)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    from pytimely.spark.epoch_output import EpochOutput
+    from pytimely.spark.streaming import CsvDirectorySink
+
+    if processes(session, args) == 0:
+        return CsvDirectorySink(args.output, order_by=order_by)
+    return EpochOutput(args.output, to_arrow_schema(StructType.fromDDL(SCHEMA)), format="csv", order_by=order_by)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--format", choices=["csv", "parquet"], help="edge file format (default: detected)")
     parser.add_argument("--files-per-batch", type=int, help="at most this many new files per micro-batch")
-    parser.add_argument("-w", "--workers", type=int, default=1, help="pytimely workers on the driver")
+    parser.add_argument("-w", "--workers", type=int, default=1, help="pytimely workers per process")
+    parser.add_argument("--processes", type=int, help="pytimely processes on the executors (default 2; 0: the "
+                        "dataflow on the driver)")
     parser.add_argument("--timeout", type=float, default=60.0, help="without --available-now: seconds to run")
     args = parser.parse_args(argv)
     started = time.perf_counter()

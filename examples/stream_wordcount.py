@@ -1,9 +1,11 @@
 """Running word counts over a stream of text files, one epoch per Spark micro-batch, exactly once.
 
-    python examples/stream_wordcount.py --spark 'local[2]' --text-dir IN --output OUT --checkpoint CK [--available-now]
+    python examples/stream_wordcount.py --spark 'local[3]' --text-dir IN --output OUT --checkpoint CK [--available-now]
 
 Text files arriving in IN (UTF-8, words split on whitespace, case kept) are read by Spark's text source.
-Each micro-batch is an epoch; OUT is a directory of CSV files, ``batch-<id>.csv`` per micro-batch, each
+Each micro-batch is an epoch of a dataflow hosted by ``--processes`` pytimely processes on the executors
+(default 2). OUT holds, per micro-batch, CSV files ``epoch-<id>/part-*.csv`` committed by a manifest
+``_pytimely/commits/epoch-<id>.json`` (``--processes 0``: on the driver, one ``batch-<id>.csv`` each), rows
 ``epoch,word,count`` with a row for every word seen in that micro-batch and its count over all micro-batches
 up to it. The last row of a word is its total. Killed and run again with the same CK, the job continues with
 no duplicate and no missing row.
@@ -41,7 +43,7 @@ def running_counts(stream: Any) -> Any:
 def run(args: argparse.Namespace) -> Any:
     """Start (or continue) the streaming query; return what it did."""
     from pytimely.spark import session_for
-    from pytimely.spark.streaming import CsvDirectorySink, run_stream
+    from pytimely.spark.streaming import run_stream
 
     directory = Path(args.text_dir)
     if not directory.is_dir():
@@ -51,10 +53,29 @@ def run(args: argparse.Namespace) -> Any:
     if args.files_per_batch is not None:
         reader = reader.option("maxFilesPerTrigger", args.files_per_batch)
     return run_stream(
-        running_counts, reader.text(str(directory)), SCHEMA, sink=CsvDirectorySink(args.output, order_by=["word"]),
+        running_counts, reader.text(str(directory)), SCHEMA, sink=output_for(session, args, ["word"]),
         checkpoint=args.checkpoint, query="stream_wordcount", workers=args.workers,
+        processes=processes(session, args) or None,
         available_now=args.available_now, timeout=None if args.available_now else args.timeout,
     )
+
+
+def processes(session: Any, args: argparse.Namespace) -> int:
+    """How many processes host the dataflow on the executors (0: on the driver)."""
+    return 2 if args.processes is None else int(args.processes)
+
+
+def output_for(session: Any, args: argparse.Namespace, order_by: list[str]) -> Any:
+    """OUT: per-micro-batch CSV parts and manifests (hosted), or one ``batch-<id>.csv`` per micro-batch (driver)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    from pytimely.spark.epoch_output import EpochOutput
+    from pytimely.spark.streaming import CsvDirectorySink
+
+    if processes(session, args) == 0:
+        return CsvDirectorySink(args.output, order_by=order_by)
+    return EpochOutput(args.output, to_arrow_schema(StructType.fromDDL(SCHEMA)), format="csv", order_by=order_by)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory (Spark's and pytimely's)")
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--files-per-batch", type=int, help="at most this many new files per micro-batch")
-    parser.add_argument("-w", "--workers", type=int, default=1, help="pytimely workers on the driver")
+    parser.add_argument("-w", "--workers", type=int, default=1, help="pytimely workers per process")
+    parser.add_argument("--processes", type=int, help="pytimely processes on the executors (default 2; 0: the "
+                        "dataflow on the driver)")
     parser.add_argument("--timeout", type=float, default=60.0, help="without --available-now: seconds to run")
     args = parser.parse_args(argv)
     started = time.perf_counter()

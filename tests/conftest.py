@@ -66,12 +66,18 @@ def s3_server() -> Iterator[S3Server]:
 
 
 SLOWEST_FIRST = (
+    "spark/test_hosted_standalone.py",
     "spark/test_standalone_streaming.py",
     "spark/test_standalone.py",
     "verify/test_rescale.py",
     "verify/test_mutants.py",
     "spark/test_streaming.py",
     "spark/test_connect.py",
+    "spark/test_hosted_faults.py",
+    "spark/test_hosted_large.py",
+    "bench/test_bench_streaming_smoke.py",
+    "spark/test_hosted_connect.py",
+    "spark/test_hosted_stream.py",
     "bench/test_bench_spark_smoke.py",
     "spark/test_hosting.py",
     "recovery/test_kill.py",
@@ -93,6 +99,11 @@ SLOWEST_FIRST = (
 """The files that take longest (``--durations``), slowest first: run in parallel, a file's tests stay together
 (``--dist loadfile``) and files are handed out in collection order (``--no-loadscope-reorder``), so a long file
 started last would hold up the whole run while the other processes sit idle."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--kill-trials N``: how many seeded kill trials ``tests/spark/test_hosted_faults.py`` runs (default 2)."""
+    parser.addoption("--kill-trials", type=int, default=2, help="seeded kill trials of the hosted streaming tests")
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -87,7 +87,7 @@ def test_stream_wcc_on_connect_equals_the_reference_and_a_rerun_continues(
         drop(incoming, f"r{number}.csv", edge_csv(edges), number)
         rounds.append(edges)
         args = ["--spark", connect_server.url, "--edges-dir", str(incoming), "--output", str(out), "--checkpoint",
-                str(ck), "--available-now"]  # fmt: skip
+                str(ck), "--available-now", "--processes", "0"]  # fmt: skip
         assert stream_wcc.main(args) == 0
         assert read_changelog(out) == reference_changelog(rounds)
     # A file that does not parse stops the query with the typed error raised in the server's process.

@@ -28,16 +28,44 @@ def test_streaming_jobs_through_spark_standalone_equal_their_references(standalo
         edges = random_edges(rng, rng.randint(5, 25))
         drop(incoming, f"r{number}.csv", edge_csv(edges), number)
         rounds.append(edges)
-        done = run_example("stream_wcc", ["--spark", standalone.url, "--edges-dir", str(incoming), "--output",
-                                           str(out), "--checkpoint", str(ck), "--available-now"])
+        done = run_example(
+            "stream_wcc",
+            [
+                "--processes",
+                "0",
+                "--spark",
+                standalone.url,
+                "--edges-dir",
+                str(incoming),
+                "--output",
+                str(out),
+                "--checkpoint",
+                str(ck),
+                "--available-now",
+            ],
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert read_changelog(out) == reference_changelog(rounds)
 
     texts, counted, ck2 = tmp_path / "text", tmp_path / "counted", tmp_path / "ck2"
     lines = ["the fox", "the dog and the fox", "é é x"]
     drop(texts, "t0.txt", "\n".join(lines) + "\n", 0)
-    done = run_example("stream_wordcount", ["--spark", standalone.url, "--text-dir", str(texts), "--output",
-                                             str(counted), "--checkpoint", str(ck2), "--available-now"])
+    done = run_example(
+        "stream_wordcount",
+        [
+            "--processes",
+            "0",
+            "--spark",
+            standalone.url,
+            "--text-dir",
+            str(texts),
+            "--output",
+            str(counted),
+            "--checkpoint",
+            str(ck2),
+            "--available-now",
+        ],
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split(",") for p in sorted(counted.glob("batch-*.csv")) for line in p.read_text().splitlines()[1:]]
     assert sorted((w, int(c)) for _, w, c in rows) == sorted(Counter(" ".join(lines).split()).items())

@@ -29,7 +29,8 @@ def test_file_urls_name_the_folders_they_point_at(spark: Any, tmp_path: Path, mo
     here.mkdir()
     monkeypatch.chdir(here)
     drop(incoming, "a.txt", "x y x\n", 0)
-    args = ["--spark", "local[2]", "--text-dir", str(incoming), "--output", out.as_uri(),
+    args = ["--processes", "0",
+            "--spark", "local[2]", "--text-dir", str(incoming), "--output", out.as_uri(),
             "--checkpoint", ck.as_uri(), "--available-now"]  # fmt: skip
     assert wordcount.main(args) == 0
     assert list(here.iterdir()) == []

@@ -23,7 +23,8 @@ def _size(folder: Path) -> int:
 
 
 def _run(wordcount: Any, incoming: Path, out: Path, ck: Path, workers: int) -> None:
-    args = ["--spark", "local[2]", "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+    args = ["--processes", "0",
+            "--spark", "local[2]", "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
             "--available-now", "--files-per-batch", "1", "-w", str(workers)]  # fmt: skip
     assert wordcount.main(args) == 0
 
@@ -76,7 +77,8 @@ def test_a_growing_graphs_checkpoint_holds_a_few_copies_of_its_state(spark: Any,
     for k in range(16):
         edges = "".join(f"{rng.randrange(3000)},{rng.randrange(3000)}\n" for _ in range(300))
         drop(incoming, f"e{k:02d}.csv", "src,dst\n" + edges, k)
-    args = ["--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+    args = ["--processes", "0",
+            "--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
             "--available-now", "--files-per-batch", "1"]  # fmt: skip
     assert stream_wcc.main(args) == 0
     assert len(list(out.glob("batch-*.csv"))) == 16

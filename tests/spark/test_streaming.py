@@ -165,7 +165,8 @@ def test_stream_wcc_over_rounds_of_files_equals_the_reference(spark: Any, tmp_pa
                 (tmp_path / f".{name}").rename(incoming / name)
             order += 1
         rounds.append(edges)
-        args = ["--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+        args = ["--processes", "0",
+                "--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
                 "--available-now", "--format", fmt]
         assert stream_wcc.main(args) == 0
         assert read_changelog(out) == reference_changelog(rounds)
@@ -263,7 +264,8 @@ def test_killed_job_continues_from_its_checkpoint(
     files = [random_edges(rng, rng.randint(1, 30)) for _ in range(12)]
     for k, edges in enumerate(files):
         drop(incoming, f"e{k}.csv", edge_csv(edges), k)
-    args = ["--spark", "local[1]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+    args = ["--processes", "0",
+            "--spark", "local[1]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
             "--available-now", "--files-per-batch", "1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     log = (tmp_path / "job.log").open("w")
@@ -305,7 +307,8 @@ def test_streaming_word_count_equals_counter(spark: Any, tmp_path: Path) -> None
         lines = [" ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 8))) for _ in range(rng.randint(1, 9))]
         texts.append(lines)
         drop(incoming, f"t{k}.txt", "\n".join(lines) + "\n", k)
-    args = ["--spark", "local[2]", "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+    args = ["--processes", "0",
+            "--spark", "local[2]", "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
             "--available-now", "--files-per-batch", "1", "-w", "2"]
     assert wordcount.main(args) == 0
     total: Counter[str] = Counter()
@@ -328,7 +331,8 @@ def test_a_file_that_does_not_parse_stops_the_query_and_leaves_out_whole(
     stream_wcc = load("stream_wcc")
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     drop(incoming, "good.csv", edge_csv([(1, 2)]), 0)
-    args = ["--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+    args = ["--processes", "0",
+            "--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
             "--available-now", "--files-per-batch", "1"]
     assert stream_wcc.main(args) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -350,7 +354,8 @@ def test_files_whose_columns_change_are_a_schema_error(
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     incoming.mkdir()
     pq.write_table(pa.table({"src": [1], "dst": [2]}), incoming / "a.parquet")
-    args = ["--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+    args = ["--processes", "0",
+            "--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
             "--available-now", "--format", "parquet"]
     assert stream_wcc.main(args) == 0
     pq.write_table(pa.table({"from": [3], "to": [4]}), tmp_path / "b.parquet")
@@ -365,9 +370,11 @@ def test_a_checkpoint_of_another_query_is_refused(spark: Any, tmp_path: Path) ->
     stream_wcc, wordcount = load("stream_wcc"), load("stream_wordcount")
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     drop(incoming, "a.csv", edge_csv([(1, 2)]), 0)
-    assert stream_wcc.main(["--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out),
+    assert stream_wcc.main(["--processes", "0",
+                            "--spark", "local[2]", "--edges-dir", str(incoming), "--output", str(out),
                             "--checkpoint", str(ck), "--available-now"]) == 0
-    assert wordcount.main(["--spark", "local[2]", "--text-dir", str(incoming), "--output", str(tmp_path / "o2"),
+    assert wordcount.main(["--processes", "0",
+                           "--spark", "local[2]", "--text-dir", str(incoming), "--output", str(tmp_path / "o2"),
                            "--checkpoint", str(ck), "--available-now"]) == 2
     assert not (tmp_path / "o2").exists()
     # The same query name over rows of another shape: the source's schema changed.

@@ -187,12 +187,14 @@ def accept_peer(
     processes: int | None = None,
     encrypt: bool = True,
     clock: Clock = REAL_CLOCK,
+    same_hashes: bool = True,
 ) -> tuple[int, LinkKeys]:
     """Authenticate a connection accepted by process ``me``; the connecting process's index and the link's keys.
 
     ``shape`` is what both sides must agree on (the process count, see the cluster); ``processes`` (default
     ``shape``) and ``bound`` (default ``processes``) bound the peer's index: processes that join a running
-    computation take indices beyond the first ``processes``.
+    computation take indices beyond the first ``processes``. ``same_hashes`` False accepts a peer that hashes
+    strings differently (a connection that routes no keyed records, such as a streaming query's feed).
     """
     check_secret(secret)
     conn = _connection(sock)
@@ -216,7 +218,7 @@ def accept_peer(
     # Checked only after authentication so strangers learn nothing of the cluster's shape.
     if their_shape != shape or not me < client < bound:
         verdict = _BAD_SHAPE
-    elif probe != hash_probe():
+    elif same_hashes and probe != hash_probe():
         verdict = _BAD_HASH
     else:
         verdict = _OK

@@ -75,3 +75,15 @@ class OutputCommitError(StreamSinkError):
 
 class OutputCorruptError(StreamSinkError):
     """A committed file of an epoch output cannot be read back as its manifest describes it (size, checksum)."""
+
+
+class StreamFeedError(StreamError):
+    """A micro-batch did not reach the hosted processes whole (lost, duplicated, refused, or no answer in time)."""
+
+
+class StreamHostError(StreamError):
+    """The hosted processes of a streaming query failed, or did not start; names the generation and the cause."""
+
+
+class StreamFencedError(StreamError):
+    """Another run took the streaming checkpoint over: this one may not commit, and stops; names both owners."""

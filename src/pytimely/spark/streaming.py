@@ -45,6 +45,7 @@ from pytimely.errors import (
     InvalidArgument,
     PytimelyError,
     StreamError,
+    StreamFencedError,
     StreamInputError,
     StreamSchemaError,
     StreamSinkError,
@@ -405,6 +406,65 @@ class StreamCheckpoint:
         """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
         write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
 
+    def take_ownership(self) -> str:
+        """Make this run the checkpoint's owner (a fresh token in ``owner.json``); an earlier owner can no longer
+        commit (:meth:`fenced_commit`). Called by a run that holds the checkpoint's lock."""
+        import secrets
+
+        token = secrets.token_hex(16)
+        self.own.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.own / "owner.json", json.dumps({"owner": token, "pid": os.getpid()}) + "\n")
+        return token
+
+    def owner(self) -> str | None:
+        """The token of the run that owns the checkpoint now (``None`` before any)."""
+        try:
+            return str(json.loads((self.own / "owner.json").read_text(encoding="utf-8"))["owner"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointMismatchError(f"{self.own / 'owner.json'} is not a pytimely owner record: {exc}") from None
+
+    def check_owner(self, owner: str, batch_id: int) -> None:
+        """Raise :class:`StreamFencedError` unless ``owner`` still owns the checkpoint."""
+        now = self.owner()
+        if now != owner:
+            raise StreamFencedError(
+                f"micro-batch {batch_id}: the checkpoint {self.root} was taken over by another run (owner "
+                f"{now}, this run {owner}); this run stops without committing"
+            )
+
+    @contextlib.contextmanager
+    def fenced_commit(self, owner: str, batch_id: int) -> Iterator[None]:
+        """Hold the commit lock (``CK/pytimely/commit.lock``) while ``owner`` still owns the checkpoint, else raise
+        :class:`StreamFencedError`: a run that was taken over (a killed client's query still running on a Spark
+        Connect server, a second client) never commits."""
+        self.own.mkdir(parents=True, exist_ok=True)
+        with open(self.own / "commit.lock", "a+", encoding="utf-8") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            try:
+                self.check_owner(owner, batch_id)
+                yield
+            finally:
+                fcntl.flock(file, fcntl.LOCK_UN)
+
+    def next_generation(self) -> int:
+        """A new host generation of this checkpoint (one more than any before; the caller holds the lock)."""
+        path = self.own / "generation.json"
+        try:
+            last = int(json.loads(path.read_text(encoding="utf-8"))["generation"])
+        except FileNotFoundError:
+            last = 0
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointMismatchError(f"{path} is not a pytimely generation record: {exc}") from None
+        self.own.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({"generation": last + 1}) + "\n")
+        hosts = self.own / "hosts"
+        if hosts.exists():
+            for old in hosts.iterdir():
+                old.unlink(missing_ok=True)  # earlier generations' addresses: their processes are gone
+        return last + 1
+
 
 def _check_identity(recorded: dict[str, Any], identity: dict[str, Any], where: Path) -> None:
     """Refuse a checkpoint recorded by another query, naming what differs (the input's schema most plainly)."""
@@ -616,6 +676,10 @@ class StreamRun:
     timings: list[BatchTiming] = field(default_factory=list)
     trigger_ms: dict[int, float] = field(default_factory=dict)
     """Spark's own time for each micro-batch that had rows (``durationMs.triggerExecution``), by batch id."""
+    restarts: int = 0
+    """How many times the hosted processes were started again after a failure (executor-hosted runs)."""
+    driver_bytes: dict[int, int] = field(default_factory=dict)
+    """Executor-hosted runs: bytes the control side received per micro-batch (counts and answers, no rows)."""
 
     @property
     def late(self) -> int:
@@ -640,6 +704,8 @@ def run_stream(
     timeout: float | None = None,
     step_timeout: float = 600.0,
     watermark: Watermark | None = None,
+    processes: int | None = None,
+    host: str | None = None,
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
@@ -652,7 +718,13 @@ def run_stream(
     ``timeout`` seconds pass. With ``epoch=``, ``watermark`` (:class:`~pytimely.spark.watermark.Watermark`)
     drops late rows or sends them aside instead of stopping the query. A failure stops the query and raises
     its typed error; committed micro-batches stay committed and the next run continues after them.
+
+    ``processes=N`` hosts the dataflow on the executors (``host="executors"``, the default once ``processes`` is
+    given): N pytimely processes of ``workers`` workers each, the tasks of one background barrier job, fed by one
+    Spark job per micro-batch (:mod:`pytimely.spark.stream_control`). ``host="driver"`` (or no ``processes``)
+    keeps the dataflow in this process.
     """
+    hosted = _hosting(processes, host, workers, epoch, restore)
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
     if epoch is not None and epoch not in source.columns:
@@ -667,7 +739,24 @@ def run_stream(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
             restore=restore, step_timeout=step_timeout, available_now=available_now,
             processing_time=processing_time, timeout=timeout, watermark=watermark,
+            processes=processes if hosted else None,
         )
+
+
+def _hosting(processes: int | None, host: str | None, workers: int, epoch: str | None, restore: Any) -> bool:
+    """Whether the dataflow runs on the executors; a setting that does not fit is refused here."""
+    from pytimely.spark.stream_control import check_layout
+
+    check_layout(processes, workers)
+    if host not in (None, "executors", "driver"):
+        raise InvalidArgument(f"host must be 'executors' or 'driver', got {host!r}")
+    if host == "executors" and processes is None:
+        raise InvalidArgument("host='executors' needs processes=N")
+    hosted = processes is not None and host != "driver"
+    if hosted and (epoch is not None or restore is not None):
+        raise InvalidArgument("a dataflow hosted on the executors takes batch ids as epochs and restores from "
+                              "snapshots: epoch= and restore= need host='driver'")  # fmt: skip
+    return hosted
 
 
 def _run_locked(
@@ -688,6 +777,7 @@ def _run_locked(
     processing_time: str | None,
     timeout: float | None,
     watermark: Watermark | None = None,
+    processes: int | None = None,
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
     from pytimely.spark.session import is_connect
@@ -698,6 +788,13 @@ def _run_locked(
     identity = _identity(query, source, schema, epoch, name)
     if watermark is not None:
         identity["epoch"] = f"{epoch}; {watermark.describe()}"
+    if processes is not None:
+        from pytimely.spark.stream_control import run_hosted
+
+        return run_hosted(
+            build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,
+            available_now=available_now, processing_time=processing_time, timeout=timeout,
+        )  # fmt: skip
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
                    check=check, restore=restore, step_timeout=step_timeout, watermark=watermark)  # fmt: skip
     function: Callable[[DataFrame, int], None]
@@ -716,27 +813,9 @@ def _run_locked(
     if watermark is not None:
         watermark.prepare()
     sink.prepare()  # after the checkpoint is found to be this query's, before Spark writes anything of it
-    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
-    writer = writer.queryName(f"{query}-{os.getpid()}")
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif processing_time is not None:
-        writer = writer.trigger(processingTime=processing_time)
+    running = _start_query(source, function, checkpoint, query, available_now, processing_time)
     try:
-        running = writer.start()
-    except Exception as exc:
-        raise _typed(str(exc)) or StreamError(
-            f"the streaming query {query!r} did not start (checkpoint {checkpoint.root}): {_cause(str(exc))}"
-        ) from None
-    try:
-        if timeout is not None:
-            running.awaitTermination(max(1, round(timeout)))
-        else:
-            running.awaitTermination()
-    except Exception as exc:
-        if handler is not None and handler.failure is not None:
-            raise handler.failure from None
-        raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
+        _await_query(running, query, timeout, None if handler is None else lambda: handler.failure)
     finally:
         if running.isActive:
             running.stop()
@@ -750,6 +829,45 @@ def _run_locked(
         raise handler.failure
     processed = [t.batch_id for t in handler.timings]
     return StreamRun(processed, handler.skipped, handler.restore_s, restored, list(handler.timings), triggers)
+
+
+def _start_query(
+    source: DataFrame,
+    function: Callable[[DataFrame, int], None],
+    checkpoint: StreamCheckpoint,
+    query: str,
+    available_now: bool,
+    processing_time: str | None,
+) -> Any:
+    """Start the streaming query that calls ``function`` for each micro-batch; a failure to start is typed."""
+    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
+    writer = writer.queryName(f"{query}-{os.getpid()}")
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif processing_time is not None:
+        writer = writer.trigger(processingTime=processing_time)
+    try:
+        return writer.start()
+    except Exception as exc:
+        raise _typed(str(exc)) or StreamError(
+            f"the streaming query {query!r} did not start (checkpoint {checkpoint.root}): {_cause(str(exc))}"
+        ) from None
+
+
+def _await_query(
+    running: Any, query: str, timeout: float | None, failure: Callable[[], PytimelyError | None] | None
+) -> None:
+    """Wait for the query to end (or ``timeout``); its failure as the handler's typed error where it has one."""
+    try:
+        if timeout is not None:
+            running.awaitTermination(max(1, round(timeout)))
+        else:
+            running.awaitTermination()
+    except Exception as exc:
+        known = None if failure is None else failure()
+        if known is not None:
+            raise known from None
+        raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
 
 
 class ServerSideHandler:

@@ -1,0 +1,556 @@
+"""The control side of a streaming query whose dataflow is hosted on the executors.
+
+:class:`HostedDataflow` starts the hosting job (one barrier job of ``processes`` tasks, run by a background
+thread for the query's life, see :mod:`pytimely.spark.stream_host`), finds the processes' feed ports under the
+checkpoint, and for each micro-batch runs one Spark job whose tasks send their Arrow partitions straight to the
+processes (:class:`Sender`; only counts come back to the caller), then closes the epoch on every process and
+collects the names of their output parts. A failure of the hosting job, a lost connection or a silent process
+is a typed error within the deadlines; :class:`HostedHandler` then starts a new generation, restored from the
+snapshot of the last committed micro-batch, and sends the micro-batch again (a bounded number of times).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time as _time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytimely.errors import (
+    CheckpointMismatchError,
+    InvalidArgument,
+    PytimelyError,
+    SparkSlotsError,
+    StreamError,
+    StreamFeedError,
+    StreamHostError,
+    StreamSchemaError,
+)
+from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
+from pytimely.spark.stream_host import HostPlan, HostTask, await_exits, parts_folder, read_hosts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from pytimely.spark.epoch_output import EpochOutput
+    from pytimely.spark.streaming import Sink, StreamCheckpoint, StreamRun
+
+__all__ = ["HostedDataflow", "HostedHandler", "Sender", "check_layout", "run_hosted"]
+
+_COUNTS = "process int, sender long, frames long, rows long"
+_FRAME_ROWS = 1 << 16
+"""Rows per DATA message at most: Spark's Arrow batches (10,000 rows by default) are joined up to this."""
+
+
+class Sender:
+    """A task of a micro-batch's feed job: its partition's rows to the hosted processes, counts back."""
+
+    def __init__(
+        self, feeds: list[str], secret: bytes, generation: int, epoch: int, check: Callable[..., Any] | None = None
+    ) -> None:
+        self.feeds = feeds
+        self.secret = secret
+        self.generation = generation
+        self.epoch = epoch
+        self.check = check
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        sender = 0 if context is None else context.partitionId()
+        links: dict[int, FeedLink] = {}
+        counts = {p: [0, 0] for p in range(len(self.feeds))}
+        turn = sender
+        try:
+            for group in _groups(batches, _FRAME_ROWS):
+                table = pa.Table.from_batches(group)
+                if self.check is not None:
+                    table = self.check(table, self.epoch)
+                if table.num_rows == 0:
+                    continue
+                process = turn % len(self.feeds)  # spread evenly, each sender starting elsewhere
+                turn += 1
+                if process not in links:
+                    links[process] = dial(self.feeds[process], self.secret, process)
+                header = {"generation": self.generation, "epoch": self.epoch, "sender": sender,
+                          "seq": counts[process][0]}  # fmt: skip
+                links[process].send(Kind.DATA, header, arrow_bytes(table.to_batches(), table.schema))
+                counts[process][0] += 1
+                counts[process][1] += table.num_rows
+        finally:
+            for link in links.values():
+                link.close()
+        used = [p for p, (frames, _) in counts.items() if frames]
+        yield pa.RecordBatch.from_pydict({
+            "process": pa.array(used, pa.int32()),
+            "sender": pa.array([sender] * len(used), pa.int64()),
+            "frames": pa.array([counts[p][0] for p in used], pa.int64()),
+            "rows": pa.array([counts[p][1] for p in used], pa.int64()),
+        })
+
+
+def _groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """Consecutive batches joined into groups of about ``rows`` rows."""
+    group: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        group.append(batch)
+        size += batch.num_rows
+        if size >= rows:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+class HostedDataflow:
+    """The hosted processes of one generation, seen from the control side: start, feed an epoch, stop."""
+
+    def __init__(
+        self,
+        spark: Any,
+        build: Callable[..., Any],
+        own: Path,
+        *,
+        processes: int,
+        workers: int,
+        schema: pa.Schema,
+        job: str,
+        parameters: dict[str, Any],
+        describe: str,
+        start_timeout: float = 120.0,
+        close_timeout: float = 600.0,
+        failure_wait: float = 60.0,
+        output: EpochOutput | None = None,
+        secret: bytes | None = None,
+    ) -> None:
+        self.spark = spark
+        self.output = output
+        self.run_secret = secret
+        """The run's secret for every generation (made by the client, so it can stop the processes on Spark
+        Connect); ``None``: a fresh one per generation."""
+        self.failure_wait = failure_wait
+        """Seconds a lost connection waits for the hosting job to fail (Spark's own deadline to notice)."""
+        self.build = build
+        self.own = own
+        self.processes = processes
+        self.workers = workers
+        self.schema = schema
+        self.job = job
+        self.parameters = parameters
+        self.describe = describe
+        self.start_timeout = start_timeout
+        self.close_timeout = close_timeout
+        self.generation = 0
+        self.owner: str | None = None
+        """The run that owns the checkpoint (its processes stop once another run does)."""
+        self.feeds: list[str] = []
+        self._secret = b""
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._group = ""
+        self.received = 0
+        """Bytes of results and answers this side received for the last epoch (counts and part names only)."""
+
+    def start(self, generation: int, resume_at: int) -> None:
+        """Start generation ``generation`` of the hosted processes, restored at ``resume_at``; wait for their ports."""
+        from pytimely.spark.session import is_connect, slots_of, wait_for_slots
+
+        slots = wait_for_slots(self.spark, self.processes, 30.0)
+        if self.processes + 1 > slots:
+            raise SparkSlotsError(f"{self.processes} hosted processes need {self.processes + 1} task slots at once "
+                                  f"(one for the micro-batches' feed jobs); the session has {slots}")  # fmt: skip
+        self.generation = generation
+        self._secret = self.run_secret or secrets.token_bytes(32)
+        self._failure = None
+        plan = HostPlan(
+            build=self.build, processes=self.processes, workers=self.workers, generation=generation,
+            secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
+            resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
+            close_timeout=self.close_timeout, output=self.output, owner=self.owner,
+        )  # fmt: skip
+        self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
+        self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,
+                                        name=f"pytimely-hosting-g{generation}")  # fmt: skip
+        self._thread.start()
+        deadline = _time.monotonic() + self.start_timeout
+        while True:
+            feeds = read_hosts(self.own, generation, self._secret)
+            if feeds is not None:
+                self.feeds = feeds
+                return
+            self._raise_if_failed()
+            if _time.monotonic() > deadline:
+                self.cancel()
+                raise StreamHostError(f"the hosted processes of generation {generation} did not start within "
+                                      f"{self.start_timeout:g} s")  # fmt: skip
+            _time.sleep(0.05)
+
+    def _host(self, task: HostTask) -> None:
+        """The background thread: run the hosting job until the processes stop (or fail)."""
+        from pytimely.spark.session import is_connect
+
+        try:
+            if is_connect(self.spark):
+                self.spark.addTag(self._group)
+            else:
+                context = self.spark.sparkContext
+                context.setJobGroup(self._group, f"{self.describe}: hosted processes, generation {self.generation}",
+                                    interruptOnCancel=True)  # fmt: skip
+            frame = self.spark.range(0, self.processes, 1, self.processes)
+            frame.mapInArrow(task, "process int", barrier=True).collect()
+        except BaseException as exc:
+            self._failure = exc
+
+    def _raise_if_failed(self) -> None:
+        if self._thread is not None and not self._thread.is_alive() and self._failure is not None:
+            raise StreamHostError(f"the hosted processes of generation {self.generation} failed: "
+                                  f"{_short(self._failure)}") from None  # fmt: skip
+
+    def epoch(self, frame: DataFrame, epoch: int, check: Callable[..., Any] | None = None) -> list[str]:
+        """Send micro-batch ``frame`` as ``epoch`` to the processes, complete it there; the output parts' paths."""
+        from pytimely.spark.streaming import _job_description
+
+        self._raise_if_failed()
+        sender = Sender(self.feeds, self._secret, self.generation, epoch, check)
+        with _job_description(frame, f"{self.describe}: feed epoch {epoch} (generation {self.generation})"):
+            try:
+                counts = frame.mapInArrow(sender, _COUNTS).toArrow()
+            except Exception as exc:
+                self._raise_if_failed()
+                raise _feed_failure(exc, epoch) from None
+        self.received = counts.nbytes
+        expected: list[dict[str, list[int]]] = [{} for _ in self.feeds]
+        for row in counts.to_pylist():
+            expected[row["process"]][str(row["sender"])] = [row["frames"], row["rows"]]
+        return self._close(epoch, expected)
+
+    def _close(self, epoch: int, expected: list[dict[str, list[int]]]) -> list[str]:
+        links = [dial(address, self._secret, p) for p, address in enumerate(self.feeds)]
+        try:
+            for p, link in enumerate(links):
+                link.send(Kind.CLOSE, {"generation": self.generation, "epoch": epoch, "expected": expected[p]})
+            parts = []
+            for link in links:
+                answer = self._answer(link, self.close_timeout)
+                self.received += len(json.dumps(answer.header)) + len(answer.body)
+                if answer.kind != Kind.DONE:
+                    raise StreamFeedError(f"epoch {epoch}: {link.peer}: {answer.header.get('error')}")
+                parts.append(str(answer.header["part"]))
+            return parts
+        finally:
+            for link in links:
+                link.close()
+
+    def _answer(self, link: FeedLink, timeout: float) -> Any:
+        """The process's answer; a lost connection waits (bounded) for the hosting job's failure to name it."""
+        try:
+            return link.receive(timeout)
+        except StreamFeedError as lost:
+            # A process that died takes its connection with it; Spark fails the barrier job a moment later.
+            if self._thread is not None:
+                self._thread.join(self.failure_wait)
+            self._raise_if_failed()
+            raise lost from None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the processes (their dataflow ends cleanly) and wait for the hosting job."""
+        if self._thread is None:
+            return
+        try:
+            for p, address in enumerate(self.feeds):
+                link = dial(address, self._secret, p, timeout=10.0)
+                try:
+                    link.send(Kind.STOP, {"generation": self.generation})
+                    link.receive(timeout)
+                finally:
+                    link.close()
+            self._thread.join(timeout)
+        except PytimelyError:
+            pass  # a process already gone: the job is cancelled below
+        finally:
+            if self._thread.is_alive():
+                self.cancel()
+            self._thread = None
+
+    def cancel(self) -> None:
+        """Cancel the hosting job (its tasks are killed) and wait a while for the thread."""
+        from pytimely.spark.session import is_connect
+
+        if is_connect(self.spark):
+            self.spark.interruptTag(self._group)
+        else:
+            self.spark.sparkContext.cancelJobGroup(self._group)
+        if self._thread is not None:
+            self._thread.join(30.0)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")]
+    telling = [line for line in lines if "Error" in line or "error" in line]
+    return " | ".join((telling or lines or [type(exc).__name__])[:3])[:600]
+
+
+def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
+    """A feed job's failure as a typed error (the error a sender task raised, where it names one)."""
+    from pytimely.spark.streaming import _typed
+
+    found = _typed(str(exc))
+    if isinstance(found, StreamFeedError | StreamSchemaError):
+        return found
+    return StreamFeedError(f"the feed job of epoch {epoch} failed: {_short(exc)}")
+
+
+class HostedHandler:
+    """The ``foreachBatch`` function of a hosted query: feed, complete, commit each micro-batch once."""
+
+    def __init__(
+        self,
+        hosted: HostedDataflow,
+        sink: Sink,
+        checkpoint: StreamCheckpoint,
+        identity: dict[str, Any],
+        *,
+        check: Callable[..., Any] | None = None,
+        retries: int = 2,
+        owner: str | None = None,
+        takeover_wait: float = 0.0,
+    ) -> None:
+        self.hosted = hosted
+        self.sink = sink
+        self.checkpoint = checkpoint
+        self.input_schema: str = identity["input"]
+        self.check = check
+        self.retries = retries
+        self.committed = checkpoint.open(identity)
+        self.owner = checkpoint.take_ownership() if owner is None else owner
+        hosted.owner = self.owner
+        if takeover_wait:
+            # An orphaned query's processes (a killed Connect client's) stop once they see the new owner; the
+            # recovery store must not have two writers.
+            await_exits(checkpoint.own, takeover_wait)
+        if hosted.output is not None:
+            self._take_over(hosted.output)
+        self.generation = checkpoint.next_generation()
+        self.failure: PytimelyError | None = None
+        self.skipped = 0
+        self.restarts = 0
+        self.processed: list[int] = []
+        self.driver_bytes: dict[int, int] = {}
+        """Bytes this side received per micro-batch (Spark's results of the feed job and the processes' answers)."""
+        self.hosted.start(self.generation, self.last_committed)
+
+    @property
+    def last_committed(self) -> int:
+        """The last batch id whose output is committed (-1 before the first)."""
+        return self.committed[-1] if self.committed else -1
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Process micro-batch ``batch_id`` (Spark calls this from ``foreachBatch``)."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            self._process(frame, batch_id)
+        except PytimelyError as exc:
+            self.failure = exc
+            raise
+        except Exception as exc:
+            self.failure = StreamError(f"micro-batch {batch_id}: {type(exc).__name__}: {exc}")
+            raise self.failure from exc
+
+    def _process(self, frame: DataFrame, batch_id: int) -> None:
+        if batch_id <= self.last_committed:
+            self.skipped += 1
+            return
+        if batch_id != self.last_committed + 1:
+            raise CheckpointMismatchError(f"micro-batch {batch_id} arrived after {self.last_committed}: the commits "
+                                          "of the batches between are missing from the checkpoint")  # fmt: skip
+        if frame.schema.simpleString() != self.input_schema:
+            raise StreamSchemaError(f"micro-batch {batch_id}: the source's schema changed from {self.input_schema} "
+                                    f"to {frame.schema.simpleString()}")  # fmt: skip
+        attempt = 0
+        while True:
+            try:
+                parts = self.hosted.epoch(frame, batch_id, self.check)
+                break
+            except (StreamFeedError, StreamHostError):
+                self.checkpoint.check_owner(self.owner, batch_id)  # processes that stopped for a new owner
+                if attempt >= self.retries:
+                    raise
+                attempt += 1
+                self.restart()
+        self.driver_bytes[batch_id] = self.hosted.received
+        self._commit(batch_id, parts)
+
+    def restart(self) -> None:
+        """Cancel this generation and start the next one, restored at the last committed micro-batch."""
+        self.hosted.cancel()
+        self.restarts += 1
+        self.generation = self.checkpoint.next_generation()
+        self.hosted.start(self.generation, self.last_committed)
+
+    def _take_over(self, output: EpochOutput) -> None:
+        """Line the checkpoint up with the output: a manifest is the commit (a run killed before it wrote its commit
+        record left it; the epoch's snapshot was durable before its parts), and uncommitted parts are removed."""
+        output.prepare()
+        ahead = output.last_committed()
+        if ahead > self.last_committed:
+            self.checkpoint.commit(ahead)
+            self.committed = list(range(ahead + 1))
+        output.discard_uncommitted()
+
+    def _commit(self, batch_id: int, parts: list[str]) -> None:
+        """The parts as the output of ``batch_id`` (its manifest, or the sink's commit), then the commit record."""
+        output = self.hosted.output
+        with self.checkpoint.fenced_commit(self.owner, batch_id):
+            if output is not None:
+                from pytimely.spark.epoch_output import Part
+
+                output.commit(batch_id, [Part.from_json(text) for text in parts])
+            else:
+                self._commit_through_driver(batch_id, parts)
+            self.checkpoint.commit(batch_id)
+        self.committed.append(batch_id)
+        self.processed.append(batch_id)
+
+    def _commit_through_driver(self, batch_id: int, parts: list[str]) -> None:
+        """A sink that is not an :class:`EpochOutput` gets the parts joined here; they are removed after."""
+        import shutil
+
+        import pyarrow as pa
+
+        tables = []
+        for path in parts:
+            with pa.memory_map(path) as source:
+                tables.append(pa.ipc.open_file(source).read_all())
+        self.sink.commit(batch_id, pa.concat_tables(tables))
+        shutil.rmtree(parts_folder(self.hosted.own, batch_id), ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the hosted processes."""
+        self.hosted.stop()
+
+
+def run_hosted(
+    build: Callable[..., Any],
+    source: DataFrame,
+    schema: Any,
+    sink: Sink,
+    checkpoint: StreamCheckpoint,
+    identity: dict[str, Any],
+    *,
+    processes: int,
+    workers: int,
+    check: Callable[..., Any] | None,
+    available_now: bool,
+    processing_time: str | None,
+    timeout: float | None,
+) -> StreamRun:
+    """``run_stream`` with the dataflow hosted on the executors, once the checkpoint is held."""
+    from pyspark.sql.types import StructType
+
+    from pytimely.spark.epoch_output import EpochOutput
+    from pytimely.spark.hosting import _arrow_schema, check_executors, ship_by_value
+    from pytimely.spark.session import is_connect
+    from pytimely.spark.streaming import StreamRun, _await_query, _start_query, trigger_times
+
+    spark = source.sparkSession
+    check_executors(spark)
+    ship_by_value(build)
+    if check is not None:
+        ship_by_value(check)
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    connect = is_connect(spark)
+    secret = secrets.token_bytes(32)
+    make_hosted = partial(
+        HostedDataflow, build=build, own=checkpoint.own, processes=processes, workers=workers, schema=arrow,
+        job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
+        describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
+        output=sink if isinstance(sink, EpochOutput) else None, secret=secret,
+    )  # fmt: skip
+    handler: HostedHandler | None = None
+    function: Callable[[DataFrame, int], None]
+    if connect:
+        # foreachBatch runs in a Python process of the server: the handler is made there, at the first
+        # micro-batch; this client checks the checkpoint and takes it over first (fencing an orphaned query).
+        restored = len(checkpoint.open(identity))
+        owner = checkpoint.take_ownership()
+        function = _ServerSide(partial(HostedHandler, sink=sink, checkpoint=checkpoint, identity=identity,
+                                       check=check, owner=owner, takeover_wait=60.0), make_hosted)  # fmt: skip
+    else:
+        handler = HostedHandler(make_hosted(spark), sink, checkpoint, identity, check=check)
+        restored = len(handler.committed)
+        function = handler
+    try:
+        sink.prepare()
+        running = _start_query(source, function, checkpoint, identity["query"], available_now, processing_time)
+        try:
+            _await_query(running, identity["query"], timeout, None if handler is None else lambda: handler.failure)
+        finally:
+            if running.isActive:
+                running.stop()
+    finally:
+        if handler is not None:
+            handler.close()
+        else:
+            stop_published(checkpoint.own, secret)
+    triggers = trigger_times(running)
+    if handler is None:
+        return StreamRun(sorted(triggers), 0, 0.0, restored, [], triggers)
+    if handler.failure is not None:
+        raise handler.failure
+    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts,
+                     dict(handler.driver_bytes))  # fmt: skip
+
+
+class _ServerSide:
+    """The ``foreachBatch`` function on Spark Connect: its :class:`HostedHandler` made at the first micro-batch."""
+
+    def __init__(self, make: Callable[..., HostedHandler], hosted: Callable[..., HostedDataflow]) -> None:
+        self.make = make
+        self.hosted = hosted
+        self.handler: HostedHandler | None = None
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Process micro-batch ``batch_id``."""
+        if self.handler is None:
+            self.handler = self.make(self.hosted(frame.sparkSession))
+        self.handler(frame, batch_id)
+
+
+def stop_published(own: Path, secret: bytes, timeout: float = 30.0) -> None:
+    """Stop the hosted processes of the checkpoint's newest generation (a Connect client, once its query ended)."""
+    try:
+        generation = int(json.loads((own / "generation.json").read_text(encoding="utf-8"))["generation"])
+        feeds = read_hosts(own, generation, secret)
+    except (OSError, ValueError, KeyError, PytimelyError):
+        return
+    for process, address in enumerate(feeds or []):
+        try:
+            link = dial(address, secret, process, timeout=timeout)
+            try:
+                link.send(Kind.STOP, {"generation": generation})
+                link.receive(timeout)
+            finally:
+                link.close()
+        except PytimelyError:
+            continue  # gone already
+
+
+def check_layout(processes: int | None, workers: int) -> None:
+    """Refuse a layout that cannot run, before anything starts."""
+    if processes is not None and (type(processes) is not int or processes < 1):
+        raise InvalidArgument(f"processes must be a positive int, got {processes!r}")
+    if type(workers) is not int or workers < 1:
+        raise InvalidArgument(f"workers must be a positive int, got {workers!r}")

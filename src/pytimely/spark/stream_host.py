@@ -1,0 +1,429 @@
+"""The hosted side of a streaming query: one pytimely process per task of a long-lived barrier job.
+
+Each task of the hosting job (:class:`HostTask`) meets the others once (``allGather``: it works on every master
+and through Spark Connect), builds its :class:`~pytimely.config.Config`, opens a *feed* port
+(:mod:`pytimely.spark.stream_feed`) and runs its workers with :func:`~pytimely.execute.run_process`, restoring
+their state from the query's recovery store (the newest snapshot at or before the last committed micro-batch).
+Process 0 publishes every process's feed address under the checkpoint (``CK/pytimely/hosts/gen-<G>.json``,
+signed with the run's secret), so the control side finds them without any message through the driver.
+
+The feed thread (:class:`Feeder`) receives the micro-batches' Arrow data, numbered by sender partition, and on
+``CLOSE`` checks it received exactly what the senders announced (nothing lost, nothing twice), hands it to its
+workers at the epoch, waits for the epoch to complete (and, in process 0, for its snapshot to be durable), writes
+its output part and answers ``DONE``. The workers take their commands from in-process queues and keep stepping
+in between, so the cluster's progress moves whatever the feed does.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time as _time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from pytimely.atomic import write_atomic
+from pytimely.communication.platform import REAL_THREADS, Threads
+from pytimely.config import Config
+from pytimely.errors import PytimelyError, StreamFeedError, StreamHostError
+from pytimely.recovery import Recovery, SnapshotPolicy
+from pytimely.signed_lines import decode, encode
+from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pytimely.recovery.runtime import WorkerRecovery
+    from pytimely.recovery.session import Session
+    from pytimely.spark.epoch_output import EpochOutput
+    from pytimely.worker import Worker
+
+__all__ = ["HostPlan", "HostTask", "ResumeAt", "await_exits", "hosts_path", "read_hosts"]
+
+HOSTS_PURPOSE = "stream-hosts"
+_STOP = "stop"
+_IDLE_FIRST = 0.0005
+_IDLE_MOST = 0.05
+
+
+def hosts_path(own: str | Path, generation: int) -> Path:
+    """Where generation ``generation`` publishes its processes' feed addresses."""
+    return Path(own) / "hosts" / f"gen-{generation}.json"
+
+
+def await_exits(own: str | Path, timeout: float) -> bool:
+    """Wait until every process of the newest published generation has exited (its ``.exit-P`` marker written);
+    ``False`` after ``timeout`` seconds (processes killed write none). What is in the files is only counted."""
+    folder = Path(own) / "hosts"
+    published = sorted(folder.glob("gen-*.json")) if folder.exists() else []
+    if not published:
+        return True
+    try:
+        count = len(json.loads(published[-1].read_text(encoding="utf-8"))["feeds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    deadline = _time.monotonic() + timeout
+    while not all(published[-1].with_suffix(f".exit-{p}").exists() for p in range(count)):
+        if _time.monotonic() > deadline:
+            return False
+        _time.sleep(0.1)
+    return True
+
+
+def read_hosts(own: str | Path, generation: int, secret: bytes) -> list[str] | None:
+    """The feed addresses generation ``generation`` published (``None`` before it did); a forged file is refused."""
+    path = hosts_path(own, generation)
+    try:
+        line = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        body = decode(secret, HOSTS_PURPOSE, line.strip())
+    except PytimelyError as exc:
+        raise StreamHostError(f"{path} is not signed by this run: {exc}") from None
+    if body.get("generation") != generation or not isinstance(body.get("feeds"), list):
+        raise StreamHostError(f"{path} names generation {body.get('generation')!r}, not {generation}")
+    return [str(a) for a in body["feeds"]]
+
+
+@dataclass
+class ResumeAt(Recovery):
+    """A :class:`~pytimely.recovery.Recovery` that resumes from the newest snapshot at or before ``at_most``."""
+
+    at_most: int | None = None
+
+    def open(
+        self, *, process: int = 0, joining: bool = False, at_most: int | None = None, threads: Threads = REAL_THREADS
+    ) -> Session:
+        """Open the store as :meth:`Recovery.open` does, never past ``self.at_most``."""
+        limit = self.at_most if at_most is None else at_most
+        return super().open(process=process, joining=joining, at_most=limit, threads=threads)
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What every hosted process is told (it travels in the hosting job's closure)."""
+
+    build: Callable[..., Any]
+    processes: int
+    workers: int
+    generation: int
+    secret: bytes = field(repr=False)
+    own: str
+    """The checkpoint's pytimely folder (``CK/pytimely``): hosts, parts and state live under it."""
+    schema: pa.Schema
+    job: str
+    parameters: dict[str, Any]
+    resume_at: int
+    local: bool
+    heartbeat: float = 0.5
+    timeout: float = 10.0
+    close_timeout: float = 600.0
+    output: EpochOutput | None = None
+    """Where the processes write their parts themselves (else under ``CK/pytimely/parts``, for the driver)."""
+    owner: str | None = None
+    """The run that started the processes: once another run owns the checkpoint they stop by themselves (an
+    orphaned query's processes, left by a killed Spark Connect client, give their task slots back)."""
+
+    def recovery(self) -> ResumeAt:
+        """The query's recovery store, opened at the last committed micro-batch (two snapshots kept)."""
+        policy = SnapshotPolicy(every_epochs=1, keep=2, rewrite_every=4)
+        return ResumeAt(
+            str(Path(self.own) / "state"), job=self.job, policy=policy, parameters=self.parameters,
+            at_most=self.resume_at,
+        )  # fmt: skip
+
+
+class HostTask:
+    """One task of the hosting job: meet the others, publish the feed ports, run the workers until ``STOP``."""
+
+    def __init__(self, plan: HostPlan) -> None:
+        self.plan = plan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import BarrierTaskContext
+
+        from pytimely.execute import run_process
+
+        for _ in batches:
+            pass
+        plan = self.plan
+        context = BarrierTaskContext.get()
+        process = context.partitionId()
+        host = "127.0.0.1" if plan.local else context.getTaskInfos()[process].address.rsplit(":", 1)[0]
+        listener = socket.create_server((host, 0), backlog=max(16, plan.processes))
+        feed = socket.create_server((host, 0), backlog=64)
+        try:
+            mine = {"cluster": _address(listener), "feed": _address(feed)}
+            everyone = [json.loads(text) for text in context.allGather(json.dumps(mine))]
+            if process == 0:
+                body = {"generation": plan.generation, "feeds": [e["feed"] for e in everyone]}
+                path = hosts_path(plan.own, plan.generation)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(path, encode(plan.secret, HOSTS_PURPOSE, body))
+            hosts = tuple((e["cluster"].rsplit(":", 1)[0], int(e["cluster"].rsplit(":", 1)[1])) for e in everyone)
+            config = Config(
+                workers=plan.workers, processes=plan.processes, process=process, hosts=hosts, bind=host,
+                secret=plan.secret, heartbeat=plan.heartbeat, timeout=plan.timeout,
+            )  # fmt: skip
+        except BaseException:
+            listener.close()
+            feed.close()
+            raise
+        feeder = Feeder(plan, process, feed, config.first_worker)
+        feeder.start()
+        try:
+            run_process(feeder.job, config, listener=listener, recovery=plan.recovery())
+        finally:
+            feeder.close()
+            # Its recovery store's writers have finished: a run taking the checkpoint over may open the store.
+            exited = hosts_path(plan.own, plan.generation).with_suffix(f".exit-{process}")
+            write_atomic(exited, b"")
+        yield pa.RecordBatch.from_pydict({"process": pa.array([process], pa.int32())})
+
+
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"{host}:{port}"
+
+
+class Feeder:
+    """A hosted process's feed port: takes the micro-batches in, checks them, drives its workers epoch by epoch."""
+
+    def __init__(self, plan: HostPlan, process: int, listener: socket.socket, first_worker: int) -> None:
+        self.plan = plan
+        self.process = process
+        self.listener = listener
+        self.first = first_worker
+        self.commands: list[queue.Queue[Any]] = [queue.Queue() for _ in range(plan.workers)]
+        self.results: queue.Queue[tuple[int, int, list[pa.RecordBatch] | BaseException]] = queue.Queue()
+        self.inbox: dict[tuple[int, int, int], list[pa.RecordBatch]] = {}
+        """Received data by (epoch, sender partition, sequence number): a resent frame replaces its copy."""
+        self.arrived = threading.Condition()
+        self.closed = threading.Event()
+        self.failure: BaseException | None = None
+        self._next_look = 0.0
+
+    def start(self) -> None:
+        """Start accepting feed connections (one thread each)."""
+        threading.Thread(target=self._accept, name=f"pytimely-feed-{self.process}", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop accepting connections."""
+        self.closed.set()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.5)
+        while not self.closed.is_set():
+            try:
+                sock, _ = self.listener.accept()
+            except TimeoutError:
+                if self._taken_over():
+                    for commands in self.commands:
+                        commands.put(_STOP)
+                    return
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _taken_over(self) -> bool:
+        """Whether another run owns the checkpoint now (read at most every two seconds)."""
+        if self.plan.owner is None or _time.monotonic() < self._next_look:
+            return False
+        self._next_look = _time.monotonic() + 2.0
+        try:
+            owner = json.loads((Path(self.plan.own) / "owner.json").read_text(encoding="utf-8"))["owner"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return bool(owner != self.plan.owner)
+
+    def _serve(self, sock: socket.socket) -> None:
+        """One connection: authenticate, then take messages until the peer closes it."""
+        try:
+            link = answer(sock, self.plan.secret, self.process)
+        except (PytimelyError, OSError):
+            sock.close()  # a stranger, or a peer that gave up: nothing of it is kept
+            return
+        try:
+            while not self.closed.is_set():
+                try:
+                    message = link.receive(timeout=24 * 3600.0)
+                except StreamFeedError:
+                    return
+                self._handle(link, message)
+        finally:
+            link.close()
+
+    def _handle(self, link: FeedLink, message: Message) -> None:
+        header = message.header
+        if header.get("generation") != self.plan.generation:
+            link.send(Kind.FAILED, {"error": f"process {self.process} is of generation {self.plan.generation}, "
+                                             f"the message of {header.get('generation')!r}"})  # fmt: skip
+            return
+        if message.kind == Kind.DATA:
+            key = (int(header["epoch"]), int(header["sender"]), int(header["seq"]))
+            with self.arrived:
+                self.inbox[key] = arrow_batches(message.body)
+                self.arrived.notify_all()
+        elif message.kind == Kind.CLOSE:
+            try:
+                part = self._close(int(header["epoch"]), header["expected"])
+            except PytimelyError as exc:
+                link.send(Kind.FAILED, {"error": str(exc), "type": type(exc).__name__})
+                return
+            link.send(Kind.DONE, {"epoch": header["epoch"], "process": self.process, **part})
+        elif message.kind == Kind.STOP:
+            for commands in self.commands:
+                commands.put(_STOP)
+            link.send(Kind.DONE, {"process": self.process})
+
+    def _close(self, epoch: int, expected: dict[str, list[int]]) -> dict[str, Any]:
+        """Check the epoch's data, run it through the workers, write the part; what ``DONE`` tells."""
+        batches = self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
+        shares = _shares(batches, self.plan.workers)
+        for commands, share in zip(self.commands, shares, strict=True):
+            commands.put((epoch, share))
+        outputs: list[pa.RecordBatch] = []
+        deadline = _time.monotonic() + self.plan.close_timeout
+        for _ in self.commands:
+            try:
+                got_epoch, _worker, result = self.results.get(timeout=max(0.0, deadline - _time.monotonic()))
+            except queue.Empty:
+                raise StreamHostError(f"process {self.process} did not complete epoch {epoch} within "
+                                      f"{self.plan.close_timeout:g} s") from None  # fmt: skip
+            if isinstance(result, BaseException):
+                raise StreamHostError(f"process {self.process}, epoch {epoch}: {type(result).__name__}: {result}")
+            if got_epoch != epoch:
+                raise StreamHostError(f"process {self.process} completed epoch {got_epoch} while closing {epoch}")
+            outputs.extend(result)
+        return self._write_part(epoch, outputs)
+
+    def _checked(self, epoch: int, expected: dict[int, tuple[int, int]]) -> list[pa.RecordBatch]:
+        """The epoch's batches once exactly the announced frames are in (else :class:`StreamFeedError`)."""
+        want = {(epoch, s, q) for s, (frames, _) in expected.items() for q in range(frames)}
+        deadline = _time.monotonic() + self.plan.close_timeout
+        with self.arrived:
+            while not want <= self.inbox.keys():
+                left = deadline - _time.monotonic()
+                if left <= 0:
+                    missing = sorted(want - self.inbox.keys())[:5]
+                    raise StreamFeedError(
+                        f"process {self.process}, epoch {epoch}: {len(want - self.inbox.keys())} announced frame(s) "
+                        f"never arrived (epoch, sender, seq: {missing}...)"
+                    )
+                self.arrived.wait(min(left, 1.0))
+            extra = sorted(k for k in self.inbox if k[0] == epoch and k not in want)
+            taken = {k: self.inbox.pop(k) for k in sorted(want)}
+            for stale in [k for k in self.inbox if k[0] <= epoch]:
+                del self.inbox[stale]
+        if extra:
+            raise StreamFeedError(f"process {self.process}, epoch {epoch}: {len(extra)} frame(s) nobody announced "
+                                  f"(epoch, sender, seq: {extra[:5]})")  # fmt: skip
+        for sender, (_, rows) in expected.items():
+            got = sum(b.num_rows for k, bs in taken.items() if k[1] == sender for b in bs)
+            if got != rows:
+                raise StreamFeedError(f"process {self.process}, epoch {epoch}: sender {sender} announced {rows} "
+                                      f"row(s), {got} arrived")  # fmt: skip
+        return [b for bs in taken.values() for b in bs]
+
+    def _write_part(self, epoch: int, outputs: list[pa.RecordBatch]) -> dict[str, Any]:
+        """This process's output of ``epoch``: a part of the query's :class:`EpochOutput`, or an Arrow file under
+        ``CK/pytimely/parts`` for the driver to hand to its sink (written aside and renamed, either way)."""
+        import pyarrow as pa
+
+        table = pa.Table.from_batches(outputs, schema=self.plan.schema)
+        if self.plan.output is not None:
+            name = f"g{self.plan.generation}-p{self.process:05d}"
+            return {"part": self.plan.output.write_part(epoch, name, table).to_json(), "rows": table.num_rows}
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        path = parts_folder(self.plan.own, epoch) / f"part-{self.process:05d}.arrow"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, sink.getvalue().to_pybytes())
+        return {"part": str(path), "rows": table.num_rows}
+
+    def job(self, worker: Worker) -> None:
+        """A worker's loop: step, and between steps take the feed's commands (an epoch's share, or stop)."""
+        from pytimely.spark.hosting import to_record_batch
+
+        index = worker.index - self.first
+        handle, probe, captured = worker.dataflow(lambda scope: _dataflow(scope, self.plan.build))
+        commands = self.commands[index]
+        hook = cast("WorkerRecovery | None", worker._recovery) if worker.index == 0 else None
+        idle = _IDLE_FIRST
+        while True:
+            worker.step()
+            # Between epochs only heartbeats arrive: wait on the queue longer the longer nothing happens.
+            idle = _IDLE_FIRST if worker.last_step_worked else min(idle * 2, _IDLE_MOST)
+            try:
+                command = commands.get(timeout=idle)
+            except queue.Empty:
+                continue
+            idle = _IDLE_FIRST
+            if command == _STOP:
+                handle.close()
+                worker.step_while(lambda: not probe.done())
+                return
+            epoch, share = command
+            try:
+                _run_epoch(worker, handle, probe, epoch, share, hook)
+                out = [to_record_batch(b, self.plan.schema, time=t, epoch="epoch") for t, b in captured if t <= epoch]
+                captured[:] = [(t, b) for t, b in captured if t > epoch]
+                self.results.put((epoch, index, out))
+            except BaseException as exc:
+                self.results.put((epoch, index, exc))
+                raise
+
+
+def _run_epoch(
+    worker: Worker, handle: Any, probe: Any, epoch: int, share: list[pa.RecordBatch], hook: WorkerRecovery | None
+) -> None:
+    """Send ``share`` at ``epoch``, complete the epoch, and (worker 0) wait until its snapshot is durable."""
+    if epoch < handle.time:
+        raise StreamHostError(f"epoch {epoch} arrived after epoch {handle.time - 1} was complete")
+    handle.advance_to(epoch)
+    for batch in share:
+        handle.send_batch(batch)
+    handle.advance_to(epoch + 1)
+    worker.step_while(lambda: probe.less_than(epoch + 1))
+    if hook is not None and any(df.stateful for df in hook.dataflows):
+        worker.step_while(lambda: not hook.holds(epoch))
+
+
+def parts_folder(own: str | Path, epoch: int) -> Path:
+    """Where the hosted processes write their output parts of ``epoch`` before the commit."""
+    return Path(own) / "parts" / f"epoch-{epoch:012d}"
+
+
+def _dataflow(scope: Any, build: Callable[..., Any]) -> tuple[Any, Any, list[tuple[int, Any]]]:
+    handle, stream = scope.new_input(name="micro-batches")
+    out = build(stream)
+    if out is None or not hasattr(out, "capture"):
+        raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
+    # A sink, not a capture: a capture's list is declared state, and snapshots would keep every epoch's output.
+    captured: list[tuple[int, Any]] = []
+    out.sink(lambda time, batch: captured.append((time, batch)), name="epoch-output")
+    return handle, out.probe(name="epoch-probe"), captured
+
+
+def _shares(batches: list[pa.RecordBatch], workers: int) -> list[list[pa.RecordBatch]]:
+    """An even share of the rows for each local worker (one batch each, where there are rows)."""
+    import pyarrow as pa
+
+    if not batches:
+        return [[] for _ in range(workers)]
+    table = pa.Table.from_batches(batches).combine_chunks()
+    step = -(-table.num_rows // workers)
+    shares: list[list[pa.RecordBatch]] = []
+    for k in range(workers):
+        part = table.slice(k * step, step)
+        shares.append(part.to_batches() if part.num_rows else [])
+    return shares

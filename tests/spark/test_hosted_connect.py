@@ -1,0 +1,88 @@
+"""A stream hosted on the executors through Spark Connect: the handler lives in the server's Python process."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pytimely.spark.epoch_output import EpochOutput
+from pytimely.spark.streaming import run_stream
+from tests.spark.test_hosted_stream import ROOT, SCHEMA, changelog, count_words, drop_texts, output_changelog
+from tests.spark.test_streaming import load
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_hosted_word_count_through_connect_equals_the_driver_hosted_path(
+    connect: Any, spark: Any, tmp_path: Path
+) -> None:
+    """Two hosted processes started from the server's foreachBatch process, two runs of the client: the same
+    changelog as the driver-hosted path in this process; the client stops the processes when its query ends."""
+    rng = random.Random(43)
+    incoming = tmp_path / "in"
+    output = EpochOutput(tmp_path / "out", SCHEMA, format="csv", order_by=["word"])
+    wordcount = load("stream_wordcount")
+    for rounds in (range(2), range(2, 3)):
+        drop_texts(incoming, rng, rounds)
+        source = connect.readStream.option("maxFilesPerTrigger", 1).text(str(incoming))
+        run_stream(wordcount.running_counts, source, wordcount.SCHEMA, sink=output, checkpoint=tmp_path / "ck",
+                   query="connect_hosted", available_now=True, processes=2)
+    assert output.committed() == [0, 1, 2]
+    for epoch in range(3):
+        names = sorted(p.name for p in (tmp_path / "out" / f"epoch-{epoch:012d}").iterdir())
+        assert [n.split("-p")[-1] for n in names] == ["00000.csv", "00001.csv"], names  # both hosted processes
+    driver_out = tmp_path / "driver"
+    count_words(spark, incoming, driver_out, tmp_path / "driver-ck")
+    assert output_changelog(output) == changelog(driver_out)
+
+
+def test_a_connect_client_killed_mid_micro_batch_is_taken_over_by_the_next(
+    connect_server: Any, tmp_path: Path
+) -> None:
+    """kill -9 of the word-count example's client while its query runs on the server: the next client takes the
+    checkpoint over (the orphaned query and its hosted processes are fenced and stop) and the output holds every
+    micro-batch once with its running counts."""
+    rng = random.Random(47)
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    drop_texts(incoming, rng, range(6))
+    args = ["--spark", connect_server.url, "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+            "--available-now", "--files-per-batch", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    command = [sys.executable, str(ROOT / "examples" / "stream_wordcount.py"), *args]
+    log = (tmp_path / "client.log").open("w")
+    client = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+    commits = out / "_pytimely" / "commits"
+    deadline = time.monotonic() + 300
+    try:
+        while len(list(commits.glob("epoch-*.json")) if commits.exists() else []) < 1:
+            assert client.poll() is None, (tmp_path / "client.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the client committed nothing within 300 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait(60)
+        log.close()
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    output = EpochOutput(out, SCHEMA, format="csv")
+    committed = output.committed()
+    assert committed == list(range(len(committed))) and committed[-1] == 5, committed
+    totals: dict[str, int] = {}
+    for epoch, path in enumerate(sorted(incoming.glob("t*.txt"))):
+        seen = [w for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
+        for word in seen:
+            totals[word] = totals.get(word, 0) + 1
+        table = output.read(epoch)
+        assert sorted(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)) == sorted(
+            (w, totals[w]) for w in set(seen)
+        ), f"epoch {epoch}"

@@ -1,0 +1,114 @@
+"""Faults of a stream hosted on the executors: a hosted process or the driver killed mid-micro-batch."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pytimely.spark.epoch_output import EpochOutput
+from pytimely.spark.streaming import CsvDirectorySink, run_stream
+from tests.spark.test_hosted_stream import ROOT, SCHEMA, changelog, count_words, drop_texts
+from tests.spark.test_streaming import load
+
+
+class KillOnce:
+    """The word count, whose hosted process kills itself (SIGKILL) on a line holding ``word`` while ``marker`` is
+    there (it removes the marker first: the retried micro-batch passes)."""
+
+    def __init__(self, marker: Path, word: str) -> None:
+        self.marker = marker
+        self.word = word
+
+    def __call__(self, stream: Any) -> Any:
+        return load("stream_wordcount").running_counts(stream.map_batch(self.check, name="kill-once"))
+
+    def check(self, batch: Any) -> Any:
+        if self.marker.exists() and any(self.word in line for line in batch.column(0).to_pylist()):
+            self.marker.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return batch
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``--kill-trials N`` seeded trials of the hosted-process kill (2 by default; the issue asks for >= 10)."""
+    if "seed" in metafunc.fixturenames:
+        trials = int(metafunc.config.getoption("kill_trials", 2))
+        metafunc.parametrize("seed", range(trials))
+
+
+def test_a_hosted_process_killed_mid_batch_is_started_again_from_the_snapshot(
+    spark: Any, tmp_path: Path, seed: int
+) -> None:
+    """kill -9 of a hosted process in a seeded micro-batch (of 5, on 1-3 processes of 1-2 workers): a new generation
+    restores the snapshot of the batch before and the micro-batch is sent again; the changelog has no duplicate and
+    no gap (equal to the driver-hosted one). ~40 s a trial."""
+    rng = random.Random(1000 + seed)
+    incoming = tmp_path / "in"
+    drop_texts(incoming, rng, range(5))
+    doomed = rng.randrange(5)
+    kill_file = incoming / f"t{doomed:03d}.txt"
+    kill_file.write_text(kill_file.read_text(encoding="utf-8") + "KILL here\n", encoding="utf-8")
+    marker = tmp_path / "kill-marker"
+    marker.write_text("armed", encoding="utf-8")
+    out = tmp_path / "out"
+    source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(incoming))
+    wordcount = load("stream_wordcount")
+    processes, workers = rng.choice([(2, 1), (2, 2), (3, 1), (1, 2)])
+    done = run_stream(KillOnce(marker, "KILL"), source, wordcount.SCHEMA, sink=CsvDirectorySink(out, order_by=["word"]),
+                      checkpoint=tmp_path / "ck", query="killed", available_now=True, processes=processes,
+                      workers=workers)  # fmt: skip
+    assert not marker.exists(), "no hosted process reached the line that kills it"
+    assert done.processed == [0, 1, 2, 3, 4] and done.restarts == 1, (doomed, processes, workers)
+    driver_out = tmp_path / "driver"
+    count_words(spark, incoming, driver_out, tmp_path / "driver-ck")
+    assert changelog(out) == changelog(driver_out)
+
+
+def test_a_killed_driver_is_resumed_by_the_rerun(tmp_path: Path) -> None:
+    """SIGKILL the word-count example's whole process group (driver, JVM, hosted processes) after a seeded number
+    of committed micro-batches; the rerun continues, and the output holds every running count once. ~120 s."""
+    rng = random.Random(11)
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    drop_texts(incoming, rng, range(8))
+    args = ["--spark", "local[3]", "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+            "--available-now", "--files-per-batch", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    command = [sys.executable, str(ROOT / "examples" / "stream_wordcount.py"), *args]
+    log = (tmp_path / "job.log").open("w")
+    job = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+    target = rng.randint(1, 3)
+    commits = out / "_pytimely" / "commits"
+    deadline = time.monotonic() + 300
+    try:
+        while len(list(commits.glob("epoch-*.json")) if commits.exists() else []) < target:
+            assert job.poll() is None, (tmp_path / "job.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the job committed nothing within 300 s"
+            time.sleep(0.05)
+        time.sleep(rng.random())  # inside a later micro-batch, or between two
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(60)
+        log.close()
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    output = EpochOutput(out, SCHEMA, format="csv")
+    assert output.committed() == list(range(8))
+    totals: dict[str, int] = {}
+    for epoch, path in enumerate(sorted(incoming.glob("t*.txt"))):
+        seen = [w for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
+        for word in seen:
+            totals[word] = totals.get(word, 0) + 1
+        table = output.read(epoch)
+        assert sorted(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)) == sorted(
+            (w, totals[w]) for w in set(seen)
+        ), f"epoch {epoch}"
