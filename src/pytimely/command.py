@@ -17,13 +17,15 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytimely.config import RunConfig, add_arguments, add_recovery_arguments
 from pytimely.errors import ConfigError, InputFormatError, OutputPathError, PytimelyError, RecoveryError
 from pytimely.observe.eventlog import Sink, combine
 from pytimely.observe.status import ProgressLine
-from pytimely.worker import Worker
+
+if TYPE_CHECKING:
+    from pytimely.worker import Worker
 
 __all__ = [
     "USAGE_ERRORS",

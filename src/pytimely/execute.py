@@ -23,16 +23,19 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pytimely.communication.cluster import Cluster
 from pytimely.communication.local import LocalAllocator
 from pytimely.communication.platform import REAL, Platform, Task
 from pytimely.config import Config
 from pytimely.errors import InvalidArgument
 from pytimely.observe.eventlog import Sink
-from pytimely.recovery.session import Recovery, Session
 from pytimely.worker import Worker
+
+if TYPE_CHECKING:
+    # Only a cluster process needs the TCP layer (and ``cryptography``), only a recoverable run the store.
+    from pytimely.communication.cluster import Cluster
+    from pytimely.recovery.session import Recovery, Session
 
 __all__ = ["execute", "run_process", "run_workers"]
 
@@ -235,6 +238,8 @@ def run_process(
     :meth:`Worker.leave`), before any peer hears of it: ``pytimely run`` uses it to tell
     ``pytimely launch --elastic``'s control endpoint.
     """
+    from pytimely.communication.cluster import Cluster
+
     session = None
     try:
         if recovery is not None:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytimely.collector import burst
 from pytimely.communication.allocator import Allocator, ElasticAllocator, Pull, elastic_view
 from pytimely.communication.platform import REAL_CLOCK, REAL_THREADS, Clock, Threads
 from pytimely.dataflow.activate import Doorbell
-from pytimely.dataflow.explain import Explanation, explain
-from pytimely.dataflow.graph_view import DataflowGraph, describe
 from pytimely.dataflow.scope import Scope
 from pytimely.dataflow.subgraph import Subgraph
 from pytimely.errors import (
@@ -25,6 +23,10 @@ from pytimely.errors import (
     StepTimeoutError,
 )
 from pytimely.observe.eventlog import EventLogger, Sink
+
+if TYPE_CHECKING:
+    from pytimely.dataflow.explain import Explanation
+    from pytimely.dataflow.graph_view import DataflowGraph
 
 __all__ = ["RecoveryHook", "Worker"]
 
@@ -445,6 +447,8 @@ class Worker:
 
     def graph(self) -> list[DataflowGraph]:
         """A description of every running dataflow: operators, channels and their kinds, scopes, feedback."""
+        from pytimely.dataflow.graph_view import describe
+
         return [describe(subgraph) for subgraph in self._dataflows]
 
     def explain(self, probe: Any = None) -> list[Explanation]:
@@ -453,6 +457,8 @@ class Worker:
         Reads the progress tracker (every worker's counts, as far as this one has heard); see
         :mod:`pytimely.dataflow.explain`.
         """
+        from pytimely.dataflow.explain import explain
+
         if probe is None:
             return [explain(s, workers_per_process=self.workers_per_process) for s in self._dataflows]
         port = getattr(probe, "_port", None)

@@ -41,15 +41,16 @@ import hmac
 import os
 import socket
 import struct
+from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
-from pytimely.communication.frame import FrameKeys, LinkKeys
 from pytimely.communication.platform import REAL_CLOCK, Clock
 from pytimely.communication.transport import Connection, SocketConnection
 from pytimely.config import MIN_SECRET
 from pytimely.errors import AuthenticationError, ConfigError, HandshakeTimeoutError, WeakSecretError
+
+if TYPE_CHECKING:
+    # The frame codec loads ``cryptography``: a process that only checks a secret (event files) need not.
+    from pytimely.communication.frame import FrameKeys, LinkKeys
 
 __all__ = ["MIN_SECRET", "accept_peer", "check_secret", "connect_peer", "hash_probe"]
 
@@ -85,6 +86,11 @@ def _mac(secret: bytes, role: bytes, transcript: bytes) -> bytes:
 
 def _keys(secret: bytes, hello: bytes, server_nonce: bytes, server: int, encrypt: bool) -> tuple[FrameKeys, FrameKeys]:
     """The client-to-server and server-to-client frame keys of this connection."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    from pytimely.communication.frame import FrameKeys
+
     material = HKDF(
         algorithm=hashes.SHA256(),
         length=128,
@@ -137,6 +143,8 @@ def connect_peer(
     ``encrypt`` False: frames are authenticated but not encrypted (both sides must agree; make it part of
     ``shape``, as the cluster does). ``deadline`` is a time on ``clock``.
     """
+    from pytimely.communication.frame import LinkKeys
+
     check_secret(secret)
     conn = _connection(sock)
     deadline = clock.monotonic() + 30.0 if deadline is None else deadline
@@ -196,6 +204,8 @@ def accept_peer(
     computation take indices beyond the first ``processes``. ``same_hashes`` False accepts a peer that hashes
     strings differently (a connection that routes no keyed records, such as a streaming query's feed).
     """
+    from pytimely.communication.frame import LinkKeys
+
     check_secret(secret)
     conn = _connection(sock)
     deadline = clock.monotonic() + 30.0 if deadline is None else deadline
