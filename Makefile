@@ -26,7 +26,10 @@ lint: venv
 # go first and a long file of one test starts last).
 TEST_PROCESSES ?= 3
 
+# Compiled once here: the tests start hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set each
+# would compile every module it imports again.
 test: lint
+	$(PY) -m compileall -q src tests examples
 	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 
 verify: venv
