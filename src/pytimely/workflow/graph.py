@@ -15,9 +15,9 @@ w.r.t. requested out-ports ``O*`` keeps only the edges from which ``O*`` is reac
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pytimely.errors import ModuleDefinitionError
 from pytimely.workflow.model import ConnectionKind, Module, PortRef
@@ -34,6 +34,18 @@ class Vertex:
     kind: VertexKind
     module: str | None
     port: str | None
+    # The resume algorithms hash vertices millions of times. The hash is computed once, as the generated one
+    # would be (so set orders are unchanged), and never pickled: a str's hash differs between processes.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.kind, self.module, self.port)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Vertex], tuple[Any, ...]]:
+        return (Vertex, (self.kind, self.module, self.port))
 
     @staticmethod
     def inport(name: str) -> Vertex:
@@ -69,7 +81,25 @@ class Vertex:
 
 
 class DependencyGraph:
-    """The dependency graph of a parent module, optionally pruned w.r.t. requested out-ports ``O*``."""
+    """The dependency graph of a parent module, optionally pruned w.r.t. requested out-ports ``O*``.
+
+    Read-only once built: :meth:`of` hands the same graph to every caller asking about the same module.
+    """
+
+    @classmethod
+    def of(cls, module: Module, requested: Iterable[str] | None = None) -> DependencyGraph:
+        """The graph of ``module`` pruned w.r.t. ``requested``, built once per (module, ``O*``) and then shared.
+
+        A :class:`Module` does not change after construction, so neither does its graph.
+        """
+        key = None if requested is None else frozenset(requested)
+        # Kept on the module like its other derived tables (a copy made by dataclasses.replace starts without
+        # them); dict.setdefault keeps concurrent callers to one graph each.
+        graphs: dict[frozenset[str] | None, DependencyGraph] = module.__dict__.setdefault("_graphs", {})
+        graph = graphs.get(key)
+        if graph is None:
+            graph = graphs.setdefault(key, cls(module, key))
+        return graph
 
     def __init__(self, module: Module, requested: Iterable[str] | None = None) -> None:
         self.module = module
@@ -112,11 +142,14 @@ class DependencyGraph:
             edges = {e: w for e, w in edges.items() if e[1] in keep}
         self._outports = {e: frozenset(w) for e, w in edges.items()}
         self.edges: frozenset[tuple[Vertex, Vertex]] = frozenset(edges)
-        self.successors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
-        self.predecessors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
+        successors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
+        predecessors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
         for v, w in edges:  # construction order: deterministic for a given module, and no sort of vertices
-            self.successors[v].append(w)
-            self.predecessors[w].append(v)
+            successors[v].append(w)
+            predecessors[w].append(v)
+        # Read-only (Mapping of tuples): a graph from :meth:`of` is shared, so nobody may change it.
+        self.successors: Mapping[Vertex, tuple[Vertex, ...]] = {v: tuple(ws) for v, ws in successors.items()}
+        self.predecessors: Mapping[Vertex, tuple[Vertex, ...]] = {v: tuple(vs) for v, vs in predecessors.items()}
 
     @staticmethod
     def _reaching(goal: set[Vertex], edges: Iterable[tuple[Vertex, Vertex]]) -> set[Vertex]:
