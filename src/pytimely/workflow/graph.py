@@ -15,7 +15,7 @@ w.r.t. requested out-ports ``O*`` keeps only the edges from which ``O*`` is reac
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ __all__ = ["DependencyGraph", "Vertex"]
 VertexKind = Literal["in", "out", "module", "child-in"]
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True, order=True, init=False)
 class Vertex:
     """A dependency-graph vertex: the parent's in-port or out-port, a submodule, or a submodule's in-port."""
 
@@ -38,8 +38,12 @@ class Vertex:
     # would be (so set orders are unchanged), and never pickled: a str's hash differs between processes.
     _hash: int = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.kind, self.module, self.port)))
+    def __init__(self, kind: VertexKind, module: str | None, port: str | None) -> None:
+        setattr_ = object.__setattr__  # frozen: the generated __init__ does the same, plus a call to hash after
+        setattr_(self, "kind", kind)
+        setattr_(self, "module", module)
+        setattr_(self, "port", port)
+        setattr_(self, "_hash", hash((kind, module, port)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -142,14 +146,14 @@ class DependencyGraph:
             edges = {e: w for e, w in edges.items() if e[1] in keep}
         self._outports = {e: frozenset(w) for e, w in edges.items()}
         self.edges: frozenset[tuple[Vertex, Vertex]] = frozenset(edges)
+        # Typed read-only (Mapping of Sequence): a graph from :meth:`of` is shared, so nobody may change it.
         successors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
         predecessors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
         for v, w in edges:  # construction order: deterministic for a given module, and no sort of vertices
             successors[v].append(w)
             predecessors[w].append(v)
-        # Read-only (Mapping of tuples): a graph from :meth:`of` is shared, so nobody may change it.
-        self.successors: Mapping[Vertex, tuple[Vertex, ...]] = {v: tuple(ws) for v, ws in successors.items()}
-        self.predecessors: Mapping[Vertex, tuple[Vertex, ...]] = {v: tuple(vs) for v, vs in predecessors.items()}
+        self.successors: Mapping[Vertex, Sequence[Vertex]] = successors
+        self.predecessors: Mapping[Vertex, Sequence[Vertex]] = predecessors
 
     @staticmethod
     def _reaching(goal: set[Vertex], edges: Iterable[tuple[Vertex, Vertex]]) -> set[Vertex]:
