@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import pickle
 import random
+import subprocess
+import sys
 from collections.abc import Iterable
 
 import numpy as np
@@ -366,3 +370,56 @@ def test_every_queue_kind_meets_the_specification(ops: list[int | None]) -> None
                 assert x == expected
                 del waiting[len(waiting) - 1 - waiting[::-1].index(x) if name == "lifo" else waiting.index(x)]
             assert q.empty() == (not waiting)
+
+
+# -- the cached graph and the cached vertex hash ------------------------------------------------------------
+
+_UNPICKLE_ELSEWHERE = """
+import pickle, sys
+from pytimely.workflow.graph import Vertex
+vertices = pickle.loads(sys.stdin.buffer.read())
+fresh = [Vertex(v.kind, v.module, v.port) for v in vertices]
+assert vertices == fresh
+assert [hash(v) for v in vertices] == [hash(v) for v in fresh] == [hash((v.kind, v.module, v.port)) for v in fresh]
+assert all(v in set(fresh) for v in vertices) and set(vertices) == set(fresh)
+print(hash(fresh[0]))
+"""
+
+
+def test_a_vertex_unpickled_in_another_process_hashes_and_compares_there() -> None:
+    """The hash is computed once per vertex but never pickled: str hashes differ between processes."""
+    vertices = [Vertex.inport("a"), Vertex.outport("r"), Vertex.submodule("N"), Vertex.child_in("P", "j")]
+    data = pickle.dumps(vertices, protocol=5)
+    assert pickle.loads(data) == vertices and [hash(v) for v in pickle.loads(data)] == [hash(v) for v in vertices]
+    here = hash(vertices[0])
+    seeds = ("1", "2")  # two other hash seeds: at least one differs from this process's hash of "a"
+    elsewhere = set()
+    for seed in seeds:
+        done = subprocess.run(
+            [sys.executable, "-c", _UNPICKLE_ELSEWHERE],
+            input=data,
+            capture_output=True,
+            timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        elsewhere.add(int(done.stdout))
+    assert elsewhere - {here}, "the other processes hashed the vertex as this one does: the test shows nothing"
+
+
+def test_the_graph_of_a_module_is_built_once_per_requested_set() -> None:
+    module = example_2_1()
+    graph = DependencyGraph.of(module, {"r", "s"})
+    assert DependencyGraph.of(module, ["s", "r"]) is graph
+    assert compute_resume_state(module, set(), "abc", "rs").graph is graph
+    assert DependencyGraph.of(module, {"r"}) is not graph and DependencyGraph.of(module) is not graph
+    fresh = DependencyGraph(module, {"r", "s"})
+    assert (fresh.vertices, fresh.edges, fresh.successors, fresh.predecessors) == (
+        graph.vertices,
+        graph.edges,
+        graph.successors,
+        graph.predecessors,
+    )
+    # Another module, equal in every field, has its own graph (modules compare by identity).
+    assert DependencyGraph.of(example_2_1(), {"r", "s"}) is not graph

@@ -15,9 +15,9 @@ w.r.t. requested out-ports ``O*`` keeps only the edges from which ``O*`` is reac
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pytimely.errors import ModuleDefinitionError
 from pytimely.workflow.model import ConnectionKind, Module, PortRef
@@ -27,13 +27,29 @@ __all__ = ["DependencyGraph", "Vertex"]
 VertexKind = Literal["in", "out", "module", "child-in"]
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True, order=True, init=False)
 class Vertex:
     """A dependency-graph vertex: the parent's in-port or out-port, a submodule, or a submodule's in-port."""
 
     kind: VertexKind
     module: str | None
     port: str | None
+    # The resume algorithms hash vertices millions of times. The hash is computed once, as the generated one
+    # would be (so set orders are unchanged), and never pickled: a str's hash differs between processes.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __init__(self, kind: VertexKind, module: str | None, port: str | None) -> None:
+        setattr_ = object.__setattr__  # frozen: the generated __init__ does the same, plus a call to hash after
+        setattr_(self, "kind", kind)
+        setattr_(self, "module", module)
+        setattr_(self, "port", port)
+        setattr_(self, "_hash", hash((kind, module, port)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Vertex], tuple[Any, ...]]:
+        return (Vertex, (self.kind, self.module, self.port))
 
     @staticmethod
     def inport(name: str) -> Vertex:
@@ -69,7 +85,25 @@ class Vertex:
 
 
 class DependencyGraph:
-    """The dependency graph of a parent module, optionally pruned w.r.t. requested out-ports ``O*``."""
+    """The dependency graph of a parent module, optionally pruned w.r.t. requested out-ports ``O*``.
+
+    Read-only once built: :meth:`of` hands the same graph to every caller asking about the same module.
+    """
+
+    @classmethod
+    def of(cls, module: Module, requested: Iterable[str] | None = None) -> DependencyGraph:
+        """The graph of ``module`` pruned w.r.t. ``requested``, built once per (module, ``O*``) and then shared.
+
+        A :class:`Module` does not change after construction, so neither does its graph.
+        """
+        key = None if requested is None else frozenset(requested)
+        # Kept on the module like its other derived tables (a copy made by dataclasses.replace starts without
+        # them); dict.setdefault keeps concurrent callers to one graph each.
+        graphs: dict[frozenset[str] | None, DependencyGraph] = module.__dict__.setdefault("_graphs", {})
+        graph = graphs.get(key)
+        if graph is None:
+            graph = graphs.setdefault(key, cls(module, key))
+        return graph
 
     def __init__(self, module: Module, requested: Iterable[str] | None = None) -> None:
         self.module = module
@@ -112,11 +146,14 @@ class DependencyGraph:
             edges = {e: w for e, w in edges.items() if e[1] in keep}
         self._outports = {e: frozenset(w) for e, w in edges.items()}
         self.edges: frozenset[tuple[Vertex, Vertex]] = frozenset(edges)
-        self.successors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
-        self.predecessors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
+        # Typed read-only (Mapping of Sequence): a graph from :meth:`of` is shared, so nobody may change it.
+        successors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
+        predecessors: dict[Vertex, list[Vertex]] = {v: [] for v in self.vertices}
         for v, w in edges:  # construction order: deterministic for a given module, and no sort of vertices
-            self.successors[v].append(w)
-            self.predecessors[w].append(v)
+            successors[v].append(w)
+            predecessors[w].append(v)
+        self.successors: Mapping[Vertex, Sequence[Vertex]] = successors
+        self.predecessors: Mapping[Vertex, Sequence[Vertex]] = predecessors
 
     @staticmethod
     def _reaching(goal: set[Vertex], edges: Iterable[tuple[Vertex, Vertex]]) -> set[Vertex]:

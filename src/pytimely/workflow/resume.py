@@ -187,7 +187,7 @@ def _start(
     unknown = sorted(recomputed - set(module.input_names))
     if unknown:
         raise ResumePreconditionError(f"module {module.name!r} has no in-port {unknown[0]!r} to recompute")
-    return DependencyGraph(module, requested), recomputed, requested
+    return DependencyGraph.of(module, requested), recomputed, requested
 
 
 def _check_precondition(
