@@ -218,7 +218,7 @@ class HostedDataflow:
 
     def epoch(self, frame: DataFrame, epoch: int, check: Callable[..., Any] | None = None) -> list[str]:
         """Send micro-batch ``frame`` as ``epoch`` to the processes, complete it there; the output parts' paths."""
-        from pytimely.spark.streaming import _job_description
+        from pytimely.spark.stream_handler import _job_description
 
         self._raise_if_failed()
         sender = Sender(self.feeds, self._secret, self.generation, epoch, check)
