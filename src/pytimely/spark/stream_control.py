@@ -460,7 +460,8 @@ def run_hosted(
     from pyspark.sql.types import StructType
 
     from pytimely.spark.epoch_output import EpochOutput
-    from pytimely.spark.hosting import _arrow_schema, check_executors, ship_by_value
+    from pytimely.spark.hosting import check_executors, ship_by_value
+    from pytimely.spark.record_batches import _arrow_schema
     from pytimely.spark.session import is_connect
     from pytimely.spark.streaming import StreamRun, _await_query, _start_query, trigger_times
 
