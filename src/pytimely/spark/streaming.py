@@ -201,19 +201,7 @@ def _run_locked(
         )  # fmt: skip
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
                    check=check, restore=restore, step_timeout=step_timeout, watermark=watermark)  # fmt: skip
-    function: Callable[[DataFrame, int], None]
-    if connect:
-        # Spark Connect calls foreachBatch in one Python process of the server for the query's life: the
-        # dataflow is made there at the first micro-batch and carries the state from batch to batch. The
-        # checkpoint is checked here first, so a mismatch stops the run before the query starts.
-        ship_by_value(build)
-        restored = len(checkpoint.open(identity))
-        handler = None
-        function = ServerSideHandler(make)
-    else:
-        handler = make()
-        restored = len(handler.committed)
-        function = handler
+    handler, function, restored = _handler(make, build, checkpoint, identity, connect)
     if watermark is not None:
         watermark.prepare()
     sink.prepare()  # after the checkpoint is found to be this query's, before Spark writes anything of it
@@ -225,6 +213,31 @@ def _run_locked(
             running.stop()
         if handler is not None:
             handler.host.release()
+    return _outcome(handler, running, restored)
+
+
+def _handler(
+    make: Callable[[], StreamHandler],
+    build: Build,
+    checkpoint: StreamCheckpoint,
+    identity: dict[str, Any],
+    connect: bool,
+) -> tuple[StreamHandler | None, Callable[[DataFrame, int], None], int]:
+    """The ``foreachBatch`` function of a driver-hosted run, its handler here (``None`` on Spark Connect) and the
+    number of committed micro-batches it resumes after."""
+    if connect:
+        # Spark Connect calls foreachBatch in one Python process of the server for the query's life: the
+        # dataflow is made there at the first micro-batch and carries the state from batch to batch. The
+        # checkpoint is checked here first, so a mismatch stops the run before the query starts.
+        ship_by_value(build)
+        restored = len(checkpoint.open(identity))
+        return None, ServerSideHandler(make), restored
+    handler = make()
+    return handler, handler, len(handler.committed)
+
+
+def _outcome(handler: StreamHandler | None, running: Any, restored: int) -> StreamRun:
+    """What the ended query did; the handler's failure raised."""
     triggers = trigger_times(running)
     if handler is None:
         # The handler lived in the server's Python process: its timings stay there.
