@@ -18,10 +18,13 @@ from pytimely.spark.rendezvous import Ticket, meet
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from pytimely.spark.hosting import Build
+    from pytimely.dataflow.stream import Stream
     from pytimely.worker import Worker
 
-__all__ = ["BarrierTask"]
+__all__ = ["BarrierTask", "Build"]
+
+Build = Callable[["Stream[Any]"], "Stream[Any]"]
+"""What the user gives: the output stream built from the input stream of record batches."""
 
 
 class BarrierTask:

@@ -50,7 +50,7 @@ from pytimely.errors import (
     SparkSlotsError,
     StoreNotWritableError,
 )
-from pytimely.spark.barrier_task import BarrierTask
+from pytimely.spark.barrier_task import BarrierTask, Build
 from pytimely.spark.record_batches import _arrow_schema, to_record_batch
 from pytimely.spark.rendezvous import Ticket, registry
 from pytimely.spark.session import concurrent_slots, is_connect, master_of, slots_of, wait_for_slots
@@ -58,13 +58,9 @@ from pytimely.spark.session import concurrent_slots, is_connect, master_of, slot
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from pytimely.dataflow.stream import Stream
     from pytimely.spark.figures import Figures
 
 __all__ = ["check_executors", "run_dataflow", "ship_by_value", "to_record_batch"]
-
-Build = Callable[["Stream[Any]"], "Stream[Any]"]
-
 
 def run_dataflow(
     build: Build, data: DataFrame, schema: Any, *, processes: int | None = None, workers: int = 1,

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from pytimely.spark.epoch_output import EpochOutput
-    from pytimely.spark.streaming import Sink, StreamCheckpoint, StreamRun
+    from pytimely.spark.stream_checkpoint import StreamCheckpoint
+    from pytimely.spark.stream_query import StreamRun
+    from pytimely.spark.stream_sinks import Sink
 
 __all__ = ["HostedDataflow", "HostedHandler", "Sender", "check_layout", "run_hosted"]
 
@@ -303,7 +305,7 @@ def _short(exc: BaseException) -> str:
 
 def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
     """A feed job's failure as a typed error (the error a sender task raised, where it names one)."""
-    from pytimely.spark.streaming import _typed
+    from pytimely.spark.stream_query import _typed
 
     found = _typed(str(exc))
     if isinstance(found, StreamFeedError | StreamSchemaError):
@@ -459,7 +461,7 @@ def run_hosted(
     """``run_stream`` with the dataflow hosted on the executors, once the checkpoint is held."""
     from pytimely.spark.hosting import check_executors, ship_by_value
     from pytimely.spark.session import is_connect
-    from pytimely.spark.streaming import _await_query, _start_query
+    from pytimely.spark.stream_query import _await_query, _start_query
 
     spark = source.sparkSession
     check_executors(spark)
@@ -526,7 +528,7 @@ def _hosted_maker(
 
 def _hosted_outcome(handler: HostedHandler | None, running: Any, restored: int) -> StreamRun:
     """What the ended query did; the handler's failure raised (on Spark Connect its counts stay on the server)."""
-    from pytimely.spark.streaming import StreamRun, trigger_times
+    from pytimely.spark.stream_query import StreamRun, trigger_times
 
     triggers = trigger_times(running)
     if handler is None:

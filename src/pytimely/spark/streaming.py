@@ -21,20 +21,18 @@ Exactly once across a restart from ``CK``:
 
 The parts live in modules of their own: :mod:`pytimely.spark.stream_checkpoint` (the checkpoint),
 :mod:`pytimely.spark.stream_sinks` (the sinks), :mod:`pytimely.spark.stream_handler` (the driver-hosted
-``foreachBatch`` function) and :mod:`pytimely.spark.stream_control` (the executor-hosted path); every public
-name is also importable from here.
+``foreachBatch`` function), :mod:`pytimely.spark.stream_query` (the query, its failures and record) and
+:mod:`pytimely.spark.stream_control` (the executor-hosted path); every public name is also importable from here.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from pytimely.errors import InvalidArgument, PytimelyError, StreamError
+from pytimely.errors import InvalidArgument
 from pytimely.spark.epoch_host import Build
 from pytimely.spark.hosting import ship_by_value
 from pytimely.spark.stream_checkpoint import StreamCheckpoint, _identity, _jvm_pid
@@ -45,8 +43,9 @@ from pytimely.spark.stream_handler import (
     ServerSideHandler,
     StateRestore,
     StreamHandler,
-    _cause,
 )
+from pytimely.spark.stream_query import StreamRun, _await_query, _start_query, trigger_times
+from pytimely.spark.stream_query import _typed as _typed  # where a failed query's typed error is read back
 from pytimely.spark.stream_sinks import CsvDirectorySink, Sink, SparkTableSink, local_folder
 
 if TYPE_CHECKING:
@@ -67,28 +66,6 @@ __all__ = [
     "local_folder",
     "run_stream",
 ]
-
-
-@dataclass
-class StreamRun:
-    """What a streaming run did: the micro-batches it processed, their timings, the time to restore state."""
-
-    processed: list[int]
-    skipped: int
-    restore_s: float
-    restored_batches: int
-    timings: list[BatchTiming] = field(default_factory=list)
-    trigger_ms: dict[int, float] = field(default_factory=dict)
-    """Spark's own time for each micro-batch that had rows (``durationMs.triggerExecution``), by batch id."""
-    restarts: int = 0
-    """How many times the hosted processes were started again after a failure (executor-hosted runs)."""
-    driver_bytes: dict[int, int] = field(default_factory=dict)
-    """Executor-hosted runs: bytes the control side received per micro-batch (counts and answers, no rows)."""
-
-    @property
-    def late(self) -> int:
-        """Late rows the watermark dropped or sent aside over the micro-batches processed."""
-        return sum(t.late for t in self.timings)
 
 
 def run_stream(
@@ -246,74 +223,3 @@ def _outcome(handler: StreamHandler | None, running: Any, restored: int) -> Stre
         raise handler.failure
     processed = [t.batch_id for t in handler.timings]
     return StreamRun(processed, handler.skipped, handler.restore_s, restored, list(handler.timings), triggers)
-
-
-def _start_query(
-    source: DataFrame,
-    function: Callable[[DataFrame, int], None],
-    checkpoint: StreamCheckpoint,
-    query: str,
-    available_now: bool,
-    processing_time: str | None,
-) -> Any:
-    """Start the streaming query that calls ``function`` for each micro-batch; a failure to start is typed."""
-    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", str(checkpoint.spark))
-    writer = writer.queryName(f"{query}-{os.getpid()}")
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif processing_time is not None:
-        writer = writer.trigger(processingTime=processing_time)
-    try:
-        return writer.start()
-    except Exception as exc:
-        raise _typed(str(exc)) or StreamError(
-            f"the streaming query {query!r} did not start (checkpoint {checkpoint.root}): {_cause(str(exc))}"
-        ) from None
-
-
-def _await_query(
-    running: Any, query: str, timeout: float | None, failure: Callable[[], PytimelyError | None] | None
-) -> None:
-    """Wait for the query to end (or ``timeout``); its failure as the handler's typed error where it has one."""
-    try:
-        if timeout is not None:
-            running.awaitTermination(max(1, round(timeout)))
-        else:
-            running.awaitTermination()
-    except Exception as exc:
-        known = None if failure is None else failure()
-        if known is not None:
-            raise known from None
-        raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
-
-
-_TYPED = re.compile(r"pytimely\.errors\.(\w+): (.*)")
-
-
-def _typed(text: str) -> PytimelyError | None:
-    """The pytimely error a query failed with on the server (its traceback's last ``pytimely.errors.X: ...``)."""
-    import pytimely.errors as errors
-
-    found = None
-    for line in text.splitlines():
-        match = _TYPED.search(line)
-        if match is not None:
-            found = match
-    if found is None:
-        return None
-    kind = getattr(errors, found.group(1), None)
-    if not (isinstance(kind, type) and issubclass(kind, PytimelyError)):
-        return None
-    try:
-        return kind(found.group(2))
-    except TypeError:  # an error class that takes more than a message
-        return StreamError(f"{found.group(1)}: {found.group(2)}")
-
-
-def trigger_times(query: Any) -> dict[int, float]:
-    """Spark's time for each recent micro-batch of ``query`` that had rows, in milliseconds, by batch id."""
-    times: dict[int, float] = {}
-    for progress in query.recentProgress:
-        if progress.numInputRows:
-            times[int(progress.batchId)] = float(progress.durationMs.get("triggerExecution", 0.0))
-    return times
