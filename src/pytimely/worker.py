@@ -129,6 +129,15 @@ class Worker:
         return 0 if self._recovery is None else self._recovery.resume_epoch
 
     @property
+    def recovery(self) -> RecoveryHook | None:
+        """The hook this worker snapshots and restores its state through (:meth:`recover_with`); ``None``: none.
+
+        A job that waits for its snapshots to be durable (a hosted stream holding back an epoch's output until its
+        state is) asks it; setting it stays :meth:`recover_with`'s.
+        """
+        return self._recovery
+
+    @property
     def index(self) -> int:
         """This worker's index, ``0 <= index < peers``."""
         return self._allocator.index

@@ -112,7 +112,7 @@ def test_a_timestamp_column_in_the_output_schema_works(spark: Any) -> None:
 def test_an_output_type_arrow_cannot_carry_is_named() -> None:
     from pyspark.sql.types import CalendarIntervalType, LongType, StructField, StructType
 
-    from pytimely.spark.hosting import _arrow_schema
+    from pytimely.spark.record_batches import _arrow_schema
 
     schema = StructType([StructField("ok", LongType()), StructField("span", CalendarIntervalType())])
     with pytest.raises(InvalidArgument, match="output column 'span' of type interval"):

@@ -18,7 +18,8 @@ import pytest
 from pytimely.algorithms import connected_components
 from pytimely.errors import CheckpointInUseError, InputFormatError
 from pytimely.spark.epoch_host import EpochHost
-from pytimely.spark.streaming import ReplayRestore, StreamCheckpoint, _csv
+from pytimely.spark.stream_sinks import _csv
+from pytimely.spark.streaming import ReplayRestore, StreamCheckpoint
 
 Edges = list[tuple[int, int]]
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from pytimely.spark.streaming import Sink
+    from pytimely.spark.stream_sinks import Sink
 
 __all__ = ["EpochOutput", "OutputCommitError", "OutputCorruptError", "OutputSchemaError", "Part"]
 

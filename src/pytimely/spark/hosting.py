@@ -35,63 +35,38 @@ time of each phase back to the driver; the stage's job carries a readable descri
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import socket
 import sys
-import time as _time
 import weakref
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import pytimely.container as container
-from pytimely.config import Config
 from pytimely.errors import (
-    BatchKindError,
     InputFormatError,
     InvalidArgument,
     SparkConnectError,
-    SparkError,
     SparkExecutorSetupError,
     SparkSlotsError,
     StoreNotWritableError,
 )
-from pytimely.execute import execute, run_process
-from pytimely.spark.rendezvous import Ticket, meet, registry
+from pytimely.spark.barrier_task import BarrierTask, Build
+from pytimely.spark.record_batches import _arrow_schema, to_record_batch
+from pytimely.spark.rendezvous import Ticket, registry
 from pytimely.spark.session import concurrent_slots, is_connect, master_of, slots_of, wait_for_slots
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from pytimely.dataflow.stream import Stream
     from pytimely.spark.figures import Figures
-    from pytimely.worker import Worker
 
 __all__ = ["check_executors", "run_dataflow", "ship_by_value", "to_record_batch"]
 
-Build = Callable[["Stream[Any]"], "Stream[Any]"]
-
-
 def run_dataflow(
-    build: Build,
-    data: DataFrame,
-    schema: Any,
-    *,
-    processes: int | None = None,
-    workers: int = 1,
-    epoch: str | None = None,
-    heartbeat: float = 0.5,
-    timeout: float = 10.0,
-    meeting: str | None = None,
-    meeting_timeout: float = 120.0,
-    slot_wait: float = 30.0,
-    figures: Figures | None = None,
-    description: str | None = None,
-    recovery: str | os.PathLike[str] | None = None,
-    snapshot_every: int = 1,
+    build: Build, data: DataFrame, schema: Any, *, processes: int | None = None, workers: int = 1,
+    epoch: str | None = None, heartbeat: float = 0.5, timeout: float = 10.0, meeting: str | None = None,
+    meeting_timeout: float = 120.0, slot_wait: float = 30.0, figures: Figures | None = None,
+    description: str | None = None, recovery: str | os.PathLike[str] | None = None, snapshot_every: int = 1,
 ) -> DataFrame:
     """The rows ``build`` produces from ``data``, run as one barrier stage of ``processes`` x ``workers``.
 
@@ -118,21 +93,65 @@ def run_dataflow(
     DataFrame again reads the committed rows instead of computing them). The store is checked writable here,
     before anything runs.
     """
+    spark = data.sparkSession
+    connect = is_connect(spark)
+    schema = _spark_schema(spark, schema)
+    _check_layout(data, epoch, processes, workers)
+    meeting = _meeting(meeting, connect, figures)
+    run_store = None if recovery is None else _checked_store(recovery, epoch, snapshot_every)
+    arrow_schema = _arrow_schema(schema, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    local = slots_of(spark) is not None
+    processes = _processes(spark, processes, slot_wait, local)
+    check_executors(spark)
+    ship_by_value(build)
+    secret = secrets.token_bytes(32)
+    ticket = _ticket(spark, secret, meeting_timeout, local) if meeting == "driver" and processes > 1 else None
+    task = BarrierTask(
+        build=build, processes=processes, workers=workers, epoch=epoch, schema=arrow_schema, secret=secret,
+        ticket=ticket, local=local, heartbeat=heartbeat, timeout=timeout,
+        figures=None if figures is None else figures.accumulator, recovery=run_store, snapshot_every=snapshot_every,
+    )  # fmt: skip
+    if not connect:
+        name = getattr(build, "__qualname__", None) or type(build).__name__
+        layout = f"{name}: {processes} process(es) x {workers} worker(s), one barrier stage"
+        spark.sparkContext.setJobDescription(description if description is not None else f"pytimely dataflow {layout}")
+    result = _barrier_stage(data, task, schema, processes, epoch, connect, durable=run_store is not None)
+    if ticket is not None:
+        # The registry accepts this run's announcements for as long as its DataFrame can be acted on.
+        weakref.finalize(result, registry(ticket.host).forget, ticket.run)
+    return result
+
+
+def _ticket(spark: Any, secret: bytes, meeting_timeout: float, local: bool) -> Ticket:
+    """This run's ticket at the driver's registry, where the tasks announce their addresses to each other."""
+    host = "127.0.0.1" if local else spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+    return registry(host).ticket(secret, meeting_timeout)
+
+
+def _spark_schema(spark: Any, schema: Any) -> Any:
+    """The output's ``StructType`` from a DDL string or a ``StructType``; anything else is a ``TypeError``."""
     from pyspark.sql.types import StructType
 
-    spark = data.sparkSession
     if isinstance(schema, str):
         # A Connect client has no JVM to parse DDL with: the server parses it.
         schema = spark.createDataFrame([], schema).schema if is_connect(spark) else StructType.fromDDL(schema)
     if not isinstance(schema, StructType):
         raise TypeError(f"schema must be a DDL string or a StructType, got {type(schema).__name__}")
+    return schema
+
+
+def _check_layout(data: DataFrame, epoch: str | None, processes: int | None, workers: int) -> None:
+    """Refuse an epoch column the input lacks, or a layout that is not positive ints."""
     if epoch is not None and epoch not in data.columns:
         raise InputFormatError(f"epoch column {epoch!r} is not among the input columns {data.columns}")
     if processes is not None and (type(processes) is not int or processes < 1):
         raise InvalidArgument(f"processes must be a positive int, got {processes!r}")
     if type(workers) is not int or workers < 1:
         raise InvalidArgument(f"workers must be a positive int, got {workers!r}")
-    connect = is_connect(spark)
+
+
+def _meeting(meeting: str | None, connect: bool, figures: Figures | None) -> str:
+    """How the tasks meet (``"driver"`` on a classic session by default, ``"gather"`` on Spark Connect)."""
     if meeting is None:
         meeting = "gather" if connect else "driver"
     if meeting not in ("driver", "gather"):
@@ -143,15 +162,20 @@ def run_dataflow(
         )
     if connect and figures is not None:
         raise SparkConnectError("figures= needs a classic session (Spark Connect has no accumulators)")
-    run_store = None
-    if recovery is not None:
-        if epoch is None:
-            raise InvalidArgument("recovery needs epoch=COLUMN: snapshots are taken at epoch boundaries")
-        if type(snapshot_every) is not int or snapshot_every < 1:
-            raise InvalidArgument(f"snapshot_every must be a positive int, got {snapshot_every!r}")
-        run_store = _run_store(recovery)
-    arrow_schema = _arrow_schema(schema, spark.conf.get("spark.sql.session.timeZone") or "UTC")
-    local = slots_of(spark) is not None
+    return meeting
+
+
+def _checked_store(recovery: str | os.PathLike[str], epoch: str | None, snapshot_every: int) -> str:
+    """The run's recovery store, once ``epoch`` and ``snapshot_every`` are found to allow one."""
+    if epoch is None:
+        raise InvalidArgument("recovery needs epoch=COLUMN: snapshots are taken at epoch boundaries")
+    if type(snapshot_every) is not int or snapshot_every < 1:
+        raise InvalidArgument(f"snapshot_every must be a positive int, got {snapshot_every!r}")
+    return _run_store(recovery)
+
+
+def _processes(spark: Any, processes: int | None, slot_wait: float, local: bool) -> int:
+    """How many processes run (the slots by default); more than the session's task slots is refused."""
     # Up front, on any master: a barrier stage larger than the slots would otherwise wait for Spark's own
     # check (minutes by default) before failing.
     slots = wait_for_slots(spark, processes, slot_wait)
@@ -164,48 +188,23 @@ def run_dataflow(
             + ("" if local else f" (after waiting {slot_wait:g} s for executors)")
             + f"; ask for fewer processes or give Spark more slots (local[{processes}], or more executor cores)"
         )
-    check_executors(spark)
-    ship_by_value(build)
-    secret = secrets.token_bytes(32)
-    ticket: Ticket | None = None
-    if meeting == "driver" and processes > 1:
-        host = "127.0.0.1" if local else spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
-        ticket = registry(host).ticket(secret, meeting_timeout)
-    task = _Task(
-        build=build,
-        processes=processes,
-        workers=workers,
-        epoch=epoch,
-        schema=arrow_schema,
-        secret=secret,
-        ticket=ticket,
-        local=local,
-        heartbeat=heartbeat,
-        timeout=timeout,
-        figures=None if figures is None else figures.accumulator,
-        recovery=run_store,
-        snapshot_every=snapshot_every,
-    )
-    name = getattr(build, "__qualname__", None) or type(build).__name__
-    if not connect:
-        spark.sparkContext.setJobDescription(
-            description
-            if description is not None
-            else f"pytimely dataflow {name}: {processes} process(es) x {workers} worker(s), one barrier stage"
-        )
+    return processes
+
+
+def _barrier_stage(
+    data: DataFrame, task: BarrierTask, schema: Any, processes: int, epoch: str | None, connect: bool, *, durable: bool
+) -> DataFrame:
+    """``data`` in ``processes`` partitions (sorted by ``epoch``) through ``task`` as one barrier stage."""
     # A Connect client cannot ask a DataFrame for its partitions (no RDD): it always repartitions.
     if connect or data.rdd.getNumPartitions() != processes:
         data = data.repartition(processes)
     if epoch is not None:
         data = data.sortWithinPartitions(epoch)
     result = data.mapInArrow(task, schema, barrier=True)
-    if run_store is not None:
+    if durable:
         # Spark retries a failed barrier stage only when its output is shuffled (a ResultStage is not
         # recoverable): the shuffle is what lets a retry resume from the snapshots.
         result = result.repartition(processes)
-    if ticket is not None:
-        # The registry accepts this run's announcements for as long as its DataFrame can be acted on.
-        weakref.finalize(result, registry(ticket.host).forget, ticket.run)
     return result
 
 
@@ -224,23 +223,6 @@ def _run_store(recovery: str | os.PathLike[str]) -> str:
     open_store(location).check_writable()
     return location
 
-
-def _arrow_schema(schema: Any, timezone: str) -> pa.Schema:
-    """The Arrow schema of Spark ``schema``, timestamps in the session's time zone; a type Arrow lacks is named."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    fields = []
-    for field in schema:
-        try:
-            kind = to_arrow_type(field.dataType, timezone=timezone)
-        except Exception as exc:
-            raise InvalidArgument(
-                f"output column {field.name!r} of type {field.dataType.simpleString()} cannot be carried by "
-                f"Arrow ({type(exc).__name__}: {exc})"
-            ) from exc
-        fields.append(pa.field(field.name, kind, nullable=field.nullable))
-    return pa.schema(fields)
 
 
 _CHECKED: dict[str, str] = {}
@@ -322,283 +304,3 @@ def ship_by_value(build: Build) -> None:
 
 
 _INSTALLED = frozenset({"pytimely", "pyspark", "numpy", "pyarrow", "pandas", "builtins", "functools"})
-
-
-class _Task:
-    """What every barrier task runs: meet the others, run this process's workers, hand back the rows."""
-
-    def __init__(
-        self,
-        *,
-        build: Build,
-        processes: int,
-        workers: int,
-        epoch: str | None,
-        schema: pa.Schema,
-        secret: bytes,
-        ticket: Ticket | None,
-        local: bool,
-        heartbeat: float,
-        timeout: float,
-        figures: Any = None,
-        recovery: str | None = None,
-        snapshot_every: int = 1,
-    ) -> None:
-        self.build = build
-        self.recovery = recovery
-        self.snapshot_every = snapshot_every
-        self.figures = figures
-        self.processes = processes
-        self.workers = workers
-        self.epoch = epoch
-        self.schema = schema
-        self.secret = secret
-        self.ticket = ticket
-        self.local = local
-        self.heartbeat = heartbeat
-        self.timeout = timeout
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import BarrierTaskContext
-
-        context = BarrierTaskContext.get()
-        process = context.partitionId()
-        clock = _time.perf_counter
-        started = clock()
-        # The whole partition is read before the computation starts: the workers take their shares of it.
-        inputs = [b for b in batches if b.num_rows]
-        shares = _shares(inputs, self.workers, self.epoch)
-        read = clock()
-        met = read
-        epochs: list[int] = []
-        if self.recovery is not None:
-            # Every worker commits the same epochs: those of any partition.
-            here = sorted({t for share in shares for t, _ in share})
-            if self.processes == 1:
-                epochs = here
-            else:
-                everyone = context.allGather(json.dumps(here))
-                epochs = sorted({t for text in everyone for t in json.loads(text)})
-        if self.processes == 1:
-            results = execute(self._job(shares, 0, epochs), self.workers, recovery=self._recovery())
-        else:
-            host = "127.0.0.1" if self.local else context.getTaskInfos()[process].address.rsplit(":", 1)[0]
-            listener = socket.create_server((host, 0), backlog=max(16, self.processes))
-            try:
-                address = f"{host}:{listener.getsockname()[1]}"
-                if self.ticket is None:
-                    addresses = context.allGather(address)
-                else:
-                    stage = f"{context.stageId()}.{context.attemptNumber()}"
-                    addresses = meet(
-                        self.ticket, stage, process, self.processes, address, attempt=context.taskAttemptId()
-                    )
-                hosts = tuple((a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses)
-                config = Config(
-                    workers=self.workers,
-                    processes=self.processes,
-                    process=process,
-                    hosts=hosts,
-                    bind=host,
-                    secret=self.secret,
-                    heartbeat=self.heartbeat,
-                    timeout=self.timeout,
-                )
-            except BaseException:
-                listener.close()
-                raise
-            met = clock()
-            job = self._job(shares, config.first_worker, epochs)
-            results = run_process(job, config, listener=listener, recovery=self._recovery())
-        ran = clock()
-        converting = 0.0
-        records_out = 0
-        for captured in results:
-            for time, batch in captured:
-                mark = clock()
-                converted = to_record_batch(batch, self.schema, time=time, epoch=self.epoch)
-                converting += clock() - mark
-                if converted.num_rows:
-                    records_out += converted.num_rows
-                    yield converted
-        if self.figures is not None:
-            self.figures.add({
-                process: {
-                    "records_in": float(sum(b.num_rows for b in inputs)),
-                    "records_out": float(records_out),
-                    "read_s": read - started,
-                    "meet_s": met - read,
-                    "run_s": ran - met,
-                    "convert_s": converting,
-                }
-            })
-
-    def _recovery(self) -> Any:
-        """This run's :class:`~pytimely.recovery.Recovery`, or ``None``."""
-        if self.recovery is None:
-            return None
-        from pytimely.recovery import Recovery, SnapshotPolicy
-
-        name = getattr(self.build, "__qualname__", None) or type(self.build).__name__
-        return Recovery(self.recovery, job=f"spark {name}", policy=SnapshotPolicy(every_epochs=self.snapshot_every))
-
-    def _job(
-        self, shares: list[list[tuple[int, Any]]], first: int, epochs: list[int]
-    ) -> Callable[[Worker], list[Any]]:
-        if self.recovery is not None:
-            return partial(_durable_job, self.build, shares, first, epochs)
-        build = self.build
-
-        def job(worker: Worker) -> list[Any]:
-            def dataflow(scope: Any) -> tuple[Any, Any]:
-                handle, stream = scope.new_input(name="spark")
-                out = build(stream)
-                if out is None or not hasattr(out, "capture"):
-                    raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
-                return handle, out.capture()
-
-            handle, captured = worker.dataflow(dataflow)
-            for time, batch in shares[worker.index - first]:
-                if time > handle.time:
-                    handle.advance_to(time)
-                handle.send_batch(batch)
-            handle.close()
-            return captured  # type: ignore[no-any-return]
-
-        return job
-
-
-def _durable_job(
-    build: Callable[..., Any], shares: list[list[tuple[int, Any]]], first: int, epochs: list[int], worker: Worker
-) -> list[Any]:
-    """Feed this worker's share epoch by epoch; the runtime snapshots the declared state and the capture.
-
-    In a retried stage the state and the captured output of the committed epochs come back before the first
-    step, and what the worker sends again of those epochs is dropped: it returns every batch once.
-    """
-
-    def dataflow(scope: Any) -> tuple[Any, Any, Any]:
-        handle, stream = scope.new_input(name="spark")
-        out = build(stream)
-        if out is None or not hasattr(out, "capture"):
-            raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
-        return handle, out.probe(), out.capture()
-
-    handle, probe, captured = worker.dataflow(dataflow)
-    mine: dict[int, list[Any]] = {}
-    for t, batch in shares[worker.index - first]:
-        mine.setdefault(t, []).append(batch)
-    for epoch in epochs:
-        if epoch > handle.time:
-            handle.advance_to(epoch)
-        for batch in mine.get(epoch, ()):
-            handle.send_batch(batch)
-        handle.advance_to(epoch + 1)
-        worker.step_while(lambda: probe.less_than(handle.time))
-    handle.close()
-    worker.step_while(lambda: not probe.done())
-    return captured  # type: ignore[no-any-return]
-
-
-def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> list[list[tuple[int, Any]]]:
-    """Each local worker's ``(time, record batch)`` list: an even slice of every batch (per epoch if given)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    pieces: list[tuple[int, pa.RecordBatch]] = []
-    if epoch is None:
-        # Spark hands over small batches (10,000 rows by default); one batch per worker saves a pass through
-        # the dataflow per batch.
-        if len(batches) > 1:
-            batches = [_one_batch(pa.Table.from_batches(batches))]
-        pieces = [(0, b) for b in batches]
-    elif batches:
-        table = pa.Table.from_batches(batches).combine_chunks()
-        column = table.column(epoch)
-        if not pa.types.is_integer(column.type):
-            raise InputFormatError(f"epoch column {epoch!r} must hold integers, holds {column.type}")
-        if column.null_count:
-            raise InputFormatError(f"epoch column {epoch!r} has {column.null_count} empty values")
-        if len(column) and pc.min(column).as_py() < 0:
-            raise InputFormatError(f"epoch column {epoch!r} has negative values (timestamps start at 0)")
-        table = table.sort_by(epoch).combine_chunks()
-        whole = _one_batch(table)
-        values = whole.column(epoch).to_numpy()
-        # Rows are sorted by epoch: cut where the value changes, one piece per epoch.
-        cuts = (np.flatnonzero(np.diff(values)) + 1).tolist()
-        pieces = [
-            (int(values[s]), whole.slice(s, e - s)) for s, e in zip([0, *cuts], [*cuts, len(values)], strict=True)
-        ]
-    shares: list[list[tuple[int, Any]]] = [[] for _ in range(workers)]
-    for time, batch in pieces:
-        step = -(-batch.num_rows // workers)
-        for k in range(workers):
-            part = batch.slice(k * step, step)
-            if part.num_rows:
-                shares[k].append((time, part))
-    return shares
-
-
-def _one_batch(table: pa.Table) -> pa.RecordBatch:
-    """``table`` as a single record batch (its columns' chunks joined)."""
-    import pyarrow as pa
-
-    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
-
-
-def to_record_batch(batch: Any, schema: pa.Schema, *, time: Any = None, epoch: str | None = None) -> pa.RecordBatch:
-    """``batch`` (Arrow batch or table, numpy array, list of tuples or dicts) as a record batch of ``schema``.
-
-    Columns are matched by name for Arrow batches and dicts, by position otherwise; a column named
-    ``epoch`` that the batch lacks is filled with ``time``.
-    """
-    import pyarrow as pa
-
-    names = schema.names
-    fill = epoch if epoch is not None and epoch in names else None
-    columns: dict[str, Any]
-    try:
-        kind = container.kind_of(batch).name
-    except BatchKindError as exc:
-        raise SparkError(f"cannot turn an output batch of type {type(batch).__name__} into rows of {names}") from exc
-    if kind not in ("arrow", "numpy", "list"):  # a kind added by the user: its records as a list
-        batch, kind = list(container.records(batch)), "list"
-    if kind == "arrow":
-        columns = {n: batch.column(n) for n in batch.schema.names}
-    elif kind == "numpy":
-        array = batch.reshape(-1, 1) if batch.ndim == 1 else batch
-        positional = [n for n in names if n != fill or array.shape[1] == len(names)]
-        if array.shape[1] != len(positional):
-            raise SparkError(
-                f"an output batch of {array.shape[1]} columns does not fit the schema {names} "
-                f"({len(positional)} columns expected)"
-            )
-        columns = {n: array[:, i] for i, n in enumerate(positional)}
-    else:
-        if batch and isinstance(batch[0], dict):
-            columns = {n: [row.get(n) for row in batch] for n in names if n != fill or fill in batch[0]}
-        else:
-            width = len(batch[0]) if batch else len(names)
-            positional = [n for n in names if n != fill or width == len(names)]
-            if any(len(row) != len(positional) for row in batch):
-                raise SparkError(f"an output row does not have the {len(positional)} fields of the schema {names}")
-            columns = {n: [row[i] for row in batch] for i, n in enumerate(positional)}
-    length = len(next(iter(columns.values()))) if columns else 0
-    arrays = []
-    for field in schema:
-        if field.name in columns:
-            values = columns[field.name]
-        elif field.name == fill:
-            values = [time] * length
-        else:
-            raise SparkError(f"output column {field.name!r} is missing from a batch with columns {list(columns)}")
-        try:
-            if isinstance(values, pa.Array | pa.ChunkedArray):
-                arrays.append(values.cast(field.type))
-            else:
-                arrays.append(pa.array(values, type=field.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-            raise SparkError(f"output column {field.name!r} cannot be {field.type}: {exc}") from exc
-    arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from pytimely.spark.epoch_output import EpochOutput
-    from pytimely.spark.streaming import Sink, StreamCheckpoint, StreamRun
+    from pytimely.spark.stream_checkpoint import StreamCheckpoint
+    from pytimely.spark.stream_query import StreamRun
+    from pytimely.spark.stream_sinks import Sink
 
 __all__ = ["HostedDataflow", "HostedHandler", "Sender", "check_layout", "run_hosted"]
 
@@ -218,7 +220,7 @@ class HostedDataflow:
 
     def epoch(self, frame: DataFrame, epoch: int, check: Callable[..., Any] | None = None) -> list[str]:
         """Send micro-batch ``frame`` as ``epoch`` to the processes, complete it there; the output parts' paths."""
-        from pytimely.spark.streaming import _job_description
+        from pytimely.spark.stream_handler import _job_description
 
         self._raise_if_failed()
         sender = Sender(self.feeds, self._secret, self.generation, epoch, check)
@@ -303,7 +305,7 @@ def _short(exc: BaseException) -> str:
 
 def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
     """A feed job's failure as a typed error (the error a sender task raised, where it names one)."""
-    from pytimely.spark.streaming import _typed
+    from pytimely.spark.stream_query import _typed
 
     found = _typed(str(exc))
     if isinstance(found, StreamFeedError | StreamSchemaError):
@@ -457,31 +459,20 @@ def run_hosted(
     timeout: float | None,
 ) -> StreamRun:
     """``run_stream`` with the dataflow hosted on the executors, once the checkpoint is held."""
-    from pyspark.sql.types import StructType
-
-    from pytimely.spark.epoch_output import EpochOutput
-    from pytimely.spark.hosting import _arrow_schema, check_executors, ship_by_value
+    from pytimely.spark.hosting import check_executors, ship_by_value
     from pytimely.spark.session import is_connect
-    from pytimely.spark.streaming import StreamRun, _await_query, _start_query, trigger_times
+    from pytimely.spark.stream_query import _await_query, _start_query
 
     spark = source.sparkSession
     check_executors(spark)
     ship_by_value(build)
     if check is not None:
         ship_by_value(check)
-    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-    arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
-    connect = is_connect(spark)
     secret = secrets.token_bytes(32)
-    make_hosted = partial(
-        HostedDataflow, build=build, own=checkpoint.own, processes=processes, workers=workers, schema=arrow,
-        job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
-        describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
-        output=sink if isinstance(sink, EpochOutput) else None, secret=secret,
-    )  # fmt: skip
+    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret)
     handler: HostedHandler | None = None
     function: Callable[[DataFrame, int], None]
-    if connect:
+    if is_connect(spark):
         # foreachBatch runs in a Python process of the server: the handler is made there, at the first
         # micro-batch; this client checks the checkpoint and takes it over first (fencing an orphaned query).
         restored = len(checkpoint.open(identity))
@@ -505,6 +496,40 @@ def run_hosted(
             handler.close()
         else:
             stop_published(checkpoint.own, secret)
+    return _hosted_outcome(handler, running, restored)
+
+
+def _hosted_maker(
+    build: Callable[..., Any],
+    spark: Any,
+    schema: Any,
+    sink: Sink,
+    checkpoint: StreamCheckpoint,
+    identity: dict[str, Any],
+    processes: int,
+    workers: int,
+    secret: bytes,
+) -> Callable[..., HostedDataflow]:
+    """What starts the hosted processes (given the session): a :class:`HostedDataflow` of this query."""
+    from pyspark.sql.types import StructType
+
+    from pytimely.spark.epoch_output import EpochOutput
+    from pytimely.spark.record_batches import _arrow_schema
+
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    arrow = _arrow_schema(struct, spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    return partial(
+        HostedDataflow, build=build, own=checkpoint.own, processes=processes, workers=workers, schema=arrow,
+        job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
+        describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
+        output=sink if isinstance(sink, EpochOutput) else None, secret=secret,
+    )  # fmt: skip
+
+
+def _hosted_outcome(handler: HostedHandler | None, running: Any, restored: int) -> StreamRun:
+    """What the ended query did; the handler's failure raised (on Spark Connect its counts stay on the server)."""
+    from pytimely.spark.stream_query import StreamRun, trigger_times
+
     triggers = trigger_times(running)
     if handler is None:
         return StreamRun(sorted(triggers), 0, 0.0, restored, [], triggers)

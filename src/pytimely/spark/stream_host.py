@@ -357,7 +357,7 @@ class Feeder:
         index = worker.index - self.first
         handle, probe, captured = worker.dataflow(lambda scope: _dataflow(scope, self.plan.build))
         commands = self.commands[index]
-        hook = cast("WorkerRecovery | None", worker._recovery) if worker.index == 0 else None
+        hook = cast("WorkerRecovery | None", worker.recovery) if worker.index == 0 else None
         idle = _IDLE_FIRST
         while True:
             worker.step()

@@ -1,0 +1,304 @@
+"""pytimely's half of a streaming checkpoint: :class:`StreamCheckpoint` (the query's identity, staged inputs,
+commits, ownership and host generations) and the lock that holds it for one run.
+
+``CK/spark`` is Spark's (source offsets); ``CK/pytimely`` is ours: ``query.json`` (the identity a later run
+must match), ``inputs/`` (each micro-batch's input as Arrow), ``committed.json``, ``state/`` (snapshots),
+each file written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time as _time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytimely.atomic import write_atomic
+from pytimely.errors import (
+    CheckpointInUseError,
+    CheckpointMismatchError,
+    StreamFencedError,
+    StreamSchemaError,
+)
+from pytimely.spark.stream_sinks import local_folder
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from pytimely.recovery import Recovery
+
+__all__ = ["StreamCheckpoint"]
+
+_FORMAT = 2
+_BATCH = re.compile(r"^batch-(\d{12})\.(arrow|done)$")
+
+
+def _recorded_jvm(text: str) -> int | None:
+    """The JVM pid an earlier run wrote in the lock file, if it parses."""
+    try:
+        value = json.loads(text).get("jvm") if text.strip() else None
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _await_exit(pid: int, wait: float, root: Path) -> None:
+    """Wait for an earlier run's JVM to exit; one still writing the checkpoint after ``wait`` s is refused."""
+    deadline = _time.monotonic() + wait
+    while _alive(pid):
+        if _time.monotonic() > deadline:
+            raise CheckpointInUseError(
+                f"the checkpoint {root}: the Spark JVM (pid {pid}) of an earlier run still runs after {wait:g} s; "
+                "stop it before running again"
+            )
+        _time.sleep(0.1)
+
+
+def _jvm_pid(session: Any) -> int | None:
+    """The pid of a classic session's JVM (``None`` where the client has no JVM, as with Spark Connect)."""
+    try:
+        return int(session._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:  # no gateway, or a JVM without ProcessHandle: nothing to wait for
+        return None
+
+
+class StreamCheckpoint:
+    """pytimely's half of a streaming checkpoint: the query's identity, staged inputs and commits."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.root = local_folder(directory, "checkpoint")
+        self.spark = self.root / "spark"
+        self.own = self.root / "pytimely"
+        self.inputs = self.own / "inputs"
+        self.state = self.own / "state"
+        self.committed = self.own / "committed.json"
+
+    @contextlib.contextmanager
+    def locked(self, jvm_pid: int | None = None, *, wait: float = 30.0) -> Iterator[None]:
+        """Hold the checkpoint for one run: a second run on it fails at once with ``CheckpointInUseError``.
+
+        The lock is ``flock`` on ``CK/pytimely.lock``, released by the kernel when its process dies. A killed
+        run's Spark JVM outlives its Python for a moment and may still write Spark's half of the checkpoint, so
+        the lock also records the JVM's pid, and the next run waits up to ``wait`` seconds for it to exit.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / "pytimely.lock"
+        with open(path, "a+", encoding="utf-8") as file:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                file.seek(0)
+                raise CheckpointInUseError(
+                    f"the checkpoint {self.root} is in use by another run ({file.read().strip() or 'unknown'}); "
+                    "stop it or give another checkpoint directory"
+                ) from None
+            file.seek(0)
+            earlier = _recorded_jvm(file.read())
+            if earlier is not None and earlier != jvm_pid:
+                _await_exit(earlier, wait, self.root)
+            file.seek(0)
+            file.truncate()
+            file.write(json.dumps({"pid": os.getpid(), "jvm": jvm_pid}) + "\n")
+            file.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(file, fcntl.LOCK_UN)
+
+    def open(self, identity: dict[str, Any]) -> list[int]:
+        """Check (or record) that the checkpoint is this query's; return the committed batch ids in order.
+
+        Staged inputs of batches that were never committed are removed: Spark delivers them again.
+        """
+        where = self.own / "query.json"
+        if where.exists():
+            try:
+                recorded = json.loads(where.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CheckpointMismatchError(f"{where} is not a pytimely stream checkpoint: {exc}") from exc
+            _check_identity(recorded, identity, where)
+        elif self.spark.exists() and any(self.spark.iterdir()):
+            raise CheckpointMismatchError(
+                f"{self.root} holds a Spark checkpoint but no pytimely query record ({where}): it belongs to "
+                "another query; give a new checkpoint directory"
+            )
+        else:
+            self.own.mkdir(parents=True, exist_ok=True)
+            write_atomic(where, json.dumps(identity, indent=1, sort_keys=True) + "\n")
+        last = self.last_committed()
+        if last >= 0 and not (self.spark / "offsets").exists():
+            raise CheckpointMismatchError(
+                f"{self.root} records {last + 1} committed micro-batch(es) but Spark's checkpoint "
+                f"({self.spark}) is gone: the query would read its input again from the start"
+            )
+        committed = list(range(last + 1))
+        for batch in self._ids(self.inputs, "arrow"):
+            if batch not in set(committed):
+                self.input_path(batch).unlink(missing_ok=True)
+        return committed
+
+    @staticmethod
+    def _ids(directory: Path, kind: str) -> list[int]:
+        if not directory.exists():
+            return []
+        found = (_BATCH.match(p.name) for p in directory.iterdir())
+        return sorted(int(m.group(1)) for m in found if m is not None and m.group(2) == kind)
+
+    def last_committed(self) -> int:
+        """The last micro-batch whose output is in the sink (-1 before the first)."""
+        try:
+            text = self.committed.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return -1
+        except OSError as exc:
+            raise CheckpointMismatchError(f"{self.committed} cannot be read: {exc.strerror or exc}") from None
+        try:
+            batch = json.loads(text)["batch"]
+        except (ValueError, KeyError, TypeError):
+            batch = None
+        if type(batch) is not int or batch < 0:
+            raise CheckpointMismatchError(f"{self.committed} is not a pytimely commit record: {text[:200]!r}")
+        return batch
+
+    def recovery(self, identity: dict[str, Any]) -> Recovery:
+        """The recovery store of the query's state (``CK/pytimely/state``): a snapshot per micro-batch, two kept."""
+        from pytimely.recovery import Recovery, SnapshotPolicy
+
+        parameters = {"input": identity["input"], "output": identity["output"]}
+        # Unchanged bins are written again every 4th snapshot: a payload file is needed by at most 4 snapshots,
+        # so the checkpoint holds a few copies of the state at most, whatever the history.
+        policy = SnapshotPolicy(every_epochs=1, keep=2, rewrite_every=4)
+        return Recovery(self.state, job=identity["query"], policy=policy, parameters=parameters)
+
+    def input_path(self, batch_id: int) -> Path:
+        """Where ``batch_id``'s input is staged."""
+        return self.inputs / f"batch-{batch_id:012d}.arrow"
+
+    def stage(self, batch_id: int, table: pa.Table) -> None:
+        """Keep ``batch_id``'s input (Arrow IPC), so a restart can rebuild the state from it."""
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        self.inputs.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.input_path(batch_id), sink.getvalue().to_pybytes())
+
+    def staged(self, batch_id: int) -> pa.Table:
+        """``batch_id``'s staged input."""
+        import pyarrow as pa
+
+        with pa.memory_map(str(self.input_path(batch_id))) as source:
+            return pa.ipc.open_file(source).read_all()
+
+    def commit(self, batch_id: int) -> None:
+        """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
+        write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
+
+    def take_ownership(self) -> str:
+        """Make this run the checkpoint's owner (a fresh token in ``owner.json``); an earlier owner can no longer
+        commit (:meth:`fenced_commit`). Called by a run that holds the checkpoint's lock."""
+        import secrets
+
+        token = secrets.token_hex(16)
+        self.own.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.own / "owner.json", json.dumps({"owner": token, "pid": os.getpid()}) + "\n")
+        return token
+
+    def owner(self) -> str | None:
+        """The token of the run that owns the checkpoint now (``None`` before any)."""
+        try:
+            return str(json.loads((self.own / "owner.json").read_text(encoding="utf-8"))["owner"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointMismatchError(f"{self.own / 'owner.json'} is not a pytimely owner record: {exc}") from None
+
+    def check_owner(self, owner: str, batch_id: int) -> None:
+        """Raise :class:`StreamFencedError` unless ``owner`` still owns the checkpoint."""
+        now = self.owner()
+        if now != owner:
+            raise StreamFencedError(
+                f"micro-batch {batch_id}: the checkpoint {self.root} was taken over by another run (owner "
+                f"{now}, this run {owner}); this run stops without committing"
+            )
+
+    @contextlib.contextmanager
+    def fenced_commit(self, owner: str, batch_id: int) -> Iterator[None]:
+        """Hold the commit lock (``CK/pytimely/commit.lock``) while ``owner`` still owns the checkpoint, else raise
+        :class:`StreamFencedError`: a run that was taken over (a killed client's query still running on a Spark
+        Connect server, a second client) never commits."""
+        self.own.mkdir(parents=True, exist_ok=True)
+        with open(self.own / "commit.lock", "a+", encoding="utf-8") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            try:
+                self.check_owner(owner, batch_id)
+                yield
+            finally:
+                fcntl.flock(file, fcntl.LOCK_UN)
+
+    def next_generation(self) -> int:
+        """A new host generation of this checkpoint (one more than any before; the caller holds the lock)."""
+        path = self.own / "generation.json"
+        try:
+            last = int(json.loads(path.read_text(encoding="utf-8"))["generation"])
+        except FileNotFoundError:
+            last = 0
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointMismatchError(f"{path} is not a pytimely generation record: {exc}") from None
+        self.own.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({"generation": last + 1}) + "\n")
+        hosts = self.own / "hosts"
+        if hosts.exists():
+            for old in hosts.iterdir():
+                old.unlink(missing_ok=True)  # earlier generations' addresses: their processes are gone
+        return last + 1
+
+
+def _check_identity(recorded: dict[str, Any], identity: dict[str, Any], where: Path) -> None:
+    """Refuse a checkpoint recorded by another query, naming what differs (the input's schema most plainly)."""
+    if recorded.get("format") != identity["format"]:
+        raise CheckpointMismatchError(f"{where} has format {recorded.get('format')!r}, expected {identity['format']}")
+    if recorded.get("input") != identity["input"]:
+        raise StreamSchemaError(
+            f"the source's schema changed: the checkpoint {where} was made for rows {recorded.get('input')}, "
+            f"the source now gives {identity['input']}"
+        )
+    for key in ("query", "output", "epoch"):
+        if recorded.get(key) != identity[key]:
+            raise CheckpointMismatchError(
+                f"the checkpoint {where} belongs to another query: its {key} is {recorded.get(key)!r}, "
+                f"this query's is {identity[key]!r}"
+            )
+
+
+def _identity(query: str, source: DataFrame, schema: Any, epoch: str | None, build: str) -> dict[str, Any]:
+    """What makes a checkpoint this query's: its name, its rows in and out, how epochs are assigned."""
+    from pyspark.sql.types import StructType
+
+    out = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    return {
+        "format": _FORMAT,
+        "query": query,
+        "input": source.schema.simpleString(),
+        "output": out.simpleString(),
+        "epoch": epoch if epoch is not None else "batch id",
+        "build": build,
+    }
