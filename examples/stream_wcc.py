@@ -6,7 +6,7 @@ Edge files arriving in IN (CSV ``src,dst`` with a header, or Parquet with intege
 ``--format``, by default what IN holds, else CSV) are read by Spark's file source. Each micro-batch is an
 epoch (its batch id) of one incremental connected-components dataflow whose state carries from batch to
 batch, hosted by ``--processes`` pytimely processes on the executors (default 2; they need as many Spark task
-slots, plus one for feeding them). OUT holds, per micro-batch, CSV files ``epoch-<id>/part-*.csv`` (one per
+slots, plus one for feeding them). OUT holds, per micro-batch, CSV files ``part-<id>-*.csv`` (one per
 process) committed by a manifest ``_pytimely/commits/epoch-<id>.json`` (``--processes 0``: the dataflow on the
 driver, one ``batch-<id>.csv`` per micro-batch), rows ``epoch,vertex,label``: a row for every vertex whose label
 is new or changed at that epoch, given all edges up to it (the contract of ``wcc.py --epochs``); a micro-batch's

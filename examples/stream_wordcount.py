@@ -4,7 +4,7 @@
 
 Text files arriving in IN (UTF-8, words split on whitespace, case kept) are read by Spark's text source.
 Each micro-batch is an epoch of a dataflow hosted by ``--processes`` pytimely processes on the executors
-(default 2). OUT holds, per micro-batch, CSV files ``epoch-<id>/part-*.csv`` committed by a manifest
+(default 2). OUT holds, per micro-batch, CSV files ``part-<id>-*.csv`` committed by a manifest
 ``_pytimely/commits/epoch-<id>.json`` (``--processes 0``: on the driver, one ``batch-<id>.csv`` each), rows
 ``epoch,word,count`` with a row for every word seen in that micro-batch and its count over all micro-batches
 up to it. The last row of a word is its total. Killed and run again with the same CK, the job continues with
