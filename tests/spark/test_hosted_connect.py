@@ -39,7 +39,7 @@ def test_hosted_word_count_through_connect_equals_the_driver_hosted_path(
                    query="connect_hosted", available_now=True, processes=2)
     assert output.committed() == [0, 1, 2]
     for epoch in range(3):
-        names = sorted(p.name for p in (tmp_path / "out" / f"epoch-{epoch:012d}").iterdir())
+        names = sorted(p.name for p in (tmp_path / "out").glob(f"part-{epoch:012d}-*"))
         assert [n.split("-p")[-1] for n in names] == ["00000.csv", "00001.csv"], names  # both hosted processes
     driver_out = tmp_path / "driver"
     count_words(spark, incoming, driver_out, tmp_path / "driver-ck")

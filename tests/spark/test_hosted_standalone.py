@@ -52,5 +52,5 @@ def test_stream_wordcount_on_two_hosted_processes_over_rounds_of_files(cluster: 
         assert sorted(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)) == sorted(
             (w, totals[w]) for w in set(seen)
         ), f"epoch {epoch}"
-        names = {p.name for p in (out / f"epoch-{epoch:012d}").iterdir()}
+        names = {p.name for p in out.glob(f"part-{epoch:012d}-*")}
         assert {n.split("-p")[-1] for n in names} == {"00000.csv", "00001.csv"}, names
