@@ -184,6 +184,21 @@ def connect_peer(
     return LinkKeys(send=upstream, receive=downstream)
 
 
+def _refuse_unless_ok(verdict: bytes, client: int, me: int, their_shape: int, shape: int) -> None:
+    """Raise the typed error the verdict sent to an authenticated peer stands for (nothing for a welcome)."""
+    if verdict == _BAD_SHAPE:
+        raise ConfigError(
+            f"process {client} believes the cluster has another shape ({their_shape:#x}) than this one (process "
+            f"{me}, {shape:#x}): the process count, elasticity, PYTIMELY_ENCRYPT and PYTIMELY_AGGREGATE_PROGRESS "
+            "must agree; or its index is out of range"
+        )
+    if verdict == _BAD_HASH:
+        raise ConfigError(
+            f"process {client} hashes strings differently from process {me}, so keyed records would be routed "
+            "inconsistently; start every process with the same PYTHONHASHSEED (pytimely launch does this)"
+        )
+
+
 def accept_peer(
     sock: socket.socket | Connection,
     secret: bytes,
@@ -233,16 +248,6 @@ def accept_peer(
     else:
         verdict = _OK
     _send(conn, _mac(secret, b"server", transcript + verdict) + verdict, deadline, clock)
-    if verdict == _BAD_SHAPE:
-        raise ConfigError(
-            f"process {client} believes the cluster has another shape ({their_shape:#x}) than this one (process "
-            f"{me}, {shape:#x}): the process count, elasticity, PYTIMELY_ENCRYPT and PYTIMELY_AGGREGATE_PROGRESS "
-            "must agree; or its index is out of range"
-        )
-    if verdict == _BAD_HASH:
-        raise ConfigError(
-            f"process {client} hashes strings differently from process {me}, so keyed records would be routed "
-            "inconsistently; start every process with the same PYTHONHASHSEED (pytimely launch does this)"
-        )
+    _refuse_unless_ok(verdict, client, me, their_shape, shape)
     upstream, downstream = _keys(secret, hello, server_nonce, me, encrypt)
     return int(client), LinkKeys(send=downstream, receive=upstream)
