@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from pytimely.algorithms import connected_components
-from pytimely.errors import CheckpointInUseError, InputFormatError
+from pytimely.errors import BuildResultError, CheckpointInUseError, InputFormatError
 from pytimely.spark.epoch_host import EpochHost
 from pytimely.spark.stream_sinks import _csv
 from pytimely.spark.streaming import ReplayRestore, StreamCheckpoint
@@ -148,3 +148,11 @@ def test_a_killed_runs_jvm_is_awaited_before_the_checkpoint_is_used(tmp_path: Pa
         leftover.wait(timeout=30)
     with checkpoint.locked(jvm_pid=None, wait=5.0):
         pass
+
+
+def test_a_build_that_returns_no_stream_is_a_typed_error_naming_what_it_returned() -> None:
+    """``build`` must return its output Stream; anything else is refused when the dataflow is made."""
+    with pytest.raises(BuildResultError, match="returned NoneType"):
+        EpochHost(lambda stream: None)
+    with pytest.raises(TypeError):  # still a TypeError for callers that caught one
+        EpochHost(lambda stream: [stream])

@@ -74,6 +74,7 @@ from pytimely.errors import (
     FrameFormatError,
     FrameLengthError,
     FrameSequenceError,
+    InvalidArgument,
     RingError,
 )
 
@@ -153,7 +154,7 @@ class FrameKeys:
 
     def __post_init__(self) -> None:
         if len(self.payload) != 32 or len(self.header) != 32:
-            raise ValueError("frame keys are 32 bytes each")
+            raise InvalidArgument("frame keys are 32 bytes each")
 
     def __repr__(self) -> str:
         return "FrameKeys(<hidden>)"

@@ -8,6 +8,7 @@ from typing import Any
 
 from pytimely.communication.allocator import Precedence, Pull, Push
 from pytimely.communication.mailbox import Mailbox
+from pytimely.errors import InvalidArgument
 
 __all__ = ["LocalAllocator"]
 
@@ -39,7 +40,7 @@ class LocalAllocator:
     def group(cls, peers: int) -> list[LocalAllocator]:
         """Allocators for ``peers`` workers that talk to one another."""
         if type(peers) is not int or peers < 1:
-            raise ValueError(f"a group needs a positive number of workers, got {peers!r}")
+            raise InvalidArgument(f"a group needs a positive number of workers, got {peers!r}")
         registry = _Registry(peers)
         return [cls(i, registry) for i in range(peers)]
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytimely.config import is_loopback
-from pytimely.errors import RingError
+from pytimely.errors import InvalidArgument, RingError
 
 __all__ = [
     "DESCRIPTOR",
@@ -156,7 +156,7 @@ class RingWriter:
 
     def __init__(self, capacity: int, directory: Path, patience: float = 0.01) -> None:
         if not MIN_CAPACITY <= capacity <= _MAX_CAPACITY:
-            raise ValueError(f"a ring holds {MIN_CAPACITY} bytes to 4 GiB, not {capacity}")
+            raise InvalidArgument(f"a ring holds {MIN_CAPACITY} bytes to 4 GiB, not {capacity}")
         self.capacity = capacity
         self.patience = patience
         """Seconds a full ring is waited on without its reader freeing any of it, before a payload goes on the

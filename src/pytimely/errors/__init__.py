@@ -99,6 +99,7 @@ from pytimely.errors.recovery import (
     StoreWriteError,
 )
 from pytimely.errors.spark import (
+    BuildResultError,
     CheckpointInUseError,
     CheckpointLocationError,
     CheckpointMismatchError,
@@ -166,6 +167,7 @@ __all__ = [
     "BinError",
     "BinRangeError",
     "BootstrapError",
+    "BuildResultError",
     "CapabilityError",
     "CheckpointInUseError",
     "CheckpointLocationError",

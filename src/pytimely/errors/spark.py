@@ -87,3 +87,7 @@ class StreamHostError(StreamError):
 
 class StreamFencedError(StreamError):
     """Another run took the streaming checkpoint over: this one may not commit, and stops; names both owners."""
+
+
+class BuildResultError(SparkError, TypeError):
+    """The function that builds a hosted dataflow returned something other than its output ``Stream``."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from pytimely.communication.frame import CONTROL_CHANNEL, HEADER, TAG
 from pytimely.communication.transport import Connection, Listener
+from pytimely.errors import InvalidArgument
 from pytimely.simulate.kernel import Kernel, SimProcess, SimTask
 
 __all__ = ["SNDBUF", "Delays", "SimConnection", "SimListener", "SimNetwork", "SimTransport"]
@@ -409,7 +410,7 @@ class SimNetwork:
                 damaged[at] ^= 1 << self.rng.randrange(8)
                 pieces.append(bytes(damaged))
             elif fault != "loss":
-                raise ValueError(f"unknown frame fault {fault!r}")
+                raise InvalidArgument(f"unknown frame fault {fault!r}")
             if fault == "loss":
                 # Lost in transit: the receiver never reads it, so it never frees the sender's window for it.
                 out.unacked -= size

@@ -36,7 +36,7 @@ from typing import Any
 
 from pytimely.communication.platform import Platform
 from pytimely.config import Config
-from pytimely.errors import NotSimulableError, PytimelyError
+from pytimely.errors import InvalidArgument, NotSimulableError, PytimelyError
 from pytimely.simulate.kernel import Kernel, Killed, SimProcess
 from pytimely.simulate.network import Delays, SimNetwork
 from pytimely.simulate.oracles import Observer, Violation, compare, memory_bound
@@ -225,7 +225,7 @@ class Simulation:
             self._disrupt(kernel.now)
             self._kill(victim)
             return
-        raise ValueError(f"unknown fault {kind!r}")
+        raise InvalidArgument(f"unknown fault {kind!r}")
 
     def _disrupt(self, until: float) -> None:
         self.disrupted = True

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytimely.errors import InvalidArgument
 from pytimely.simulate.oracles import Observer, watch
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def apply_stage(stream: Stream[Any], stage: str, worker: Worker, observer: Obser
     if stage == "window":
         windows = stream.tumbling(2, key=lambda x: x % 5)
         return windows.map(lambda w: w[0] * 10000 + w[2] * 1000 + w[3])
-    raise ValueError(f"unknown stage {stage!r}")
+    raise InvalidArgument(f"unknown stage {stage!r}")
 
 
 def reference_stage(stage: str, data: Output) -> Output:
@@ -188,7 +189,7 @@ def reference_stage(stage: str, data: Output) -> Output:
         elif stage == "count_by":
             items = [k * 100 + c for k, c in Counter(items).items()]
         elif stage not in ("exchange", "broadcast_own"):
-            raise ValueError(f"unknown stage {stage!r}")
+            raise InvalidArgument(f"unknown stage {stage!r}")
         put(t, items)
     return {t: c for t, c in out.items() if c}
 

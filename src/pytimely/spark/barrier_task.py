@@ -11,6 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pytimely.config import Config
+from pytimely.errors import BuildResultError
 from pytimely.execute import execute, run_process
 from pytimely.spark.record_batches import _shares, to_record_batch
 from pytimely.spark.rendezvous import Ticket, meet
@@ -160,7 +161,7 @@ class BarrierTask:
                 handle, stream = scope.new_input(name="spark")
                 out = build(stream)
                 if out is None or not hasattr(out, "capture"):
-                    raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
+                    raise BuildResultError(f"build must return the output Stream, returned {type(out).__name__}")
                 return handle, out.capture()
 
             handle, captured = worker.dataflow(dataflow)
@@ -187,7 +188,7 @@ def _durable_job(
         handle, stream = scope.new_input(name="spark")
         out = build(stream)
         if out is None or not hasattr(out, "capture"):
-            raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
+            raise BuildResultError(f"build must return the output Stream, returned {type(out).__name__}")
         return handle, out.probe(), out.capture()
 
     handle, probe, captured = worker.dataflow(dataflow)

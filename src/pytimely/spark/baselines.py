@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytimely.errors import InputFormatError
+from pytimely.errors import InputFormatError, InvalidArgument
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -71,7 +71,7 @@ def label_propagation_components(spark: Any, edges: DataFrame, max_iterations: i
 
     _check_edges(edges)
     if max_iterations < 1:
-        raise ValueError(f"max_iterations must be positive, got {max_iterations}")
+        raise InvalidArgument(f"max_iterations must be positive, got {max_iterations}")
     pairs = edges.select(F.col("src").cast("long").alias("a"), F.col("dst").cast("long").alias("b"))
     both = pairs.union(pairs.select(F.col("b").alias("a"), F.col("a").alias("b"))).localCheckpoint()
     labels = both.select(F.col("a").alias("vertex")).distinct().withColumn("label", F.col("vertex"))

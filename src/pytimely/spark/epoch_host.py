@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.local import LocalAllocator
-from pytimely.errors import InputFormatError, InvalidArgument, StalledError, StepTimeoutError
+from pytimely.errors import BuildResultError, InputFormatError, InvalidArgument, StalledError, StepTimeoutError
 from pytimely.worker import Worker
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def _dataflow(scope: Any, build: Build) -> tuple[Any, Any, Any]:
     handle, stream = scope.new_input(name="micro-batches")
     out = build(stream)
     if out is None or not hasattr(out, "capture"):
-        raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
+        raise BuildResultError(f"build must return the output Stream, returned {type(out).__name__}")
     # A sink, not a capture: a capture's list is declared state, and snapshots would keep every epoch's output.
     captured: list[tuple[Any, Any]] = []
     out.sink(lambda time, batch: captured.append((time, batch)), name="epoch-output")

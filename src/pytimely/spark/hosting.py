@@ -136,7 +136,7 @@ def _spark_schema(spark: Any, schema: Any) -> Any:
         # A Connect client has no JVM to parse DDL with: the server parses it.
         schema = spark.createDataFrame([], schema).schema if is_connect(spark) else StructType.fromDDL(schema)
     if not isinstance(schema, StructType):
-        raise TypeError(f"schema must be a DDL string or a StructType, got {type(schema).__name__}")
+        raise InvalidArgument(f"schema must be a DDL string or a StructType, got {type(schema).__name__}")
     return schema
 
 

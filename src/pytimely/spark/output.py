@@ -17,7 +17,14 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytimely.errors import InputFormatError, SparkError, SparkInputError, SparkSlotsError, SparkTaskError
+from pytimely.errors import (
+    InputFormatError,
+    InvalidArgument,
+    SparkError,
+    SparkInputError,
+    SparkSlotsError,
+    SparkTaskError,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -106,7 +113,7 @@ def save(
     are what is written, taken after the ordering, so a text line can be built from the sorted fields.
     """
     if type(retries) is not int or retries < 0:
-        raise ValueError(f"retries must be a non-negative int, got {retries!r}")
+        raise InvalidArgument(f"retries must be a non-negative int, got {retries!r}")
     kind = format or format_of(path)
     width = len(columns) if columns is not None else len(frame.columns)
     if kind == "text" and width != 1:
@@ -152,7 +159,7 @@ def save(
 def collect(frame: DataFrame, *, retries: int = 0) -> pa.Table:
     """``frame`` as one Arrow table, re-running it up to ``retries`` times if a task fails."""
     if type(retries) is not int or retries < 0:
-        raise ValueError(f"retries must be a non-negative int, got {retries!r}")
+        raise InvalidArgument(f"retries must be a non-negative int, got {retries!r}")
     for attempt in range(retries + 1):
         try:
             return frame.toArrow()

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pytimely.atomic import write_atomic
 from pytimely.communication.platform import REAL_THREADS, Threads
 from pytimely.config import Config
-from pytimely.errors import PytimelyError, StreamFeedError, StreamHostError
+from pytimely.errors import BuildResultError, PytimelyError, StreamFeedError, StreamHostError
 from pytimely.recovery import Recovery, SnapshotPolicy
 from pytimely.signed_lines import decode, encode
 from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
@@ -407,7 +407,7 @@ def _dataflow(scope: Any, build: Callable[..., Any]) -> tuple[Any, Any, list[tup
     handle, stream = scope.new_input(name="micro-batches")
     out = build(stream)
     if out is None or not hasattr(out, "capture"):
-        raise TypeError(f"build must return the output Stream, returned {type(out).__name__}")
+        raise BuildResultError(f"build must return the output Stream, returned {type(out).__name__}")
     # A sink, not a capture: a capture's list is declared state, and snapshots would keep every epoch's output.
     captured: list[tuple[int, Any]] = []
     out.sink(lambda time, batch: captured.append((time, batch)), name="epoch-output")

@@ -216,5 +216,5 @@ def _channel_key(channel: Hashable) -> tuple[int, int]:
         and len(channel) == 2
         and all(type(c) is int and 0 <= c < CONTROL_CHANNEL for c in channel)
     ):
-        raise ValueError(f"cluster channels are (dataflow, channel) pairs of small ints, got {channel!r}")
+        raise InvalidArgument(f"cluster channels are (dataflow, channel) pairs of small ints, got {channel!r}")
     return (channel[0], channel[1])
