@@ -12,6 +12,7 @@ snapshot of the last committed micro-batch, and sends the micro-batch again (a b
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
 import time as _time
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from pytimely.spark.stream_sinks import Sink
 
 __all__ = ["HostedDataflow", "HostedHandler", "Sender", "check_layout", "run_hosted"]
+
+log = logging.getLogger("pytimely.spark.streaming")
 
 _COUNTS = "process int, sender long, frames long, rows long"
 _FRAME_ROWS = 1 << 16
@@ -172,6 +175,8 @@ class HostedDataflow:
             raise SparkSlotsError(f"{self.processes} hosted processes need {self.processes + 1} task slots at once "
                                   f"(one for the micro-batches' feed jobs); the session has {slots}")  # fmt: skip
         self.generation = generation
+        log.info("%s: starting generation %d of the hosted processes (owner %s), resuming after micro-batch %d",
+                 self.describe, generation, self.owner, resume_at)  # fmt: skip
         self._secret = self.run_secret or secrets.token_bytes(32)
         self._failure = None
         plan = HostPlan(

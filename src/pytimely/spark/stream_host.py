@@ -130,8 +130,11 @@ class HostPlan:
     orphaned query's processes, left by a killed Spark Connect client, give their task slots back)."""
 
     def recovery(self) -> ResumeAt:
-        """The query's recovery store, opened at the last committed micro-batch (two snapshots kept)."""
-        policy = SnapshotPolicy(every_epochs=1, keep=2, rewrite_every=4)
+        """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
+        # Stopped processes close their input, so the store's last manifest is the final one; before it may be a
+        # snapshot of an epoch whose output was never committed (a run taken over, or stopped, between the two).
+        # Keeping three leaves the last committed epoch's snapshot for the next run to resume from.
+        policy = SnapshotPolicy(every_epochs=1, keep=3, rewrite_every=4)
         return ResumeAt(
             str(Path(self.own) / "state"), job=self.job, policy=policy, parameters=self.parameters,
             at_most=self.resume_at,
