@@ -17,7 +17,15 @@ pytest.importorskip("pyspark")
 
 from pytimely.spark.epoch_output import EpochOutput
 from pytimely.spark.streaming import run_stream
-from tests.spark.test_hosted_stream import ROOT, SCHEMA, changelog, count_words, drop_texts, output_changelog
+from tests.spark.test_hosted_stream import (
+    ROOT,
+    SCHEMA,
+    assert_running_counts,
+    changelog,
+    count_words,
+    drop_texts,
+    output_changelog,
+)
 from tests.spark.test_streaming import load
 
 pytestmark = pytest.mark.timeout(900)
@@ -77,12 +85,4 @@ def test_a_connect_client_killed_mid_micro_batch_is_taken_over_by_the_next(
     output = EpochOutput(out, SCHEMA, format="csv")
     committed = output.committed()
     assert committed == list(range(len(committed))) and committed[-1] == 5, committed
-    totals: dict[str, int] = {}
-    for epoch, path in enumerate(sorted(incoming.glob("t*.txt"))):
-        seen = [w for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
-        for word in seen:
-            totals[word] = totals.get(word, 0) + 1
-        table = output.read(epoch)
-        assert sorted(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)) == sorted(
-            (w, totals[w]) for w in set(seen)
-        ), f"epoch {epoch}"
+    assert_running_counts(output, incoming)

@@ -14,7 +14,7 @@ pytest.importorskip("pyspark")
 
 from pytimely.spark.epoch_output import EpochOutput
 from tests.spark.standalone import run_example as _run_example
-from tests.spark.test_hosted_stream import drop_texts
+from tests.spark.test_hosted_stream import assert_running_counts, drop_texts
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -43,14 +43,7 @@ def test_stream_wordcount_on_two_hosted_processes_over_rounds_of_files(cluster: 
     schema = pa.schema([("epoch", pa.int64()), ("word", pa.string()), ("count", pa.int64())])
     output = EpochOutput(out, schema, format="csv")
     assert output.committed() == [0, 1, 2, 3]
-    totals: dict[str, int] = {}
-    for epoch, path in enumerate(sorted(incoming.glob("t*.txt"))):
-        seen = [w for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
-        for word in seen:
-            totals[word] = totals.get(word, 0) + 1
-        table = output.read(epoch)
-        assert sorted(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)) == sorted(
-            (w, totals[w]) for w in set(seen)
-        ), f"epoch {epoch}"
+    assert_running_counts(output, incoming)
+    for epoch in output.committed():
         names = {p.name for p in out.glob(f"part-{epoch:012d}-*")}
         assert {n.split("-p")[-1] for n in names} == {"00000.csv", "00001.csv"}, names

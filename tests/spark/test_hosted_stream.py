@@ -51,6 +51,20 @@ def count_words(spark: Any, incoming: Path, out: Path | EpochOutput, ck: Path, *
     )  # fmt: skip
 
 
+def assert_running_counts(output: EpochOutput, incoming: Path) -> None:
+    """Epoch ``e`` of ``output`` holds the running count of every word of the ``e``-th file of ``incoming`` (one file
+    a micro-batch), counted over that file and the files before it."""
+    totals: dict[str, int] = {}
+    for epoch, path in enumerate(sorted(incoming.glob("t*.txt"))):
+        seen = [w for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
+        for word in seen:
+            totals[word] = totals.get(word, 0) + 1
+        table = output.read(epoch)
+        assert sorted(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)) == sorted(
+            (w, totals[w]) for w in set(seen)
+        ), f"epoch {epoch}"
+
+
 def size(folder: Path) -> int:
     """Bytes of the files under ``folder``."""
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
