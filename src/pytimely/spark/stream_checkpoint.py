@@ -302,3 +302,18 @@ def _identity(query: str, source: DataFrame, schema: Any, epoch: str | None, bui
         "epoch": epoch if epoch is not None else "batch id",
         "build": build,
     }
+
+
+def is_new_batch(batch_id: int, last_committed: int, input_schema: str, schema: str) -> bool:
+    """Whether micro-batch ``batch_id`` is to be processed: ``False`` for one already committed (Spark delivers it
+    again after a restart), a typed error for one that skips a batch or whose source schema changed."""
+    if batch_id <= last_committed:
+        return False
+    if batch_id != last_committed + 1:
+        raise CheckpointMismatchError(
+            f"micro-batch {batch_id} arrived after {last_committed}: the commits of the batches between are missing "
+            "from the checkpoint"
+        )
+    if schema != input_schema:
+        raise StreamSchemaError(f"micro-batch {batch_id}: the source's schema changed from {input_schema} to {schema}")
+    return True

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.errors import (
-    CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
     SparkSlotsError,
@@ -31,6 +30,7 @@ from pytimely.errors import (
     StreamHostError,
     StreamSchemaError,
 )
+from pytimely.spark.stream_checkpoint import is_new_batch
 from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
 from pytimely.spark.stream_host import HostPlan, HostTask, await_exits, parts_folder, read_hosts
 
@@ -376,15 +376,9 @@ class HostedHandler:
             raise self.failure from exc
 
     def _process(self, frame: DataFrame, batch_id: int) -> None:
-        if batch_id <= self.last_committed:
+        if not is_new_batch(batch_id, self.last_committed, self.input_schema, frame.schema.simpleString()):
             self.skipped += 1
             return
-        if batch_id != self.last_committed + 1:
-            raise CheckpointMismatchError(f"micro-batch {batch_id} arrived after {self.last_committed}: the commits "
-                                          "of the batches between are missing from the checkpoint")  # fmt: skip
-        if frame.schema.simpleString() != self.input_schema:
-            raise StreamSchemaError(f"micro-batch {batch_id}: the source's schema changed from {self.input_schema} "
-                                    f"to {frame.schema.simpleString()}")  # fmt: skip
         attempt = 0
         while True:
             try:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytimely.errors import (
-    CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
     StreamError,
@@ -22,6 +21,7 @@ from pytimely.errors import (
 )
 from pytimely.spark.epoch_host import Build, EpochHost
 from pytimely.spark.hosting import to_record_batch
+from pytimely.spark.stream_checkpoint import is_new_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -154,21 +154,11 @@ class StreamHandler:
                 raise self.failure from exc
 
     def _process(self, frame: DataFrame, batch_id: int) -> None:
-        if batch_id <= self.last_committed:
-            self.skipped += 1
-            return  # re-delivered after a restart: its output is already in the sink
-        if batch_id != self.last_committed + 1:
-            raise CheckpointMismatchError(
-                f"micro-batch {batch_id} arrived after {self.last_committed}: the commits of the batches between "
-                "are missing from the checkpoint"
-            )
         clock = _time.perf_counter
         started = clock()
-        if frame.schema.simpleString() != self.input_schema:
-            raise StreamSchemaError(
-                f"micro-batch {batch_id}: the source's schema changed from {self.input_schema} to "
-                f"{frame.schema.simpleString()}"
-            )
+        if not is_new_batch(batch_id, self.last_committed, self.input_schema, frame.schema.simpleString()):
+            self.skipped += 1
+            return  # re-delivered after a restart: its output is already in the sink
         with _job_description(frame, f"{self.describe}: epoch {batch_id}"):
             table = _collect(frame, batch_id)
         if self.check is not None:
