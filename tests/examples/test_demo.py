@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.spark.standalone import quick_jvm
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
 
@@ -20,6 +23,7 @@ def test_demo_runs_on_spark_and_agrees_with_graphx() -> None:
         text=True,
         timeout=280,
         check=False,
+        env=quick_jvm(dict(os.environ)),
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     out = result.stdout

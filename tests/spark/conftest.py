@@ -12,9 +12,9 @@ import pytest
 def spark() -> Iterator[Any]:
     """A quiet ``local[4]`` SparkSession: four slots, so two-process jobs and a spare stage fit at once."""
     from pytimely.spark.session import local_session
+    from tests.spark.standalone import QUICK_JVM
 
-    # A JVM that compiles less and collects with one thread starts faster; behaviour is the same.
-    session = local_session(4, jvm_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    session = local_session(4, jvm_options=QUICK_JVM)
     yield session
     session.stop()
 

@@ -17,6 +17,16 @@ from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""Java options for the JVMs the tests start: they compile less and collect with one thread, so they start sooner
+and take less of the machine; what they compute is the same (the suite's own session uses them too)."""
+
+
+def quick_jvm(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with :data:`QUICK_JVM` for every JVM started under it (``JAVA_TOOL_OPTIONS``, which each JVM reads,
+    a driver a test starts as a process of its own as well as the executors a standalone worker starts)."""
+    return {**env, "JAVA_TOOL_OPTIONS": QUICK_JVM}
+
 
 def spark_home() -> Path:
     """Where PySpark is installed: its ``bin/spark-class`` and ``jars`` make it a Spark distribution."""
@@ -91,8 +101,10 @@ def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", dea
         "SPARK_LOG_DIR": str(directory),
         # The master and worker JVMs compile less and collect with one thread: they start sooner and take less of
         # the machine from the tests; what they do is the same.
-        "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        # The executors the worker starts inherit this: they run this interpreter with this tree of pytimely.
+        "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+        # The executors the worker starts inherit these: they run this interpreter with this tree of pytimely, in
+        # JVMs started with QUICK_JVM.
+        "JAVA_TOOL_OPTIONS": QUICK_JVM,
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", ""),
     }
     if not env["PYSPARK_PYTHON"]:
@@ -123,7 +135,7 @@ def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", dea
 
 def run_example(name: str, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The example's command line in its own process: a driver of its own, as a user would run it."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = quick_jvm({**os.environ, "PYSPARK_PYTHON": sys.executable})
     return subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), *args],
         capture_output=True, text=True, timeout=timeout, env=env, check=False,

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.spark.standalone import quick_jvm
 from tests.spark.test_hosting import EXAMPLES
 
 
@@ -24,7 +25,7 @@ def test_executors_without_pytimely_are_told_how_to_fix_it_before_the_stage(tmp_
     python.chmod(0o755)
     source = tmp_path / "edges.csv"
     source.write_text("1,2\n2,3\n")
-    env = {**os.environ, "PYSPARK_PYTHON": str(python)}
+    env = quick_jvm({**os.environ, "PYSPARK_PYTHON": str(python)})
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "wcc.py"), "--spark", "local[2]", "-n", "2", "--edges", str(source),

@@ -27,6 +27,7 @@ pytest.importorskip("pyspark")
 
 from pytimely.errors import CheckpointMismatchError, StreamError, StreamSchemaError
 from pytimely.spark.streaming import CsvDirectorySink, StreamCheckpoint, run_stream
+from tests.spark.standalone import quick_jvm
 
 ROOT = Path(__file__).resolve().parents[2]
 Edges = list[tuple[int, int]]
@@ -267,7 +268,7 @@ def test_killed_job_continues_from_its_checkpoint(
     args = ["--processes", "0",
             "--spark", "local[1]", "--edges-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
             "--available-now", "--files-per-batch", "1"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = quick_jvm({**os.environ, "PYTHONPATH": str(ROOT / "src")})
     log = (tmp_path / "job.log").open("w")
     job = subprocess.Popen([sys.executable, str(ROOT / "examples" / "stream_wcc.py"), *args], env=env,
                            stdout=log, stderr=log, start_new_session=True)
