@@ -162,6 +162,25 @@ def pandas_word_count(
     return _spark_query(counts, out, checkpoint)
 
 
+def arrow_words(batch: Any) -> Any:
+    """The words of an Arrow batch of text lines, as a one-column Arrow batch: split and flattened by Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    words = pc.list_flatten(pc.utf8_split_whitespace(batch.column("value")))
+    return pa.RecordBatch.from_arrays([pc.filter(words, pc.not_equal(words, ""))], names=["word"])
+
+
+def arrow_running_counts(stream: Any) -> Any:
+    """``examples/stream_wordcount.py``'s running counts with no per-record Python: the words split by Arrow and
+    counted on their column (Python runs once per distinct word of a micro-batch, in the running totals)."""
+    return stream.map_batch(arrow_words, name="words").count_by("word", name="count").state_machine(
+        stream_wordcount.add, name="running")  # fmt: skip
+
+
+DATAFLOWS = {"example": stream_wordcount.running_counts, "arrow": arrow_running_counts}
+
+
 def executors_available() -> bool:
     """Whether this tree's ``run_stream`` can host the dataflow on the executors (it takes ``host=``)."""
     import inspect
@@ -180,7 +199,7 @@ def pytimely_word_count(
     source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(directory))
     where: dict[str, Any] = {"host": "executors", "processes": args.processes} if executors else {}
     done = run_stream(
-        stream_wordcount.running_counts, source, stream_wordcount.SCHEMA,
+        DATAFLOWS[args.dataflow], source, stream_wordcount.SCHEMA,
         sink=CsvDirectorySink(out, order_by=["word"]), checkpoint=checkpoint, query="bench_wordcount",
         available_now=True, **where,
     )
@@ -389,6 +408,7 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         "python": platform.python_version(), "spark": spark.version, "slots": args.slots,
         "spark_start_s": round(time.perf_counter() - started, 1), "batches": args.batches,
         "sizes": args.sizes, "processes": args.processes, "executors_path": executors_available(),
+        "dataflow": args.dataflow,
         "edges": args.edges, "edge_batches": args.edge_batches,
     }
     scratch = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
@@ -462,6 +482,9 @@ def main() -> None:
     command.add_argument("--contenders", type=lambda text: text.split(","), default=list(CONTENDERS),
                          help="word count contenders: driver,executors,native,pandas (default all)")
     command.add_argument("--processes", type=int, default=1, help="pytimely processes of the executors path")
+    command.add_argument("--dataflow", choices=sorted(DATAFLOWS), default="example",
+                         help="pytimely's word count: the example's (words split in Python) or arrow (split and "
+                              "counted by Arrow)")  # fmt: skip
     command.add_argument("--edges", type=int, default=1_000_000)
     command.add_argument("--edge-batches", type=int, default=10)
     command.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")

@@ -307,6 +307,7 @@ class Feeder:
         epoch = int(header["epoch"])
         key = (epoch, int(header["sender"]), int(header["seq"]))
         batches = arrow_batches(message.body)
+        shares = self._shares(batches)
         with self.arrived:
             if epoch <= self.completed:
                 return  # of an attempt whose epoch is complete: nothing of it is used
@@ -316,7 +317,7 @@ class Feeder:
                 return
             self.inbox[key] = sum(b.num_rows for b in batches)
             # Under the lock: the workers see the frames of an epoch before its close, whichever thread took them.
-            for commands, share in zip(self.commands, self._shares(batches), strict=True):
+            for commands, share in zip(self.commands, shares, strict=True):
                 if share:
                     commands.put((_DATA, epoch, share))
             self.arrived.notify_all()
