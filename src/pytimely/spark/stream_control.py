@@ -89,6 +89,7 @@ class Sender:
         counts = {p: [0, 0] for p in range(len(self.feeds))}
         turn = sender
         processes = len(self.feeds)
+        failed = True
         try:
             for group in _groups(batches, _FRAME_ROWS):
                 table = pa.Table.from_batches(group)
@@ -110,15 +111,18 @@ class Sender:
                     if rows == 0:
                         continue
                     if process not in links:
-                        links[process] = dial(self.feeds[process], self.secret, process)
+                        links[process] = _pooled(self.feeds[process], self.secret, process, self.generation)
                     header = {"generation": self.generation, "epoch": self.epoch, "sender": sender,
                               "seq": counts[process][0]}  # fmt: skip
                     links[process].send(Kind.DATA, header, arrow_bytes(part, table.schema))
                     counts[process][0] += 1
                     counts[process][1] += rows
+            failed = False
         finally:
-            for link in links.values():
-                link.close()
+            if failed:  # a link in an unknown state is not used again
+                for process, link in links.items():
+                    _LINKS.pop((self.feeds[process], process, self.generation), None)
+                    link.close()
         used = [p for p, (frames, _) in counts.items() if frames]
         yield pa.RecordBatch.from_pydict({
             "process": pa.array(used, pa.int32()),
@@ -126,6 +130,28 @@ class Sender:
             "frames": pa.array([counts[p][0] for p in used], pa.int64()),
             "rows": pa.array([counts[p][1] for p in used], pa.int64()),
         })
+
+
+_LINKS: dict[tuple[str, int, int], FeedLink] = {}
+"""Feed connections kept open across the tasks of this Python process, by (address, process, generation): Spark
+reuses its Python workers from task to task, so a micro-batch's sender neither connects nor authenticates again."""
+_MOST_LINKS = 64
+
+
+def _pooled(address: str, secret: bytes, process: int, generation: int) -> FeedLink:
+    """The kept connection to hosted process ``process`` of ``generation`` (made, and kept, when there is none)."""
+    key = (address, process, generation)
+    link = _LINKS.get(key)
+    if link is not None and not link.open():
+        del _LINKS[key]
+        link.close()
+        link = None
+    if link is None:
+        # Connections of stopped generations were closed by their processes: let them go, and all past a bound.
+        for stale in [k for k, kept in _LINKS.items() if len(_LINKS) >= _MOST_LINKS or not kept.open()]:
+            _LINKS.pop(stale).close()
+        link = _LINKS[key] = dial(address, secret, process)
+    return link
 
 
 def _groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
@@ -190,6 +216,8 @@ class HostedDataflow:
         self.owner: str | None = None
         """The run that owns the checkpoint (its processes stop once another run does)."""
         self.feeds: list[str] = []
+        self._control: list[FeedLink] = []
+        """This side's connection to each process of the generation (for closing epochs), made at the first close."""
         self._secret = b""
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -210,6 +238,7 @@ class HostedDataflow:
         if self.processes + 1 > slots:
             raise SparkSlotsError(f"{self.processes} hosted processes need {self.processes + 1} task slots at once "
                                   f"(one for the micro-batches' feed jobs); the session has {slots}")  # fmt: skip
+        self._drop_control()
         self.generation = generation
         log.info("%s: starting generation %d of the hosted processes (owner %s), resuming after micro-batch %d",
                  self.describe, generation, self.owner, resume_at)  # fmt: skip
@@ -284,7 +313,10 @@ class HostedDataflow:
         return parts
 
     def _close(self, epoch: int, expected: list[dict[str, list[int]]]) -> list[str]:
-        links = [dial(address, self._secret, p) for p, address in enumerate(self.feeds)]
+        # One connection per process for the generation's life: an epoch's close does not authenticate again.
+        if not self._control:
+            self._control = [dial(address, self._secret, p) for p, address in enumerate(self.feeds)]
+        links = self._control
         try:
             for p, link in enumerate(links):
                 link.send(Kind.CLOSE, {"generation": self.generation, "epoch": epoch, "expected": expected[p]})
@@ -300,9 +332,14 @@ class HostedDataflow:
                 self.timing[f"p{p}"] = answer.header.get("timing")
                 self.exchanged += int(answer.header.get("exchanged", 0))
             return parts
-        finally:
-            for link in links:
-                link.close()
+        except BaseException:
+            self._drop_control()
+            raise
+
+    def _drop_control(self) -> None:
+        for link in self._control:
+            link.close()
+        self._control = []
 
     def _answer(self, link: FeedLink, timeout: float) -> Any:
         """The process's answer; a lost connection waits (bounded) for the hosting job's failure to name it."""
@@ -317,6 +354,7 @@ class HostedDataflow:
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the processes (their dataflow ends cleanly) and wait for the hosting job."""
+        self._drop_control()
         if self._thread is None:
             return
         try:
@@ -339,6 +377,7 @@ class HostedDataflow:
         """Cancel the hosting job (its tasks are killed) and wait a while for the thread."""
         from pytimely.spark.session import is_connect
 
+        self._drop_control()
         if is_connect(self.spark):
             self.spark.interruptTag(self._group)
         else:

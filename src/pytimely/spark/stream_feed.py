@@ -108,6 +108,20 @@ class FeedLink:
                 self._ready.append(_message(frame.channel, bytes(frame.payload), self.peer))
         return self._ready.pop(0)
 
+    def open(self) -> bool:
+        """Whether the connection still stands (the peer has not closed it, nothing unread is waiting on it)."""
+        try:
+            self.sock.setblocking(False)
+            try:
+                self.sock.recv(1, socket.MSG_PEEK)
+            finally:
+                self.sock.setblocking(True)
+        except BlockingIOError:
+            return True  # nothing to read: the normal state of a feed connection between tasks
+        except OSError:
+            return False
+        return False  # closed by the peer (b""), or a message nobody asked for: not to be used again
+
     def close(self) -> None:
         """Close the connection."""
         with contextlib.suppress(OSError):

@@ -225,6 +225,8 @@ class Feeder:
         self.exchanged = 0
         """Data bytes this process's workers sent to other processes so far (the cluster's counters)."""
         self.arrived = threading.Condition()
+        self.links: set[FeedLink] = set()
+        """The connections being served (closed with the feed port)."""
         self.closed = threading.Event()
         self.failure: BaseException | None = None
         self._next_look = 0.0
@@ -234,9 +236,13 @@ class Feeder:
         threading.Thread(target=self._accept, name=f"pytimely-feed-{self.process}", daemon=True).start()
 
     def close(self) -> None:
-        """Stop accepting connections."""
+        """Stop accepting connections and close the ones open (feed tasks keep theirs across micro-batches)."""
         self.closed.set()
         self.listener.close()
+        with self.arrived:
+            links, self.links = self.links, set()
+        for link in links:
+            link.close()
 
     def _accept(self) -> None:
         self.listener.settimeout(0.5)
@@ -271,6 +277,8 @@ class Feeder:
         except (PytimelyError, OSError):
             sock.close()  # a stranger, or a peer that gave up: nothing of it is kept
             return
+        with self.arrived:
+            self.links.add(link)
         try:
             while not self.closed.is_set():
                 try:
@@ -279,6 +287,8 @@ class Feeder:
                     return
                 self._handle(link, message)
         finally:
+            with self.arrived:
+                self.links.discard(link)
             link.close()
 
     def _handle(self, link: FeedLink, message: Message) -> None:
