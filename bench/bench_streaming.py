@@ -2,6 +2,7 @@
 
     python bench/bench_streaming.py [--parts wordcount,components,restart] [--sizes 10k,100k,1M] [--batches B]
                                     [--contenders driver,executors,native,pandas] [--processes N]
+                                    [--dataflow example|arrow]
                                     [--edges N] [--edge-batches K] [--graphx-at 1,5,10] [--slots S] [--quick] [--json]
 
 One local Spark (``S`` slots, default 2), started once (its start-up is reported, not counted). ``--parts``
@@ -13,7 +14,8 @@ one word each (drawn with seed 7 from 20,000 words by a Zipf law), read by Spark
 micro-batch (``maxFilesPerTrigger=1``, ``availableNow``), so every query sees the same micro-batches and
 writes the same per-batch CSV changelog (``epoch,word,count``) through ``foreachBatch``:
 (a) pytimely, driver-hosted: ``examples/stream_wordcount.py``'s dataflow through ``run_stream`` (one worker
-    on the driver), with its exactly-once snapshots and commits;
+    on the driver), with its exactly-once snapshots and commits; ``--dataflow arrow``: the same running counts
+    with the words split and counted by Arrow (no per-record Python);
 (x) pytimely on the executors: the same through ``run_stream(..., host="executors", processes=N)`` when this
     tree's ``run_stream`` takes ``host=`` (else reported as not available);
 (n) Spark's own stateful query, ``groupBy("word").count()`` in update mode;
