@@ -18,6 +18,7 @@ from pytimely.spark.stream_control import HostedDataflow
 from pytimely.spark.streaming import CsvDirectorySink, run_stream
 from tests.spark.test_hosted_stream import changelog
 from tests.spark.test_streaming import drop
+from tests.waiting import wait_until
 
 SCHEMA = pa.schema([("epoch", pa.int64()), ("word", pa.string()), ("count", pa.int64())])
 DDL = "epoch long, word string, count long"
@@ -201,3 +202,49 @@ def test_run_stream_routes_by_key(spark: Any, tmp_path: Path) -> None:
     # CSV reads an empty word as null, written back as an empty field: the reference's empty word.
     got = [last_totals((w, int(c)) for e, w, c in rows if int(e) == epoch) for epoch in range(3)]
     assert got == reference(tables)
+
+
+def test_a_kept_feed_connection_serves_the_next_task_until_its_process_closes_it() -> None:
+    """A feed task's connection is kept for the next task of the same generation; once the process closes it, the
+    next task connects again; a large frame goes through whole."""
+    import os
+    import socket
+    import threading
+
+    from pytimely.spark.stream_control import _LINKS, _pooled
+    from pytimely.spark.stream_feed import Kind, answer, arrow_batches, arrow_bytes
+
+    secret = os.urandom(32)
+    server = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    served: list[Any] = []
+    received: list[Any] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            sock, _ = server.accept()
+            link = answer(sock, secret, 0)
+            served.append(link)
+            received.append(link.receive(60.0))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        table = pa.table({"word": [f"w{i}" for i in range(300_000)]})
+        first = _pooled(address, secret, 0, generation=7)
+        assert _pooled(address, secret, 0, generation=7) is first
+        first.send(Kind.DATA, {"seq": 0}, arrow_bytes(table.to_batches(), table.schema))
+        wait_until(lambda: received, 60.0, "the first frame")
+        assert arrow_batches(received[0].body)[0].num_rows == 300_000
+        served[0].close()
+        wait_until(lambda: not first.open(), 60.0, "the process's close seen by the kept connection")
+        again = _pooled(address, secret, 0, generation=7)
+        assert again is not first
+        again.send(Kind.DATA, {"seq": 1}, b"")
+        thread.join(60.0)
+        assert received[1].header == {"seq": 1}
+    finally:
+        for link in list(_LINKS.values()):
+            link.close()
+        _LINKS.clear()
+        server.close()
