@@ -2,6 +2,7 @@
 
     python bench/bench_streaming.py [--parts wordcount,components,restart] [--sizes 10k,100k,1M] [--batches B]
                                     [--contenders driver,executors,native,pandas] [--processes N]
+                                    [--dataflow example|arrow]
                                     [--edges N] [--edge-batches K] [--graphx-at 1,5,10] [--slots S] [--quick] [--json]
 
 One local Spark (``S`` slots, default 2), started once (its start-up is reported, not counted). ``--parts``
@@ -13,7 +14,8 @@ one word each (drawn with seed 7 from 20,000 words by a Zipf law), read by Spark
 micro-batch (``maxFilesPerTrigger=1``, ``availableNow``), so every query sees the same micro-batches and
 writes the same per-batch CSV changelog (``epoch,word,count``) through ``foreachBatch``:
 (a) pytimely, driver-hosted: ``examples/stream_wordcount.py``'s dataflow through ``run_stream`` (one worker
-    on the driver), with its exactly-once snapshots and commits;
+    on the driver), with its exactly-once snapshots and commits; ``--dataflow arrow``: the same running counts
+    with the words split and counted by Arrow (no per-record Python);
 (x) pytimely on the executors: the same through ``run_stream(..., host="executors", processes=N)`` when this
     tree's ``run_stream`` takes ``host=`` (else reported as not available);
 (n) Spark's own stateful query, ``groupBy("word").count()`` in update mode;
@@ -162,6 +164,32 @@ def pandas_word_count(
     return _spark_query(counts, out, checkpoint)
 
 
+def arrow_words(batch: Any) -> Any:
+    """The words of an Arrow batch of text lines, as a one-column Arrow batch: split and flattened by Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    words = pc.list_flatten(pc.utf8_split_whitespace(batch.column("value")))
+    return pa.RecordBatch.from_arrays([pc.filter(words, pc.not_equal(words, ""))], names=["word"])
+
+
+def add_count(word: Any, count: int, total: int | None) -> tuple[int, list[tuple[Any, int]]]:
+    """A word's running total (``examples/stream_wordcount.py``'s ``add``, here so the executors need only this
+    module, which ``run_stream`` ships to them)."""
+    total = count + (total or 0)
+    return total, [(word, total)]
+
+
+def arrow_running_counts(stream: Any) -> Any:
+    """``examples/stream_wordcount.py``'s running counts with no per-record Python: the words split by Arrow and
+    counted on their column (Python runs once per distinct word of a micro-batch, in the running totals)."""
+    return stream.map_batch(arrow_words, name="words").count_by("word", name="count").state_machine(
+        add_count, name="running")  # fmt: skip
+
+
+DATAFLOWS = {"example": stream_wordcount.running_counts, "arrow": arrow_running_counts}
+
+
 def executors_available() -> bool:
     """Whether this tree's ``run_stream`` can host the dataflow on the executors (it takes ``host=``)."""
     import inspect
@@ -180,7 +208,7 @@ def pytimely_word_count(
     source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(directory))
     where: dict[str, Any] = {"host": "executors", "processes": args.processes} if executors else {}
     done = run_stream(
-        stream_wordcount.running_counts, source, stream_wordcount.SCHEMA,
+        DATAFLOWS[args.dataflow], source, stream_wordcount.SCHEMA,
         sink=CsvDirectorySink(out, order_by=["word"]), checkpoint=checkpoint, query="bench_wordcount",
         available_now=True, **where,
     )
@@ -389,6 +417,7 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         "python": platform.python_version(), "spark": spark.version, "slots": args.slots,
         "spark_start_s": round(time.perf_counter() - started, 1), "batches": args.batches,
         "sizes": args.sizes, "processes": args.processes, "executors_path": executors_available(),
+        "dataflow": args.dataflow,
         "edges": args.edges, "edge_batches": args.edge_batches,
     }
     scratch = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
@@ -462,6 +491,9 @@ def main() -> None:
     command.add_argument("--contenders", type=lambda text: text.split(","), default=list(CONTENDERS),
                          help="word count contenders: driver,executors,native,pandas (default all)")
     command.add_argument("--processes", type=int, default=1, help="pytimely processes of the executors path")
+    command.add_argument("--dataflow", choices=sorted(DATAFLOWS), default="example",
+                         help="pytimely's word count: the example's (words split in Python) or arrow (split and "
+                              "counted by Arrow)")  # fmt: skip
     command.add_argument("--edges", type=int, default=1_000_000)
     command.add_argument("--edge-batches", type=int, default=10)
     command.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")

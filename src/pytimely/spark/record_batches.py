@@ -1,5 +1,6 @@
-"""Rows as Arrow record batches, both ways: the workers' shares of a partition's input and the conversion of
-the dataflow's output batches into rows of the output's schema."""
+"""Rows as Arrow record batches, both ways: the workers' shares of a partition's input (spread evenly, or
+routed to the worker that owns each row's key) and the conversion of the dataflow's output batches into rows of
+the output's schema."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pytimely.errors import BatchKindError, InputFormatError, InvalidArgument, S
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_record_batch"]
+__all__ = ["owners", "split_by_owner", "to_record_batch"]
 
 
 def _arrow_schema(schema: Any, timezone: str) -> pa.Schema:
@@ -70,6 +71,33 @@ def _shares(batches: list[pa.RecordBatch], workers: int, epoch: str | None) -> l
             if part.num_rows:
                 shares[k].append((time, part))
     return shares
+
+
+def owners(batch: pa.RecordBatch, key: str, peers: int, bins: int) -> Any:
+    """The worker (of ``peers``) that owns each row's value of column ``key``, as an int64 array.
+
+    It is what a keyed operator's exchange computes (:func:`~pytimely.dataflow.operators.binned.bin_exchange`:
+    bin ``b`` of ``bins`` on worker ``b % peers``), so rows sent to their owner are not moved again by it.
+    """
+    import numpy as np
+
+    from pytimely.dataflow.operators.binned import bin_exchange
+
+    if key not in batch.schema.names:
+        raise InputFormatError(f"the routing key {key!r} is not a column of the input ({batch.schema.names})")
+    return np.asarray(bin_exchange(key, bins).route(batch), dtype=np.int64) % peers
+
+
+def split_by_owner(
+    batch: pa.RecordBatch, key: str, peers: int, bins: int, *, parts: int, per: int = 1, first: int = 0
+) -> list[Any]:
+    """``batch`` cut into ``parts`` batches by the owner of each row's key: part ``i`` holds the rows of workers
+    ``first + i * per`` to ``first + (i + 1) * per - 1`` (``per`` = workers per process: one part per process;
+    ``per=1``: one per worker). A row owned by no part's worker is :class:`InputFormatError`."""
+    dests = (owners(batch, key, peers, bins) - first) // per
+    if len(dests) and (int(dests.min()) < 0 or int(dests.max()) >= parts):
+        raise InputFormatError(f"rows routed by {key!r} belong to workers outside {first}..{first + parts * per - 1}")
+    return container.split(batch, dests, parts)
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.errors import (
     InvalidArgument,
     PytimelyError,
@@ -30,6 +31,7 @@ from pytimely.errors import (
     StreamHostError,
     StreamSchemaError,
 )
+from pytimely.spark.record_batches import _one_batch, split_by_owner
 from pytimely.spark.stream_checkpoint import is_new_batch
 from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
 from pytimely.spark.stream_host import HostPlan, HostTask, await_exits, parts_folder, read_hosts
@@ -56,13 +58,26 @@ class Sender:
     """A task of a micro-batch's feed job: its partition's rows to the hosted processes, counts back."""
 
     def __init__(
-        self, feeds: list[str], secret: bytes, generation: int, epoch: int, check: Callable[..., Any] | None = None
+        self,
+        feeds: list[str],
+        secret: bytes,
+        generation: int,
+        epoch: int,
+        check: Callable[..., Any] | None = None,
+        *,
+        key: str | None = None,
+        workers: int = 1,
+        bins: int = DEFAULT_BINS,
     ) -> None:
         self.feeds = feeds
         self.secret = secret
         self.generation = generation
         self.epoch = epoch
         self.check = check
+        self.key = key
+        """The input column rows are routed by (to the process owning the key's bin), or ``None``: spread evenly."""
+        self.workers = workers
+        self.bins = bins
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -73,6 +88,8 @@ class Sender:
         links: dict[int, FeedLink] = {}
         counts = {p: [0, 0] for p in range(len(self.feeds))}
         turn = sender
+        processes = len(self.feeds)
+        failed = True
         try:
             for group in _groups(batches, _FRAME_ROWS):
                 table = pa.Table.from_batches(group)
@@ -80,18 +97,32 @@ class Sender:
                     table = self.check(table, self.epoch)
                 if table.num_rows == 0:
                     continue
-                process = turn % len(self.feeds)  # spread evenly, each sender starting elsewhere
-                turn += 1
-                if process not in links:
-                    links[process] = dial(self.feeds[process], self.secret, process)
-                header = {"generation": self.generation, "epoch": self.epoch, "sender": sender,
-                          "seq": counts[process][0]}  # fmt: skip
-                links[process].send(Kind.DATA, header, arrow_bytes(table.to_batches(), table.schema))
-                counts[process][0] += 1
-                counts[process][1] += table.num_rows
+                parts: list[list[pa.RecordBatch]] = [[] for _ in range(processes)]
+                if self.key is None:
+                    parts[turn % processes] = table.to_batches()
+                    turn += 1  # spread evenly, each sender starting elsewhere
+                else:
+                    peers = processes * self.workers
+                    cut = split_by_owner(_one_batch(table), self.key, peers, self.bins, parts=processes,
+                                         per=self.workers)  # fmt: skip
+                    parts = [[part] for part in cut]
+                for process, part in enumerate(parts):
+                    rows = sum(b.num_rows for b in part)
+                    if rows == 0:
+                        continue
+                    if process not in links:
+                        links[process] = _pooled(self.feeds[process], self.secret, process, self.generation)
+                    header = {"generation": self.generation, "epoch": self.epoch, "sender": sender,
+                              "seq": counts[process][0]}  # fmt: skip
+                    links[process].send(Kind.DATA, header, arrow_bytes(part, table.schema))
+                    counts[process][0] += 1
+                    counts[process][1] += rows
+            failed = False
         finally:
-            for link in links.values():
-                link.close()
+            if failed:  # a link in an unknown state is not used again
+                for process, link in links.items():
+                    _LINKS.pop((self.feeds[process], process, self.generation), None)
+                    link.close()
         used = [p for p, (frames, _) in counts.items() if frames]
         yield pa.RecordBatch.from_pydict({
             "process": pa.array(used, pa.int32()),
@@ -99,6 +130,28 @@ class Sender:
             "frames": pa.array([counts[p][0] for p in used], pa.int64()),
             "rows": pa.array([counts[p][1] for p in used], pa.int64()),
         })
+
+
+_LINKS: dict[tuple[str, int, int], FeedLink] = {}
+"""Feed connections kept open across the tasks of this Python process, by (address, process, generation): Spark
+reuses its Python workers from task to task, so a micro-batch's sender neither connects nor authenticates again."""
+_MOST_LINKS = 64
+
+
+def _pooled(address: str, secret: bytes, process: int, generation: int) -> FeedLink:
+    """The kept connection to hosted process ``process`` of ``generation`` (made, and kept, when there is none)."""
+    key = (address, process, generation)
+    link = _LINKS.get(key)
+    if link is not None and not link.open():
+        del _LINKS[key]
+        link.close()
+        link = None
+    if link is None:
+        # Connections of stopped generations were closed by their processes: let them go, and all past a bound.
+        for stale in [k for k, kept in _LINKS.items() if len(_LINKS) >= _MOST_LINKS or not kept.open()]:
+            _LINKS.pop(stale).close()
+        link = _LINKS[key] = dial(address, secret, process)
+    return link
 
 
 def _groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
@@ -137,8 +190,12 @@ class HostedDataflow:
         failure_wait: float = 60.0,
         output: EpochOutput | None = None,
         secret: bytes | None = None,
+        key: str | None = None,
     ) -> None:
         self.spark = spark
+        self.key = key
+        """The input column the dataflow's first exchange is keyed by: each row is sent to the process owning its
+        key's bin (``None``: rows are spread evenly)."""
         self.output = output
         self.run_secret = secret
         """The run's secret for every generation (made by the client, so it can stop the processes on Spark
@@ -159,10 +216,17 @@ class HostedDataflow:
         self.owner: str | None = None
         """The run that owns the checkpoint (its processes stop once another run does)."""
         self.feeds: list[str] = []
+        self._control: list[FeedLink] = []
+        """This side's connection to each process of the generation (for closing epochs), made at the first close."""
         self._secret = b""
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._group = ""
+        self.exchanged = 0
+        """Data bytes the processes' workers sent to each other so far in this generation (the cluster's counters,
+        as of the last epoch's close): with rows routed to their owners, the first exchange adds nothing."""
+        self.timing: dict[str, Any] = {}
+        """Where the last epoch's time went: the feed job, the close, and each process's wait, compute, write."""
         self.received = 0
         """Bytes of results and answers this side received for the last epoch (counts and part names only)."""
 
@@ -174,6 +238,7 @@ class HostedDataflow:
         if self.processes + 1 > slots:
             raise SparkSlotsError(f"{self.processes} hosted processes need {self.processes + 1} task slots at once "
                                   f"(one for the micro-batches' feed jobs); the session has {slots}")  # fmt: skip
+        self._drop_control()
         self.generation = generation
         log.info("%s: starting generation %d of the hosted processes (owner %s), resuming after micro-batch %d",
                  self.describe, generation, self.owner, resume_at)  # fmt: skip
@@ -183,7 +248,7 @@ class HostedDataflow:
             build=self.build, processes=self.processes, workers=self.workers, generation=generation,
             secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
             resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
-            close_timeout=self.close_timeout, output=self.output, owner=self.owner,
+            close_timeout=self.close_timeout, output=self.output, owner=self.owner, key=self.key,
         )  # fmt: skip
         self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
         self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,
@@ -228,7 +293,8 @@ class HostedDataflow:
         from pytimely.spark.stream_handler import _job_description
 
         self._raise_if_failed()
-        sender = Sender(self.feeds, self._secret, self.generation, epoch, check)
+        sender = Sender(self.feeds, self._secret, self.generation, epoch, check, key=self.key, workers=self.workers)
+        started = _time.perf_counter()
         with _job_description(frame, f"{self.describe}: feed epoch {epoch} (generation {self.generation})"):
             try:
                 counts = frame.mapInArrow(sender, _COUNTS).toArrow()
@@ -239,24 +305,41 @@ class HostedDataflow:
         expected: list[dict[str, list[int]]] = [{} for _ in self.feeds]
         for row in counts.to_pylist():
             expected[row["process"]][str(row["sender"])] = [row["frames"], row["rows"]]
-        return self._close(epoch, expected)
+        fed = _time.perf_counter()
+        parts = self._close(epoch, expected)
+        self.timing = {"feed_s": round(fed - started, 4), "close_s": round(_time.perf_counter() - fed, 4),
+                       "senders": len(counts), **self.timing}  # fmt: skip
+        log.info("%s: epoch %d: %s", self.describe, epoch, self.timing)
+        return parts
 
     def _close(self, epoch: int, expected: list[dict[str, list[int]]]) -> list[str]:
-        links = [dial(address, self._secret, p) for p, address in enumerate(self.feeds)]
+        # One connection per process for the generation's life: an epoch's close does not authenticate again.
+        if not self._control:
+            self._control = [dial(address, self._secret, p) for p, address in enumerate(self.feeds)]
+        links = self._control
         try:
             for p, link in enumerate(links):
                 link.send(Kind.CLOSE, {"generation": self.generation, "epoch": epoch, "expected": expected[p]})
             parts = []
-            for link in links:
+            self.timing = {}
+            self.exchanged = 0
+            for p, link in enumerate(links):
                 answer = self._answer(link, self.close_timeout)
                 self.received += len(json.dumps(answer.header)) + len(answer.body)
                 if answer.kind != Kind.DONE:
                     raise StreamFeedError(f"epoch {epoch}: {link.peer}: {answer.header.get('error')}")
                 parts.append(str(answer.header["part"]))
+                self.timing[f"p{p}"] = answer.header.get("timing")
+                self.exchanged += int(answer.header.get("exchanged", 0))
             return parts
-        finally:
-            for link in links:
-                link.close()
+        except BaseException:
+            self._drop_control()
+            raise
+
+    def _drop_control(self) -> None:
+        for link in self._control:
+            link.close()
+        self._control = []
 
     def _answer(self, link: FeedLink, timeout: float) -> Any:
         """The process's answer; a lost connection waits (bounded) for the hosting job's failure to name it."""
@@ -271,6 +354,7 @@ class HostedDataflow:
 
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the processes (their dataflow ends cleanly) and wait for the hosting job."""
+        self._drop_control()
         if self._thread is None:
             return
         try:
@@ -293,6 +377,7 @@ class HostedDataflow:
         """Cancel the hosting job (its tasks are killed) and wait a while for the thread."""
         from pytimely.spark.session import is_connect
 
+        self._drop_control()
         if is_connect(self.spark):
             self.spark.interruptTag(self._group)
         else:
@@ -453,6 +538,7 @@ def run_hosted(
     processes: int,
     workers: int,
     check: Callable[..., Any] | None,
+    key: str | None = None,
     available_now: bool,
     processing_time: str | None,
     timeout: float | None,
@@ -468,7 +554,7 @@ def run_hosted(
     if check is not None:
         ship_by_value(check)
     secret = secrets.token_bytes(32)
-    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret)
+    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret, key)
     handler: HostedHandler | None = None
     function: Callable[[DataFrame, int], None]
     if is_connect(spark):
@@ -508,6 +594,7 @@ def _hosted_maker(
     processes: int,
     workers: int,
     secret: bytes,
+    key: str | None = None,
 ) -> Callable[..., HostedDataflow]:
     """What starts the hosted processes (given the session): a :class:`HostedDataflow` of this query."""
     from pyspark.sql.types import StructType
@@ -521,7 +608,7 @@ def _hosted_maker(
         HostedDataflow, build=build, own=checkpoint.own, processes=processes, workers=workers, schema=arrow,
         job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
         describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
-        output=sink if isinstance(sink, EpochOutput) else None, secret=secret,
+        output=sink if isinstance(sink, EpochOutput) else None, secret=secret, key=key,
     )  # fmt: skip
 
 

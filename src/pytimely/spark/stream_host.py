@@ -7,11 +7,13 @@ their state from the query's recovery store (the newest snapshot at or before th
 Process 0 publishes every process's feed address under the checkpoint (``CK/pytimely/hosts/gen-<G>.json``,
 signed with the run's secret), so the control side finds them without any message through the driver.
 
-The feed thread (:class:`Feeder`) receives the micro-batches' Arrow data, numbered by sender partition, and on
-``CLOSE`` checks it received exactly what the senders announced (nothing lost, nothing twice), hands it to its
-workers at the epoch, waits for the epoch to complete (and, in process 0, for its snapshot to be durable), writes
-its output part and answers ``DONE``. The workers take their commands from in-process queues and keep stepping
-in between, so the cluster's progress moves whatever the feed does.
+The feed thread (:class:`Feeder`) receives the micro-batches' Arrow data, numbered by sender partition, and hands
+each frame to its workers at the epoch as it arrives (routed to the worker owning each row's key when the plan
+names the key, else shared out evenly), so the workers compute while the rest of the micro-batch is on its way.
+On ``CLOSE`` it checks it received exactly what the senders announced (nothing lost, nothing twice: a frame
+that arrives twice fails the epoch, and the control side starts a new generation), completes the epoch, waits
+(process 0) for its snapshot to be durable, writes its output part and answers ``DONE``. The workers take their
+commands from in-process queues and keep stepping in between, so the cluster's progress moves whatever the feed does.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from typing import TYPE_CHECKING, Any, cast
 from pytimely.atomic import write_atomic
 from pytimely.communication.platform import REAL_THREADS, Threads
 from pytimely.config import Config
+from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.errors import BuildResultError, PytimelyError, StreamFeedError, StreamHostError
 from pytimely.recovery import Recovery, SnapshotPolicy
 from pytimely.signed_lines import decode, encode
+from pytimely.spark.record_batches import split_by_owner
 from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
 
 if TYPE_CHECKING:
@@ -46,6 +50,8 @@ __all__ = ["HostPlan", "HostTask", "ResumeAt", "await_exits", "hosts_path", "rea
 
 HOSTS_PURPOSE = "stream-hosts"
 _STOP = "stop"
+_DATA = "data"
+_CLOSE = "close"
 _IDLE_FIRST = 0.0005
 _IDLE_MOST = 0.05
 
@@ -128,6 +134,10 @@ class HostPlan:
     owner: str | None = None
     """The run that started the processes: once another run owns the checkpoint they stop by themselves (an
     orphaned query's processes, left by a killed Spark Connect client, give their task slots back)."""
+    key: str | None = None
+    """The input column the dataflow's first exchange is keyed by: rows arrive at the process owning their key's
+    bin and go to the worker owning it (else each frame is shared out evenly among the process's workers)."""
+    bins: int = DEFAULT_BINS
 
     def recovery(self) -> ResumeAt:
         """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
@@ -204,10 +214,19 @@ class Feeder:
         self.listener = listener
         self.first = first_worker
         self.commands: list[queue.Queue[Any]] = [queue.Queue() for _ in range(plan.workers)]
-        self.results: queue.Queue[tuple[int, int, list[pa.RecordBatch] | BaseException]] = queue.Queue()
-        self.inbox: dict[tuple[int, int, int], list[pa.RecordBatch]] = {}
-        """Received data by (epoch, sender partition, sequence number): a resent frame replaces its copy."""
+        self.results: queue.Queue[tuple[int, int, tuple[list[pa.RecordBatch], int] | BaseException]] = queue.Queue()
+        self.inbox: dict[tuple[int, int, int], int] = {}
+        """The rows of each frame received, by (epoch, sender partition, sequence number). A frame goes to the
+        workers as it arrives, so the epoch is computed while the rest of it is still on its way."""
+        self.resent: set[int] = set()
+        """Epochs a frame of which arrived twice (a retried feed task): closing them fails, the generation restarts."""
+        self.completed = -1
+        """The last epoch this process completed: frames of it or earlier are left over from an earlier attempt."""
+        self.exchanged = 0
+        """Data bytes this process's workers sent to other processes so far (the cluster's counters)."""
         self.arrived = threading.Condition()
+        self.links: set[FeedLink] = set()
+        """The connections being served (closed with the feed port)."""
         self.closed = threading.Event()
         self.failure: BaseException | None = None
         self._next_look = 0.0
@@ -217,9 +236,13 @@ class Feeder:
         threading.Thread(target=self._accept, name=f"pytimely-feed-{self.process}", daemon=True).start()
 
     def close(self) -> None:
-        """Stop accepting connections."""
+        """Stop accepting connections and close the ones open (feed tasks keep theirs across micro-batches)."""
         self.closed.set()
         self.listener.close()
+        with self.arrived:
+            links, self.links = self.links, set()
+        for link in links:
+            link.close()
 
     def _accept(self) -> None:
         self.listener.settimeout(0.5)
@@ -254,6 +277,8 @@ class Feeder:
         except (PytimelyError, OSError):
             sock.close()  # a stranger, or a peer that gave up: nothing of it is kept
             return
+        with self.arrived:
+            self.links.add(link)
         try:
             while not self.closed.is_set():
                 try:
@@ -262,6 +287,8 @@ class Feeder:
                     return
                 self._handle(link, message)
         finally:
+            with self.arrived:
+                self.links.discard(link)
             link.close()
 
     def _handle(self, link: FeedLink, message: Message) -> None:
@@ -271,10 +298,7 @@ class Feeder:
                                              f"the message of {header.get('generation')!r}"})  # fmt: skip
             return
         if message.kind == Kind.DATA:
-            key = (int(header["epoch"]), int(header["sender"]), int(header["seq"]))
-            with self.arrived:
-                self.inbox[key] = arrow_batches(message.body)
-                self.arrived.notify_all()
+            self._take(message)
         elif message.kind == Kind.CLOSE:
             try:
                 part = self._close(int(header["epoch"]), header["expected"])
@@ -287,13 +311,50 @@ class Feeder:
                 commands.put(_STOP)
             link.send(Kind.DONE, {"process": self.process})
 
+    def _take(self, message: Message) -> None:
+        """A DATA frame: its rows to the workers at once (routed to their owners, or shared out), counted."""
+        header = message.header
+        epoch = int(header["epoch"])
+        key = (epoch, int(header["sender"]), int(header["seq"]))
+        batches = arrow_batches(message.body)
+        shares = self._shares(batches)
+        with self.arrived:
+            if epoch <= self.completed:
+                return  # of an attempt whose epoch is complete: nothing of it is used
+            if key in self.inbox:
+                self.resent.add(epoch)
+                self.arrived.notify_all()
+                return
+            self.inbox[key] = sum(b.num_rows for b in batches)
+            # Under the lock: the workers see the frames of an epoch before its close, whichever thread took them.
+            for commands, share in zip(self.commands, shares, strict=True):
+                if share:
+                    commands.put((_DATA, epoch, share))
+            self.arrived.notify_all()
+
+    def _shares(self, batches: list[pa.RecordBatch]) -> list[list[pa.RecordBatch]]:
+        """Each local worker's part of a frame: the rows whose key it owns, or an even share."""
+        plan = self.plan
+        if plan.key is None:
+            return _shares(batches, plan.workers)
+        peers = plan.processes * plan.workers
+        shares: list[list[pa.RecordBatch]] = [[] for _ in range(plan.workers)]
+        for batch in batches:
+            parts = split_by_owner(batch, plan.key, peers, plan.bins, parts=plan.workers, first=self.first)
+            for share, part in zip(shares, parts, strict=True):
+                if part.num_rows:
+                    share.append(part)
+        return shares
+
     def _close(self, epoch: int, expected: dict[str, list[int]]) -> dict[str, Any]:
-        """Check the epoch's data, run it through the workers, write the part; what ``DONE`` tells."""
-        batches = self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
-        shares = _shares(batches, self.plan.workers)
-        for commands, share in zip(self.commands, shares, strict=True):
-            commands.put((epoch, share))
+        """Check the epoch's data, complete it on the workers, write the part; what ``DONE`` tells."""
+        started = _time.perf_counter()
+        self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
+        received = _time.perf_counter()
+        for commands in self.commands:
+            commands.put((_CLOSE, epoch, []))
         outputs: list[pa.RecordBatch] = []
+        exchanged = 0
         deadline = _time.monotonic() + self.plan.close_timeout
         for _ in self.commands:
             try:
@@ -305,15 +366,23 @@ class Feeder:
                 raise StreamHostError(f"process {self.process}, epoch {epoch}: {type(result).__name__}: {result}")
             if got_epoch != epoch:
                 raise StreamHostError(f"process {self.process} completed epoch {got_epoch} while closing {epoch}")
-            outputs.extend(result)
-        return self._write_part(epoch, outputs)
+            batches, sent = result
+            outputs.extend(batches)
+            exchanged += sent
+        self.exchanged = exchanged
+        computed = _time.perf_counter()
+        part = self._write_part(epoch, outputs)
+        part["exchanged"] = exchanged
+        part["timing"] = {"wait_s": round(received - started, 4), "compute_s": round(computed - received, 4),
+                          "write_s": round(_time.perf_counter() - computed, 4)}  # fmt: skip
+        return part
 
-    def _checked(self, epoch: int, expected: dict[int, tuple[int, int]]) -> list[pa.RecordBatch]:
-        """The epoch's batches once exactly the announced frames are in (else :class:`StreamFeedError`)."""
+    def _checked(self, epoch: int, expected: dict[int, tuple[int, int]]) -> None:
+        """Return once exactly the announced frames and rows of ``epoch`` are in (else :class:`StreamFeedError`)."""
         want = {(epoch, s, q) for s, (frames, _) in expected.items() for q in range(frames)}
         deadline = _time.monotonic() + self.plan.close_timeout
         with self.arrived:
-            while not want <= self.inbox.keys():
+            while not want <= self.inbox.keys() and epoch not in self.resent:
                 left = deadline - _time.monotonic()
                 if left <= 0:
                     missing = sorted(want - self.inbox.keys())[:5]
@@ -322,19 +391,23 @@ class Feeder:
                         f"never arrived (epoch, sender, seq: {missing}...)"
                     )
                 self.arrived.wait(min(left, 1.0))
-            extra = sorted(k for k in self.inbox if k[0] == epoch and k not in want)
-            taken = {k: self.inbox.pop(k) for k in sorted(want)}
-            for stale in [k for k in self.inbox if k[0] <= epoch]:
-                del self.inbox[stale]
+            # Whatever the outcome, this epoch's frames are done with: later copies are left over.
+            self.completed = max(self.completed, epoch)
+            taken = {k: n for k, n in self.inbox.items() if k[0] == epoch}
+            for old in [k for k in self.inbox if k[0] <= epoch]:
+                del self.inbox[old]
+            if epoch in self.resent:
+                raise StreamFeedError(f"process {self.process}, epoch {epoch}: a frame arrived twice (a retried "
+                                      "feed task) after its first copy was computed")  # fmt: skip
+        extra = sorted(k for k in taken if k not in want)
         if extra:
             raise StreamFeedError(f"process {self.process}, epoch {epoch}: {len(extra)} frame(s) nobody announced "
                                   f"(epoch, sender, seq: {extra[:5]})")  # fmt: skip
         for sender, (_, rows) in expected.items():
-            got = sum(b.num_rows for k, bs in taken.items() if k[1] == sender for b in bs)
+            got = sum(n for k, n in taken.items() if k[1] == sender)
             if got != rows:
                 raise StreamFeedError(f"process {self.process}, epoch {epoch}: sender {sender} announced {rows} "
                                       f"row(s), {got} arrived")  # fmt: skip
-        return [b for bs in taken.values() for b in bs]
 
     def _write_part(self, epoch: int, outputs: list[pa.RecordBatch]) -> dict[str, Any]:
         """This process's output of ``epoch``: a part of the query's :class:`EpochOutput`, or an Arrow file under
@@ -375,30 +448,43 @@ class Feeder:
                 handle.close()
                 worker.step_while(lambda: not probe.done())
                 return
-            epoch, share = command
+            kind, epoch, share = command
             try:
-                _run_epoch(worker, handle, probe, epoch, share, hook)
+                if kind == _DATA:
+                    _send(handle, epoch, share)
+                    continue
+                _complete(worker, handle, probe, epoch, hook)
                 out = [to_record_batch(b, self.plan.schema, time=t, epoch="epoch") for t, b in captured if t <= epoch]
                 captured[:] = [(t, b) for t, b in captured if t > epoch]
-                self.results.put((epoch, index, out))
+                self.results.put((epoch, index, (out, _data_bytes_sent(worker))))
             except BaseException as exc:
                 self.results.put((epoch, index, exc))
                 raise
 
 
-def _run_epoch(
-    worker: Worker, handle: Any, probe: Any, epoch: int, share: list[pa.RecordBatch], hook: WorkerRecovery | None
-) -> None:
-    """Send ``share`` at ``epoch``, complete the epoch, and (worker 0) wait until its snapshot is durable."""
+def _send(handle: Any, epoch: int, share: list[pa.RecordBatch]) -> None:
+    """Send ``share`` at ``epoch`` (the epoch stays open for more)."""
     if epoch < handle.time:
-        raise StreamHostError(f"epoch {epoch} arrived after epoch {handle.time - 1} was complete")
+        raise StreamHostError(f"data of epoch {epoch} arrived after epoch {handle.time - 1} was complete")
     handle.advance_to(epoch)
     for batch in share:
         handle.send_batch(batch)
+
+
+def _complete(worker: Worker, handle: Any, probe: Any, epoch: int, hook: WorkerRecovery | None) -> None:
+    """Complete ``epoch`` and (worker 0) wait until its snapshot is durable."""
+    if epoch < handle.time:
+        raise StreamHostError(f"epoch {epoch} closed after epoch {handle.time - 1} was complete")
     handle.advance_to(epoch + 1)
     worker.step_while(lambda: probe.less_than(epoch + 1))
     if hook is not None and any(df.stateful for df in hook.dataflows):
         worker.step_while(lambda: not hook.holds(epoch))
+
+
+def _data_bytes_sent(worker: Worker) -> int:
+    """Bytes of data this worker has sent to other processes (0 when its allocator keeps no counters)."""
+    sent = worker.communication_stats().get("sent_by_worker", {})
+    return int(sent.get("data", {}).get("bytes", 0))
 
 
 def parts_folder(own: str | Path, epoch: int) -> Path:
@@ -423,6 +509,8 @@ def _shares(batches: list[pa.RecordBatch], workers: int) -> list[list[pa.RecordB
 
     if not batches:
         return [[] for _ in range(workers)]
+    if workers == 1:
+        return [batches]
     table = pa.Table.from_batches(batches).combine_chunks()
     step = -(-table.num_rows // workers)
     shares: list[list[pa.RecordBatch]] = []

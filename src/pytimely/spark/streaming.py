@@ -87,6 +87,7 @@ def run_stream(
     watermark: Watermark | None = None,
     processes: int | None = None,
     host: str | None = None,
+    key: str | None = None,
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
@@ -103,11 +104,16 @@ def run_stream(
     ``processes=N`` hosts the dataflow on the executors (``host="executors"``, the default once ``processes`` is
     given): N pytimely processes of ``workers`` workers each, the tasks of one background barrier job, fed by one
     Spark job per micro-batch (:mod:`pytimely.spark.stream_control`). ``host="driver"`` (or no ``processes``)
-    keeps the dataflow in this process.
+    keeps the dataflow in this process. ``key`` names the input column the dataflow's first exchange is keyed by
+    (a keyed operator keeping its state in bins, such as ``state_machine`` over ``(key, value)`` rows): the feed
+    then sends each row to the process that owns its key's bin, so that exchange moves nothing between processes
+    (the results are the same either way; on the driver it changes nothing).
     """
     hosted = _hosting(processes, host, workers, epoch, restore)
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
+    if key is not None and key not in source.columns:
+        raise InvalidArgument(f"key column {key!r} is not among the source's columns {source.columns}")
     if epoch is not None and epoch not in source.columns:
         raise InvalidArgument(f"epoch column {epoch!r} is not among the source's columns {source.columns}")
     if watermark is not None and epoch is None:
@@ -120,7 +126,7 @@ def run_stream(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
             restore=restore, step_timeout=step_timeout, available_now=available_now,
             processing_time=processing_time, timeout=timeout, watermark=watermark,
-            processes=processes if hosted else None,
+            processes=processes if hosted else None, key=key,
         )
 
 
@@ -159,6 +165,7 @@ def _run_locked(
     timeout: float | None,
     watermark: Watermark | None = None,
     processes: int | None = None,
+    key: str | None = None,
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
     from pytimely.spark.session import is_connect
@@ -174,7 +181,7 @@ def _run_locked(
 
         return run_hosted(
             build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,
-            available_now=available_now, processing_time=processing_time, timeout=timeout,
+            key=key, available_now=available_now, processing_time=processing_time, timeout=timeout,
         )  # fmt: skip
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
                    check=check, restore=restore, step_timeout=step_timeout, watermark=watermark)  # fmt: skip
