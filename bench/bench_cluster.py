@@ -289,7 +289,8 @@ def job_profiled(worker: Worker) -> Row:
     cpu_after = _thread_cpu()
     cpu = {name: round(seconds - cpu_before.get(name, 0.0), 3) for name, seconds in cpu_after.items()}
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
-    return {**(row or {}), "samples": sum(counts.values()), "thread_cpu": cpu, "top": [(n, t, st) for (t, st), n in top]}
+    top_rows = [(n, t, st) for (t, st), n in top]
+    return {**(row or {}), "samples": sum(counts.values()), "thread_cpu": cpu, "top": top_rows}
 
 
 def profile(kind: str, processes: int, words: int) -> None:
