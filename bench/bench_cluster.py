@@ -27,8 +27,15 @@
     records themselves; pytimely's share of it is what its own machinery (framing, checks, encryption,
     progress) leaves.
     Every a row gives the best of the rounds and the median, and the median of each round's own ratio, in wall
-    time and in CPU time (both processes, all threads, against both raw peers): CPU time moves far less with
-    other programs on the cores.
+    time and in CPU time (both processes, all threads, against both raw peers, and for a2 against the floor's
+    two processes): CPU time moves far less with other programs on the cores.
+    Why a2's wall-time share of the floor is lower on a quiet machine than under load: it is CPU, not a fixed
+    wait. Quiet, each process has a core and its wall time is its CPU time, so the share in wall time is the
+    share in CPU time. Under load every process waits for a core each time one of its threads wakes up; the
+    floor's two threads block in ``sendall``/``recv`` on every batch, the same threads that do the record work,
+    while pytimely's worker hands frames to queues and link threads and never blocks until its input is done,
+    so it keeps its turn on the cores: the floor then takes more wall time per CPU second than pytimely (about
+    8 against 5 at a load average of 30), and the share in wall time rises above the share in CPU time.
 (b) word count scaling: the dataflow of ``examples/wordcount.py`` on 8,000,000 words drawn with seed 42
     from a Zipf-like (s = 1.1) vocabulary of 50,000 words, ``-n 2 -w 1`` against ``-n 1 -w 1``.
     Words go to workers by ``hash``; with ``PYTHONHASHSEED=0`` the two workers own 52% and 48% of them.
