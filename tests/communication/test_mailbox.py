@@ -63,8 +63,10 @@ def test_in_band_data_payloads_past_the_budget_wait_in_order_for_the_next_drain(
         assert sum(sizes[:-1]) < DECODE_BUDGET
         if len(got) < len(wires) + 1:
             assert wake.is_set(), "the worker must step again for what was left"
+            assert box.waiting(), "what was left is not taken: a leaving worker must not leave it"
             wake.clear()
     assert len(drains) > 1
+    assert not box.waiting()
     assert got == [tuples(i) for i in range(8)] + [("local", [])]
     assert owner.consumed_bytes == sum(len(w.payload) for w in wires)
     assert not owner.failures

@@ -106,6 +106,10 @@ class Pull(Protocol[M]):
         for them; :meth:`pytimely.communication.cluster.router.ClusterMailbox.drain`)."""
         ...
 
+    def waiting(self) -> bool:
+        """Whether messages received here wait for a drain (a worker holding them has not taken its work)."""
+        ...
+
 
 class Allocator(Protocol):
     """What a worker needs from the communication layer."""

@@ -94,6 +94,10 @@ class Inbox(Protocol):
         """The queued messages, oldest first (data payloads past a decoding budget may wait for the next drain)."""
         ...
 
+    def waiting(self) -> bool:
+        """Whether messages wait for a drain."""
+        ...
+
 
 class Hub(ProcessGroup, Protocol):
     """What a worker's allocator and its push ends ask of their process's part of the cluster."""
