@@ -296,7 +296,10 @@ class Worker:
         self._step_until(
             lambda: not allocator.left_by_all(), deadline, late("every other process to stop sending to it")
         )
-        # Everything the others sent arrived before their DONE: take it in and report it.
+        # Everything the others sent arrived before their DONE: take it in (a step decodes a budget of it), report it.
+        self._step_until(
+            lambda: any(s.receiving() for s in self._dataflows), deadline, late("the data its peers sent to arrive")
+        )
         self.step()
         self.step()
         for subgraph in self._dataflows:

@@ -243,6 +243,9 @@ def ring_exchange(worker: Worker) -> None:
     ):
         worker.step()
         time.sleep(0.01)
+    # Says the rings are settled (mapped, or refused) and the stream starts: a test may kill a process from now.
+    with open(f"{out}.{worker.index}.streaming", "w", encoding="utf-8"):
+        pass
     for epoch, batch in enumerate(ring_batches(worker.index, epochs, rows)):
         handle.send_batch(batch)
         handle.advance_to(epoch + 1)

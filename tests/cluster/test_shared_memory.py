@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,8 +78,10 @@ def test_a_killed_process_leaves_no_ring_behind(tmp_path: Path) -> None:
     cluster = Cluster(2)
     try:
         cluster.start(["tests.cluster.jobs:ring_exchange", str(tmp_path / "out"), "100000", str(ROWS)])
-        # Well after the link is up (both rings mapped, their names gone), in mid-stream: kill a process.
-        time.sleep(3)
+        # Once the link is up (both rings mapped, their names gone), in mid-stream: kill a process. Waited for
+        # rather than slept on: a loaded machine may take seconds to start both processes.
+        streaming = [tmp_path / f"out.{worker}.streaming" for worker in (0, 1)]
+        wait_until(lambda: all(path.exists() for path in streaming), 60, "both workers streaming")
         assert [p.poll() for p in cluster.procs] == [None, None]
         os.kill(cluster.procs[1].pid, signal.SIGKILL)
         results = cluster.wait(timeout=60)

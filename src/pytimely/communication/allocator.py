@@ -101,7 +101,13 @@ class Pull(Protocol[M]):
     """The receiving end of a channel at this worker."""
 
     def drain(self) -> list[M]:
-        """Every message received so far and not yet drained, oldest first per sender."""
+        """The messages received so far and not yet drained, oldest first per sender: every one, but that a
+        cluster mailbox may leave data payloads past a decoding budget for the next drain (and wakes its worker
+        for them; :meth:`pytimely.communication.cluster.router.ClusterMailbox.drain`)."""
+        ...
+
+    def waiting(self) -> bool:
+        """Whether messages received here wait for a drain (a worker holding them has not taken its work)."""
         ...
 
 

@@ -17,6 +17,10 @@ class Mailbox:
         self._queue: deque[Any] = deque()
         self.push = self._queue.append
 
+    def waiting(self) -> bool:
+        """Whether messages wait for a drain."""
+        return bool(self._queue)
+
     def drain(self) -> list[Any]:
         """Take every queued message, oldest first."""
         queue = self._queue

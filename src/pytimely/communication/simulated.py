@@ -61,6 +61,10 @@ class _Inbox:
     def earliest(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 
+    def waiting(self) -> bool:
+        """Whether a message is due by the receiver's current step (later ones are still in flight)."""
+        return bool(self._heap) and self._heap[0][0] <= self._cluster._clock[self._receiver]
+
     def drain(self) -> list[Any]:
         """Every message due by the receiver's current step, in due order."""
         heap = self._heap

@@ -364,6 +364,8 @@ class Subgraph:
         nothing earlier than ``at`` any more."""
         if any(c for c in self.own_capabilities().values()):
             return False
+        if self.receiving():
+            return False
         for op in self.operators:
             for port in op.inputs:
                 if port.pending():
@@ -371,6 +373,11 @@ class Subgraph:
                 if at is not None and any(not at <= e for e in port.frontier.frontier_elements()):
                     return False
         return True
+
+    def receiving(self) -> bool:
+        """Whether received messages wait for this worker's next step (a cluster mailbox decodes a budget of data
+        payloads a step and holds the rest back)."""
+        return any(pull.waiting() for pull, _ in self._remote)
 
     def pin(self, operator: str, workers: Iterable[int]) -> None:
         """Say that records reach ``operator`` on ``workers`` only, by index: none of them may leave."""

@@ -91,7 +91,11 @@ class Inbox(Protocol):
         ...
 
     def drain(self) -> list[Any]:
-        """Every queued message, oldest first."""
+        """The queued messages, oldest first (data payloads past a decoding budget may wait for the next drain)."""
+        ...
+
+    def waiting(self) -> bool:
+        """Whether messages wait for a drain."""
         ...
 
 

@@ -7,7 +7,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from pytimely.communication.allocator import Deferred
+from pytimely.communication.allocator import Deferred, Precedence
 from pytimely.communication.cluster.allocator import ClusterAllocator
 from pytimely.communication.cluster.counters import cluster_stats
 from pytimely.communication.cluster.link import Link
@@ -455,7 +455,7 @@ class Cluster:
                 self.max_unconsumed = self._unconsumed
             for worker in targets:
                 own = memoryview(bytearray(payload)) if copies and worker != targets[0] else payload
-                wire = Wire(own, peer, channel)
+                wire = Wire(own, peer, channel, data=frame.precedence == Precedence.DATA)
                 box = self._mailboxes.get((worker, channel))
                 if box is None:
                     if channel < self._highest or channel[0] <= self._sealed:

@@ -16,11 +16,11 @@ from pytimely.communication.cluster.events import Hub, MailboxOwner
 from pytimely.communication.cluster.queues import OutgoingFrame
 from pytimely.communication.frame import EVERY_WORKER
 from pytimely.communication.mailbox import Mailbox
-from pytimely.communication.payload import dumps, loads
+from pytimely.communication.payload import dumps, has_buffers, loads
 from pytimely.communication.platform import Event
 from pytimely.errors import MembershipError, PayloadError
 
-__all__ = ["ClusterMailbox", "ProcessPush", "ProcessPushes", "Pushes", "RemotePush", "Wire"]
+__all__ = ["DECODE_BUDGET", "ClusterMailbox", "ProcessPush", "ProcessPushes", "Pushes", "RemotePush", "Wire"]
 
 
 def _broadcast(live: list[tuple[int, Any]], workers: int, message: Any, skip: int | None) -> None:
@@ -116,15 +116,22 @@ class Pushes:
         return iter([push for _, push in self._live])
 
 
+DECODE_BUDGET = 256 << 10
+"""Bytes of pickled data payloads (records pickled in-band: no numpy or Arrow buffers) a worker decodes in one drain
+of a mailbox, after the first: the rest wait for its next step (see :meth:`ClusterMailbox.drain`)."""
+
+
 class Wire:
-    """A checked payload from another process, decoded when its worker drains it."""
+    """A checked payload from another process, decoded when its worker drains it (``data``: of a data channel,
+    not progress)."""
 
-    __slots__ = ("channel", "payload", "peer")
+    __slots__ = ("channel", "data", "payload", "peer")
 
-    def __init__(self, payload: memoryview, peer: int, channel: tuple[int, int]) -> None:
+    def __init__(self, payload: memoryview, peer: int, channel: tuple[int, int], *, data: bool = True) -> None:
         self.payload = payload
         self.peer = peer
         self.channel = channel
+        self.data = data
 
 
 class ClusterMailbox(Mailbox):
@@ -154,15 +161,30 @@ class ClusterMailbox(Mailbox):
         self._wake.set()
 
     def drain(self) -> list[Any]:
-        """Every queued message, oldest first; payloads from other processes are decoded here."""
+        """The queued messages, oldest first; payloads from other processes are decoded here.
+
+        Every message, but for data payloads of records pickled in-band (lists of tuples, not numpy or Arrow
+        buffers): once :data:`DECODE_BUDGET` bytes of those are decoded, the rest stay queued, in order, for the
+        worker's next step (its wake is set for them). A worker that fell behind would otherwise rebuild every
+        batch that piled up at once, thousands of tuples each, all alive together: past the collector's young
+        threshold of a step (:mod:`pytimely.collector`) a young collection walks them all and promotes them, and
+        they leave the caches before their operator reads them. Progress payloads are always drained whole.
+        """
         queue = self._queue
         if not queue:
             return []
         out = []
         popleft = queue.popleft
         consumed = 0
+        decoded = 0
         for _ in range(len(queue)):
-            message = popleft()
+            message = queue[0]
+            if type(message) is Wire and message.data and not has_buffers(message.payload):
+                if decoded >= DECODE_BUDGET:
+                    self._wake.set()
+                    break
+                decoded += len(message.payload)
+            popleft()
             if type(message) is Wire:
                 consumed += len(message.payload)
                 try:
