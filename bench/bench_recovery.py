@@ -37,7 +37,7 @@ from typing import Any
 from harness import Column, Row, Table, parser, report, runs_of, taking_turns
 from pytimely import Worker, execute
 from pytimely.dataflow.operators.state_machine import state_machine
-from pytimely.recovery import LocalStore, Recovery, SnapshotPolicy
+from pytimely.recovery import LocalStore, Recovery, Seal, SnapshotPolicy, Snapshots
 
 
 def _add(_word: str, _value: str, count: int | None) -> tuple[int, None]:
@@ -115,13 +115,22 @@ def throughput(targets: list[float], distinct: int, epochs: int, runs: int, tmp:
     return rows
 
 
+def _not_held(worker: Worker, epoch: int) -> bool:
+    """Whether worker 0's store does not hold ``epoch`` durably yet."""
+    return not worker.recovery.holds(epoch)
+
+
 def _payload_bytes(store: Path) -> dict[int, int]:
-    """Bytes of the payload files written at each epoch (the snapshots still in the store)."""
+    """Bytes of the payloads written at each epoch (the snapshots still in the store): what each manifest names
+    that the one before did not (records of segments and payload files alike)."""
+    snaps = Snapshots(LocalStore(store), Seal(None))
     out: dict[int, int] = {}
-    folder = store / "snapshots"
-    for payload in folder.iterdir() if folder.is_dir() else ():
-        epoch = int(payload.name.split("-", 1)[0])  # <epoch>-<worker>-<dataflow>-<token>
-        out[epoch] = out.get(epoch, 0) + payload.stat().st_size
+    before: set[str] = set()
+    for name in snaps.store.list("manifests"):
+        manifest = snaps._read_manifest(name)
+        assert manifest is not None, name
+        out[manifest.epoch] = sum(size for file, size, _ in manifest.files if file not in before)
+        before = manifest.file_names()
     return out
 
 
@@ -147,6 +156,8 @@ def changed_bytes(keys: int, changes: list[int], bins: list[int], epochs: int, t
                     handle.send_batch(batch[worker.index :: worker.peers])
                     handle.advance_to(epoch + 1)
                     worker.step_while(lambda: probe.less_than(handle.time))
+                    if worker.index == 0:  # each epoch's manifest written (none dropped for a newer one)
+                        worker.step_while(partial(_not_held, worker, epoch))
 
             execute(job, 2, recovery=Recovery(store, job="bytes", policy=SnapshotPolicy(keep=epochs + 5)))
             written = _payload_bytes(store)

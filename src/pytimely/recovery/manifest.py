@@ -42,7 +42,7 @@ __all__ = [
     "fingerprint",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The layout of stores, manifests and payloads; a store of another version is refused, never rewritten."""
 
 FINAL = 1 << 62

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -39,7 +40,7 @@ __all__ = ["Recovery", "Session"]
 Mode = Literal["resume", "fresh"]
 
 WRITERS = 4
-"""Threads a process writes payload files with."""
+"""Threads a process writes payload files with, in a store that cannot append (each its own file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,9 +205,12 @@ class Session:
         self.process = process
         self.joining = joining
         self.policy = recovery.policy
-        self.writer = threads.executor(WRITERS, "pytimely-snapshots")
+        self._threads = threads
+        self._writers: dict[int, Executor] = {}
+        self.writer = None if snapshots.appends else threads.executor(WRITERS, "pytimely-snapshots")
         """Writes payload files off the workers' threads (file system calls release the GIL); several at once, so
-        their fsyncs share the file system's journal commits."""
+        their fsyncs share the file system's journal commits. ``None`` in a store that appends: each worker has
+        a writer of its own (:meth:`writer_for`)."""
         self.committer = threads.executor(1, "pytimely-commits")
         """Writes manifests, one after another (each after the payload files it names)."""
 
@@ -221,7 +225,21 @@ class Session:
 
         return WorkerRecovery(self, worker)
 
+    def writer_for(self, worker: int) -> Executor:
+        """The thread that writes worker ``worker``'s payloads: its own in a store that appends, so its records
+        reach their segments in order (the workers' writes, and their syncs, still run side by side)."""
+        if self.writer is not None:
+            return self.writer
+        writer = self._writers.get(worker)
+        if writer is None:
+            writer = self._writers[worker] = self._threads.executor(1, f"pytimely-snapshots-{worker}")
+        return writer
+
     def close(self) -> None:
-        """Stop the writer threads (writes in flight finish first)."""
-        self.writer.shutdown(wait=True)
+        """Stop the writer threads (writes in flight finish first) and let go of the segments written."""
+        if self.writer is not None:
+            self.writer.shutdown(wait=True)
+        for writer in list(self._writers.values()):
+            writer.shutdown(wait=True)
         self.committer.shutdown(wait=True)
+        self.snapshots.release()

@@ -28,7 +28,8 @@ from typing import Any
 
 from pytimely.errors import RecoveryMismatchError, SnapshotSealError
 from pytimely.recovery.manifest import Identity, Layout, Manifest, Seal, digest, epoch_name, epoch_of
-from pytimely.recovery.store import SnapshotStore
+from pytimely.recovery.segments import container, record_name, segment_last, segment_token, split_record
+from pytimely.recovery.store import AppendingStore, SnapshotStore
 
 __all__ = ["Opened", "RecoveryWarning", "Retained", "Snapshots"]
 
@@ -38,19 +39,23 @@ _OURS = ("identity.json", "run.json", "dataflows", "snapshots", "manifests")
 
 class Retained:
     """What the committing worker keeps in mind of its commits, so retention needs no listing: the manifests
-    kept, the files each names, and every payload file it has seen named."""
+    kept, the files each reads (a record's segment, or a payload file), and every such file it has seen named."""
 
     def __init__(self, start: Manifest | None = None) -> None:
         self._kept: list[tuple[str, set[str]]] = []
         self._seen: set[str] = set()
         if start is not None:
-            self._kept.append((f"manifests/{epoch_name(start.epoch)}", start.file_names()))
-            self._seen |= start.file_names()
+            files = _containers(start)
+            self._kept.append((f"manifests/{epoch_name(start.epoch)}", files))
+            self._seen |= files
 
     def commit(self, manifest: Manifest, keep: int) -> list[tuple[str, list[str]]]:
-        """Note ``manifest`` as committed; the manifests to remove now, each with the files only it needed."""
+        """Note ``manifest`` as committed; the manifests to remove now, each with the files only it needed.
+
+        A segment whose window is not over yet is kept though no manifest reads it now: a worker may still
+        append to it (it goes once its last epoch is committed)."""
         name = f"manifests/{epoch_name(manifest.epoch)}"
-        files = manifest.file_names()
+        files = _containers(manifest)
         self._seen |= files
         self._kept = [(n, f) for n, f in self._kept if n != name] + [(name, files)]
         gone = self._kept[: max(0, len(self._kept) - keep)]
@@ -58,10 +63,22 @@ class Retained:
         live = set().union(*(f for _, f in self._kept)) if self._kept else set()
         out = []
         for removed, _ in gone:
-            dead = sorted(self._seen - live)
-            self._seen &= live
+            dead = sorted(f for f in self._seen - live if _over(f, manifest.epoch))
+            self._seen.difference_update(dead)
             out.append((removed, dead))
         return out
+
+
+def _containers(manifest: Manifest) -> set[str]:
+    """The files a manifest reads: each record's segment, each payload file."""
+    return {container(name) for name in manifest.file_names()}
+
+
+def _over(name: str, committed: int) -> bool:
+    """Whether no worker appends to ``name`` any more once ``committed`` is: a payload file, or a segment
+    whose window ends at or before it."""
+    last = segment_last(name)
+    return last is None or last <= committed
 
 
 class RecoveryWarning(UserWarning):
@@ -87,7 +104,7 @@ class Snapshots:
 
     store: SnapshotStore
     seal: Seal
-    _token: str = field(default_factory=lambda: secrets.token_hex(6), init=False, repr=False)
+    token: str = field(default_factory=lambda: secrets.token_hex(6), init=False, repr=False)
     """Random, once per opening: payload names of this run differ from every earlier run's."""
     _count: Iterator[int] = field(default_factory=count, init=False, repr=False)
 
@@ -168,12 +185,32 @@ class Snapshots:
     def payload_name(self, epoch: int, worker: int, dataflow: int) -> str:
         """A fresh name for a worker's payload file of a dataflow at ``epoch`` (no system call: a worker's step
         that made one could lose the interpreter to another thread until the switch interval passes)."""
-        return f"snapshots/{epoch_name(epoch)}-{worker:05d}-{dataflow:03d}-{self._token}{next(self._count):x}"
+        return f"snapshots/{epoch_name(epoch)}-{worker:05d}-{dataflow:03d}-{self.token}{next(self._count):x}"
 
     def put_payload(self, name: str, data: bytes) -> tuple[str, int, str]:
         """Write a payload file; ``(name, size, sha256)`` as the manifest will name it."""
         self.store.put_new(name, data)
         return name, len(data), digest(data)
+
+    @property
+    def appends(self) -> bool:
+        """Whether payloads go to segments (:mod:`pytimely.recovery.segments`): the store can append."""
+        return isinstance(self.store, AppendingStore)
+
+    def append_record(self, segment: str, offset: int, data: bytes, finished: str | None) -> tuple[str, int, str]:
+        """Write a record at ``offset`` of ``segment`` (durable on return), first letting go of the segment
+        ``finished`` (written no more); ``(record name, size, sha256)`` as the manifest will name it."""
+        store = self.store
+        assert isinstance(store, AppendingStore)
+        if finished is not None:
+            store.release(finished)
+        store.write_at(segment, offset, data)
+        return record_name(segment, offset), len(data), digest(data)
+
+    def release(self) -> None:
+        """Let go of every segment this opening wrote to (the run's writes are over)."""
+        if isinstance(self.store, AppendingStore):
+            self.store.release()
 
     def commit(self, manifest: Manifest, keep: int, retained: Retained | None = None) -> None:
         """Commit ``manifest`` (its payload files must be written) and remove what no kept snapshot needs.
@@ -181,7 +218,7 @@ class Snapshots:
         With ``retained`` (the committer's memory of what it committed) nothing is listed or read back: files
         no kept manifest names are removed as they are known to be.
         """
-        self.store.persist(manifest.file_names())
+        self.store.persist([name for name in manifest.file_names() if split_record(name) is None])
         self.store.put(f"manifests/{epoch_name(manifest.epoch)}", self.seal.wrap("manifest", manifest.to_json()))
         if retained is None:
             self.prune(keep, manifest.epoch)
@@ -207,10 +244,12 @@ class Snapshots:
                 manifest = None
             if manifest is None:
                 return  # something is off: remove nothing rather than something a snapshot needs
-            live |= manifest.file_names()
+            live |= _containers(manifest)
         for name in self.store.list("snapshots"):
             epoch = epoch_of(name)
-            if epoch is not None and epoch <= newest and name not in live:
+            if epoch is None or epoch > newest or name in live:
+                continue
+            if _over(name, newest) or segment_token(name) != self.token:  # another run's segment is written no more
                 self.store.delete(name)
 
     # -- reading -----------------------------------------------------------------------------
@@ -254,7 +293,7 @@ class Snapshots:
             files: dict[str, bytes] = {}
             fault = None
             for file_name, size, sha in manifest.files:
-                data: bytes | None = self.store.get(file_name)
+                data = self._read(file_name, size)
                 if data is None:
                     fault = f"{file_name} is missing"
                 elif len(data) != size:
@@ -273,6 +312,15 @@ class Snapshots:
             _warn(f"recovery store {self.where}: no usable snapshot among {len(names)}; starting over from the "
                   "first epoch", announce)
         return None
+
+    def _read(self, name: str, size: int) -> bytes | None:
+        """The bytes of a payload file, or of a record (``size`` of them at most), or ``None`` if it is gone."""
+        split = split_record(name)
+        if split is None:
+            return self.store.get(name)
+        if not isinstance(self.store, AppendingStore):
+            return None
+        return self.store.read_at(split[0], split[1], size)
 
     # -- leftovers -----------------------------------------------------------------------------
 
