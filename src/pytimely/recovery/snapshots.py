@@ -327,18 +327,36 @@ class Snapshots:
     def clean(self, latest: Manifest | None) -> None:
         """Remove what runs that died left after ``latest``: manifests, payload folders, temporary files."""
         limit = -1 if latest is None else latest.epoch
+        kept = []
         for name in self.store.list("manifests"):
             epoch = epoch_of(name)
             if epoch is None or epoch > limit:
                 self.store.delete(name)  # torn, damaged or never committed: never used
+            else:
+                kept.append(name)
+        live = self._named_by(kept)
         for name in self.store.list("snapshots"):
             epoch = epoch_of(name)
-            if epoch is None or epoch > limit:
-                self.store.delete(name)
+            if epoch is None or epoch > limit or (live is not None and container(name) not in live):
+                self.store.delete(name)  # written after the snapshot, or named by no manifest left
         if latest is None:
             for name in self.store.list("dataflows"):
                 self.store.delete(name)
         self.store.sweep()
+
+    def _named_by(self, manifests: list[str]) -> set[str] | None:
+        """The files the manifests ``manifests`` read; ``None`` if one of them does not open (then nothing is
+        known to be unneeded)."""
+        live: set[str] = set()
+        for name in manifests:
+            try:
+                manifest = self._read_manifest(name)
+            except SnapshotSealError:
+                return None
+            if manifest is None:
+                return None
+            live |= _containers(manifest)
+        return live
 
     def wipe(self) -> None:
         """Empty the store for a fresh start (``--recovery-mode fresh``); a folder with other files is refused."""
