@@ -1,19 +1,23 @@
-"""Snapshots in a store: payload files first, a manifest naming each with its checksum last; retention; leftovers.
+"""Snapshots in a store: payload records first, a manifest naming each with its checksum last; retention; leftovers.
 
 Layout of a store (every name a blob of a :class:`~pytimely.recovery.store.SnapshotStore`)::
 
-    identity.json                             the job (:class:`Identity`), sealed; written once
-    run.json                                  the epoch the current run resumed at (for processes that join it)
-    dataflows/<k>.json                        the states dataflow k declares (:class:`Layout`), sealed
-    snapshots/<epoch>-<worker>-<k>-<token>    one worker's pieces of dataflow k's state at a snapshot
-    manifests/<epoch>                         the commit: every payload file with its SHA-256, every piece's place
+    identity.json                         the job (:class:`Identity`), sealed; written once
+    run.json                              the epoch the current run resumed at (for processes that join it)
+    dataflows/<k>.json                    the states dataflow k declares (:class:`Layout`), sealed
+    snapshots/<first>-<last>-<w>-<k>-<t>  a segment: worker w's records of dataflow k's state at the snapshots
+                                          of epochs first..last, run t (:mod:`~pytimely.recovery.segments`)
+    manifests/<epoch>                     the commit: every payload record with its SHA-256, every piece's place
+
+(A store that cannot append has ``snapshots/<epoch>-<worker>-<k>-<token>``, a record each, instead.)
 
 A snapshot of epoch ``e`` exists only once ``manifests/e`` does, opens under the store's seal, and every file it
 names is there with its size and checksum (:meth:`Snapshots.latest` checks all of it before anything is
 unpickled, and falls back to the snapshot before with a warning when the newest is not usable). Files of epochs
 after the newest usable snapshot belong to a run that died before its commit; :meth:`Snapshots.clean` removes
-them, and every temporary file a killed writer left, before a resumed run writes anything. Names carry a random
-token, so a rerun never writes over a file a manifest names.
+them, the files no remaining manifest names, and every temporary file a killed writer left, before a resumed
+run writes anything. Names carry a random token, so a rerun never writes over (or appends to) a file a manifest
+names.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ helper ``io`` and the Spark session share), or one object PUT on S3 (:class:`~py
 FsspecStore`). What makes a snapshot count (a manifest committed after its payloads) is built on top of that in
 :mod:`pytimely.recovery.snapshots`, the same for every store. A put that fails (a full disk) raises
 :class:`~pytimely.errors.StoreWriteError` naming the blob and leaves no part of it under its name.
+
+A store that can also write a blob piece by piece at an offset (:class:`AppendingStore`: a local folder) gets
+the snapshots' payload records appended to segment files (:mod:`pytimely.recovery.segments`), which a snapshot
+then writes with one ``pwrite`` and one ``fdatasync`` of a file it keeps open.
 """
 
 from __future__ import annotations
