@@ -205,7 +205,7 @@ class LocalStore:
                 written = os.pwrite(fd, view, offset)
                 view, offset = view[written:], offset + written
             if self.durable:
-                os.fdatasync(fd)
+                _datasync(fd)
         except OSError as exc:
             raise StoreWriteError(
                 f"recovery store {self.location}: cannot write {name}: {exc.strerror or exc} (the last committed "
@@ -301,6 +301,10 @@ class LocalStore:
                     # ``.<target>.<host>.<pid>.<token>.tmp``: remove_stale proves it abandoned before removing it.
                     removed.extend(os.fspath(p) for p in remove_stale(Path(folder, target)))
         return removed
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)
+"""``fdatasync`` where the platform has it (not macOS): the data and the file's size, not its times."""
 
 
 def _sync_folder(folder: Path) -> None:
