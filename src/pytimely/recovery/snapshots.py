@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from pytimely.errors import RecoveryMismatchError, SnapshotSealError
+from pytimely.errors import RecoveryError, RecoveryMismatchError, SnapshotSealError
 from pytimely.recovery.manifest import Identity, Layout, Manifest, Seal, digest, epoch_name, epoch_of
 from pytimely.recovery.segments import container, record_name, segment_last, segment_token, split_record
 from pytimely.recovery.store import AppendingStore, SnapshotStore
@@ -111,6 +111,14 @@ class Snapshots:
     token: str = field(default_factory=lambda: secrets.token_hex(6), init=False, repr=False)
     """Random, once per opening: payload names of this run differ from every earlier run's."""
     _count: Iterator[int] = field(default_factory=count, init=False, repr=False)
+    _appending: AppendingStore | None = field(default=None, init=False, repr=False)
+    """The store, if it can append (checked once: a protocol check costs as much as a small write)."""
+    _open: set[str] = field(default_factory=set, init=False, repr=False)
+    """Segments this opening appends to and has not let go of yet."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.store, AppendingStore):
+            self._appending = self.store
 
     @property
     def where(self) -> str:
@@ -199,22 +207,27 @@ class Snapshots:
     @property
     def appends(self) -> bool:
         """Whether payloads go to segments (:mod:`pytimely.recovery.segments`): the store can append."""
-        return isinstance(self.store, AppendingStore)
+        return self._appending is not None
 
     def append_record(self, segment: str, offset: int, data: bytes, finished: str | None) -> tuple[str, int, str]:
         """Write a record at ``offset`` of ``segment`` (durable on return), first letting go of the segment
         ``finished`` (written no more); ``(record name, size, sha256)`` as the manifest will name it."""
-        store = self.store
-        assert isinstance(store, AppendingStore)
+        store = self._appending
+        if store is None:
+            raise RecoveryError(f"recovery store {self.where} cannot append records", self.where)
         if finished is not None:
             store.release(finished)
+            self._open.discard(finished)
+        self._open.add(segment)
         store.write_at(segment, offset, data)
         return record_name(segment, offset), len(data), digest(data)
 
     def release(self) -> None:
-        """Let go of every segment this opening wrote to (the run's writes are over)."""
-        if isinstance(self.store, AppendingStore):
-            self.store.release()
+        """Let go of every segment this opening appended to (its writes are over)."""
+        if self._appending is not None:
+            for segment in sorted(self._open):
+                self._appending.release(segment)
+        self._open.clear()
 
     def commit(self, manifest: Manifest, keep: int, retained: Retained | None = None) -> None:
         """Commit ``manifest`` (its payload files must be written) and remove what no kept snapshot needs.
@@ -322,9 +335,9 @@ class Snapshots:
         split = split_record(name)
         if split is None:
             return self.store.get(name)
-        if not isinstance(self.store, AppendingStore):
+        if self._appending is None:
             return None
-        return self.store.read_at(split[0], split[1], size)
+        return self._appending.read_at(split[0], split[1], size)
 
     # -- leftovers -----------------------------------------------------------------------------
 
