@@ -165,8 +165,9 @@ class Recovery:
             resume = snapshots.get_run()
             return Session(self, snapshots, identity, None, resume or 0, process, True, threads)
         opened = snapshots.latest(identity, self.announce if first else None, at_most=at_most)
+        kept: list[tuple[str, set[str]]] = []
         if first:
-            snapshots.clean(None if opened is None else opened.manifest)
+            kept = snapshots.clean(None if opened is None else opened.manifest)
             if at_most is not None and opened is not None:
                 snapshots.prune(1, opened.manifest.epoch)
         resume = 0 if opened is None else opened.manifest.resume_epoch
@@ -177,7 +178,9 @@ class Recovery:
                     f"epoch {resume}"
                 )
                 print(f"resumed at {said}", file=self.announce, flush=True)
-        return Session(self, snapshots, identity, opened, resume, process, False, threads)
+        session = Session(self, snapshots, identity, opened, resume, process, False, threads)
+        session.kept = kept
+        return session
 
 
 class Session:
@@ -211,6 +214,8 @@ class Session:
         """Writes payload files off the workers' threads (file system calls release the GIL); several at once, so
         their fsyncs share the file system's journal commits. ``None`` in a store that appends: each worker has
         a writer of its own (:meth:`writer_for`)."""
+        self.kept: list[tuple[str, set[str]]] = []
+        """The manifests the store kept at the start, oldest first, with the files each reads (first process)."""
         self.committer = threads.executor(1, "pytimely-commits")
         """Writes manifests, one after another (each after the payload files it names)."""
 

@@ -45,13 +45,16 @@ class Retained:
     """What the committing worker keeps in mind of its commits, so retention needs no listing: the manifests
     kept, the files each reads (a record's segment, or a payload file), and every such file it has seen named."""
 
-    def __init__(self, start: Manifest | None = None) -> None:
+    def __init__(self, start: Manifest | None = None, earlier: list[tuple[str, set[str]]] | None = None) -> None:
+        """``start``: the snapshot restored from; ``earlier``: the older manifests the store kept, each with the
+        files it reads (so that they go in turn, with what only they read, as if this run had committed them)."""
         self._kept: list[tuple[str, set[str]]] = []
         self._seen: set[str] = set()
         if start is not None:
-            files = _containers(start)
-            self._kept.append((f"manifests/{epoch_name(start.epoch)}", files))
-            self._seen |= files
+            name = f"manifests/{epoch_name(start.epoch)}"
+            self._kept = [(n, f) for n, f in earlier or [] if n != name] + [(name, _containers(start))]
+            for _, files in self._kept:
+                self._seen |= files
 
     def commit(self, manifest: Manifest, keep: int) -> list[tuple[str, list[str]]]:
         """Note ``manifest`` as committed; the manifests to remove now, each with the files only it needed.
@@ -341,8 +344,9 @@ class Snapshots:
 
     # -- leftovers -----------------------------------------------------------------------------
 
-    def clean(self, latest: Manifest | None) -> None:
-        """Remove what runs that died left after ``latest``: manifests, payload folders, temporary files."""
+    def clean(self, latest: Manifest | None) -> list[tuple[str, set[str]]]:
+        """Remove what runs that died left after ``latest``: manifests, payload folders, temporary files; the
+        manifests kept, oldest first, each with the files it reads (empty when one of them does not open)."""
         limit = -1 if latest is None else latest.epoch
         kept = []
         for name in self.store.list("manifests"):
@@ -351,7 +355,8 @@ class Snapshots:
                 self.store.delete(name)  # torn, damaged or never committed: never used
             else:
                 kept.append(name)
-        live = self._named_by(kept)
+        named = self._named_by(kept)
+        live = None if named is None else set().union(*(files for _, files in named))
         for name in self.store.list("snapshots"):
             epoch = epoch_of(name)
             if epoch is None or epoch > limit or (live is not None and container(name) not in live):
@@ -360,11 +365,12 @@ class Snapshots:
             for name in self.store.list("dataflows"):
                 self.store.delete(name)
         self.store.sweep()
+        return named or []
 
-    def _named_by(self, manifests: list[str]) -> set[str] | None:
-        """The files the manifests ``manifests`` read; ``None`` if one of them does not open (then nothing is
+    def _named_by(self, manifests: list[str]) -> list[tuple[str, set[str]]] | None:
+        """Each of ``manifests`` with the files it reads; ``None`` if one of them does not open (then nothing is
         known to be unneeded)."""
-        live: set[str] = set()
+        named = []
         for name in manifests:
             try:
                 manifest = self._read_manifest(name)
@@ -372,8 +378,8 @@ class Snapshots:
                 return None
             if manifest is None:
                 return None
-            live |= _containers(manifest)
-        return live
+            named.append((name, _containers(manifest)))
+        return named
 
     def wipe(self) -> None:
         """Empty the store for a fresh start (``--recovery-mode fresh``); a folder with other files is refused."""
