@@ -1,13 +1,17 @@
 """Recovery: what a snapshot per epoch costs, what a snapshot writes against what changed, how resuming grows.
 
-    python bench/bench_recovery.py [--quick] [--json] [--runs R] [--epoch-ms 10,30,100] [--figures throughput,...]
+    python bench/bench_recovery.py [--quick] [--json] [--runs R] [--epoch-ms 10,30,100] [--words N,...]
+                                   [--figures throughput,...]
 
 1. **Throughput.** Word count on 2 workers (20,000 distinct words, seed 16), the counts kept across epochs by
    ``state_machine`` (its state declared, so the runtime snapshots it), with epochs sized so that the job
    without recovery takes about 10, 30 and 100 ms per epoch (``--epoch-ms``). Variants, taking turns run after
    run (best of R):
    no recovery (the baseline), a snapshot every epoch into a local folder (fsynced), the same without fsync,
-   and a snapshot every 4th epoch (fsynced). The ratio is the baseline's time over the variant's.
+   and a snapshot every 4th epoch (fsynced). The ratio is the baseline's time over the variant's; the CPU
+   ratio is the same of the CPU time the process spent (every thread's, the fsyncs' kernel time included,
+   best of R), which a busy machine disturbs less than the time. ``--words N,...`` fixes the words per epoch
+   for each ``--epoch-ms`` instead of sizing them from a probe (which a busy machine makes drift).
 2. **Snapshot bytes against bytes changed.** A state of 100,000 keys in 256 bins (and in 4,096); each epoch
    changes K keys (1 to 100,000). Per epoch: the bytes the snapshot wrote (payload files) against the bytes of
    the keys that changed (each changed key and value pickled on its own) and the bytes of the whole state.
@@ -37,7 +41,7 @@ from typing import Any
 from harness import Column, Row, Table, parser, report, runs_of, taking_turns
 from pytimely import Worker, execute
 from pytimely.dataflow.operators.state_machine import state_machine
-from pytimely.recovery import LocalStore, Recovery, SnapshotPolicy
+from pytimely.recovery import LocalStore, Recovery, Seal, SnapshotPolicy, Snapshots
 
 
 def _add(_word: str, _value: str, count: int | None) -> tuple[int, None]:
@@ -50,12 +54,14 @@ def _same(word: str) -> str:
 
 def wordcount(
     words: list[str], epochs: int, store: Path | LocalStore | None, every: int = 1
-) -> tuple[float, dict[str, int]]:
+) -> tuple[float, dict[str, int], float]:
     """Count ``words`` in ``epochs`` epochs on 2 workers (a snapshot every ``every`` epochs into ``store`` if
-    given); the seconds the epochs took and the counts."""
+    given); the seconds the epochs took, the counts, and the CPU seconds the process spent meanwhile (every
+    thread: workers, writers, committer)."""
     size = -(-len(words) // epochs)
     recovery = None if store is None else Recovery(store, job="bench", policy=SnapshotPolicy(every_epochs=every))
     took: list[float] = []
+    cpu: list[float] = []
 
     def job(worker: Worker) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -66,7 +72,7 @@ def wordcount(
             return handle, out.probe()
 
         handle, probe = worker.dataflow(build)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for epoch in range(epochs):
             handle.send_batch(words[epoch * size : (epoch + 1) * size][worker.index :: worker.peers])
             handle.advance_to(epoch + 1)
@@ -74,23 +80,36 @@ def wordcount(
         handle.close()
         worker.step_while(lambda: not probe.done())
         took.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
         return counts
 
     parts = execute(job, 2, recovery=recovery)
-    return max(took), {k: v for part in parts for k, v in part.items()}
+    return max(took), {k: v for part in parts for k, v in part.items()}, max(cpu)
 
 
-def throughput(targets: list[float], distinct: int, epochs: int, runs: int, tmp: Path) -> list[Row]:
-    """Word count with and without a snapshot every epoch, at epochs of about each of ``targets`` seconds."""
+def _noting(
+    cpus: list[float], words: list[str], epochs: int, make: Callable[[], Any], every: int
+) -> tuple[float, dict[str, int], float]:
+    """:func:`wordcount` into the store ``make()`` gives, its CPU seconds noted in ``cpus``."""
+    result = wordcount(words, epochs, make(), every)
+    cpus.append(result[2])
+    return result
+
+
+def throughput(
+    targets: list[float], distinct: int, epochs: int, runs: int, tmp: Path, sizes: list[int] | None = None
+) -> list[Row]:
+    """Word count with and without a snapshot every epoch, at epochs of about each of ``targets`` seconds (or of
+    ``sizes`` words each, when given: no calibration, so that runs on a busy machine compare like with like)."""
     rng = random.Random(16)
     vocabulary = [f"w{i}" for i in range(distinct)]
     probe_size = 25_000
     sample = [rng.choice(vocabulary) for _ in range(probe_size * 4)]
-    per_epoch = min(wordcount(sample, 4, None)[0] for _ in range(3)) / 4
+    per_epoch = 1.0 if sizes else min(wordcount(sample, 4, None)[0] for _ in range(3)) / 4
     rows: list[Row] = []
     counter = iter(range(1 << 30))
-    for target in targets:
-        size = max(1000, int(probe_size * target / per_epoch))
+    for n, target in enumerate(targets):
+        size = sizes[n] if sizes else max(1000, int(probe_size * target / per_epoch))
         words = [rng.choice(vocabulary) for _ in range(size * epochs)]
         variants: dict[str, tuple[Callable[[], Any], int]] = {
             "no recovery": (lambda: None, 1),
@@ -98,30 +117,44 @@ def throughput(targets: list[float], distinct: int, epochs: int, runs: int, tmp:
             "snapshot every epoch, no fsync": (lambda: LocalStore(tmp / f"wc-{next(counter)}", durable=False), 1),
             "snapshot every 4th epoch": (lambda: tmp / f"wc-{next(counter)}", 4),
         }
+        every_run: dict[str, list[float]] = {name: [] for name in variants}
+
         measures = {
-            name: (lambda make=make, every=every, words=words: wordcount(words, epochs, make(), every))
+            name: partial(_noting, every_run[name], words, epochs, make, every)
             for name, (make, every) in variants.items()
         }
         best = taking_turns(runs, measures, key=lambda r: r[0])
-        base_time, base_counts = best["no recovery"]
-        for name, (seconds, counts) in best.items():
+        base_time, base_counts, _ = best["no recovery"]
+        base_cpu = min(every_run["no recovery"])
+        for name, (seconds, counts, _cpu) in best.items():
             assert counts == base_counts, f"{name}: the counts differ from the run without recovery"
+            cpu = min(every_run[name])
             rows.append({
                 "figure": "throughput", "target ms/epoch": round(1000 * target), "words/epoch": size,
                 "variant": name, "ms/epoch": round(1000 * seconds / epochs, 2),
                 "ms per snapshot": round(1000 * (seconds - base_time) / (epochs // variants[name][1]), 2),
-                "ratio": round(base_time / seconds, 3),
+                "ratio": round(base_time / seconds, 3), "cpu ms/epoch": round(1000 * cpu / epochs, 2),
+                "cpu ratio": round(base_cpu / cpu, 3),
             })  # fmt: skip
     return rows
 
 
+def _not_held(worker: Worker, epoch: int) -> bool:
+    """Whether worker 0's store does not hold ``epoch`` durably yet."""
+    return not worker.recovery.holds(epoch)
+
+
 def _payload_bytes(store: Path) -> dict[int, int]:
-    """Bytes of the payload files written at each epoch (the snapshots still in the store)."""
+    """Bytes of the payloads written at each epoch (the snapshots still in the store): what each manifest names
+    that the one before did not (records of segments and payload files alike)."""
+    snaps = Snapshots(LocalStore(store), Seal(None))
     out: dict[int, int] = {}
-    folder = store / "snapshots"
-    for payload in folder.iterdir() if folder.is_dir() else ():
-        epoch = int(payload.name.split("-", 1)[0])  # <epoch>-<worker>-<dataflow>-<token>
-        out[epoch] = out.get(epoch, 0) + payload.stat().st_size
+    before: set[str] = set()
+    for name in snaps.store.list("manifests"):
+        manifest = snaps._read_manifest(name)
+        assert manifest is not None, name
+        out[manifest.epoch] = sum(size for file, size, _ in manifest.files if file not in before)
+        before = manifest.file_names()
     return out
 
 
@@ -147,6 +180,8 @@ def changed_bytes(keys: int, changes: list[int], bins: list[int], epochs: int, t
                     handle.send_batch(batch[worker.index :: worker.peers])
                     handle.advance_to(epoch + 1)
                     worker.step_while(lambda: probe.less_than(handle.time))
+                    if worker.index == 0:  # each epoch's manifest written (none dropped for a newer one)
+                        worker.step_while(partial(_not_held, worker, epoch))
 
             execute(job, 2, recovery=Recovery(store, job="bytes", policy=SnapshotPolicy(keep=epochs + 5)))
             written = _payload_bytes(store)
@@ -211,7 +246,8 @@ def resume_time(sizes: list[int], tmp: Path) -> list[Row]:
 TABLES = {
     "throughput": (
         "Throughput: the ratio is the time without recovery over the variant's",
-        ["target ms/epoch", "words/epoch", "variant", "ms/epoch", "ms per snapshot", "ratio"],
+        ["target ms/epoch", "words/epoch", "variant", "ms/epoch", "ms per snapshot", "ratio", "cpu ms/epoch",
+         "cpu ratio"],
     ),
     "snapshot bytes": (
         "Snapshot bytes against bytes changed",
@@ -250,6 +286,10 @@ def main() -> None:
     made.add_argument(
         "--epoch-ms", default="10,30,100", metavar="MS,...", help="the epoch lengths of the throughput figure"
     )
+    made.add_argument(
+        "--words", default=None, metavar="N,...",
+        help="words per epoch for each --epoch-ms (no calibration: a busy machine's runs compare like with like)",
+    )
     made.add_argument("--figures", default=",".join(FIGURES), metavar="NAME,...", help=f"some of {FIGURES}")
     args = made.parse_args()
     figures = set(args.figures.split(","))
@@ -259,19 +299,25 @@ def main() -> None:
         targets = [float(ms) / 1000 for ms in args.epoch_ms.split(",")]
     except ValueError:
         made.error(f"--epoch-ms: milliseconds separated by commas, got {args.epoch_ms!r}")
+    try:
+        sizes = None if args.words is None else [int(n) for n in args.words.split(",")]
+    except ValueError:
+        made.error(f"--words: numbers separated by commas, got {args.words!r}")
+    if sizes is not None and len(sizes) != len(targets):
+        made.error(f"--words: one number per --epoch-ms ({len(targets)}), got {len(sizes)}")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if args.quick:
             if "throughput" in figures:
-                rows += throughput(targets[:1], 2_000, 8, 1, tmp)
+                rows += throughput(targets[:1], 2_000, 8, 1, tmp, sizes[:1] if sizes else None)
             if "bytes" in figures:
                 rows += changed_bytes(2_000, [10, 2_000], [256], 3, tmp)
             if "resume" in figures:
                 rows += resume_time([1_000, 10_000], tmp)
         else:
             if "throughput" in figures:
-                rows += throughput(targets, 20_000, 40, args.runs, tmp)
+                rows += throughput(targets, 20_000, 40, args.runs, tmp, sizes)
             if "bytes" in figures:
                 rows += changed_bytes(100_000, [1, 10, 100, 1_000, 10_000, 100_000], [256, 4096], 5, tmp)
             if "resume" in figures:

@@ -85,19 +85,23 @@ def remove_stale(target: str | os.PathLike[str], *, stale_after: float = STALE_A
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str], mode: str = "w", *, durable: bool = False) -> Iterator[IO[Any]]:
+def atomic_output(
+    path: str | os.PathLike[str], mode: str = "w", *, durable: bool = False, tidy: bool = True
+) -> Iterator[IO[Any]]:
     """Write ``path`` under a temporary name beside it, renamed to ``path`` only if the block succeeds.
 
     A failed run leaves no partial output that could pass for a complete one; abandoned temporary files of
     earlier writes of ``path`` are removed first. A missing directory is an :class:`OutputPathError` naming
     ``path``. With ``durable``, the file and then its directory are fsynced, so the rename survives a power
-    cut with the whole content behind it.
+    cut with the whole content behind it. ``tidy=False`` skips the checks of the directory and the removal of
+    abandoned temporary files (a caller that writes often and removes them otherwise).
     """
     if mode not in ("w", "wb"):
         raise InvalidArgument(f"atomic_output writes with mode 'w' or 'wb', got {mode!r}")
     target = Path(path)
-    check_output(target)
-    remove_stale(target)
+    if tidy:
+        check_output(target)
+        remove_stale(target)
     tmp = temporary_name(target)
     encoding = None if "b" in mode else "utf-8"
     try:
@@ -139,7 +143,10 @@ def check_output(path: str | os.PathLike[str]) -> None:
         raise OutputPathError(f"cannot write {name}: it is a directory", name)
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, durable: bool = False) -> None:
-    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically (``durable``: as for atomic_output)."""
-    with atomic_output(path, "wb", durable=durable) as out:
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, *, durable: bool = False, tidy: bool = True
+) -> None:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically (``durable``, ``tidy``: as for
+    atomic_output)."""
+    with atomic_output(path, "wb", durable=durable, tidy=tidy) as out:
         out.write(data.encode("utf-8") if isinstance(data, str) else data)

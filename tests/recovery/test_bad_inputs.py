@@ -18,6 +18,7 @@ import pytest
 from pytimely.errors import RecoveryMismatchError, SnapshotSealError, StoreWriteError
 from pytimely.recovery import FORMAT_VERSION, FsspecStore, LocalStore, Manifest, RecoveryWarning, Seal, Snapshots
 from pytimely.recovery.manifest import digest
+from pytimely.recovery.segments import record_name, split_record
 from tests.recovery.jobs import Crash, expected, run_sums
 
 EPOCHS = 8
@@ -53,7 +54,14 @@ def _craft(store: Path, marker: Path, seal: Seal) -> str:
     manifest = Manifest.from_json(body)
     evil = pickle.dumps(_Evil(marker))
     name, _, _ = manifest.files[0]
-    (store / name).write_bytes(evil)
+    split = split_record(name)
+    if split is None:
+        (store / name).write_bytes(evil)
+    else:  # a record of a segment: the crafted one is appended to it, and the manifest names that
+        segment = store / split[0]
+        name = record_name(split[0], segment.stat().st_size)
+        with segment.open("ab") as out:
+            out.write(evil)
     manifest.files[0] = (name, len(evil), digest(evil))
     for bins in manifest.binned.values():
         for b, piece in bins.items():
@@ -99,17 +107,21 @@ def test_a_damaged_truncated_or_foreign_payload_falls_back_with_a_warning_naming
     store = tmp_path / "s"
     _died(store)
     newest = sorted((store / "manifests").iterdir())[-1]
-    name = Manifest.from_json(json.loads(newest.read_bytes())["body"]).files[-1][0]
-    path = store / name
+    files = Manifest.from_json(json.loads(newest.read_bytes())["body"]).files
+    # The newest record (the one a torn write at the end of a segment would cut): the last in its file.
+    name, size, _ = max(files, key=lambda f: _where(store, f[0])[1])
+    path, offset = _where(store, name)
     data = path.read_bytes()
     if damage == "flip":
-        path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    elif damage == "truncate":
-        path.write_bytes(data[: len(data) // 2])
+        end = offset + size - 1
+        path.write_bytes(data[:end] + bytes([data[end] ^ 1]) + data[end + 1 :])
+    elif damage == "truncate":  # a torn write at the end of its file
+        path.write_bytes(data[: offset + size // 2])
     else:
         other = tmp_path / "other"
         run_sums(other, 3, 1, name="other")
-        path.write_bytes(next(p for p in (other / "snapshots").rglob("0*") if p.is_file()).read_bytes())
+        foreign = next(p for p in (other / "snapshots").rglob("0*") if p.is_file()).read_bytes()
+        path.write_bytes(data[:offset] + foreign[:size].ljust(size, b"\0") + data[offset + size :])
     with pytest.warns(RecoveryWarning, match=f"{newest.name} is not usable: {name}"):
         assert run_sums(store, EPOCHS, 3) == expected(EPOCHS)
 
@@ -126,6 +138,12 @@ def test_a_store_of_another_version_is_refused_and_left_alone(tmp_path: Path) ->
     assert sorted((p, p.read_bytes()) for p in store.rglob("*") if p.is_file()) == before
 
 
+def _where(store: Path, name: str) -> tuple[Path, int]:
+    """The file a payload name lives in and the offset in it (a record of a segment, or a file of its own)."""
+    split = split_record(name)
+    return (store / name, 0) if split is None else (store / split[0], split[1])
+
+
 def _check_nothing_half_written(store: Path) -> None:
     """No temporary file; every manifest there opens and names files that are whole."""
     assert not [p for p in store.rglob(".*") if p.is_file()]
@@ -134,7 +152,8 @@ def _check_nothing_half_written(store: Path) -> None:
         manifest = snaps._read_manifest(name)
         assert manifest is not None
         for file, size, sha in manifest.files:
-            data = (store / file).read_bytes()
+            path, offset = _where(store, file)
+            data = path.read_bytes()[offset : offset + size]
             assert (len(data), digest(data)) == (size, sha)
 
 

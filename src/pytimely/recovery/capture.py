@@ -107,7 +107,7 @@ def capture_states(
         if kind == "binned":
             _binned(into, operator, key, state, turn, rewrite_every)
         elif kind == "worker":
-            _value(into, operator, key, state, history)
+            _value(into, operator, key, state, history, rewrite=turn == 0)
         elif kind == "log":
             _log(into, operator, key, state, history, rewrite_every)
         else:
@@ -126,9 +126,12 @@ def _binned(into: Assembling, operator: str, key: str, state: BinnedState, turn:
                 places[b] = where
 
 
-def _value(into: Assembling, operator: str, key: str, state: WorkerState, history: History) -> None:
+def _value(
+    into: Assembling, operator: str, key: str, state: WorkerState, history: History, *, rewrite: bool
+) -> None:
+    """A worker's value, when it changed; and, in turn, when it did not (so an old segment is not kept for it)."""
     data = _encoded(state.snapshot(), operator, key, into.part.epoch)
-    if history.values.get(key) != data or history.absorbed.get(key):
+    if history.values.get(key) != data or history.absorbed.get(key) or rewrite:
         history.values[key] = data
         into.part.values[key] = into.add(data)
 

@@ -6,6 +6,7 @@ See :mod:`pytimely.recovery.runtime` for the whole: this module holds :class:`Da
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from pytimely.recovery.fences import passed_fences
 from pytimely.recovery.manifest import Layout
 from pytimely.recovery.parts import Part
 from pytimely.recovery.restore import restore_states
+from pytimely.recovery.segments import SegmentLog, record_name
 
 if TYPE_CHECKING:
     from pytimely.dataflow.operator import OperatorCore
@@ -72,6 +74,12 @@ class DataflowRecovery:
         self._stop: int | None = None
         self._assembling: dict[int, Assembling] = {}
         self._history = History()
+        self._log: SegmentLog | None = None
+        if self.session.snapshots.appends:
+            policy = self.session.policy
+            self._log = SegmentLog(
+                owner.worker.index, ordinal, self.session.snapshots.token, policy.rewrite_every * policy.every_epochs
+            )
 
     @property
     def fence(self) -> int | None:
@@ -225,13 +233,21 @@ class DataflowRecovery:
                 history.absorbed = {}
             if not (part.binned or part.values or part.logs or part.positions or part.absorbed):
                 continue
-            write = None
-            if assembling.buffer:
-                write = self.session.writer.submit(
-                    self.session.snapshots.put_payload, assembling.name, bytes(assembling.buffer)
-                )
+            write = self._write(assembling) if assembling.buffer else None
             self.owner.capture_taken(Capture(epoch, part, write))
         self.owner.advance()
+
+    def _write(self, assembling: Assembling) -> Future[tuple[str, int, str]]:
+        """Hand an epoch's payload to this worker's writer: a record appended to this dataflow's segment (its
+        pieces renamed to where the record goes), or a file of its own in a store that cannot append."""
+        session = self.session
+        writer = session.writer_for(self.owner.worker.index)
+        data = bytes(assembling.buffer)
+        if self._log is None:
+            return writer.submit(session.snapshots.put_payload, assembling.name, data)
+        segment, offset, finished = self._log.place(assembling.part.epoch, len(data))
+        _rename(assembling.part, self._history, assembling.name, record_name(segment, offset))
+        return writer.submit(session.snapshots.append_record, segment, offset, data, finished)
 
     def _capture(self, entry: _Stateful, epoch: int) -> None:
         """Take this worker's snapshot of one operator's declared states at ``epoch`` (what changed)."""
@@ -247,6 +263,21 @@ class DataflowRecovery:
         turn = entry.taken % policy.rewrite_every
         entry.taken += 1
         capture_states(assembling, entry.op.name, entry.states, self._history, turn, policy.rewrite_every)
+
+
+def _rename(part: Part, history: History, old: str, new: str) -> None:
+    """Name the pieces of ``part`` (and the log pieces ``history`` keeps) that lie in ``old`` by ``new``."""
+    for places in part.binned.values():
+        for b, where in places.items():
+            if where is not None and where[0] == old:
+                places[b] = (new, where[1], where[2])
+    for key, where in part.values.items():
+        if where[0] == old:
+            part.values[key] = (new, where[1], where[2])
+    for pieces in (*part.logs.values(), *history.logs.values()):
+        for i, where in enumerate(pieces):
+            if where[0] == old:
+                pieces[i] = (new, where[1], where[2])
 
 
 def _unknown() -> None:

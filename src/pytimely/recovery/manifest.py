@@ -11,8 +11,9 @@ like the program's own files).
   A run whose identity differs is refused naming the first difference.
 * :class:`Layout` (``dataflows/<k>.json``): every state a dataflow declares, by a stable key
   (``dataflow/operator#n/state``), its kind, layout version and bins.
-* :class:`Manifest` (``manifests/<epoch>``): the commit of a snapshot. It names the payload files it reads with
-  their size and SHA-256, and for every state where each piece lives: a bin of a keyed state, a worker's value,
+* :class:`Manifest` (``manifests/<epoch>``): the commit of a snapshot. It names the payload records it reads
+  (``<segment>@<offset>``, :mod:`pytimely.recovery.segments`, or a payload file of its own) with their size and
+  SHA-256, and for every state where each piece lives: a bin of a keyed state, a worker's value,
   a worker's log (a list of pieces), or a source's positions (JSON, inline). A manifest is complete in itself:
   a bin that did not change since an earlier snapshot is named where it was written then.
 """
@@ -42,8 +43,9 @@ __all__ = [
     "fingerprint",
 ]
 
-FORMAT_VERSION = 3
-"""The layout of stores, manifests and payloads; a store of another version is refused, never rewritten."""
+FORMAT_VERSION = 4
+"""The layout of stores, manifests and payloads; a store of another version is refused, never rewritten (4:
+payload records appended to segments; 3: a payload file per worker and snapshot)."""
 
 FINAL = 1 << 62
 """The epoch of the snapshot taken once every dataflow has finished: a run resuming from it has nothing to do."""

@@ -16,8 +16,10 @@ class SnapshotPolicy:
     The schedule depends on the epoch alone, so every worker (and every process that joins later) takes the
     same snapshots without asking the others; the end of a run (every dataflow finished) is always taken.
     A snapshot writes only what changed since the one before, plus, in turn, a ``1/rewrite_every`` share of
-    what did not (and a worker's log written in more than ``rewrite_every`` pieces is written again as one),
-    so a file of unchanged state is needed by at most ``rewrite_every`` snapshots and the store stays bounded.
+    what did not (a worker's value once every ``rewrite_every`` snapshots, and a worker's log written in more
+    than ``rewrite_every`` pieces again as one), so a record of unchanged state is needed by at most
+    ``rewrite_every`` snapshots and the store stays bounded; a worker's records go to one segment file per
+    window of ``rewrite_every`` snapshot epochs (:mod:`pytimely.recovery.segments`).
     """
 
     every_epochs: int = 1

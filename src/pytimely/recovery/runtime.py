@@ -80,7 +80,7 @@ class WorkerRecovery:
         opened = session.opened
         self._committed: Manifest | None = opened.manifest if opened is not None else None
         self._commits: list[tuple[Future[None], Callable[[], None]]] = []
-        self._retained = Retained(self._committed) if worker.index == 0 else None
+        self._retained = Retained(self._committed, session.kept) if worker.index == 0 else None
         self._final_committed = False
         self.durable_epoch = -1 if self._committed is None else self._committed.epoch
         """Worker 0: the epoch of the newest manifest whose commit is durable (written and synced)."""

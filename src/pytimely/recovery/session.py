@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -39,7 +40,7 @@ __all__ = ["Recovery", "Session"]
 Mode = Literal["resume", "fresh"]
 
 WRITERS = 4
-"""Threads a process writes payload files with."""
+"""Threads a process writes payload files with, in a store that cannot append (each its own file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +165,9 @@ class Recovery:
             resume = snapshots.get_run()
             return Session(self, snapshots, identity, None, resume or 0, process, True, threads)
         opened = snapshots.latest(identity, self.announce if first else None, at_most=at_most)
+        kept: list[tuple[str, set[str]]] = []
         if first:
-            snapshots.clean(None if opened is None else opened.manifest)
+            kept = snapshots.clean(None if opened is None else opened.manifest)
             if at_most is not None and opened is not None:
                 snapshots.prune(1, opened.manifest.epoch)
         resume = 0 if opened is None else opened.manifest.resume_epoch
@@ -176,7 +178,9 @@ class Recovery:
                     f"epoch {resume}"
                 )
                 print(f"resumed at {said}", file=self.announce, flush=True)
-        return Session(self, snapshots, identity, opened, resume, process, False, threads)
+        session = Session(self, snapshots, identity, opened, resume, process, False, threads)
+        session.kept = kept
+        return session
 
 
 class Session:
@@ -204,9 +208,14 @@ class Session:
         self.process = process
         self.joining = joining
         self.policy = recovery.policy
-        self.writer = threads.executor(WRITERS, "pytimely-snapshots")
+        self._threads = threads
+        self._writers: dict[int, Executor] = {}
+        self.writer = None if snapshots.appends else threads.executor(WRITERS, "pytimely-snapshots")
         """Writes payload files off the workers' threads (file system calls release the GIL); several at once, so
-        their fsyncs share the file system's journal commits."""
+        their fsyncs share the file system's journal commits. ``None`` in a store that appends: each worker has
+        a writer of its own (:meth:`writer_for`)."""
+        self.kept: list[tuple[str, set[str]]] = []
+        """The manifests the store kept at the start, oldest first, with the files each reads (first process)."""
         self.committer = threads.executor(1, "pytimely-commits")
         """Writes manifests, one after another (each after the payload files it names)."""
 
@@ -221,7 +230,21 @@ class Session:
 
         return WorkerRecovery(self, worker)
 
+    def writer_for(self, worker: int) -> Executor:
+        """The thread that writes worker ``worker``'s payloads: its own in a store that appends, so its records
+        reach their segments in order (the workers' writes, and their syncs, still run side by side)."""
+        if self.writer is not None:
+            return self.writer
+        writer = self._writers.get(worker)
+        if writer is None:
+            writer = self._writers[worker] = self._threads.executor(1, f"pytimely-snapshots-{worker}")
+        return writer
+
     def close(self) -> None:
-        """Stop the writer threads (writes in flight finish first)."""
-        self.writer.shutdown(wait=True)
+        """Stop the writer threads (writes in flight finish first) and let go of the segments written."""
+        if self.writer is not None:
+            self.writer.shutdown(wait=True)
+        for writer in list(self._writers.values()):
+            writer.shutdown(wait=True)
         self.committer.shutdown(wait=True)
+        self.snapshots.release()

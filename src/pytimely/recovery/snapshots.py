@@ -1,19 +1,23 @@
-"""Snapshots in a store: payload files first, a manifest naming each with its checksum last; retention; leftovers.
+"""Snapshots in a store: payload records first, a manifest naming each with its checksum last; retention; leftovers.
 
 Layout of a store (every name a blob of a :class:`~pytimely.recovery.store.SnapshotStore`)::
 
-    identity.json                             the job (:class:`Identity`), sealed; written once
-    run.json                                  the epoch the current run resumed at (for processes that join it)
-    dataflows/<k>.json                        the states dataflow k declares (:class:`Layout`), sealed
-    snapshots/<epoch>-<worker>-<k>-<token>    one worker's pieces of dataflow k's state at a snapshot
-    manifests/<epoch>                         the commit: every payload file with its SHA-256, every piece's place
+    identity.json                         the job (:class:`Identity`), sealed; written once
+    run.json                              the epoch the current run resumed at (for processes that join it)
+    dataflows/<k>.json                    the states dataflow k declares (:class:`Layout`), sealed
+    snapshots/<first>-<last>-<w>-<k>-<t>  a segment: worker w's records of dataflow k's state at the snapshots
+                                          of epochs first..last, run t (:mod:`~pytimely.recovery.segments`)
+    manifests/<epoch>                     the commit: every payload record with its SHA-256, every piece's place
+
+(A store that cannot append has ``snapshots/<epoch>-<worker>-<k>-<token>``, a record each, instead.)
 
 A snapshot of epoch ``e`` exists only once ``manifests/e`` does, opens under the store's seal, and every file it
 names is there with its size and checksum (:meth:`Snapshots.latest` checks all of it before anything is
 unpickled, and falls back to the snapshot before with a warning when the newest is not usable). Files of epochs
 after the newest usable snapshot belong to a run that died before its commit; :meth:`Snapshots.clean` removes
-them, and every temporary file a killed writer left, before a resumed run writes anything. Names carry a random
-token, so a rerun never writes over a file a manifest names.
+them, the files no remaining manifest names, and every temporary file a killed writer left, before a resumed
+run writes anything. Names carry a random token, so a rerun never writes over (or appends to) a file a manifest
+names.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from pytimely.errors import RecoveryMismatchError, SnapshotSealError
+from pytimely.errors import RecoveryError, RecoveryMismatchError, SnapshotSealError
 from pytimely.recovery.manifest import Identity, Layout, Manifest, Seal, digest, epoch_name, epoch_of
-from pytimely.recovery.store import SnapshotStore
+from pytimely.recovery.segments import container, record_name, segment_last, segment_token, split_record
+from pytimely.recovery.store import AppendingStore, SnapshotStore
 
 __all__ = ["Opened", "RecoveryWarning", "Retained", "Snapshots"]
 
@@ -38,19 +43,26 @@ _OURS = ("identity.json", "run.json", "dataflows", "snapshots", "manifests")
 
 class Retained:
     """What the committing worker keeps in mind of its commits, so retention needs no listing: the manifests
-    kept, the files each names, and every payload file it has seen named."""
+    kept, the files each reads (a record's segment, or a payload file), and every such file it has seen named."""
 
-    def __init__(self, start: Manifest | None = None) -> None:
+    def __init__(self, start: Manifest | None = None, earlier: list[tuple[str, set[str]]] | None = None) -> None:
+        """``start``: the snapshot restored from; ``earlier``: the older manifests the store kept, each with the
+        files it reads (so that they go in turn, with what only they read, as if this run had committed them)."""
         self._kept: list[tuple[str, set[str]]] = []
         self._seen: set[str] = set()
         if start is not None:
-            self._kept.append((f"manifests/{epoch_name(start.epoch)}", start.file_names()))
-            self._seen |= start.file_names()
+            name = f"manifests/{epoch_name(start.epoch)}"
+            self._kept = [(n, f) for n, f in earlier or [] if n != name] + [(name, _containers(start))]
+            for _, files in self._kept:
+                self._seen |= files
 
     def commit(self, manifest: Manifest, keep: int) -> list[tuple[str, list[str]]]:
-        """Note ``manifest`` as committed; the manifests to remove now, each with the files only it needed."""
+        """Note ``manifest`` as committed; the manifests to remove now, each with the files only it needed.
+
+        A segment whose window is not over yet is kept though no manifest reads it now: a worker may still
+        append to it (it goes once its last epoch is committed)."""
         name = f"manifests/{epoch_name(manifest.epoch)}"
-        files = manifest.file_names()
+        files = _containers(manifest)
         self._seen |= files
         self._kept = [(n, f) for n, f in self._kept if n != name] + [(name, files)]
         gone = self._kept[: max(0, len(self._kept) - keep)]
@@ -58,10 +70,22 @@ class Retained:
         live = set().union(*(f for _, f in self._kept)) if self._kept else set()
         out = []
         for removed, _ in gone:
-            dead = sorted(self._seen - live)
-            self._seen &= live
+            dead = sorted(f for f in self._seen - live if _over(f, manifest.epoch))
+            self._seen.difference_update(dead)
             out.append((removed, dead))
         return out
+
+
+def _containers(manifest: Manifest) -> set[str]:
+    """The files a manifest reads: each record's segment, each payload file."""
+    return {container(name) for name in manifest.file_names()}
+
+
+def _over(name: str, committed: int) -> bool:
+    """Whether no worker appends to ``name`` any more once ``committed`` is: a payload file, or a segment
+    whose window ends at or before it."""
+    last = segment_last(name)
+    return last is None or last <= committed
 
 
 class RecoveryWarning(UserWarning):
@@ -87,9 +111,17 @@ class Snapshots:
 
     store: SnapshotStore
     seal: Seal
-    _token: str = field(default_factory=lambda: secrets.token_hex(6), init=False, repr=False)
+    token: str = field(default_factory=lambda: secrets.token_hex(6), init=False, repr=False)
     """Random, once per opening: payload names of this run differ from every earlier run's."""
     _count: Iterator[int] = field(default_factory=count, init=False, repr=False)
+    _appending: AppendingStore | None = field(default=None, init=False, repr=False)
+    """The store, if it can append (checked once: a protocol check costs as much as a small write)."""
+    _open: set[str] = field(default_factory=set, init=False, repr=False)
+    """Segments this opening appends to and has not let go of yet."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.store, AppendingStore):
+            self._appending = self.store
 
     @property
     def where(self) -> str:
@@ -168,12 +200,37 @@ class Snapshots:
     def payload_name(self, epoch: int, worker: int, dataflow: int) -> str:
         """A fresh name for a worker's payload file of a dataflow at ``epoch`` (no system call: a worker's step
         that made one could lose the interpreter to another thread until the switch interval passes)."""
-        return f"snapshots/{epoch_name(epoch)}-{worker:05d}-{dataflow:03d}-{self._token}{next(self._count):x}"
+        return f"snapshots/{epoch_name(epoch)}-{worker:05d}-{dataflow:03d}-{self.token}{next(self._count):x}"
 
     def put_payload(self, name: str, data: bytes) -> tuple[str, int, str]:
         """Write a payload file; ``(name, size, sha256)`` as the manifest will name it."""
         self.store.put_new(name, data)
         return name, len(data), digest(data)
+
+    @property
+    def appends(self) -> bool:
+        """Whether payloads go to segments (:mod:`pytimely.recovery.segments`): the store can append."""
+        return self._appending is not None
+
+    def append_record(self, segment: str, offset: int, data: bytes, finished: str | None) -> tuple[str, int, str]:
+        """Write a record at ``offset`` of ``segment`` (durable on return), first letting go of the segment
+        ``finished`` (written no more); ``(record name, size, sha256)`` as the manifest will name it."""
+        store = self._appending
+        if store is None:
+            raise RecoveryError(f"recovery store {self.where} cannot append records", self.where)
+        if finished is not None:
+            store.release(finished)
+            self._open.discard(finished)
+        self._open.add(segment)
+        store.write_at(segment, offset, data)
+        return record_name(segment, offset), len(data), digest(data)
+
+    def release(self) -> None:
+        """Let go of every segment this opening appended to (its writes are over)."""
+        if self._appending is not None:
+            for segment in sorted(self._open):
+                self._appending.release(segment)
+        self._open.clear()
 
     def commit(self, manifest: Manifest, keep: int, retained: Retained | None = None) -> None:
         """Commit ``manifest`` (its payload files must be written) and remove what no kept snapshot needs.
@@ -181,7 +238,7 @@ class Snapshots:
         With ``retained`` (the committer's memory of what it committed) nothing is listed or read back: files
         no kept manifest names are removed as they are known to be.
         """
-        self.store.persist(manifest.file_names())
+        self.store.persist([name for name in manifest.file_names() if split_record(name) is None])
         self.store.put(f"manifests/{epoch_name(manifest.epoch)}", self.seal.wrap("manifest", manifest.to_json()))
         if retained is None:
             self.prune(keep, manifest.epoch)
@@ -207,10 +264,12 @@ class Snapshots:
                 manifest = None
             if manifest is None:
                 return  # something is off: remove nothing rather than something a snapshot needs
-            live |= manifest.file_names()
+            live |= _containers(manifest)
         for name in self.store.list("snapshots"):
             epoch = epoch_of(name)
-            if epoch is not None and epoch <= newest and name not in live:
+            if epoch is None or epoch > newest or name in live:
+                continue
+            if _over(name, newest) or segment_token(name) != self.token:  # another run's segment is written no more
                 self.store.delete(name)
 
     # -- reading -----------------------------------------------------------------------------
@@ -254,7 +313,7 @@ class Snapshots:
             files: dict[str, bytes] = {}
             fault = None
             for file_name, size, sha in manifest.files:
-                data: bytes | None = self.store.get(file_name)
+                data = self._read(file_name, size)
                 if data is None:
                     fault = f"{file_name} is missing"
                 elif len(data) != size:
@@ -274,23 +333,53 @@ class Snapshots:
                   "first epoch", announce)
         return None
 
+    def _read(self, name: str, size: int) -> bytes | None:
+        """The bytes of a payload file, or of a record (``size`` of them at most), or ``None`` if it is gone."""
+        split = split_record(name)
+        if split is None:
+            return self.store.get(name)
+        if self._appending is None:
+            return None
+        return self._appending.read_at(split[0], split[1], size)
+
     # -- leftovers -----------------------------------------------------------------------------
 
-    def clean(self, latest: Manifest | None) -> None:
-        """Remove what runs that died left after ``latest``: manifests, payload folders, temporary files."""
+    def clean(self, latest: Manifest | None) -> list[tuple[str, set[str]]]:
+        """Remove what runs that died left after ``latest``: manifests, payload folders, temporary files; the
+        manifests kept, oldest first, each with the files it reads (empty when one of them does not open)."""
         limit = -1 if latest is None else latest.epoch
+        kept = []
         for name in self.store.list("manifests"):
             epoch = epoch_of(name)
             if epoch is None or epoch > limit:
                 self.store.delete(name)  # torn, damaged or never committed: never used
+            else:
+                kept.append(name)
+        named = self._named_by(kept)
+        live = None if named is None else set().union(*(files for _, files in named))
         for name in self.store.list("snapshots"):
             epoch = epoch_of(name)
-            if epoch is None or epoch > limit:
-                self.store.delete(name)
+            if epoch is None or epoch > limit or (live is not None and container(name) not in live):
+                self.store.delete(name)  # written after the snapshot, or named by no manifest left
         if latest is None:
             for name in self.store.list("dataflows"):
                 self.store.delete(name)
         self.store.sweep()
+        return named or []
+
+    def _named_by(self, manifests: list[str]) -> list[tuple[str, set[str]]] | None:
+        """Each of ``manifests`` with the files it reads; ``None`` if one of them does not open (then nothing is
+        known to be unneeded)."""
+        named = []
+        for name in manifests:
+            try:
+                manifest = self._read_manifest(name)
+            except SnapshotSealError:
+                return None
+            if manifest is None:
+                return None
+            named.append((name, _containers(manifest)))
+        return named
 
     def wipe(self) -> None:
         """Empty the store for a fresh start (``--recovery-mode fresh``); a folder with other files is refused."""

@@ -6,6 +6,10 @@ helper ``io`` and the Spark session share), or one object PUT on S3 (:class:`~py
 FsspecStore`). What makes a snapshot count (a manifest committed after its payloads) is built on top of that in
 :mod:`pytimely.recovery.snapshots`, the same for every store. A put that fails (a full disk) raises
 :class:`~pytimely.errors.StoreWriteError` naming the blob and leaves no part of it under its name.
+
+A store that can also write a blob piece by piece at an offset (:class:`AppendingStore`: a local folder) gets
+the snapshots' payload records appended to segment files (:mod:`pytimely.recovery.segments`), which a snapshot
+then writes with one ``pwrite`` and one ``fdatasync`` of a file it keeps open.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Protocol, runtime_checkable
 from pytimely.atomic import remove_stale, write_atomic
 from pytimely.errors import OutputPathError, RecoveryError, StoreNotWritableError, StoreWriteError
 
-__all__ = ["LocalStore", "SnapshotStore", "open_store"]
+__all__ = ["AppendingStore", "LocalStore", "SnapshotStore", "open_store"]
 
 
 @runtime_checkable
@@ -65,8 +69,28 @@ class SnapshotStore(Protocol):
         ...
 
 
+@runtime_checkable
+class AppendingStore(SnapshotStore, Protocol):
+    """A store whose blobs can be written piece by piece at an offset (a local folder): snapshots append their
+    records to segment files (:mod:`pytimely.recovery.segments`) instead of writing a file each."""
+
+    def write_at(self, name: str, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` of blob ``name`` (created, durably, when first written) and make it durable
+        before returning. Writes of one blob come from one thread, in order; nothing reads a blob being written."""
+        ...
+
+    def read_at(self, name: str, offset: int, length: int) -> bytes | None:
+        """Up to ``length`` bytes of ``name`` from ``offset`` (fewer when it is shorter), or ``None`` if it is gone."""
+        ...
+
+    def release(self, name: str | None = None) -> None:
+        """Close what writing ``name`` keeps open (every blob with ``None``); it is written no more."""
+        ...
+
+
 class LocalStore:
-    """A :class:`SnapshotStore` in a local folder: one file per blob, written durably (fsync, then rename)."""
+    """A :class:`SnapshotStore` in a local folder: one file per blob, written durably (fsync, then rename); an
+    :class:`AppendingStore`, whose segments stay open between writes."""
 
     def __init__(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:
         self.root = Path(path)
@@ -74,6 +98,8 @@ class LocalStore:
         self.durable = durable
         """fsync every blob and its folder before the rename (off only for benchmarks of the cost)."""
         self._folders: set[Path] = set()
+        self._open: dict[str, int] = {}
+        """Segments being appended to: name -> file descriptor."""
 
     def __repr__(self) -> str:
         return f"LocalStore({self.location!r})"
@@ -109,7 +135,8 @@ class LocalStore:
             if path.parent not in self._folders:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._folders.add(path.parent)
-            write_atomic(path, data, durable=self.durable)
+            # No listing for abandoned temporaries at each put: sweep() removes them when a run starts.
+            write_atomic(path, data, durable=self.durable, tidy=False)
         except (OSError, OutputPathError) as exc:
             reason = getattr(exc, "strerror", None) or exc
             raise StoreWriteError(
@@ -158,6 +185,66 @@ class LocalStore:
                     f"recovery store {self.location}: cannot sync {os.fspath(folder)}: {exc.strerror or exc}",
                     os.fspath(folder),
                 ) from None
+
+    def write_at(self, name: str, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` of ``name`` and ``fdatasync`` it; the first write creates the file (a new
+        name) and fsyncs its folder. The file stays open for the next write until :meth:`release`."""
+        fd = self._open.get(name)
+        try:
+            if fd is None:
+                path = self._path(name)
+                if path.parent not in self._folders:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self._folders.add(path.parent)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                self._open[name] = fd
+                if self.durable:
+                    _sync_folder(path.parent)
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
+            if self.durable:
+                _datasync(fd)
+        except OSError as exc:
+            raise StoreWriteError(
+                f"recovery store {self.location}: cannot write {name}: {exc.strerror or exc} (the last committed "
+                "snapshot is untouched)", os.fspath(self._path(name)),
+            ) from None
+
+    def read_at(self, name: str, offset: int, length: int) -> bytes | None:
+        """Up to ``length`` bytes of ``name`` from ``offset``, or ``None`` if there is no such file."""
+        path = self._path(name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise RecoveryError(f"recovery store {self.location}: cannot read {name}: {exc.strerror or exc}",
+                                os.fspath(path)) from None
+        try:
+            chunks = []
+            while length > 0:
+                chunk = os.pread(fd, length, offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                length -= len(chunk)
+                offset += len(chunk)
+            return b"".join(chunks)
+        except OSError as exc:
+            raise RecoveryError(f"recovery store {self.location}: cannot read {name}: {exc.strerror or exc}",
+                                os.fspath(path)) from None
+        finally:
+            os.close(fd)
+
+    def release(self, name: str | None = None) -> None:
+        """Close the segment ``name`` (every open one with ``None``)."""
+        for segment in list(self._open) if name is None else [name]:
+            fd = self._open.pop(segment, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def get(self, name: str) -> bytes | None:
         """The bytes of ``name`` or ``None``; a file that exists but cannot be read is a :class:`RecoveryError`."""
@@ -214,6 +301,18 @@ class LocalStore:
                     # ``.<target>.<host>.<pid>.<token>.tmp``: remove_stale proves it abandoned before removing it.
                     removed.extend(os.fspath(p) for p in remove_stale(Path(folder, target)))
         return removed
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)
+"""``fdatasync`` where the platform has it (not macOS): the data and the file's size, not its times."""
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _target_of(name: str) -> str | None:
