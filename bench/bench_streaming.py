@@ -38,7 +38,9 @@ half as many vertices, seed 42) in ``K`` files (default 10), one per micro-batch
 The labels after the last micro-batch are checked against GraphX's.
 
 Restart (``--parts restart``): components over ``--restart-at`` micro-batches of history (default 10,50,200;
-``--restart-edges`` edges per micro-batch, default 2,000 over 20,000 vertices), files added to the folder in
+``--restart-edges`` edges per micro-batch, default 2,000 over 20,000 vertices; its state grows with the edges), or
+with ``--restart-query wordcount`` the running word count (as many words per micro-batch, drawn uniformly from the
+20,000 words: once they are all seen the state stops growing, and only the history grows), files added to the folder in
 steps; after each step one more file is added and the query is started again: the time of that run (Spark's
 query start, the state's restore and the one new micro-batch), of the restore on the driver, of the micro-batch
 (Spark's ``triggerExecution``) and the checkpoint's size are reported, for each of ``--restart-contenders``:
@@ -359,7 +361,7 @@ RESTART_CONTENDERS = {
 
 
 def _restart_run(spark: Any, directory: Path, scratch: Path, contender: str, args: argparse.Namespace) -> Any:
-    """One run of the components query over what ``directory`` holds that the checkpoint has not committed."""
+    """One run of the restart query over what ``directory`` holds that the checkpoint has not committed."""
     from pytimely.spark.streaming import CsvDirectorySink, ReplayRestore, StreamCheckpoint, run_stream
 
     checkpoint = StreamCheckpoint(scratch / f"restart-ck-{contender}")
@@ -368,9 +370,14 @@ def _restart_run(spark: Any, directory: Path, scratch: Path, contender: str, arg
         where["restore"] = ReplayRestore(checkpoint)
     elif contender == "executors":
         where.update(host="executors", processes=args.processes)
-    source = stream_wcc.edge_stream(spark, str(directory), "csv", 1)
+    if args.restart_query == "wordcount":
+        build, schema = stream_wordcount.running_counts, stream_wordcount.SCHEMA
+        source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(directory))
+    else:
+        build, schema = stream_wcc.components, stream_wcc.SCHEMA
+        source = stream_wcc.edge_stream(spark, str(directory), "csv", 1)
     return run_stream(
-        stream_wcc.components, source, stream_wcc.SCHEMA, sink=CsvDirectorySink(scratch / f"out-{contender}"),
+        build, source, schema, sink=CsvDirectorySink(scratch / f"out-{contender}"),
         checkpoint=checkpoint, query="bench_restart", available_now=True, **where,
     )
 
@@ -379,20 +386,26 @@ def restart_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Ro
     """Restart time after growing histories: the time of a run that restores the state and processes one new
     micro-batch, for each contender of ``--restart-contenders``."""
     rng = np.random.default_rng(5)
-    directory = scratch / "restart-edges"
+    directory = scratch / "restart-input"
     directory.mkdir()
     base = time.time() - 100_000
     rows: list[Row] = []
     written = 0
+    vocabulary = np.array([f"w{i}" for i in range(WORDS)])
 
     def write_until(end: int) -> None:
         nonlocal written
         for k in range(written, end):
-            path = directory / f"e{k:05d}.csv"
-            edges = rng.integers(0, 20_000, size=(args.restart_edges, 2), dtype=np.int64)
-            with path.open("w") as handle:
-                handle.write("src,dst\n")
-                np.savetxt(handle, edges, fmt="%d", delimiter=",")
+            if args.restart_query == "wordcount":
+                path = directory / f"t{k:05d}.txt"
+                drawn = rng.integers(0, WORDS, size=args.restart_edges)  # uniform: the state fills up soon
+                path.write_text("\n".join(vocabulary[drawn].tolist()) + "\n")
+            else:
+                path = directory / f"e{k:05d}.csv"
+                edges = rng.integers(0, 20_000, size=(args.restart_edges, 2), dtype=np.int64)
+                with path.open("w") as handle:
+                    handle.write("src,dst\n")
+                    np.savetxt(handle, edges, fmt="%d", delimiter=",")
             os.utime(path, (base + k, base + k))
         written = max(written, end)
 
@@ -584,7 +597,10 @@ def main() -> None:
     command.add_argument("--parts", type=lambda text: text.split(","), default=["wordcount", "components"],
                          help="which parts to run: wordcount,components,restart,scaling (default the first two)")
     command.add_argument("--restart-at", type=_counts, default=[10, 50, 200])
-    command.add_argument("--restart-edges", type=int, default=2_000)
+    command.add_argument("--restart-edges", type=int, default=2_000, help="rows (edges or words) per micro-batch")
+    command.add_argument("--restart-query", choices=["components", "wordcount"], default="components",
+                         help="the restart part's query: components (its state grows with the edges) or the word "
+                         "count (its state bounded by the 20,000 words)")
     command.add_argument("--restart-contenders", type=lambda text: text.split(","), default=list(RESTART_CONTENDERS),
                          help="restart contenders: snapshots,replay,executors (default all)")
     command.add_argument("--master", help="a Spark master URL (spark://HOST:PORT), or 'standalone': a cluster of "
@@ -609,7 +625,7 @@ def main() -> None:
     if set(args.restart_contenders) - set(RESTART_CONTENDERS):
         command.error(f"--restart-contenders names {', '.join(RESTART_CONTENDERS)}")
     facts, rows = run(args)
-    words = [row for row in rows if "rows_per_batch" in row]
+    words = [row for row in rows if "rows_per_batch" in row and row["id"] not in ("s1", "s2")]
     graph = [row for row in rows if row["id"] == "c-d-e"]
     restarts = [row for row in rows if row["id"] in ("f", "g", "h")]
     scaling = [row for row in rows if row["id"] in ("s1", "s2")]
@@ -623,7 +639,9 @@ def main() -> None:
                  f"stage takes {graph[0]['two_row_stage_s']} s):")
         tables.append(Table(GRAPH_COLUMNS, graph, title))
     if restarts:
-        title = f"Restart of components after a history of micro-batches ({args.restart_edges:,} edges each):"
+        what = "edges" if args.restart_query == "components" else "words"
+        title = (f"Restart of {args.restart_query} after a history of micro-batches ({args.restart_edges:,} {what} "
+                 "each):")
         tables.append(Table(RESTART_COLUMNS, restarts, title))
     if scaling:
         title = (f"Running word count on the executors, 1 process against 2 ({facts['master']}, "
