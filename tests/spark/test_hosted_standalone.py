@@ -100,7 +100,7 @@ def test_both_examples_on_two_workers_over_rounds_of_files(cluster: Any, tmp_pat
     """stream_wordcount and stream_wcc with ``--processes 2`` on ``spark://`` (two workers), each over two rounds of
     two files (a driver of its own per round, one file per micro-batch): every micro-batch is committed once and
     equals its reference (the second round resumed from the snapshots), each process writes its part, and the two
-    processes ran on different workers. ~250 s."""
+    processes ran on different workers. ~300 s (four drivers, each starting two executors)."""
     rng = random.Random(29)
     conf_dir, events = tmp_path / "conf", tmp_path / "events"
     words, out, ck = tmp_path / "words", tmp_path / "counted", tmp_path / "ck-words"
