@@ -1,12 +1,16 @@
 """Streaming on Spark: pytimely's micro-batches against Spark's own stateful streaming, in one run.
 
-    python bench/bench_streaming.py [--parts wordcount,components,restart] [--sizes 10k,100k,1M] [--batches B]
+    python bench/bench_streaming.py [--parts wordcount,components,restart,scaling] [--sizes 10k,100k,1M] [--batches B]
                                     [--contenders driver,executors,native,pandas] [--processes N]
                                     [--dataflow example|arrow]
                                     [--edges N] [--edge-batches K] [--graphx-at 1,5,10] [--slots S] [--quick] [--json]
+                                    [--restart-at 10,50,200] [--restart-contenders snapshots,replay,executors]
+                                    [--master spark://HOST:PORT | --master standalone [--standalone-workers W]]
 
-One local Spark (``S`` slots, default 2), started once (its start-up is reported, not counted). ``--parts``
-picks the parts to run (default wordcount and components), each of which can run alone.
+One Spark, started once (its start-up is reported, not counted): local (``S`` slots, default 2), or the master of
+``--master``, or (``--master standalone``) a standalone cluster of ``W`` workers (default 2) of ``S`` cores each,
+started by the bench on loopback from PySpark's own launcher and stopped at its end. ``--parts`` picks the parts
+to run (default wordcount and components), each of which can run alone.
 
 Word count (latency and throughput, ``--parts wordcount``): at each size of ``--sizes`` (rows per micro-batch,
 default 10,000, 100,000 and 1,000,000; ``--quick``: 2,000), ``B`` text files (default 8) of that many lines of
@@ -36,10 +40,19 @@ half as many vertices, seed 42) in ``K`` files (default 10), one per micro-batch
 The labels after the last micro-batch are checked against GraphX's.
 
 Restart (``--parts restart``): components over ``--restart-at`` micro-batches of history (default 10,50,200;
-``--restart-edges`` edges per micro-batch, default 2,000 over 20,000 vertices), files added to the folder in
-steps; after each step the query is started again with nothing new to read, and the time of that run (Spark's
-query start included) and of the state's restore are reported, with the checkpoint's size:
-(f) state from the newest snapshot (the default); (g) ``ReplayRestore``: every staged input fed again.
+``--restart-edges`` edges per micro-batch, default 2,000 over 20,000 vertices; its state grows with the edges), or
+with ``--restart-query wordcount`` the running word count (as many words per micro-batch, drawn uniformly from the
+20,000 words: once they are all seen the state stops growing, and only the history grows), files added to the folder in
+steps; after each step one more file is added and the query is started again: the time of that run (Spark's
+query start, the state's restore and the one new micro-batch), of the restore on the driver, of the micro-batch
+(Spark's ``triggerExecution``) and the checkpoint's size are reported, for each of ``--restart-contenders``:
+(f) driver-hosted, state from the newest snapshot (the default); (g) driver-hosted, ``ReplayRestore``: every
+staged input fed again; (h) on the executors (``--processes N``): the hosted processes started again restore the
+newest committed snapshot from the recovery store (their restore is inside the run and the micro-batch's time).
+
+Scaling (``--parts scaling``; meant for ``--master``): the word count of (x) on the executors with 1 process and
+with 2, over the same micro-batches at each of ``--sizes``, taking turns ``--scaling-runs`` times (default 2; the
+best p50 of each kept); the ratio is 2 processes' rows/s over 1's.
 """
 
 from __future__ import annotations
@@ -368,53 +381,153 @@ def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def restart_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
-    """Restart time after growing histories: snapshots (f) against replaying the staged inputs (g)."""
+RESTART_CONTENDERS = {
+    "snapshots": ("f", "snapshots, driver-hosted"),
+    "replay": ("g", "ReplayRestore, driver-hosted"),
+    "executors": ("h", "snapshots, on the executors"),
+}
+
+
+def _restart_run(spark: Any, directory: Path, scratch: Path, contender: str, args: argparse.Namespace) -> Any:
+    """One run of the restart query over what ``directory`` holds that the checkpoint has not committed."""
     from pytimely.spark.streaming import CsvDirectorySink, ReplayRestore, StreamCheckpoint, run_stream
 
+    checkpoint = StreamCheckpoint(scratch / f"restart-ck-{contender}")
+    where: dict[str, Any] = {}
+    if contender == "replay":
+        where["restore"] = ReplayRestore(checkpoint)
+    elif contender == "executors":
+        where.update(host="executors", processes=args.processes)
+    if args.restart_query == "wordcount":
+        build, schema = stream_wordcount.running_counts, stream_wordcount.SCHEMA
+        source = spark.readStream.option("maxFilesPerTrigger", 1).text(str(directory))
+    else:
+        build, schema = stream_wcc.components, stream_wcc.SCHEMA
+        source = stream_wcc.edge_stream(spark, str(directory), "csv", 1)
+    return run_stream(
+        build, source, schema, sink=CsvDirectorySink(scratch / f"out-{contender}"),
+        checkpoint=checkpoint, query="bench_restart", available_now=True, **where,
+    )
+
+
+def restart_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
+    """Restart time after growing histories: the time of a run that restores the state and processes one new
+    micro-batch, for each contender of ``--restart-contenders``."""
     rng = np.random.default_rng(5)
-    directory = scratch / "restart-edges"
+    directory = scratch / "restart-input"
     directory.mkdir()
     base = time.time() - 100_000
     rows: list[Row] = []
     written = 0
-    for at in args.restart_at:
-        for k in range(written, at):
-            path = directory / f"e{k:05d}.csv"
-            edges = rng.integers(0, 20_000, size=(args.restart_edges, 2), dtype=np.int64)
-            with path.open("w") as handle:
-                handle.write("src,dst\n")
-                np.savetxt(handle, edges, fmt="%d", delimiter=",")
+    vocabulary = np.array([f"w{i}" for i in range(WORDS)])
+
+    def write_until(end: int) -> None:
+        nonlocal written
+        for k in range(written, end):
+            if args.restart_query == "wordcount":
+                path = directory / f"t{k:05d}.txt"
+                drawn = rng.integers(0, WORDS, size=args.restart_edges)  # uniform: the state fills up soon
+                path.write_text("\n".join(vocabulary[drawn].tolist()) + "\n")
+            else:
+                path = directory / f"e{k:05d}.csv"
+                edges = rng.integers(0, 20_000, size=(args.restart_edges, 2), dtype=np.int64)
+                with path.open("w") as handle:
+                    handle.write("src,dst\n")
+                    np.savetxt(handle, edges, fmt="%d", delimiter=",")
             os.utime(path, (base + k, base + k))
-        written = at
-        for ident, name in (("f", "snapshots"), ("g", "replay")):
-            checkpoint = StreamCheckpoint(scratch / f"restart-ck-{name}")
-            restore = ReplayRestore(checkpoint) if name == "replay" else None
-            runs = []
-            for _ in range(2):  # the history's micro-batches, then a restart with nothing new
-                source = stream_wcc.edge_stream(spark, str(directory), "csv", 1)
-                started = time.perf_counter()
-                done = run_stream(
-                    stream_wcc.components, source, stream_wcc.SCHEMA, sink=CsvDirectorySink(scratch / f"out-{name}"),
-                    checkpoint=checkpoint, query="bench_restart", restore=restore, available_now=True,
-                )
-                runs.append((time.perf_counter() - started, done))
-            (restart_s, again) = runs[1]
+        written = max(written, end)
+
+    for at in args.restart_at:
+        write_until(at)
+        for contender in args.restart_contenders:  # the history's micro-batches not yet run
+            _restart_run(spark, directory, scratch, contender, args)
+        write_until(at + 1)  # the one micro-batch the restart processes
+        for contender in args.restart_contenders:
+            ident, name = RESTART_CONTENDERS[contender]
+            if contender == "executors":
+                name = f"{name} ({args.processes} process{'es' if args.processes > 1 else ''})"
+            started = time.perf_counter()
+            again = _restart_run(spark, directory, scratch, contender, args)
+            restart_s = time.perf_counter() - started
+            if again.processed != [at]:
+                raise SystemExit(f"bench_streaming: the {contender} restart processed {again.processed}, not [{at}]")
             rows.append({
                 "id": ident, "contender": name, "history": at, "restart_s": round(restart_s, 2),
-                "restore_s": round(again.restore_s, 3), "checkpoint_kb": round(_folder_bytes(checkpoint.root) / 1024),
+                "restore_s": round(again.restore_s, 3) if contender != "executors" else None,
+                "first_batch_ms": round(again.trigger_ms[at]),
+                "checkpoint_kb": round(_folder_bytes(scratch / f"restart-ck-{contender}") / 1024),
             })
     return rows
 
 
+def scaling_rows(spark: Any, scratch: Path, args: argparse.Namespace) -> list[Row]:
+    """The word count on the executors with 1 process and with 2, over the same micro-batches, taking turns;
+    ratio: 2 processes' rows/s over 1's, at each size."""
+    rows: list[Row] = []
+    for size in args.sizes:
+        directory = scratch / f"scaling-{size}"
+        expected = write_lines(directory, args.batches, size)
+        spark.read.text(str(min(directory.iterdir()))).count()
+        best: dict[int, Row] = {}
+        for turn in range(args.scaling_runs):
+            for processes in (1, 2):
+                out, checkpoint = scratch / f"scale-{processes}-{turn}-out", scratch / f"scale-{processes}-{turn}-ck"
+                given = argparse.Namespace(**{**vars(args), "processes": processes})
+                times = pytimely_word_count(spark, directory, out, checkpoint, given, executors=True)
+                if final_counts(out) != expected:
+                    raise SystemExit(f"bench_streaming: {processes} process(es) at {size:,} rows miscounted")
+                row = latency_row("executors", size, times)
+                row.update(id=f"s{processes}", contender=f"on the executors, {processes} process(es)",
+                           processes=processes)  # fmt: skip
+                if processes not in best or row["p50_ms"] < best[processes]["p50_ms"]:
+                    best[processes] = row
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(checkpoint, ignore_errors=True)
+        best[2]["throughput_vs_one"] = round(best[2]["rows_per_s"] / best[1]["rows_per_s"], 2)
+        best[2]["p50_vs_one"] = round(best[1]["p50_ms"] / best[2]["p50_ms"], 2)
+        rows += [best[1], best[2]]
+        shutil.rmtree(directory, ignore_errors=True)
+    return rows
+
+
+def session(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The bench's session (``local[S]``, ``--master URL``, or a standalone cluster this bench starts), and what
+    stops that cluster (``None``: nothing to stop)."""
+    from pytimely.spark import local_session
+    from pytimely.spark.session import session_for, wait_for_slots
+
+    cluster = None
+    master = args.master
+    if master == "standalone":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.spark.standalone import start_standalone
+
+        cluster = start_standalone(Path(tempfile.mkdtemp(prefix="bench-standalone-")), cores=args.slots,
+                                   workers=args.standalone_workers)  # fmt: skip
+        master = cluster.url
+    try:
+        if master is None:
+            return local_session(args.slots, app_name="bench-streaming"), None
+        spark = session_for(master, app_name="bench-streaming")
+        if cluster is not None:
+            # Every executor registered before the first job: else the hosting job may find one executor alone.
+            wait_for_slots(spark, cluster.workers * cluster.cores, 120.0, settle=15.0)
+        return spark, cluster
+    except BaseException:
+        if cluster is not None:
+            cluster.stop()
+        raise
+
+
 def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     """Start Spark, run both parts, return the facts and the rows."""
-    from pytimely.spark import local_session
+    from pytimely.spark.session import concurrent_slots, master_of
 
     started = time.perf_counter()
-    spark = local_session(args.slots, app_name="bench-streaming")
+    spark, cluster = session(args)
     facts: Row = {
         "python": platform.python_version(), "spark": spark.version, "slots": args.slots,
+        "master": "standalone" if cluster is not None else master_of(spark), "cluster_slots": concurrent_slots(spark),
         "spark_start_s": round(time.perf_counter() - started, 1), "batches": args.batches,
         "sizes": args.sizes, "processes": args.processes, "executors_path": executors_available(),
         "dataflow": args.dataflow,
@@ -427,8 +540,13 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
             rows += components_rows(spark, scratch, args)
         if "restart" in args.parts:
             rows += restart_rows(spark, scratch, args)
+        if "scaling" in args.parts:
+            rows += scaling_rows(spark, scratch, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if cluster is not None:
+            spark.stop()
+            cluster.stop()
     return facts, rows
 
 
@@ -470,9 +588,19 @@ RESTART_COLUMNS = [
     Column("", "id"),
     Column("state", "contender"),
     Column("history", "history"),
-    Column("restart (query start included)", "restart_s", "{} s"),
-    Column("restore", "restore_s", "{} s"),
+    Column("restart + 1 micro-batch (query start included)", "restart_s", "{} s"),
+    Column("restore on the driver", "restore_s", "{} s"),
+    Column("that micro-batch", "first_batch_ms", "{:,} ms"),
     Column("checkpoint", "checkpoint_kb", "{:,} KiB"),
+]
+SCALING_COLUMNS = [
+    Column("", "id"),
+    Column("rows per micro-batch", "rows_per_batch", "{:,}"),
+    Column("query", "contender"),
+    Column("p50 per micro-batch", "p50_ms", "{:,} ms"),
+    Column("p99", "p99_ms", "{:,} ms"),
+    Column("rows/s", "rows_per_s", "{:,}"),
+    Column("2 processes against 1 (rows/s)", "throughput_vs_one", "**{}x**"),
 ]
 
 
@@ -499,13 +627,22 @@ def main() -> None:
     command.add_argument("--graphx-at", default="", help="1-based micro-batches to recompute GraphX at")
     command.add_argument("--slots", type=int, default=2)
     command.add_argument("--parts", type=lambda text: text.split(","), default=["wordcount", "components"],
-                         help="which parts to run: wordcount,components,restart (default the first two)")
+                         help="which parts to run: wordcount,components,restart,scaling (default the first two)")
     command.add_argument("--restart-at", type=_counts, default=[10, 50, 200])
-    command.add_argument("--restart-edges", type=int, default=2_000)
+    command.add_argument("--restart-edges", type=int, default=2_000, help="rows (edges or words) per micro-batch")
+    command.add_argument("--restart-query", choices=["components", "wordcount"], default="components",
+                         help="the restart part's query: components (its state grows with the edges) or the word "
+                         "count (its state bounded by the 20,000 words)")
+    command.add_argument("--restart-contenders", type=lambda text: text.split(","), default=list(RESTART_CONTENDERS),
+                         help="restart contenders: snapshots,replay,executors (default all)")
+    command.add_argument("--master", help="a Spark master URL (spark://HOST:PORT), or 'standalone': a cluster of "
+                         "--standalone-workers workers of --slots cores each, started (and stopped) by this bench")
+    command.add_argument("--standalone-workers", type=int, default=2)
+    command.add_argument("--scaling-runs", type=int, default=2, help="turns of 1 and 2 processes (the best kept)")
     args = command.parse_args()
     if args.quick:
         args.batches, args.sizes, args.edges, args.edge_batches = 4, [2_000], 20_000, 3
-        args.restart_at, args.restart_edges = [2, 4], 200
+        args.restart_at, args.restart_edges, args.scaling_runs = [2, 4], 200, 1
     if set(args.contenders) - set(CONTENDERS):
         command.error(f"--contenders names {', '.join(CONTENDERS)}")
     if args.batches < 3:
@@ -515,12 +652,15 @@ def main() -> None:
     args.graphx_at = given or sorted({1, middle, args.edge_batches})
     if any(not 1 <= at <= args.edge_batches for at in args.graphx_at):
         command.error(f"--graphx-at must name micro-batches 1..{args.edge_batches}")
-    if set(args.parts) - {"wordcount", "components", "restart"}:
-        command.error("--parts names wordcount, components and/or restart")
+    if set(args.parts) - {"wordcount", "components", "restart", "scaling"}:
+        command.error("--parts names wordcount, components, restart and/or scaling")
+    if set(args.restart_contenders) - set(RESTART_CONTENDERS):
+        command.error(f"--restart-contenders names {', '.join(RESTART_CONTENDERS)}")
     facts, rows = run(args)
-    words = [row for row in rows if "rows_per_batch" in row]
+    words = [row for row in rows if "rows_per_batch" in row and row["id"] not in ("s1", "s2")]
     graph = [row for row in rows if row["id"] == "c-d-e"]
-    restarts = [row for row in rows if row["id"] in ("f", "g")]
+    restarts = [row for row in rows if row["id"] in ("f", "g", "h")]
+    scaling = [row for row in rows if row["id"] in ("s1", "s2")]
     tables = []
     if words:
         title = (f"Running word count, {args.batches} micro-batches per size (first two not counted), the same sink "
@@ -531,9 +671,16 @@ def main() -> None:
                  f"stage takes {graph[0]['two_row_stage_s']} s):")
         tables.append(Table(GRAPH_COLUMNS, graph, title))
     if restarts:
-        title = f"Restart of components after a history of micro-batches ({args.restart_edges:,} edges each):"
+        what = "edges" if args.restart_query == "components" else "words"
+        title = (f"Restart of {args.restart_query} after a history of micro-batches ({args.restart_edges:,} {what} "
+                 "each):")
         tables.append(Table(RESTART_COLUMNS, restarts, title))
-    note = f"Spark {facts['spark']} local[{facts['slots']}] (started in {facts['spark_start_s']} s, not counted)"
+    if scaling:
+        title = (f"Running word count on the executors, 1 process against 2 ({facts['master']}, "
+                 f"{facts['cluster_slots']} task slots), {args.batches} micro-batches per size (first two not "
+                 "counted):")
+        tables.append(Table(SCALING_COLUMNS, scaling, title))
+    note = f"Spark {facts['spark']} {facts['master']} (started in {facts['spark_start_s']} s, not counted)"
     report(rows, tables, as_json=args.json, facts=facts, note=note)
 
 

@@ -1,7 +1,7 @@
 """A real Spark standalone cluster on loopback, started from PySpark's own launcher (``spark-class``).
 
-One master and one worker of one core, each a JVM process of its own group, on free ports of 127.0.0.1;
-started with deadlines (a log line each must print), stopped by their process ids.
+One master and one or more workers (one core each by default), each a JVM process of its own group, on free
+ports of 127.0.0.1; started with deadlines (a log line each must print), stopped by their process ids.
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ def _free_port() -> int:
 
 @dataclass
 class Standalone:
-    """A running master and worker; ``url`` is the ``spark://`` address drivers connect to."""
+    """A running master and its workers; ``url`` is the ``spark://`` address drivers connect to."""
 
     url: str
     cores: int
+    """Cores of each worker."""
     directory: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: int = 1
 
     def stop(self) -> None:
         """Stop the worker (and the executors it started), then the master."""
@@ -66,14 +68,25 @@ def _start(
     role: str, args: list[str], log: Path, ready: str, env: dict[str, str], deadline: float
 ) -> subprocess.Popen[bytes]:
     """Start ``spark-class`` with ``args``; wait until ``ready`` appears in its log, or fail naming the log."""
+    return _await(role, _launch(args, log, env), log, ready, deadline)
+
+
+def _launch(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``spark-class`` with ``args`` in a process group of its own, its output to ``log``."""
     with open(log, "wb") as out:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
         )
+
+
+def _await(
+    role: str, process: subprocess.Popen[bytes], log: Path, ready: str, deadline: float
+) -> subprocess.Popen[bytes]:
+    """Wait until ``ready`` appears in the log of ``process``; else kill it and fail naming the log's tail."""
     give_up = time.monotonic() + deadline
     while time.monotonic() < give_up:
         if ready in log.read_text(errors="replace"):
@@ -88,8 +101,11 @@ def _start(
     raise RuntimeError(f"the Spark {role} did not start within {deadline:g} s:\n{tail}")
 
 
-def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", deadline: float = 120.0) -> Standalone:
-    """Start a master and one worker of ``cores`` cores on loopback (logs and work files in ``directory``)."""
+def start_standalone(
+    directory: Path, *, cores: int = 1, memory: str = "2g", deadline: float = 120.0, workers: int = 1
+) -> Standalone:
+    """Start a master and ``workers`` workers of ``cores`` cores each on loopback (logs and work files in
+    ``directory``: ``worker.log`` and ``work`` for one worker, ``worker-K.log`` and ``work-K`` for several)."""
     from pytimely.spark.session import find_java_home
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -111,7 +127,7 @@ def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", dea
         del env["PYSPARK_PYTHON"]
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
-    cluster = Standalone(url=url, cores=cores, directory=directory)
+    cluster = Standalone(url=url, cores=cores, directory=directory, workers=workers)
     try:
         master = [
             "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
@@ -120,13 +136,20 @@ def start_standalone(directory: Path, *, cores: int = 1, memory: str = "2g", dea
         cluster.processes.append(
             _start("master", master, directory / "master.log", "I have been elected leader", env, deadline)
         )
-        worker = [
-            "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", str(cores),
-            "--memory", memory, "--work-dir", str(directory / "work"), "--webui-port", str(_free_port()),
-        ]
-        cluster.processes.append(
-            _start("worker", worker, directory / "worker.log", "Successfully registered with master", env, deadline)
-        )
+        # The workers start side by side (a JVM each): they register with the master in any order.
+        launched = []
+        for k in range(workers):
+            name = "worker" if workers == 1 else f"worker-{k}"
+            work = "work" if workers == 1 else f"work-{k}"
+            worker = [
+                "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", str(cores),
+                "--memory", memory, "--work-dir", str(directory / work), "--webui-port", str(_free_port()),
+            ]
+            process = _launch(worker, directory / f"{name}.log", env)
+            cluster.processes.append(process)
+            launched.append((name, process))
+        for name, process in launched:
+            _await(name, process, directory / f"{name}.log", "Successfully registered with master", deadline)
     except BaseException:
         cluster.stop()
         raise
