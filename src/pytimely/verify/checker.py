@@ -157,15 +157,18 @@ class _Search(Generic[S]):
     def next_layer(self, layer: list[Any]) -> list[Any] | CheckResult[S]:
         """The states first reached from ``layer``, or the result on a violation, at ``max_states`` or at the end."""
         nxt: list[Any] = []
+        parent = self.parent
         for s in layer:
             for act, s2 in self.model.successors(s):
                 self.transitions += 1
                 for tinv in self.tinvs:
                     if not tinv.holds(s, act, s2):
-                        return self.result(tinv.name, [*_trace(self.parent, s), Step(act, s2)])
-                if s2 in self.parent:
+                        return self.result(tinv.name, [*_trace(parent, s), Step(act, s2)])
+                # one hash of s2 (a deep tuple) whether it is new or not
+                known = len(parent)
+                parent.setdefault(s2, (s, act))
+                if len(parent) == known:
                     continue
-                self.parent[s2] = (s, act)
                 bad = _first_violated(self.invs, s2)
                 if bad is not None:
                     self.levels.append(len(nxt) + 1)
