@@ -71,7 +71,13 @@ def with_batch() -> State:
 # --- exhaustive checks --------------------------------------------------------------------------------------
 
 
-FULL_DEPTHS = {"join": default_depth(make_model("rescale")), "leave": 6, "churn": 6}
+FULL_DEPTHS = {
+    "join": default_depth(make_model("rescale")),
+    "leave": 6,
+    "churn": 6,
+    "join-aggregated": 7,
+    "leave-aggregated": 6,
+}
 """The depths to which the correct model is checked against every invariant, per configuration."""
 
 
@@ -436,8 +442,8 @@ AGG = rescale_config("join-aggregated")
 
 def test_aggregated_senders_keep_every_invariant() -> None:
     for config, depth in (("join-aggregated", 7), ("leave-aggregated", 6)):
-        r = check(make_model("rescale", config), depth)
-        assert r.violation is None, (config, [str(st.action) for st in r.trace])
+        r = _full_check(config)
+        assert r.depth == depth and r.violation is None, (config, [str(st.action) for st in r.trace])
         assert r.states > 10_000
 
 
