@@ -12,7 +12,7 @@ from tests.profiles import examples
 
 from pytimely.verify import rescale as R
 from pytimely.verify.__main__ import main
-from pytimely.verify.checker import CheckResult, check
+from pytimely.verify.checker import CheckResult, check, select_invariants
 from pytimely.verify.configs import default_depth, make_model, mutants_for, rescale_config
 from pytimely.verify.model import Action
 from pytimely.verify.mutants import RESCALE_MUTANTS, Mutant, MutantCase, mutant_cases
@@ -155,6 +155,7 @@ def _correct_model_passes(config: str, depth: int, only: tuple[str, ...]) -> boo
     invariant, and finds a violation only where that one would."""
     full = FULL_DEPTHS.get(config)
     if full is not None and depth <= full:
+        select_invariants(make_model("rescale", config), only)  # names only invariants the full check checks
         r = _full_check(config)
         return r.ok and r.passed_depth >= depth
     return check(make_model("rescale", config), depth, invariants=list(only) or None).ok
