@@ -35,9 +35,33 @@ def test_mutant_is_caught_minimally(case: MutantCase) -> None:
         last, prev = r.trace[-1], r.trace[-2]
         assert last.action is not None
         assert not tinv.holds(prev.state, last.action, last.state)
-    # minimal: nothing is found one step shallower
-    if case.depth > 0:
-        assert check(model, case.depth - 1, invariants=only).violation is None
+    # minimal: nothing is found one step shallower (the check one step shallower is a prefix of this search,
+    # which found nothing before its last layer: see test_passed_depth_is_what_a_shallower_check_finds)
+    assert r.passed_depth == case.depth - 1
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in mutant_cases() if c.model != "rescale" and c.depth <= 3],
+    ids=_case_id,
+)
+def test_passed_depth_is_what_a_shallower_check_finds(case: MutantCase) -> None:
+    """A run's ``passed_depth`` agrees with separate runs one step shallower and at that depth."""
+    model = make_model(case.model, case.config, mutant=case.mutant)
+    only = list(case.only) or None
+    r = check(model, case.depth, invariants=only)
+    assert r.violation is not None
+    if r.passed_depth >= 0:
+        assert check(model, r.passed_depth, invariants=only).ok
+    assert check(model, r.passed_depth + 1, invariants=only).violation == r.violation
+
+
+def test_passed_depth_of_a_clean_or_a_bounded_run() -> None:
+    """A run that finds nothing passes its depth; one stopped at ``max_states`` passes only its checked layers."""
+    model = make_model("exchange")
+    assert check(model, 3).passed_depth == 3
+    r = check(model, 3, max_states=10)
+    assert r.ok and r.passed_depth == len(r.levels) - 2
 
 
 def test_every_mutant_has_a_case() -> None:

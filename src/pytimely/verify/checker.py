@@ -45,6 +45,10 @@ class CheckResult(Generic[S]):
     """Whether every reachable state was explored (the search ran out of new states before ``depth``)."""
     levels: list[int] = field(default_factory=list)
     """Number of new states at each depth."""
+    passed_depth: int = -1
+    """The greatest depth at which :func:`check` of the same model and invariants finds no violation, as far as this
+    run shows: the depth of every layer fully checked before it stopped (its search is a prefix of this one, the
+    search being deterministic); ``depth`` when it found none; ``-1`` when an initial state violates."""
 
     @property
     def states_per_second(self) -> float:
@@ -113,11 +117,14 @@ class _Search(Generic[S]):
         self.parent: dict[Any, tuple[Any, Action | None]] = {}
         self.transitions = 0
         self.levels: list[int] = []
+        self.checked = -1
+        """The deepest layer whose states are all checked, with the transitions out of every layer above it."""
 
     def result(
         self, violation: str | None = None, trace: list[Step[Any]] | None = None, complete: bool = False
     ) -> CheckResult[S]:
         """What the search found so far."""
+        passed = self.depth if violation is None and (self.max_states is None or complete) else self.checked
         return CheckResult(
             self.model.name,
             self.depth,
@@ -128,6 +135,7 @@ class _Search(Generic[S]):
             trace or [],
             complete,
             self.levels,
+            passed,
         )
 
     def first_layer(self) -> list[Any] | CheckResult[S]:
@@ -143,20 +151,24 @@ class _Search(Generic[S]):
                 return self.result(bad, _trace(self.parent, s))
             layer.append(s)
         self.levels.append(len(layer))
+        self.checked = 0
         return layer
 
     def next_layer(self, layer: list[Any]) -> list[Any] | CheckResult[S]:
         """The states first reached from ``layer``, or the result on a violation, at ``max_states`` or at the end."""
         nxt: list[Any] = []
+        parent = self.parent
         for s in layer:
             for act, s2 in self.model.successors(s):
                 self.transitions += 1
                 for tinv in self.tinvs:
                     if not tinv.holds(s, act, s2):
-                        return self.result(tinv.name, [*_trace(self.parent, s), Step(act, s2)])
-                if s2 in self.parent:
+                        return self.result(tinv.name, [*_trace(parent, s), Step(act, s2)])
+                # one hash of s2 (a deep tuple) whether it is new or not
+                known = len(parent)
+                parent.setdefault(s2, (s, act))
+                if len(parent) == known:
                     continue
-                self.parent[s2] = (s, act)
                 bad = _first_violated(self.invs, s2)
                 if bad is not None:
                     self.levels.append(len(nxt) + 1)
@@ -166,6 +178,7 @@ class _Search(Generic[S]):
                     self.levels.append(len(nxt))
                     return self.result()
         self.levels.append(len(nxt))
+        self.checked += 1
         if not nxt:
             return self.result(complete=True)
         return nxt
