@@ -25,13 +25,13 @@ from pytimely.errors import (
     InvalidArgument,
     PytimelyError,
     SparkSlotsError,
-    StreamError,
     StreamFeedError,
     StreamHostError,
     StreamSchemaError,
 )
 from pytimely.spark.stream_checkpoint import is_new_batch
 from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
+from pytimely.spark.stream_handler import MicroBatchFunction, ServerSide
 from pytimely.spark.stream_host import HostPlan, HostTask, await_exits, parts_folder, read_hosts
 
 if TYPE_CHECKING:
@@ -318,7 +318,7 @@ def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
     return StreamFeedError(f"the feed job of epoch {epoch} failed: {_short(exc)}")
 
 
-class HostedHandler:
+class HostedHandler(MicroBatchFunction):
     """The ``foreachBatch`` function of a hosted query: feed, complete, commit each micro-batch once."""
 
     def __init__(
@@ -333,6 +333,7 @@ class HostedHandler:
         owner: str | None = None,
         takeover_wait: float = 0.0,
     ) -> None:
+        super().__init__()
         self.hosted = hosted
         self.sink = sink
         self.checkpoint = checkpoint
@@ -349,7 +350,6 @@ class HostedHandler:
         if hosted.output is not None:
             self._take_over(hosted.output)
         self.generation = checkpoint.next_generation()
-        self.failure: PytimelyError | None = None
         self.skipped = 0
         self.restarts = 0
         self.processed: list[int] = []
@@ -361,19 +361,6 @@ class HostedHandler:
     def last_committed(self) -> int:
         """The last batch id whose output is committed (-1 before the first)."""
         return self.committed[-1] if self.committed else -1
-
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        """Process micro-batch ``batch_id`` (Spark calls this from ``foreachBatch``)."""
-        if self.failure is not None:
-            raise self.failure
-        try:
-            self._process(frame, batch_id)
-        except PytimelyError as exc:
-            self.failure = exc
-            raise
-        except Exception as exc:
-            self.failure = StreamError(f"micro-batch {batch_id}: {type(exc).__name__}: {exc}")
-            raise self.failure from exc
 
     def _process(self, frame: DataFrame, batch_id: int) -> None:
         if not is_new_batch(batch_id, self.last_committed, self.input_schema, frame.schema.simpleString()):
@@ -476,8 +463,9 @@ def run_hosted(
         # micro-batch; this client checks the checkpoint and takes it over first (fencing an orphaned query).
         restored = len(checkpoint.open(identity))
         owner = checkpoint.take_ownership()
-        function = _ServerSide(partial(HostedHandler, sink=sink, checkpoint=checkpoint, identity=identity,
-                                       check=check, owner=owner, takeover_wait=60.0), make_hosted)  # fmt: skip
+        make = partial(HostedHandler, sink=sink, checkpoint=checkpoint, identity=identity, check=check, owner=owner,
+                       takeover_wait=60.0)  # fmt: skip
+        function = ServerSide(partial(_hosted_handler, make, make_hosted))
     else:
         handler = HostedHandler(make_hosted(spark), sink, checkpoint, identity, check=check)
         restored = len(handler.committed)
@@ -525,6 +513,13 @@ def _hosted_maker(
     )  # fmt: skip
 
 
+def _hosted_handler(
+    make: Callable[..., HostedHandler], make_hosted: Callable[..., HostedDataflow], session: Any
+) -> HostedHandler:
+    """A hosted query's handler, its processes started from ``session`` (the server's, on Spark Connect)."""
+    return make(make_hosted(session))
+
+
 def _hosted_outcome(handler: HostedHandler | None, running: Any, restored: int) -> StreamRun:
     """What the ended query did; the handler's failure raised (on Spark Connect its counts stay on the server)."""
     from pytimely.spark.stream_query import StreamRun, trigger_times
@@ -536,21 +531,6 @@ def _hosted_outcome(handler: HostedHandler | None, running: Any, restored: int) 
         raise handler.failure
     return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts,
                      dict(handler.driver_bytes))  # fmt: skip
-
-
-class _ServerSide:
-    """The ``foreachBatch`` function on Spark Connect: its :class:`HostedHandler` made at the first micro-batch."""
-
-    def __init__(self, make: Callable[..., HostedHandler], hosted: Callable[..., HostedDataflow]) -> None:
-        self.make = make
-        self.hosted = hosted
-        self.handler: HostedHandler | None = None
-
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        """Process micro-batch ``batch_id``."""
-        if self.handler is None:
-            self.handler = self.make(self.hosted(frame.sparkSession))
-        self.handler(frame, batch_id)
 
 
 def stop_published(own: Path, secret: bytes, timeout: float = 30.0) -> None:

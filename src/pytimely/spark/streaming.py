@@ -40,7 +40,7 @@ from pytimely.spark.stream_handler import (
     BatchTiming,
     Check,
     ReplayRestore,
-    ServerSideHandler,
+    ServerSide,
     StateRestore,
     StreamHandler,
 )
@@ -208,9 +208,14 @@ def _handler(
         # checkpoint is checked here first, so a mismatch stops the run before the query starts.
         ship_by_value(build)
         restored = len(checkpoint.open(identity))
-        return None, ServerSideHandler(make), restored
+        return None, ServerSide(partial(_without_session, make)), restored
     handler = make()
     return handler, handler, len(handler.committed)
+
+
+def _without_session(make: Callable[[], StreamHandler], _session: Any) -> StreamHandler:
+    """``make()``: a driver-hosted handler needs nothing of the server's session."""
+    return make()
 
 
 def _outcome(handler: StreamHandler | None, running: Any, restored: int) -> StreamRun:
