@@ -22,8 +22,10 @@ from pytimely.atomic import write_atomic
 from pytimely.errors import (
     CheckpointInUseError,
     CheckpointMismatchError,
+    InvalidArgument,
     StreamFencedError,
     StreamSchemaError,
+    StreamStateLostError,
 )
 from pytimely.spark.stream_sinks import local_folder
 
@@ -209,8 +211,77 @@ class StreamCheckpoint:
             return pa.ipc.open_file(source).read_all()
 
     def commit(self, batch_id: int) -> None:
-        """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
-        write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
+        """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow), and whether
+        the query keeps state in snapshots (so a restart that finds none can tell state was lost)."""
+        record = {"batch": batch_id, "at": _time.time(), "state": self._declares_state()}
+        write_atomic(self.committed, json.dumps(record) + "\n")
+
+    def _declares_state(self) -> bool:
+        """Whether the state store records a dataflow that declares state (a stateless one writes no layout)."""
+        layouts = self.state / "dataflows"
+        return layouts.is_dir() and any(layouts.iterdir())
+
+    def keeps_state(self) -> bool:
+        """Whether the query's committed micro-batches left state that a restart must restore from a snapshot."""
+        try:
+            recorded = json.loads(self.committed.read_text(encoding="utf-8")).get("state")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        return recorded is True or self._declares_state()
+
+    def check_state(self, identity: dict[str, Any], mode: str = "resume") -> None:
+        """Before anything opens the state store: refuse to resume a stateful query without its state.
+
+        ``mode="fresh"`` empties the store (the dataflow starts from empty state; the committed output stays and
+        Spark goes on after it). With ``"resume"`` and committed micro-batches of a stateful query, the store must
+        hold a usable snapshot at or before the last committed micro-batch, else :class:`StreamStateLostError`
+        naming the checkpoint, the micro-batch and the snapshots found. A damaged newest snapshot is passed over
+        for the one before it with a :class:`~pytimely.recovery.RecoveryWarning` (as recovery does), and one
+        older than the last commit is a warning naming the micro-batches whose rows the state then lacks.
+        """
+        import warnings
+
+        from pytimely.recovery.manifest import Seal
+        from pytimely.recovery.snapshots import RecoveryWarning, Snapshots
+        from pytimely.recovery.store import open_store
+
+        if mode not in ("resume", "fresh"):
+            raise InvalidArgument(f"recovery_mode must be 'resume' or 'fresh', got {mode!r}")
+        recovery = self.recovery(identity)
+        if mode == "fresh":
+            if self.state.exists():
+                Snapshots(open_store(self.state), Seal(recovery.key)).wipe()
+            return
+        last = self.last_committed()
+        if last < 0 or not self.keeps_state():
+            return
+        found = sorted(p.name for p in (self.state / "manifests").glob("*")) if self.state.exists() else []
+        opened = None
+        with warnings.catch_warnings(record=True) as passed_over:
+            warnings.simplefilter("always", RecoveryWarning)
+            if self.state.exists():
+                seal = Seal(recovery.key)
+                snapshots = Snapshots(open_store(self.state), seal)
+                digest = snapshots.check_identity(recovery.identity(seal.key_id), write=False)
+                opened = snapshots.latest(digest, at_most=last)
+        if opened is None:
+            why = "".join(f"; {w.message}" for w in passed_over if "no usable snapshot" not in str(w.message))
+            raise StreamStateLostError(
+                f"the checkpoint {self.root}: micro-batches up to {last} are committed, but its state store "
+                f"({self.state}) holds no usable snapshot at or before micro-batch {last} (found: "
+                f"{', '.join(found) or 'none'}{why}); resuming would start from empty state and write wrong output. "
+                "run_stream(..., recovery_mode='fresh') starts the state over (the committed output stays)"
+            )
+        for warned in passed_over:
+            warnings.warn(warned.message, warned.category, stacklevel=2)
+        if opened.manifest.epoch < last:
+            warnings.warn(
+                f"the checkpoint {self.root}: the state resumes from micro-batch {opened.manifest.epoch}'s snapshot, "
+                f"but micro-batches up to {last} are committed and are not delivered again: the rows of micro-batches "
+                f"{opened.manifest.epoch + 1}..{last} are missing from the state",
+                RecoveryWarning,
+                stacklevel=2,
+            )
 
     def take_ownership(self) -> str:
         """Make this run the checkpoint's owner (a fresh token in ``owner.json``); an earlier owner can no longer

@@ -87,6 +87,7 @@ def run_stream(
     watermark: Watermark | None = None,
     processes: int | None = None,
     host: str | None = None,
+    recovery_mode: str = "resume",
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
@@ -104,8 +105,19 @@ def run_stream(
     given): N pytimely processes of ``workers`` workers each, the tasks of one background barrier job, fed by one
     Spark job per micro-batch (:mod:`pytimely.spark.stream_control`). ``host="driver"`` (or no ``processes``)
     keeps the dataflow in this process.
+
+    The state is kept in snapshots under the checkpoint (batch ids as epochs). A restart resumes from the snapshot
+    of the last committed micro-batch; when a stateful query has committed output and no usable snapshot at or
+    before it, the run is refused (:class:`~pytimely.errors.StreamStateLostError`) unless
+    ``recovery_mode="fresh"``, which empties the state store and starts the dataflow over from empty state (the
+    committed output stays; Spark goes on after it).
     """
     hosted = _hosting(processes, host, workers, epoch, restore)
+    if recovery_mode not in ("resume", "fresh"):
+        raise InvalidArgument(f"recovery_mode must be 'resume' or 'fresh', got {recovery_mode!r}")
+    if recovery_mode == "fresh" and not hosted and (epoch is not None or restore is not None):
+        raise InvalidArgument("recovery_mode='fresh' starts over a state kept in snapshots; with epoch= or restore= "
+                              "the state is rebuilt from the staged inputs")  # fmt: skip
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
     if epoch is not None and epoch not in source.columns:
@@ -120,7 +132,7 @@ def run_stream(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
             restore=restore, step_timeout=step_timeout, available_now=available_now,
             processing_time=processing_time, timeout=timeout, watermark=watermark,
-            processes=processes if hosted else None,
+            processes=processes if hosted else None, recovery_mode=recovery_mode,
         )
 
 
@@ -159,6 +171,7 @@ def _run_locked(
     timeout: float | None,
     watermark: Watermark | None = None,
     processes: int | None = None,
+    recovery_mode: str = "resume",
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
     from pytimely.spark.session import is_connect
@@ -169,6 +182,10 @@ def _run_locked(
     identity = _identity(query, source, schema, epoch, name)
     if watermark is not None:
         identity["epoch"] = f"{epoch}; {watermark.describe()}"
+    if processes is not None or (epoch is None and restore is None):
+        # The state comes from snapshots: refuse to resume without it (or empty it, asked), before anything runs.
+        checkpoint.open(identity)
+        checkpoint.check_state(identity, recovery_mode)
     if processes is not None:
         from pytimely.spark.stream_control import run_hosted
 
