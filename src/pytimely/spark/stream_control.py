@@ -137,8 +137,11 @@ class HostedDataflow:
         failure_wait: float = 60.0,
         output: EpochOutput | None = None,
         secret: bytes | None = None,
+        idle_timeout: float | None = 600.0,
     ) -> None:
         self.spark = spark
+        self.idle_timeout = idle_timeout
+        """Seconds without a message from this side after which the processes stop by themselves."""
         self.output = output
         self.run_secret = secret
         """The run's secret for every generation (made by the client, so it can stop the processes on Spark
@@ -183,7 +186,7 @@ class HostedDataflow:
             build=self.build, processes=self.processes, workers=self.workers, generation=generation,
             secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
             resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
-            close_timeout=self.close_timeout, output=self.output, owner=self.owner,
+            close_timeout=self.close_timeout, output=self.output, owner=self.owner, idle_timeout=self.idle_timeout,
         )  # fmt: skip
         self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
         self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,
@@ -217,6 +220,11 @@ class HostedDataflow:
             frame.mapInArrow(task, "process int", barrier=True).collect()
         except BaseException as exc:
             self._failure = exc
+
+    @property
+    def running(self) -> bool:
+        """Whether the hosting job still runs (its processes stop by themselves after ``idle_timeout``)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def _raise_if_failed(self) -> None:
         if self._thread is not None and not self._thread.is_alive() and self._failure is not None:
@@ -366,6 +374,10 @@ class HostedHandler(MicroBatchFunction):
         if not is_new_batch(batch_id, self.last_committed, self.input_schema, frame.schema.simpleString()):
             self.skipped += 1
             return
+        if not self.hosted.running:
+            log.info("%s: the hosted processes of generation %d have stopped (nothing came for %s s); starting the "
+                     "next generation", self.hosted.describe, self.generation, self.hosted.idle_timeout)  # fmt: skip
+            self.restart()
         attempt = 0
         while True:
             try:
@@ -443,6 +455,7 @@ def run_hosted(
     available_now: bool,
     processing_time: str | None,
     timeout: float | None,
+    idle_timeout: float | None = 600.0,
 ) -> StreamRun:
     """``run_stream`` with the dataflow hosted on the executors, once the checkpoint is held."""
     from pytimely.spark.hosting import check_executors, ship_by_value
@@ -455,7 +468,8 @@ def run_hosted(
     if check is not None:
         ship_by_value(check)
     secret = secrets.token_bytes(32)
-    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret)
+    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret,
+                                idle_timeout)  # fmt: skip
     handler: HostedHandler | None = None
     function: Callable[[DataFrame, int], None]
     if is_connect(spark):
@@ -496,6 +510,7 @@ def _hosted_maker(
     processes: int,
     workers: int,
     secret: bytes,
+    idle_timeout: float | None = 600.0,
 ) -> Callable[..., HostedDataflow]:
     """What starts the hosted processes (given the session): a :class:`HostedDataflow` of this query."""
     from pyspark.sql.types import StructType
@@ -509,7 +524,7 @@ def _hosted_maker(
         HostedDataflow, build=build, own=checkpoint.own, processes=processes, workers=workers, schema=arrow,
         job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
         describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
-        output=sink if isinstance(sink, EpochOutput) else None, secret=secret,
+        output=sink if isinstance(sink, EpochOutput) else None, secret=secret, idle_timeout=idle_timeout,
     )  # fmt: skip
 
 

@@ -128,6 +128,9 @@ class HostPlan:
     owner: str | None = None
     """The run that started the processes: once another run owns the checkpoint they stop by themselves (an
     orphaned query's processes, left by a killed Spark Connect client, give their task slots back)."""
+    idle_timeout: float | None = 600.0
+    """Seconds without a message from the control side after which the processes stop by themselves (a control
+    side that died or cannot reach them leaves nothing running for long); ``None``: never."""
 
     def recovery(self) -> ResumeAt:
         """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
@@ -211,6 +214,9 @@ class Feeder:
         self.closed = threading.Event()
         self.failure: BaseException | None = None
         self._next_look = 0.0
+        self._heard = _time.monotonic()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
 
     def start(self) -> None:
         """Start accepting feed connections (one thread each)."""
@@ -227,7 +233,7 @@ class Feeder:
             try:
                 sock, _ = self.listener.accept()
             except TimeoutError:
-                if self._taken_over():
+                if self._taken_over() or self._idle():
                     for commands in self.commands:
                         commands.put(_STOP)
                     return
@@ -247,6 +253,16 @@ class Feeder:
             return False
         return bool(owner != self.plan.owner)
 
+    def _idle(self) -> bool:
+        """Whether nothing came from the control side for ``idle_timeout`` seconds (an epoch being closed is work)."""
+        timeout = self.plan.idle_timeout
+        return timeout is not None and not self._busy and _time.monotonic() - self._heard > timeout
+
+    def _working(self, change: int) -> None:
+        with self._busy_lock:
+            self._busy += change
+            self._heard = _time.monotonic()
+
     def _serve(self, sock: socket.socket) -> None:
         """One connection: authenticate, then take messages until the peer closes it."""
         try:
@@ -260,7 +276,11 @@ class Feeder:
                     message = link.receive(timeout=24 * 3600.0)
                 except StreamFeedError:
                     return
-                self._handle(link, message)
+                self._working(1)
+                try:
+                    self._handle(link, message)
+                finally:
+                    self._working(-1)
         finally:
             link.close()
 

@@ -88,6 +88,7 @@ def run_stream(
     processes: int | None = None,
     host: str | None = None,
     recovery_mode: str = "resume",
+    idle_timeout: float | None = 600.0,
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
@@ -104,7 +105,9 @@ def run_stream(
     ``processes=N`` hosts the dataflow on the executors (``host="executors"``, the default once ``processes`` is
     given): N pytimely processes of ``workers`` workers each, the tasks of one background barrier job, fed by one
     Spark job per micro-batch (:mod:`pytimely.spark.stream_control`). ``host="driver"`` (or no ``processes``)
-    keeps the dataflow in this process.
+    keeps the dataflow in this process. Hosted processes that hear nothing from the control side for
+    ``idle_timeout`` seconds (no micro-batch, a client that died or cannot reach them) stop by themselves; the next
+    micro-batch starts them again from the snapshot.
 
     The state is kept in snapshots under the checkpoint (batch ids as epochs). A restart resumes from the snapshot
     of the last committed micro-batch; when a stateful query has committed output and no usable snapshot at or
@@ -113,6 +116,8 @@ def run_stream(
     committed output stays; Spark goes on after it).
     """
     hosted = _hosting(processes, host, workers, epoch, restore)
+    if idle_timeout is not None and not (isinstance(idle_timeout, int | float) and idle_timeout > 0):
+        raise InvalidArgument(f"idle_timeout must be seconds > 0 or None, got {idle_timeout!r}")
     if recovery_mode not in ("resume", "fresh"):
         raise InvalidArgument(f"recovery_mode must be 'resume' or 'fresh', got {recovery_mode!r}")
     if recovery_mode == "fresh" and not hosted and (epoch is not None or restore is not None):
@@ -132,7 +137,7 @@ def run_stream(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
             restore=restore, step_timeout=step_timeout, available_now=available_now,
             processing_time=processing_time, timeout=timeout, watermark=watermark,
-            processes=processes if hosted else None, recovery_mode=recovery_mode,
+            processes=processes if hosted else None, recovery_mode=recovery_mode, idle_timeout=idle_timeout,
         )
 
 
@@ -172,6 +177,7 @@ def _run_locked(
     watermark: Watermark | None = None,
     processes: int | None = None,
     recovery_mode: str = "resume",
+    idle_timeout: float | None = 600.0,
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
     from pytimely.spark.session import is_connect
@@ -191,7 +197,7 @@ def _run_locked(
 
         return run_hosted(
             build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,
-            available_now=available_now, processing_time=processing_time, timeout=timeout,
+            available_now=available_now, processing_time=processing_time, timeout=timeout, idle_timeout=idle_timeout,
         )  # fmt: skip
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
                    check=check, restore=restore, step_timeout=step_timeout, watermark=watermark)  # fmt: skip
