@@ -53,13 +53,16 @@ def test_hosted_processes_stop_by_themselves_when_nothing_comes_and_start_again_
     spark: Any, tmp_path: Path
 ) -> None:
     """A control side that goes quiet (a Spark Connect client that died, or cannot reach the feed ports, never sends
-    STOP): after the idle deadline (15 s here: a feed job on a loaded machine takes seconds to connect, and the
-    deadline runs from the processes' start) the process stops, writes its exit marker, its feed port closes and
-    the hosting job ends (no Spark job left active). The next micro-batch starts the next generation, restored from the
-    snapshot, and counts on from the state. ~50 s."""
-    handler, frame, out = hosted_word_count(spark, tmp_path, idle_timeout=15.0)
+    STOP): after the idle deadline (3 s for the generation started quiet here) the process stops, writes its exit
+    marker, its feed port closes and the hosting job ends (no Spark job left active). The next micro-batch starts
+    the next generation, restored from the snapshot, and counts on from the state. ~50 s."""
+    handler, frame, out = hosted_word_count(spark, tmp_path, idle_timeout=600.0)
     try:
         handler(frame, 0)
+        # A generation that hears nothing: the deadline runs from its start (no feed job races it here).
+        handler.hosted.idle_timeout = 3.0
+        handler.restart()
+        handler.hosted.idle_timeout = 600.0
         feeds, generation = list(handler.hosted.feeds), handler.generation
         own = handler.checkpoint.own
         wait_until(lambda: not handler.hosted.running, "the idle hosted process stopped")
