@@ -151,9 +151,15 @@ def _hosting(processes: int | None, host: str | None, workers: int, epoch: str |
     if host == "executors" and processes is None:
         raise InvalidArgument("host='executors' needs processes=N")
     hosted = processes is not None and host != "driver"
-    if hosted and (epoch is not None or restore is not None):
-        raise InvalidArgument("a dataflow hosted on the executors takes batch ids as epochs and restores from "
-                              "snapshots: epoch= and restore= need host='driver'")  # fmt: skip
+    if hosted and epoch is not None:
+        # The frontier and the rows of epochs still open would be state of the feed and of every process, kept
+        # with the snapshots; not built yet, so refused before anything is made rather than resumed wrongly.
+        raise InvalidArgument(f"event-time epochs (epoch={epoch!r}, and so a watermark) are not supported on the "
+                              "executors yet: a hosted dataflow takes batch ids as epochs; run it with "
+                              "host='driver' (or without processes=)")  # fmt: skip
+    if hosted and restore is not None:
+        raise InvalidArgument("a dataflow hosted on the executors restores from snapshots: restore= needs "
+                              "host='driver'")  # fmt: skip
     return hosted
 
 
