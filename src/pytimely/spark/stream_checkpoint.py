@@ -212,22 +212,29 @@ class StreamCheckpoint:
 
     def commit(self, batch_id: int) -> None:
         """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow), and whether
-        the query keeps state in snapshots (so a restart that finds none can tell state was lost)."""
-        record = {"batch": batch_id, "at": _time.time(), "state": self._declares_state()}
+        the state store holds a snapshot by then (so a restart that finds none can tell the state was lost)."""
+        record = {"batch": batch_id, "at": _time.time(), "state": bool(self._snapshotted(batch_id))}
         write_atomic(self.committed, json.dumps(record) + "\n")
 
-    def _declares_state(self) -> bool:
-        """Whether the state store records a dataflow that declares state (a stateless one writes no layout)."""
-        layouts = self.state / "dataflows"
-        return layouts.is_dir() and any(layouts.iterdir())
+    def _snapshotted(self, at_most: int) -> list[int]:
+        """The epochs at or before ``at_most`` of the snapshots the state store lists (whole or not)."""
+        from pytimely.recovery.manifest import epoch_of
+
+        folder = self.state / "manifests"
+        epochs = (epoch_of(p.name) for p in folder.iterdir()) if folder.is_dir() else iter(())
+        return sorted(e for e in epochs if e is not None and e <= at_most)
 
     def keeps_state(self) -> bool:
-        """Whether the query's committed micro-batches left state that a restart must restore from a snapshot."""
+        """Whether a snapshot of the state was durable when the last micro-batch was committed: a restart must then
+        find one (an epoch that changed no state has no snapshot of its own, so none is also the empty state's)."""
+        last = self.last_committed()
         try:
             recorded = json.loads(self.committed.read_text(encoding="utf-8")).get("state")
         except (OSError, ValueError, AttributeError):
             recorded = None
-        return recorded is True or self._declares_state()
+        if isinstance(recorded, bool):
+            return recorded
+        return bool(self._snapshotted(last))  # a record of an earlier version: what the store still lists
 
     def check_state(self, identity: dict[str, Any], mode: str = "resume") -> None:
         """Before anything opens the state store: refuse to resume a stateful query without its state.
@@ -236,8 +243,8 @@ class StreamCheckpoint:
         Spark goes on after it). With ``"resume"`` and committed micro-batches of a stateful query, the store must
         hold a usable snapshot at or before the last committed micro-batch, else :class:`StreamStateLostError`
         naming the checkpoint, the micro-batch and the snapshots found. A damaged newest snapshot is passed over
-        for the one before it with a :class:`~pytimely.recovery.RecoveryWarning` (as recovery does), and one
-        older than the last commit is a warning naming the micro-batches whose rows the state then lacks.
+        for the one before it with a :class:`~pytimely.recovery.RecoveryWarning` (as recovery does), and a further
+        warning names the committed micro-batches whose rows the state then lacks.
         """
         import warnings
 
@@ -255,7 +262,7 @@ class StreamCheckpoint:
         last = self.last_committed()
         if last < 0 or not self.keeps_state():
             return
-        found = sorted(p.name for p in (self.state / "manifests").glob("*")) if self.state.exists() else []
+        found = sorted(p.name for p in (self.state / "manifests").glob("*"))
         opened = None
         with warnings.catch_warnings(record=True) as passed_over:
             warnings.simplefilter("always", RecoveryWarning)
@@ -274,11 +281,13 @@ class StreamCheckpoint:
             )
         for warned in passed_over:
             warnings.warn(warned.message, warned.category, stacklevel=2)
-        if opened.manifest.epoch < last:
+        # Snapshots passed over (damaged) of later committed micro-batches: Spark does not deliver those again.
+        lost = self._snapshotted(last)[-1]
+        if passed_over and lost > opened.manifest.epoch:
             warnings.warn(
                 f"the checkpoint {self.root}: the state resumes from micro-batch {opened.manifest.epoch}'s snapshot, "
                 f"but micro-batches up to {last} are committed and are not delivered again: the rows of micro-batches "
-                f"{opened.manifest.epoch + 1}..{last} are missing from the state",
+                f"{opened.manifest.epoch + 1}..{lost} are missing from the state",
                 RecoveryWarning,
                 stacklevel=2,
             )
