@@ -375,8 +375,9 @@ class HostedHandler(MicroBatchFunction):
             self.skipped += 1
             return
         if not self.hosted.running:
-            log.info("%s: the hosted processes of generation %d have stopped (nothing came for %s s); starting the "
-                     "next generation", self.hosted.describe, self.generation, self.hosted.idle_timeout)  # fmt: skip
+            # Idle past their deadline (or failed while nothing was asked of them): start the next generation.
+            log.info("%s: the hosted processes of generation %d have stopped (idle_timeout %s s); starting the next "
+                     "generation", self.hosted.describe, self.generation, self.hosted.idle_timeout)  # fmt: skip
             self.restart()
         attempt = 0
         while True:
