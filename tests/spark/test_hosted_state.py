@@ -55,7 +55,8 @@ def test_a_hosted_query_passes_a_damaged_snapshot_over_with_warnings_and_refuses
 ) -> None:
     """Hosted on the executors: the snapshot of the last committed micro-batch damaged, the next run resumes from
     the one before it, warning about the damaged file and naming the committed micro-batch the state now lacks
-    (its counts show it); with every snapshot gone the run is refused, naming the files it found. ~40 s."""
+    (its counts show it); with every snapshot damaged the run is refused, naming the files it found and why, and
+    ``recovery_mode="fresh"`` starts the processes from empty state. ~60 s."""
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     for k in range(2):
         drop(incoming, f"t{k:03d}.txt", FILES[k], k)
@@ -78,3 +79,5 @@ def test_a_hosted_query_passes_a_damaged_snapshot_over_with_warnings_and_refuses
     assert all(p.name in str(refused.value) for p in manifests.iterdir()), str(refused.value)
     assert "is damaged" in str(refused.value) and "starting over" not in str(refused.value), str(refused.value)
     assert StreamCheckpoint(ck).last_committed() == 2
+    assert count_words(spark, incoming, out, ck, processes=1, recovery_mode="fresh").processed == [3]
+    assert counts(out, 3) == {"c": 1}, "the hosted processes started from empty state"
