@@ -127,19 +127,6 @@ def test_bad_watermark_declarations_are_typed_errors(spark: Any, tmp_path: Path)
     assert not (tmp_path / "out").exists() and not (tmp_path / "ck" / "spark").exists()
 
 
-def test_event_time_on_the_executors_is_refused_before_anything_is_made(spark: Any, tmp_path: Path) -> None:
-    """Hosting on the executors takes batch ids as epochs: an ``epoch=`` column (with or without a watermark) is an
-    InvalidArgument naming the column and the way that works (host='driver'), before a checkpoint or output exists."""
-    drop_file(tmp_path / "in", "a.csv", [("a", 0)], 0)
-    side = CsvDirectorySink(tmp_path / "late")
-    for watermark in (None, Watermark(delay=1), Watermark(late="side", side=side)):
-        with pytest.raises(InvalidArgument, match=r"event-time epochs \(epoch='epoch'.*host='driver'"):
-            run_stream(running_counts, source(spark, tmp_path / "in"), SCHEMA, sink=CsvDirectorySink(tmp_path / "out"),
-                       checkpoint=tmp_path / "ck", epoch="epoch", watermark=watermark, available_now=True,
-                       processes=1)  # fmt: skip
-    assert not (tmp_path / "out").exists() and not (tmp_path / "ck").exists() and not (tmp_path / "late").exists()
-
-
 @pytest.mark.parametrize("delay", [0, 2])
 def test_the_epoch_host_holds_the_delayed_epochs_open_and_equals_the_reference(delay: int) -> None:
     """Fed on-time rows only, the host's output per feed equals the reference's, for every delay."""

@@ -210,11 +210,39 @@ class StreamCheckpoint:
         with pa.memory_map(str(self.input_path(batch_id))) as source:
             return pa.ipc.open_file(source).read_all()
 
-    def commit(self, batch_id: int) -> None:
+    def commit(self, batch_id: int, *, frontier: int | None = None) -> None:
         """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow), and whether
-        the state store holds a snapshot by then (so a restart that finds none can tell the state was lost)."""
-        record = {"batch": batch_id, "at": _time.time(), "state": bool(self._snapshotted(batch_id))}
+        the state store holds a snapshot by then (so a restart that finds none can tell the state was lost). With
+        event-time epochs on the executors, ``frontier`` is the one the micro-batch moved to (snapshots are of
+        event-time epochs: the state resumes from the one before it)."""
+        bound = batch_id if frontier is None else frontier - 1
+        record: dict[str, Any] = {"batch": batch_id, "at": _time.time(), "state": bool(self._snapshotted(bound))}
+        if frontier is not None:
+            record["frontier"] = frontier
         write_atomic(self.committed, json.dumps(record) + "\n")
+
+    def frontier(self) -> int:
+        """The frontier the last committed micro-batch moved to (event time on the executors; 0 before any)."""
+        try:
+            value = json.loads(self.committed.read_text(encoding="utf-8")).get("frontier", 0)
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, AttributeError) as exc:
+            raise CheckpointMismatchError(f"{self.committed} is not a pytimely commit record: {exc}") from None
+        if type(value) is not int:
+            raise CheckpointMismatchError(f"{self.committed} records the frontier {value!r}, not an epoch")
+        return value
+
+    def resume_bound(self) -> int:
+        """The epoch whose snapshot a restart resumes from (at or before): the last committed micro-batch, or with
+        event time on the executors the last epoch before its frontier."""
+        try:
+            recorded = json.loads(self.committed.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return self.last_committed()
+        if isinstance(recorded, dict) and "frontier" in recorded:
+            return self.frontier() - 1
+        return self.last_committed()
 
     def _snapshotted(self, at_most: int) -> list[int]:
         """The epochs at or before ``at_most`` of the snapshots the state store lists (whole or not)."""
@@ -227,7 +255,7 @@ class StreamCheckpoint:
     def keeps_state(self) -> bool:
         """Whether a snapshot of the state was durable when the last micro-batch was committed: a restart must then
         find one (an epoch that changed no state has no snapshot of its own, so none is also the empty state's)."""
-        last = self.last_committed()
+        last = self.resume_bound()
         try:
             recorded = json.loads(self.committed.read_text(encoding="utf-8")).get("state")
         except (OSError, ValueError, AttributeError):
@@ -259,9 +287,9 @@ class StreamCheckpoint:
             if self.state.exists():
                 Snapshots(open_store(self.state), Seal(recovery.key)).wipe()
             return
-        last = self.last_committed()
-        if last < 0 or not self.keeps_state():
+        if self.last_committed() < 0 or not self.keeps_state():
             return
+        last = self.resume_bound()
         found = sorted(p.name for p in (self.state / "manifests").glob("*"))
         opened = None
         with warnings.catch_warnings(record=True) as passed_over:

@@ -131,6 +131,11 @@ class HostPlan:
     idle_timeout: float | None = 600.0
     """Seconds without a message from the control side after which the processes stop by themselves (a control
     side that died or cannot reach them leaves nothing running for long); ``None``: never."""
+    column: str | None = None
+    """The event-time column (``run_stream(epoch=...)``): rows enter at its epochs; those at or above the frontier
+    wait in the process (and under ``CK/pytimely/held``) until it reaches them. ``None``: batch ids are epochs."""
+    held_from: int = -1
+    """With ``column``: the last committed micro-batch, whose held rows (``held/batch-<b>/p*.arrow``) are taken."""
 
     def recovery(self) -> ResumeAt:
         """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
@@ -217,6 +222,8 @@ class Feeder:
         self._heard = _time.monotonic()
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self.held = _load_held(plan, process) if plan.column is not None else None
+        """With an event-time column: the rows of epochs the frontier has not reached, kept between micro-batches."""
 
     def start(self) -> None:
         """Start accepting feed connections (one thread each)."""
@@ -297,7 +304,8 @@ class Feeder:
                 self.arrived.notify_all()
         elif message.kind == Kind.CLOSE:
             try:
-                part = self._close(int(header["epoch"]), header["expected"])
+                frontier = None if header.get("frontier") is None else int(header["frontier"])
+                part = self._close(int(header["epoch"]), header["expected"], frontier)
             except PytimelyError as exc:
                 link.send(Kind.FAILED, {"error": str(exc), "type": type(exc).__name__})
                 return
@@ -307,12 +315,22 @@ class Feeder:
                 commands.put(_STOP)
             link.send(Kind.DONE, {"process": self.process})
 
-    def _close(self, epoch: int, expected: dict[str, list[int]]) -> dict[str, Any]:
-        """Check the epoch's data, run it through the workers, write the part; what ``DONE`` tells."""
+    def _close(self, epoch: int, expected: dict[str, list[int]], frontier: int | None = None) -> dict[str, Any]:
+        """Check the epoch's data, run it through the workers, write the part; what ``DONE`` tells.
+
+        With an event-time column ``epoch`` is the micro-batch and ``frontier`` the epoch every row below which is
+        to complete now: the held rows and the micro-batch's rows below it enter at their epochs, the others are
+        held (and written under ``CK/pytimely/held`` before the answer, so a restart takes them up)."""
         batches = self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
-        shares = _shares(batches, self.plan.workers)
-        for commands, share in zip(self.commands, shares, strict=True):
-            commands.put((epoch, share))
+        if frontier is None:
+            pieces, target = [(epoch, batches)], epoch + 1
+        else:
+            pieces, target = self._event_pieces(epoch, batches, frontier), frontier
+        shared = [(t, _shares(piece, self.plan.workers)) for t, piece in pieces]
+        for k, commands in enumerate(self.commands):
+            commands.put(([(t, shares[k]) for t, shares in shared], target))
+        epoch_asked = epoch
+        epoch = target
         outputs: list[pa.RecordBatch] = []
         deadline = _time.monotonic() + self.plan.close_timeout
         for _ in self.commands:
@@ -326,7 +344,36 @@ class Feeder:
             if got_epoch != epoch:
                 raise StreamHostError(f"process {self.process} completed epoch {got_epoch} while closing {epoch}")
             outputs.extend(result)
-        return self._write_part(epoch, outputs)
+        return self._write_part(epoch_asked, outputs)
+
+    def _event_pieces(self, batch: int, batches: list[pa.RecordBatch], frontier: int) -> list[tuple[int, Any]]:
+        """The rows below ``frontier`` (held ones first) as ``(epoch, [batch])`` pieces in epoch order; the rest
+        held."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from pytimely.spark.epoch_host import _pieces
+
+        column = self.plan.column
+        assert column is not None
+        tables = [t for t in (self.held, pa.Table.from_batches(batches) if batches else None) if t is not None]
+        table = pa.concat_tables(tables) if tables else None
+        if table is None or table.num_rows == 0:
+            ready, held = None, table
+        else:
+            below = pc.less(table.column(column), frontier)
+            ready, held = table.filter(below), table.filter(pc.invert(below))
+        self.held = held
+        if held is not None and held.num_rows:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, held.schema) as writer:
+                writer.write_table(held)
+            path = held_folder(self.plan.own, batch) / f"p{self.process:05d}.arrow"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, sink.getvalue().to_pybytes())
+        if ready is None or ready.num_rows == 0:
+            return []
+        return [(t, [piece]) for t, piece in _pieces(ready, None, column, -(1 << 62))]
 
     def _checked(self, epoch: int, expected: dict[int, tuple[int, int]]) -> list[pa.RecordBatch]:
         """The epoch's batches once exactly the announced frames are in (else :class:`StreamFeedError`)."""
@@ -395,30 +442,58 @@ class Feeder:
                 handle.close()
                 worker.step_while(lambda: not probe.done())
                 return
-            epoch, share = command
+            pieces, target = command
+            name = self.plan.column or "epoch"
             try:
-                _run_epoch(worker, handle, probe, epoch, share, hook)
-                out = [to_record_batch(b, self.plan.schema, time=t, epoch="epoch") for t, b in captured if t <= epoch]
-                captured[:] = [(t, b) for t, b in captured if t > epoch]
-                self.results.put((epoch, index, out))
+                _run_epochs(worker, handle, probe, pieces, target, hook)
+                out = [to_record_batch(b, self.plan.schema, time=t, epoch=name) for t, b in captured if t < target]
+                captured[:] = [(t, b) for t, b in captured if t >= target]
+                self.results.put((target, index, out))
             except BaseException as exc:
-                self.results.put((epoch, index, exc))
+                self.results.put((target, index, exc))
                 raise
 
 
-def _run_epoch(
-    worker: Worker, handle: Any, probe: Any, epoch: int, share: list[pa.RecordBatch], hook: WorkerRecovery | None
+def _run_epochs(
+    worker: Worker,
+    handle: Any,
+    probe: Any,
+    pieces: list[tuple[int, list[pa.RecordBatch]]],
+    target: int,
+    hook: WorkerRecovery | None,
 ) -> None:
-    """Send ``share`` at ``epoch``, complete the epoch, and (worker 0) wait until its snapshot is durable."""
-    if epoch < handle.time:
-        raise StreamHostError(f"epoch {epoch} arrived after epoch {handle.time - 1} was complete")
-    handle.advance_to(epoch)
-    for batch in share:
-        handle.send_batch(batch)
-    handle.advance_to(epoch + 1)
-    worker.step_while(lambda: probe.less_than(epoch + 1))
-    if hook is not None and any(df.stateful for df in hook.dataflows):
-        worker.step_while(lambda: not hook.holds(epoch))
+    """Send each piece at its epoch, complete every epoch before ``target``, and (worker 0) wait until the snapshot
+    of the last of them is durable."""
+    start = handle.time
+    for epoch, share in pieces:
+        if epoch < handle.time:
+            raise StreamHostError(f"epoch {epoch} arrived after epoch {handle.time - 1} was complete")
+        handle.advance_to(epoch)
+        for batch in share:
+            handle.send_batch(batch)
+    if target > handle.time:
+        handle.advance_to(target)
+    worker.step_while(lambda: probe.less_than(target))
+    if hook is not None and target > start and any(df.stateful for df in hook.dataflows):
+        worker.step_while(lambda: not hook.holds(target - 1))
+
+
+def held_folder(own: str | Path, batch: int) -> Path:
+    """Where the hosted processes keep the rows of epochs still open after micro-batch ``batch`` (event time)."""
+    return Path(own) / "held" / f"batch-{batch:012d}"
+
+
+def _load_held(plan: HostPlan, process: int) -> pa.Table | None:
+    """This process's share of the rows held after the last committed micro-batch (files taken in turn)."""
+    import pyarrow as pa
+
+    folder = held_folder(plan.own, plan.held_from)
+    files = sorted(folder.glob("p*.arrow")) if plan.held_from >= 0 and folder.is_dir() else []
+    tables = []
+    for path in files[process :: plan.processes]:
+        with pa.memory_map(str(path)) as source:
+            tables.append(pa.ipc.open_file(source).read_all())
+    return pa.concat_tables(tables) if tables else None
 
 
 def parts_folder(own: str | Path, epoch: int) -> Path:

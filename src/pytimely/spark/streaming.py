@@ -151,12 +151,6 @@ def _hosting(processes: int | None, host: str | None, workers: int, epoch: str |
     if host == "executors" and processes is None:
         raise InvalidArgument("host='executors' needs processes=N")
     hosted = processes is not None and host != "driver"
-    if hosted and epoch is not None:
-        # The frontier and the rows of epochs still open would be state of the feed and of every process, kept
-        # with the snapshots; not built yet, so refused before anything is made rather than resumed wrongly.
-        raise InvalidArgument(f"event-time epochs (epoch={epoch!r}, and so a watermark) are not supported on the "
-                              "executors yet: a hosted dataflow takes batch ids as epochs; run it with "
-                              "host='driver' (or without processes=)")  # fmt: skip
     if hosted and restore is not None:
         raise InvalidArgument("a dataflow hosted on the executors restores from snapshots: restore= needs "
                               "host='driver'")  # fmt: skip
@@ -204,6 +198,7 @@ def _run_locked(
         return run_hosted(
             build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,
             available_now=available_now, processing_time=processing_time, timeout=timeout, idle_timeout=idle_timeout,
+            epoch=epoch, watermark=watermark,
         )  # fmt: skip
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
                    check=check, restore=restore, step_timeout=step_timeout, watermark=watermark)  # fmt: skip
