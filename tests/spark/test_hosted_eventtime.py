@@ -53,28 +53,12 @@ def test_event_time_on_the_executors_equals_the_driver_path_across_a_restart(spa
     assert sum(map(len, late)) > 0 and sum(map(len, outputs)) > 5
 
 
-def test_late_rows_on_the_executors_are_dropped_and_counted_or_stop_the_query(spark: Any, tmp_path: Path) -> None:
-    """delay=0, late rows dropped: counted per micro-batch, the output equals the reference. Without a watermark
-    the first late row stops the query with the driver path's error (InputFormatError, "late data"). ~60 s."""
-    incoming, out = tmp_path / "in", tmp_path / "out"
-    for k, rows in enumerate(BATCHES):
-        drop_file(incoming, f"b{k}.csv", rows, k)
-    done = run(spark, incoming, out, tmp_path / "ck", Watermark(delay=0), processes=2)
-    late, outputs = reference(BATCHES, 0)
-    assert done.processed == [0, 1, 2, 3]
-    assert [t.late for t in done.timings] == [len(rows) for rows in late] == [0, 2, 1, 2] and done.late == 5
-    files = [read_rows(path) for path in sorted(out.glob("batch-*.csv"))]
-    assert files == [[[str(e), w, str(c)] for e, w, c in batch] for batch in outputs]
-    with pytest.raises(InputFormatError, match="late data"):
-        run(spark, incoming, tmp_path / "out2", tmp_path / "ck2", None, processes=1)
-    assert not list((tmp_path / "out2").glob("batch-000000000001*"))
-
-
-def test_a_manifest_before_its_commit_record_carries_its_frontier(spark: Any, tmp_path: Path) -> None:
-    """Processes writing their own parts (EpochOutput): a run killed after micro-batch 1's manifest, before pytimely's
-    and Spark's commit records (both rolled back here), is taken over with the frontier micro-batch 1 moved to (kept
-    before its output was committed) and its held rows; the rerun skips the re-delivered batch and the whole
-    changelog equals the reference. ~60 s."""
+def test_late_rows_dropped_and_a_manifest_before_its_commit_record_on_the_executors(spark: Any, tmp_path: Path) -> None:
+    """delay=0, late rows dropped and counted, processes writing their own parts (EpochOutput): a run killed after
+    micro-batch 1's manifest, before pytimely's and Spark's commit records (both rolled back here), is taken over
+    with the frontier micro-batch 1 moved to (kept before its output was committed) and its held rows; the rerun
+    skips the re-delivered batch and the whole changelog equals the reference. Without a watermark the first late
+    row stops the query with the driver path's error (InputFormatError, "late data"). ~90 s."""
     import json
 
     import pyarrow as pa
@@ -91,7 +75,8 @@ def test_a_manifest_before_its_commit_record_carries_its_frontier(spark: Any, tm
 
     for k, rows in enumerate(BATCHES[:2]):
         drop_file(incoming, f"b{k}.csv", rows, k)
-    assert hosted().processed == [0, 1]
+    first = hosted()
+    assert first.processed == [0, 1] and [t.late for t in first.timings] == [0, 2]
     record = json.loads((ck / "pytimely" / "committed.json").read_text(encoding="utf-8"))
     assert record["batch"] == 1 and record["frontier"] == 4, record
     frontier_after_0 = max(e for _, e in BATCHES[0])
@@ -101,10 +86,14 @@ def test_a_manifest_before_its_commit_record_carries_its_frontier(spark: Any, tm
     for k, rows in enumerate(BATCHES[2:], start=2):
         drop_file(incoming, f"b{k}.csv", rows, k)
     again = hosted()
+    late, outputs = reference(BATCHES, 0)
     assert again.processed == [2, 3] and again.skipped == 1
-    _, outputs = reference(BATCHES, 0)
+    assert [t.late for t in again.timings] == [len(rows) for rows in late[2:]] == [1, 2] and again.late == 3
     assert output.committed() == [0, 1, 2, 3]
     for batch, expected in enumerate(outputs):
         table = output.read(batch)
         got = list(zip(*(table.column(n).to_pylist() for n in ("epoch", "word", "count")), strict=True))
         assert sorted(got) == sorted(expected), batch
+    with pytest.raises(InputFormatError, match="late data"):
+        run(spark, incoming, tmp_path / "out2", tmp_path / "ck2", None, processes=1)
+    assert not list((tmp_path / "out2").glob("batch-000000000001*"))
