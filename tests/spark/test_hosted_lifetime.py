@@ -44,7 +44,7 @@ def hosted_word_count(spark: Any, tmp_path: Path, idle_timeout: float) -> tuple[
     sink.prepare()
     make = _hosted_maker(
         wordcount.running_counts, spark, wordcount.SCHEMA, sink, checkpoint, identity, 1, 1, secrets.token_bytes(32),
-        idle_timeout,
+        idle_timeout=idle_timeout,
     )  # fmt: skip
     return HostedHandler(make(spark), sink, checkpoint, identity), frame, out
 

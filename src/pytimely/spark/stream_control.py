@@ -723,8 +723,8 @@ def run_hosted(
     if check is not None:
         ship_by_value(check)
     secret = secrets.token_bytes(32)
-    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret, key,
-                                idle_timeout, epoch)  # fmt: skip
+    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret, key=key,
+                                idle_timeout=idle_timeout, column=epoch)  # fmt: skip
     event = None
     if epoch is not None:
         event = EventTime(epoch, 0, 0 if watermark is None else watermark.delay,
@@ -772,6 +772,7 @@ def _hosted_maker(
     processes: int,
     workers: int,
     secret: bytes,
+    *,
     key: str | None = None,
     idle_timeout: float | None = 600.0,
     column: str | None = None,
