@@ -400,13 +400,13 @@ class Feeder:
         restart takes them up); then every epoch below the frontier completes. Without one, the frames went to
         the workers as they arrived and ``epoch`` completes."""
         started = _time.perf_counter()
-        batches = self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
+        kept = self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
         received = _time.perf_counter()
         if frontier is None:
             target, moving = epoch + 1, True
         else:
             target, moving = frontier, False
-            for t, piece in self._event_pieces(epoch, batches, frontier):
+            for t, piece in self._event_pieces(epoch, kept, frontier):
                 for commands, share in zip(self.commands, self._shares(piece), strict=True):
                     if share:
                         commands.put((_DATA, t, share))
