@@ -248,3 +248,15 @@ def test_a_kept_feed_connection_serves_the_next_task_until_its_process_closes_it
             link.close()
         _LINKS.clear()
         server.close()
+
+
+def test_routing_by_key_with_event_time_on_the_executors_is_refused(spark: Any, tmp_path: Path) -> None:
+    """``key=`` with an event-time ``epoch=`` column on the executors: InvalidArgument naming both, before the
+    checkpoint or the sink is made (held rows would not follow their keys' owners across a restart)."""
+    incoming = tmp_path / "in"
+    drop(incoming, "t000.csv", "word,n,ts\na,1,0\n", 0)
+    source = spark.readStream.option("header", True).schema("word string, n long, ts long").csv(str(incoming))
+    with pytest.raises(InvalidArgument, match="key='word' with epoch='ts' on the executors"):
+        run_stream(running_totals, source, DDL, sink=CsvDirectorySink(tmp_path / "out"), checkpoint=tmp_path / "ck",
+                   processes=2, key="word", epoch="ts")  # fmt: skip
+    assert not (tmp_path / "ck").exists() and not (tmp_path / "out").exists()

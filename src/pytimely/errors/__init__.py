@@ -121,6 +121,7 @@ from pytimely.errors.spark import (
     StreamInputError,
     StreamSchemaError,
     StreamSinkError,
+    StreamStateLostError,
 )
 from pytimely.errors.workflow import (
     CorruptValueError,
@@ -270,6 +271,7 @@ __all__ = [
     "StreamInputError",
     "StreamSchemaError",
     "StreamSinkError",
+    "StreamStateLostError",
     "SummaryGoesBackError",
     "SummaryViolationError",
     "TimestampError",

@@ -89,5 +89,11 @@ class StreamFencedError(StreamError):
     """Another run took the streaming checkpoint over: this one may not commit, and stops; names both owners."""
 
 
+class StreamStateLostError(StreamError):
+    """A stateful streaming query has committed output but no usable snapshot of its state at or before the last
+    committed micro-batch (deleted, damaged): resuming would start from empty state. Names the checkpoint, the
+    micro-batch and the snapshots found; ``recovery_mode="fresh"`` starts the state over instead."""
+
+
 class BuildResultError(SparkError, TypeError):
     """The function that builds a hosted dataflow returned something other than its output ``Stream``."""

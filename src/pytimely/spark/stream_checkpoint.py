@@ -22,8 +22,10 @@ from pytimely.atomic import write_atomic
 from pytimely.errors import (
     CheckpointInUseError,
     CheckpointMismatchError,
+    InvalidArgument,
     StreamFencedError,
     StreamSchemaError,
+    StreamStateLostError,
 )
 from pytimely.spark.stream_sinks import local_folder
 
@@ -208,9 +210,115 @@ class StreamCheckpoint:
         with pa.memory_map(str(self.input_path(batch_id))) as source:
             return pa.ipc.open_file(source).read_all()
 
-    def commit(self, batch_id: int) -> None:
-        """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow)."""
-        write_atomic(self.committed, json.dumps({"batch": batch_id, "at": _time.time()}) + "\n")
+    def commit(self, batch_id: int, *, frontier: int | None = None) -> None:
+        """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow), and whether
+        the state store holds a snapshot by then (so a restart that finds none can tell the state was lost). With
+        event-time epochs on the executors, ``frontier`` is the one the micro-batch moved to (snapshots are of
+        event-time epochs: the state resumes from the one before it)."""
+        bound = batch_id if frontier is None else frontier - 1
+        record: dict[str, Any] = {"batch": batch_id, "at": _time.time(), "state": bool(self._snapshotted(bound))}
+        if frontier is not None:
+            record["frontier"] = frontier
+        write_atomic(self.committed, json.dumps(record) + "\n")
+
+    def frontier(self) -> int:
+        """The frontier the last committed micro-batch moved to (event time on the executors; 0 before any)."""
+        try:
+            value = json.loads(self.committed.read_text(encoding="utf-8")).get("frontier", 0)
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, AttributeError) as exc:
+            raise CheckpointMismatchError(f"{self.committed} is not a pytimely commit record: {exc}") from None
+        if type(value) is not int:
+            raise CheckpointMismatchError(f"{self.committed} records the frontier {value!r}, not an epoch")
+        return value
+
+    def resume_bound(self) -> int:
+        """The epoch whose snapshot a restart resumes from (at or before): the last committed micro-batch, or with
+        event time on the executors the last epoch before its frontier."""
+        try:
+            recorded = json.loads(self.committed.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return self.last_committed()
+        if isinstance(recorded, dict) and "frontier" in recorded:
+            return self.frontier() - 1
+        return self.last_committed()
+
+    def _snapshotted(self, at_most: int) -> list[int]:
+        """The epochs at or before ``at_most`` of the snapshots the state store lists (whole or not)."""
+        from pytimely.recovery.manifest import epoch_of
+
+        folder = self.state / "manifests"
+        epochs = (epoch_of(p.name) for p in folder.iterdir()) if folder.is_dir() else iter(())
+        return sorted(e for e in epochs if e is not None and e <= at_most)
+
+    def keeps_state(self) -> bool:
+        """Whether a snapshot of the state was durable when the last micro-batch was committed: a restart must then
+        find one (an epoch that changed no state has no snapshot of its own, so none is also the empty state's)."""
+        last = self.resume_bound()
+        try:
+            recorded = json.loads(self.committed.read_text(encoding="utf-8")).get("state")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if isinstance(recorded, bool):
+            return recorded
+        return bool(self._snapshotted(last))  # a record of an earlier version: what the store still lists
+
+    def check_state(self, identity: dict[str, Any], mode: str = "resume") -> None:
+        """Before anything opens the state store: refuse to resume a stateful query without its state.
+
+        ``mode="fresh"`` empties the store (the dataflow starts from empty state; the committed output stays and
+        Spark goes on after it). With ``"resume"`` and committed micro-batches of a stateful query, the store must
+        hold a usable snapshot at or before the last committed micro-batch, else :class:`StreamStateLostError`
+        naming the checkpoint, the micro-batch and the snapshots found. A damaged newest snapshot is passed over
+        for the one before it with a :class:`~pytimely.recovery.RecoveryWarning` (as recovery does), and a further
+        warning names the committed micro-batches whose rows the state then lacks.
+        """
+        import warnings
+
+        from pytimely.recovery.manifest import Seal
+        from pytimely.recovery.snapshots import RecoveryWarning, Snapshots
+        from pytimely.recovery.store import open_store
+
+        if mode not in ("resume", "fresh"):
+            raise InvalidArgument(f"recovery_mode must be 'resume' or 'fresh', got {mode!r}")
+        recovery = self.recovery(identity)
+        if mode == "fresh":
+            if self.state.exists():
+                Snapshots(open_store(self.state), Seal(recovery.key)).wipe()
+            return
+        if self.last_committed() < 0 or not self.keeps_state():
+            return
+        last = self.resume_bound()
+        found = sorted(p.name for p in (self.state / "manifests").glob("*"))
+        opened = None
+        with warnings.catch_warnings(record=True) as passed_over:
+            warnings.simplefilter("always", RecoveryWarning)
+            if self.state.exists():
+                seal = Seal(recovery.key)
+                snapshots = Snapshots(open_store(self.state), seal)
+                digest = snapshots.check_identity(recovery.identity(seal.key_id), write=False)
+                opened = snapshots.latest(digest, at_most=last)
+        if opened is None:
+            why = "".join(f"; {w.message}" for w in passed_over if "no usable snapshot" not in str(w.message))
+            raise StreamStateLostError(
+                f"the checkpoint {self.root}: micro-batches up to {last} are committed, but its state store "
+                f"({self.state}) holds no usable snapshot at or before micro-batch {last} (found: "
+                f"{', '.join(found) or 'none'}{why}); resuming would start from empty state and write wrong output. "
+                "run_stream(..., recovery_mode='fresh') starts the state over (the committed output stays)"
+            )
+        for warned in passed_over:
+            warnings.warn(warned.message, warned.category, stacklevel=2)
+        # Snapshots passed over (damaged) of later committed micro-batches: Spark does not deliver those again.
+        lost = self._snapshotted(last)[-1]
+        if passed_over and lost > opened.manifest.epoch:
+            warnings.warn(
+                f"the checkpoint {self.root}: the state resumes from micro-batch {opened.manifest.epoch}'s snapshot, "
+                f"but micro-batches up to {last} are committed and are not delivered again: the rows of micro-batches "
+                f"{opened.manifest.epoch + 1}..{lost} are missing from the state",
+                RecoveryWarning,
+                stacklevel=2,
+            )
 
     def take_ownership(self) -> str:
         """Make this run the checkpoint's owner (a fresh token in ``owner.json``); an earlier owner can no longer

@@ -17,23 +17,27 @@ import secrets
 import threading
 import time as _time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytimely.atomic import write_atomic
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.errors import (
+    CheckpointMismatchError,
     InvalidArgument,
     PytimelyError,
     SparkSlotsError,
-    StreamError,
     StreamFeedError,
     StreamHostError,
+    StreamInputError,
     StreamSchemaError,
 )
 from pytimely.spark.record_batches import _one_batch, split_by_owner
 from pytimely.spark.stream_checkpoint import is_new_batch
 from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
+from pytimely.spark.stream_handler import MicroBatchFunction, ServerSide
 from pytimely.spark.stream_host import HostPlan, HostTask, await_exits, parts_folder, read_hosts
 
 if TYPE_CHECKING:
@@ -44,12 +48,13 @@ if TYPE_CHECKING:
     from pytimely.spark.stream_checkpoint import StreamCheckpoint
     from pytimely.spark.stream_query import StreamRun
     from pytimely.spark.stream_sinks import Sink
+    from pytimely.spark.watermark import Watermark
 
 __all__ = ["HostedDataflow", "HostedHandler", "Sender", "check_layout", "run_hosted"]
 
 log = logging.getLogger("pytimely.spark.streaming")
 
-_COUNTS = "process int, sender long, frames long, rows long"
+_COUNTS = "process int, sender long, frames long, rows long, late long, top long"
 _FRAME_ROWS = 1 << 16
 """Rows per DATA message at most: Spark's Arrow batches (10,000 rows by default) are joined up to this."""
 
@@ -64,6 +69,7 @@ class Sender:
         generation: int,
         epoch: int,
         check: Callable[..., Any] | None = None,
+        event: EventTime | None = None,
         *,
         key: str | None = None,
         workers: int = 1,
@@ -74,6 +80,7 @@ class Sender:
         self.generation = generation
         self.epoch = epoch
         self.check = check
+        self.event = event
         self.key = key
         """The input column rows are routed by (to the process owning the key's bin), or ``None``: spread evenly."""
         self.workers = workers
@@ -90,11 +97,15 @@ class Sender:
         turn = sender
         processes = len(self.feeds)
         failed = True
+        late: list[pa.Table] = []
+        top = -(1 << 62)
         try:
             for group in _groups(batches, _FRAME_ROWS):
                 table = pa.Table.from_batches(group)
                 if self.check is not None:
                     table = self.check(table, self.epoch)
+                if self.event is not None:
+                    table, top = self.event.admit(table, self.epoch, late, top)
                 if table.num_rows == 0:
                     continue
                 parts: list[list[pa.RecordBatch]] = [[] for _ in range(processes)]
@@ -123,12 +134,17 @@ class Sender:
                 for process, link in links.items():
                     _LINKS.pop((self.feeds[process], process, self.generation), None)
                     link.close()
-        used = [p for p, (frames, _) in counts.items() if frames]
+        used = [p for p, (frames, _) in counts.items() if frames] or [-1]  # -1: nothing sent, late rows counted
+        lates = sum(t.num_rows for t in late)
+        if self.event is not None:
+            self.event.keep_late(late, self.epoch, sender)
         yield pa.RecordBatch.from_pydict({
             "process": pa.array(used, pa.int32()),
             "sender": pa.array([sender] * len(used), pa.int64()),
-            "frames": pa.array([counts[p][0] for p in used], pa.int64()),
-            "rows": pa.array([counts[p][1] for p in used], pa.int64()),
+            "frames": pa.array([counts[p][0] if p >= 0 else 0 for p in used], pa.int64()),
+            "rows": pa.array([counts[p][1] if p >= 0 else 0 for p in used], pa.int64()),
+            "late": pa.array([lates] * len(used), pa.int64()),
+            "top": pa.array([top] * len(used), pa.int64()),
         })
 
 
@@ -152,6 +168,60 @@ def _pooled(address: str, secret: bytes, process: int, generation: int) -> FeedL
             _LINKS.pop(stale).close()
         link = _LINKS[key] = dial(address, secret, process)
     return link
+
+
+@dataclass(frozen=True)
+class EventTime:
+    """Event-time epochs on the executors: the column, the frontier the micro-batch found, the watermark."""
+
+    column: str
+    frontier: int
+    delay: int = 0
+    late: str | None = None
+    """``None``: a late row stops the query; ``"drop"``; ``"side"`` (its rows kept under ``late_folder``)."""
+    own: str = ""
+
+    def admit(self, table: pa.Table, batch: int, late: list[pa.Table], top: int) -> tuple[pa.Table, int]:
+        """The on-time rows of ``table`` (the late ones appended to ``late``) and the largest epoch seen so far."""
+        import pyarrow.compute as pc
+
+        from pytimely.spark.watermark import split_late
+
+        on_time, behind = split_late(table, self.column, self.frontier)
+        if behind.num_rows:
+            if self.late is None:
+                raise StreamInputError(
+                    f"micro-batch {batch}: {behind.num_rows} row(s) have an {self.column!r} before {self.frontier}, "
+                    "an epoch already complete (late data; a watermark, run_stream(..., watermark=Watermark(...)), "
+                    "drops them or sends them aside)"
+                )
+            late.append(behind)
+        if on_time.num_rows:
+            top = max(top, int(pc.max(on_time.column(self.column)).as_py()))
+        return on_time, top
+
+    def keep_late(self, late: list[pa.Table], batch: int, sender: int) -> None:
+        """Write a sender's late rows where the control side gathers them for the side output."""
+        import pyarrow as pa
+
+        if self.late != "side" or not late:
+            return
+        table = pa.concat_tables(late)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        path = late_folder(self.own, batch) / f"s{sender:05d}.arrow"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, sink.getvalue().to_pybytes())
+
+    def target(self, top: int) -> int:
+        """The new frontier: the largest epoch seen less the delay, never moving back."""
+        return max(self.frontier, top - self.delay)
+
+
+def late_folder(own: str | Path, batch: int) -> Path:
+    """Where the feed tasks keep micro-batch ``batch``'s late rows for the side output."""
+    return Path(own) / "late" / f"batch-{batch:012d}"
 
 
 def _groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
@@ -191,11 +261,17 @@ class HostedDataflow:
         output: EpochOutput | None = None,
         secret: bytes | None = None,
         key: str | None = None,
+        idle_timeout: float | None = 600.0,
+        column: str | None = None,
     ) -> None:
         self.spark = spark
         self.key = key
         """The input column the dataflow's first exchange is keyed by: each row is sent to the process owning its
         key's bin (``None``: rows are spread evenly)."""
+        self.column = column
+        """The event-time column (``None``: batch ids are the epochs)."""
+        self.idle_timeout = idle_timeout
+        """Seconds without a message from this side after which the processes stop by themselves."""
         self.output = output
         self.run_secret = secret
         """The run's secret for every generation (made by the client, so it can stop the processes on Spark
@@ -229,8 +305,12 @@ class HostedDataflow:
         """Where the last epoch's time went: the feed job, the close, and each process's wait, compute, write."""
         self.received = 0
         """Bytes of results and answers this side received for the last epoch (counts and part names only)."""
+        self.late = 0
+        """Late rows of the last micro-batch (event time)."""
+        self.frontier: int | None = None
+        """The frontier the last micro-batch moved to (event time)."""
 
-    def start(self, generation: int, resume_at: int) -> None:
+    def start(self, generation: int, resume_at: int, held_from: int = -1) -> None:
         """Start generation ``generation`` of the hosted processes, restored at ``resume_at``; wait for their ports."""
         from pytimely.spark.session import is_connect, slots_of, wait_for_slots
 
@@ -249,6 +329,7 @@ class HostedDataflow:
             secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
             resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
             close_timeout=self.close_timeout, output=self.output, owner=self.owner, key=self.key,
+            idle_timeout=self.idle_timeout, column=self.column, held_from=held_from,
         )  # fmt: skip
         self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
         self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,
@@ -283,17 +364,28 @@ class HostedDataflow:
         except BaseException as exc:
             self._failure = exc
 
+    @property
+    def running(self) -> bool:
+        """Whether the hosting job still runs (its processes stop by themselves after ``idle_timeout``)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _raise_if_failed(self) -> None:
         if self._thread is not None and not self._thread.is_alive() and self._failure is not None:
             raise StreamHostError(f"the hosted processes of generation {self.generation} failed: "
                                   f"{_short(self._failure)}") from None  # fmt: skip
 
-    def epoch(self, frame: DataFrame, epoch: int, check: Callable[..., Any] | None = None) -> list[str]:
-        """Send micro-batch ``frame`` as ``epoch`` to the processes, complete it there; the output parts' paths."""
+    def epoch(
+        self, frame: DataFrame, epoch: int, check: Callable[..., Any] | None = None, event: EventTime | None = None
+    ) -> list[str]:
+        """Send micro-batch ``frame`` as ``epoch`` to the processes, complete it there; the output parts' paths.
+
+        With ``event`` the rows enter at their event-time epochs; :attr:`late` and :attr:`frontier` then tell how
+        many were late and the frontier the micro-batch moved to."""
         from pytimely.spark.stream_handler import _job_description
 
         self._raise_if_failed()
-        sender = Sender(self.feeds, self._secret, self.generation, epoch, check, key=self.key, workers=self.workers)
+        sender = Sender(self.feeds, self._secret, self.generation, epoch, check, event, key=self.key,
+                        workers=self.workers)  # fmt: skip
         started = _time.perf_counter()
         with _job_description(frame, f"{self.describe}: feed epoch {epoch} (generation {self.generation})"):
             try:
@@ -303,23 +395,32 @@ class HostedDataflow:
                 raise _feed_failure(exc, epoch) from None
         self.received = counts.nbytes
         expected: list[dict[str, list[int]]] = [{} for _ in self.feeds]
+        per_sender: dict[int, tuple[int, int]] = {}
         for row in counts.to_pylist():
-            expected[row["process"]][str(row["sender"])] = [row["frames"], row["rows"]]
+            per_sender[row["sender"]] = (row["late"], row["top"])
+            if row["process"] >= 0:
+                expected[row["process"]][str(row["sender"])] = [row["frames"], row["rows"]]
+        self.late = sum(late for late, _ in per_sender.values())
+        top = max((t for _, t in per_sender.values()), default=-(1 << 62))
+        self.frontier = None if event is None else event.target(top)
         fed = _time.perf_counter()
-        parts = self._close(epoch, expected)
+        parts = self._close(epoch, expected, self.frontier)
         self.timing = {"feed_s": round(fed - started, 4), "close_s": round(_time.perf_counter() - fed, 4),
-                       "senders": len(counts), **self.timing}  # fmt: skip
+                       "senders": len(per_sender), **self.timing}  # fmt: skip
         log.info("%s: epoch %d: %s", self.describe, epoch, self.timing)
         return parts
 
-    def _close(self, epoch: int, expected: list[dict[str, list[int]]]) -> list[str]:
+    def _close(self, epoch: int, expected: list[dict[str, list[int]]], frontier: int | None = None) -> list[str]:
         # One connection per process for the generation's life: an epoch's close does not authenticate again.
         if not self._control:
             self._control = [dial(address, self._secret, p) for p, address in enumerate(self.feeds)]
         links = self._control
         try:
             for p, link in enumerate(links):
-                link.send(Kind.CLOSE, {"generation": self.generation, "epoch": epoch, "expected": expected[p]})
+                header = {"generation": self.generation, "epoch": epoch, "expected": expected[p]}
+                if frontier is not None:
+                    header["frontier"] = frontier
+                link.send(Kind.CLOSE, header)
             parts = []
             self.timing = {}
             self.exchanged = 0
@@ -398,12 +499,12 @@ def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
     from pytimely.spark.stream_query import _typed
 
     found = _typed(str(exc))
-    if isinstance(found, StreamFeedError | StreamSchemaError):
+    if isinstance(found, StreamFeedError | StreamSchemaError | StreamInputError):
         return found
     return StreamFeedError(f"the feed job of epoch {epoch} failed: {_short(exc)}")
 
 
-class HostedHandler:
+class HostedHandler(MicroBatchFunction):
     """The ``foreachBatch`` function of a hosted query: feed, complete, commit each micro-batch once."""
 
     def __init__(
@@ -417,7 +518,15 @@ class HostedHandler:
         retries: int = 2,
         owner: str | None = None,
         takeover_wait: float = 0.0,
+        event: EventTime | None = None,
+        watermark: Watermark | None = None,
     ) -> None:
+        super().__init__()
+        self.event = event
+        """Event-time epochs (its frontier is the one the last committed micro-batch moved to)."""
+        self.watermark = watermark
+        self.late: dict[int, int] = {}
+        """Late rows per micro-batch (event time)."""
         self.hosted = hosted
         self.sink = sink
         self.checkpoint = checkpoint
@@ -433,41 +542,54 @@ class HostedHandler:
             await_exits(checkpoint.own, takeover_wait)
         if hosted.output is not None:
             self._take_over(hosted.output)
+        if self.event is not None:
+            self.event = replace(self.event, frontier=checkpoint.frontier(), own=str(checkpoint.own))
+            self._clear_held(keep=self.last_committed)
         self.generation = checkpoint.next_generation()
-        self.failure: PytimelyError | None = None
         self.skipped = 0
         self.restarts = 0
         self.processed: list[int] = []
         self.driver_bytes: dict[int, int] = {}
         """Bytes this side received per micro-batch (Spark's results of the feed job and the processes' answers)."""
-        self.hosted.start(self.generation, self.last_committed)
+        self.hosted.start(self.generation, self.resume_at, self.last_committed)
+
+    @property
+    def resume_at(self) -> int:
+        """The epoch whose snapshot the processes resume from: the last committed micro-batch, or with event time
+        the last epoch before the frontier."""
+        return self.last_committed if self.event is None else self.event.frontier - 1
+
+    def _clear_held(self, keep: int) -> None:
+        """Remove held and late rows of every micro-batch but ``keep`` (uncommitted attempts, or superseded)."""
+        import shutil
+
+        for kind in ("held", "late"):
+            folder = self.checkpoint.own / kind
+            for old in folder.iterdir() if folder.is_dir() else []:
+                if old.name != f"batch-{keep:012d}" or kind == "late":
+                    shutil.rmtree(old, ignore_errors=True)
 
     @property
     def last_committed(self) -> int:
         """The last batch id whose output is committed (-1 before the first)."""
         return self.committed[-1] if self.committed else -1
 
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        """Process micro-batch ``batch_id`` (Spark calls this from ``foreachBatch``)."""
-        if self.failure is not None:
-            raise self.failure
-        try:
-            self._process(frame, batch_id)
-        except PytimelyError as exc:
-            self.failure = exc
-            raise
-        except Exception as exc:
-            self.failure = StreamError(f"micro-batch {batch_id}: {type(exc).__name__}: {exc}")
-            raise self.failure from exc
-
     def _process(self, frame: DataFrame, batch_id: int) -> None:
         if not is_new_batch(batch_id, self.last_committed, self.input_schema, frame.schema.simpleString()):
             self.skipped += 1
             return
+        if not self.hosted.running:
+            # Idle past their deadline (or failed while nothing was asked of them): start the next generation.
+            log.info("%s: the hosted processes of generation %d have stopped (idle_timeout %s s); starting the next "
+                     "generation", self.hosted.describe, self.generation, self.hosted.idle_timeout)  # fmt: skip
+            self.restart()
         attempt = 0
         while True:
             try:
-                parts = self.hosted.epoch(frame, batch_id, self.check)
+                if self.event is not None:
+                    self._clear_held(keep=self.last_committed)
+                    self._pending(batch_id, None)
+                parts = self.hosted.epoch(frame, batch_id, self.check, self.event)
                 break
             except (StreamFeedError, StreamHostError):
                 self.checkpoint.check_owner(self.owner, batch_id)  # processes that stopped for a new owner
@@ -476,14 +598,43 @@ class HostedHandler:
                 attempt += 1
                 self.restart()
         self.driver_bytes[batch_id] = self.hosted.received
+        if self.event is not None:
+            self._pending(batch_id, self.hosted.frontier)
+            self._side_output(frame, batch_id)
         self._commit(batch_id, parts)
+
+    def _pending(self, batch_id: int, frontier: int | None) -> None:
+        """Record the frontier micro-batch ``batch_id`` moves to before its output can be committed (a run that
+        finds the output committed and its commit record missing takes the frontier from here)."""
+        write_atomic(self.checkpoint.own / "pending.json", json.dumps({"batch": batch_id, "frontier": frontier}))
+
+    def _side_output(self, frame: DataFrame, batch_id: int) -> None:
+        """The micro-batch's late rows counted and logged, and committed to the watermark's side output."""
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        late = self.hosted.late
+        self.late[batch_id] = late
+        if late:
+            where = "written to the side output" if self.event is not None and self.event.late == "side" else "dropped"
+            log.warning("micro-batch %d: %d late row(s) with %r before %d (epochs already complete) %s", batch_id,
+                        late, self.event.column if self.event else "", self.event.frontier if self.event else 0,
+                        where)  # fmt: skip
+        if self.watermark is None or self.watermark.side is None:
+            return
+        tables = []
+        for path in sorted(late_folder(self.checkpoint.own, batch_id).glob("s*.arrow")):
+            with pa.memory_map(str(path)) as source:
+                tables.append(pa.ipc.open_file(source).read_all())
+        table = pa.concat_tables(tables) if tables else to_arrow_schema(frame.schema).empty_table()
+        self.watermark.side.commit(batch_id, table)
 
     def restart(self) -> None:
         """Cancel this generation and start the next one, restored at the last committed micro-batch."""
         self.hosted.cancel()
         self.restarts += 1
         self.generation = self.checkpoint.next_generation()
-        self.hosted.start(self.generation, self.last_committed)
+        self.hosted.start(self.generation, self.resume_at, self.last_committed)
 
     def _take_over(self, output: EpochOutput) -> None:
         """Line the checkpoint up with the output: a manifest is the commit (a run killed before it wrote its commit
@@ -491,7 +642,19 @@ class HostedHandler:
         output.prepare()
         ahead = output.last_committed()
         if ahead > self.last_committed:
-            self.checkpoint.commit(ahead)
+            frontier = None
+            if self.event is not None:
+                try:
+                    pending = json.loads((self.checkpoint.own / "pending.json").read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    pending = {}
+                if pending.get("batch") != ahead or not isinstance(pending.get("frontier"), int):
+                    raise CheckpointMismatchError(
+                        f"{self.checkpoint.root}: micro-batch {ahead}'s output is committed but the frontier it moved "
+                        f"to is not recorded ({self.checkpoint.own / 'pending.json'}: {pending})"
+                    )
+                frontier = pending["frontier"]
+            self.checkpoint.commit(ahead, frontier=frontier)
             self.committed = list(range(ahead + 1))
         output.discard_uncommitted()
 
@@ -505,9 +668,12 @@ class HostedHandler:
                 output.commit(batch_id, [Part.from_json(text) for text in parts])
             else:
                 self._commit_through_driver(batch_id, parts)
-            self.checkpoint.commit(batch_id)
+            self.checkpoint.commit(batch_id, frontier=None if self.event is None else self.hosted.frontier)
         self.committed.append(batch_id)
         self.processed.append(batch_id)
+        if self.event is not None and self.hosted.frontier is not None:
+            self.event = replace(self.event, frontier=self.hosted.frontier)
+            self._clear_held(keep=batch_id)
 
     def _commit_through_driver(self, batch_id: int, parts: list[str]) -> None:
         """A sink that is not an :class:`EpochOutput` gets the parts joined here; they are removed after."""
@@ -542,6 +708,9 @@ def run_hosted(
     available_now: bool,
     processing_time: str | None,
     timeout: float | None,
+    idle_timeout: float | None = 600.0,
+    epoch: str | None = None,
+    watermark: Watermark | None = None,
 ) -> StreamRun:
     """``run_stream`` with the dataflow hosted on the executors, once the checkpoint is held."""
     from pytimely.spark.hosting import check_executors, ship_by_value
@@ -554,7 +723,12 @@ def run_hosted(
     if check is not None:
         ship_by_value(check)
     secret = secrets.token_bytes(32)
-    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret, key)
+    make_hosted = _hosted_maker(build, spark, schema, sink, checkpoint, identity, processes, workers, secret, key=key,
+                                idle_timeout=idle_timeout, column=epoch)  # fmt: skip
+    event = None
+    if epoch is not None:
+        event = EventTime(epoch, 0, 0 if watermark is None else watermark.delay,
+                          None if watermark is None else watermark.late)  # fmt: skip
     handler: HostedHandler | None = None
     function: Callable[[DataFrame, int], None]
     if is_connect(spark):
@@ -562,13 +736,17 @@ def run_hosted(
         # micro-batch; this client checks the checkpoint and takes it over first (fencing an orphaned query).
         restored = len(checkpoint.open(identity))
         owner = checkpoint.take_ownership()
-        function = _ServerSide(partial(HostedHandler, sink=sink, checkpoint=checkpoint, identity=identity,
-                                       check=check, owner=owner, takeover_wait=60.0), make_hosted)  # fmt: skip
+        make = partial(HostedHandler, sink=sink, checkpoint=checkpoint, identity=identity, check=check, owner=owner,
+                       takeover_wait=60.0, event=event, watermark=watermark)  # fmt: skip
+        function = ServerSide(partial(_hosted_handler, make, make_hosted))
     else:
-        handler = HostedHandler(make_hosted(spark), sink, checkpoint, identity, check=check)
+        handler = HostedHandler(make_hosted(spark), sink, checkpoint, identity, check=check, event=event,
+                                watermark=watermark)  # fmt: skip
         restored = len(handler.committed)
         function = handler
     try:
+        if watermark is not None:
+            watermark.prepare()
         sink.prepare()
         running = _start_query(source, function, checkpoint, identity["query"], available_now, processing_time)
         try:
@@ -594,7 +772,10 @@ def _hosted_maker(
     processes: int,
     workers: int,
     secret: bytes,
+    *,
     key: str | None = None,
+    idle_timeout: float | None = 600.0,
+    column: str | None = None,
 ) -> Callable[..., HostedDataflow]:
     """What starts the hosted processes (given the session): a :class:`HostedDataflow` of this query."""
     from pyspark.sql.types import StructType
@@ -608,8 +789,16 @@ def _hosted_maker(
         HostedDataflow, build=build, own=checkpoint.own, processes=processes, workers=workers, schema=arrow,
         job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
         describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
-        output=sink if isinstance(sink, EpochOutput) else None, secret=secret, key=key,
+        output=sink if isinstance(sink, EpochOutput) else None, secret=secret, key=key, idle_timeout=idle_timeout,
+        column=column,
     )  # fmt: skip
+
+
+def _hosted_handler(
+    make: Callable[..., HostedHandler], make_hosted: Callable[..., HostedDataflow], session: Any
+) -> HostedHandler:
+    """A hosted query's handler, its processes started from ``session`` (the server's, on Spark Connect)."""
+    return make(make_hosted(session))
 
 
 def _hosted_outcome(handler: HostedHandler | None, running: Any, restored: int) -> StreamRun:
@@ -621,23 +810,12 @@ def _hosted_outcome(handler: HostedHandler | None, running: Any, restored: int) 
         return StreamRun(sorted(triggers), 0, 0.0, restored, [], triggers)
     if handler.failure is not None:
         raise handler.failure
-    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, [], triggers, handler.restarts,
+    from pytimely.spark.stream_handler import BatchTiming
+
+    # Only the late rows are known per micro-batch here (the times are Spark's, in trigger_ms).
+    timings = [BatchTiming(b, 0, 0, 0.0, 0.0, 0.0, 0.0, late) for b, late in sorted(handler.late.items())]
+    return StreamRun(list(handler.processed), handler.skipped, 0.0, restored, timings, triggers, handler.restarts,
                      dict(handler.driver_bytes))  # fmt: skip
-
-
-class _ServerSide:
-    """The ``foreachBatch`` function on Spark Connect: its :class:`HostedHandler` made at the first micro-batch."""
-
-    def __init__(self, make: Callable[..., HostedHandler], hosted: Callable[..., HostedDataflow]) -> None:
-        self.make = make
-        self.hosted = hosted
-        self.handler: HostedHandler | None = None
-
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        """Process micro-batch ``batch_id``."""
-        if self.handler is None:
-            self.handler = self.make(self.hosted(frame.sparkSession))
-        self.handler(frame, batch_id)
 
 
 def stop_published(own: Path, secret: bytes, timeout: float = 30.0) -> None:

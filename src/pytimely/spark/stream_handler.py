@@ -1,6 +1,6 @@
 """The driver-hosted path of a streaming run: the ``foreachBatch`` function (:class:`StreamHandler`) that
 stages, computes, writes and commits each micro-batch once, on a dataflow kept in this process (or, on Spark
-Connect, in the server's Python process: :class:`ServerSideHandler`), and how its state is restored.
+Connect, in the server's Python process: :class:`ServerSide`), and how its state is restored.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pytimely.spark.stream_sinks import Sink
     from pytimely.spark.watermark import Watermark
 
-__all__ = ["BatchTiming", "ReplayRestore", "ServerSideHandler", "StateRestore", "StreamHandler"]
+__all__ = ["BatchTiming", "MicroBatchFunction", "ReplayRestore", "ServerSide", "StateRestore", "StreamHandler"]
 
 
 class StateRestore(Protocol):
@@ -81,7 +81,33 @@ class ReplayRestore:
 Check = Callable[["pa.Table", int], "pa.Table"]
 
 
-class StreamHandler:
+class MicroBatchFunction:
+    """A ``foreachBatch`` function: one micro-batch at a time (``_process``); its first failure, typed, is kept and
+    raised again for every later micro-batch, so the query stops with it."""
+
+    def __init__(self) -> None:
+        self.failure: PytimelyError | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        """Process micro-batch ``batch_id`` of the query (Spark calls this from ``foreachBatch``)."""
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            try:
+                self._process(frame, batch_id)
+            except PytimelyError as exc:
+                self.failure = exc
+                raise
+            except Exception as exc:
+                self.failure = StreamError(f"micro-batch {batch_id}: {type(exc).__name__}: {exc}")
+                raise self.failure from exc
+
+    def _process(self, frame: DataFrame, batch_id: int) -> None:
+        raise NotImplementedError
+
+
+class StreamHandler(MicroBatchFunction):
     """The ``foreachBatch`` function: stage, compute, write and commit each micro-batch once."""
 
     def __init__(
@@ -102,6 +128,7 @@ class StreamHandler:
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
+        super().__init__()
         if isinstance(schema, str):
             schema = StructType.fromDDL(schema)
         if not isinstance(schema, StructType):
@@ -130,28 +157,12 @@ class StreamHandler:
             restorer.restore(self.host, self.committed)
         self.restore_s = _time.perf_counter() - started
         self.timings: list[BatchTiming] = []
-        self.failure: PytimelyError | None = None
         self.skipped = 0
-        self._lock = threading.Lock()
 
     @property
     def last_committed(self) -> int:
         """The last batch id whose output is committed (-1 before the first)."""
         return self.committed[-1] if self.committed else -1
-
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        """Process micro-batch ``batch_id`` of the query (Spark calls this from ``foreachBatch``)."""
-        with self._lock:
-            if self.failure is not None:
-                raise self.failure
-            try:
-                self._process(frame, batch_id)
-            except PytimelyError as exc:
-                self.failure = exc
-                raise
-            except Exception as exc:
-                self.failure = StreamError(f"micro-batch {batch_id}: {type(exc).__name__}: {exc}")
-                raise self.failure from exc
 
     def _process(self, frame: DataFrame, batch_id: int) -> None:
         clock = _time.perf_counter
@@ -233,16 +244,16 @@ def _cause(text: str) -> str:
     return " | ".join(line[:400] for line in chosen)
 
 
-class ServerSideHandler:
-    """The ``foreachBatch`` function on Spark Connect: makes its :class:`StreamHandler` at the first micro-batch,
-    in the server's Python process, and keeps it there for the query's life."""
+class ServerSide:
+    """The ``foreachBatch`` function on Spark Connect: ``make(session)`` makes the query's handler at the first
+    micro-batch, in the server's Python process, which keeps it for the query's life."""
 
-    def __init__(self, make: Callable[[], StreamHandler]) -> None:
+    def __init__(self, make: Callable[[Any], Callable[[DataFrame, int], None]]) -> None:
         self.make = make
-        self.handler: StreamHandler | None = None
+        self.handler: Callable[[DataFrame, int], None] | None = None
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         """Process micro-batch ``batch_id``."""
         if self.handler is None:
-            self.handler = self.make()
+            self.handler = self.make(frame.sparkSession)
         self.handler(frame, batch_id)

@@ -14,6 +14,11 @@ On ``CLOSE`` it checks it received exactly what the senders announced (nothing l
 that arrives twice fails the epoch, and the control side starts a new generation), completes the epoch, waits
 (process 0) for its snapshot to be durable, writes its output part and answers ``DONE``. The workers take their
 commands from in-process queues and keep stepping in between, so the cluster's progress moves whatever the feed does.
+
+With an event-time column (``run_stream(epoch=...)``) a frame's rows cannot go to the workers on arrival: which of
+them enter depends on the frontier the control side sends with ``CLOSE``. The feeder then keeps the frames, and on
+``CLOSE`` sends the held and new rows below the frontier at their epochs (one command per epoch), keeps the rest
+held, and completes every epoch below the frontier.
 """
 
 from __future__ import annotations
@@ -138,6 +143,14 @@ class HostPlan:
     """The input column the dataflow's first exchange is keyed by: rows arrive at the process owning their key's
     bin and go to the worker owning it (else each frame is shared out evenly among the process's workers)."""
     bins: int = DEFAULT_BINS
+    idle_timeout: float | None = 600.0
+    """Seconds without a message from the control side after which the processes stop by themselves (a control
+    side that died or cannot reach them leaves nothing running for long); ``None``: never."""
+    column: str | None = None
+    """The event-time column (``run_stream(epoch=...)``): rows enter at its epochs; those at or above the frontier
+    wait in the process (and under ``CK/pytimely/held``) until it reaches them. ``None``: batch ids are epochs."""
+    held_from: int = -1
+    """With ``column``: the last committed micro-batch, whose held rows (``held/batch-<b>/p*.arrow``) are taken."""
 
     def recovery(self) -> ResumeAt:
         """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
@@ -218,6 +231,8 @@ class Feeder:
         self.inbox: dict[tuple[int, int, int], int] = {}
         """The rows of each frame received, by (epoch, sender partition, sequence number). A frame goes to the
         workers as it arrives, so the epoch is computed while the rest of it is still on its way."""
+        self.frames: dict[tuple[int, int, int], list[pa.RecordBatch]] = {}
+        """With an event-time column: the frames received and not yet closed (by the same keys), for ``CLOSE``."""
         self.resent: set[int] = set()
         """Epochs a frame of which arrived twice (a retried feed task): closing them fails, the generation restarts."""
         self.completed = -1
@@ -230,6 +245,11 @@ class Feeder:
         self.closed = threading.Event()
         self.failure: BaseException | None = None
         self._next_look = 0.0
+        self._heard = _time.monotonic()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self.held = _load_held(plan, process) if plan.column is not None else None
+        """With an event-time column: the rows of epochs the frontier has not reached, kept between micro-batches."""
 
     def start(self) -> None:
         """Start accepting feed connections (one thread each)."""
@@ -250,7 +270,7 @@ class Feeder:
             try:
                 sock, _ = self.listener.accept()
             except TimeoutError:
-                if self._taken_over():
+                if self._taken_over() or self._idle():
                     for commands in self.commands:
                         commands.put(_STOP)
                     return
@@ -270,6 +290,16 @@ class Feeder:
             return False
         return bool(owner != self.plan.owner)
 
+    def _idle(self) -> bool:
+        """Whether nothing came from the control side for ``idle_timeout`` seconds (an epoch being closed is work)."""
+        timeout = self.plan.idle_timeout
+        return timeout is not None and not self._busy and _time.monotonic() - self._heard > timeout
+
+    def _working(self, change: int) -> None:
+        with self._busy_lock:
+            self._busy += change
+            self._heard = _time.monotonic()
+
     def _serve(self, sock: socket.socket) -> None:
         """One connection: authenticate, then take messages until the peer closes it."""
         try:
@@ -285,7 +315,11 @@ class Feeder:
                     message = link.receive(timeout=24 * 3600.0)
                 except StreamFeedError:
                     return
-                self._handle(link, message)
+                self._working(1)
+                try:
+                    self._handle(link, message)
+                finally:
+                    self._working(-1)
         finally:
             with self.arrived:
                 self.links.discard(link)
@@ -301,7 +335,8 @@ class Feeder:
             self._take(message)
         elif message.kind == Kind.CLOSE:
             try:
-                part = self._close(int(header["epoch"]), header["expected"])
+                frontier = None if header.get("frontier") is None else int(header["frontier"])
+                part = self._close(int(header["epoch"]), header["expected"], frontier)
             except PytimelyError as exc:
                 link.send(Kind.FAILED, {"error": str(exc), "type": type(exc).__name__})
                 return
@@ -312,11 +347,21 @@ class Feeder:
             link.send(Kind.DONE, {"process": self.process})
 
     def _take(self, message: Message) -> None:
-        """A DATA frame: its rows to the workers at once (routed to their owners, or shared out), counted."""
+        """A DATA frame, counted: its rows to the workers at once (routed to their owners, or shared out), or with
+        an event-time column kept until ``CLOSE`` names the frontier (only then is it known which rows enter)."""
         header = message.header
         epoch = int(header["epoch"])
         key = (epoch, int(header["sender"]), int(header["seq"]))
         batches = arrow_batches(message.body)
+        if self.plan.column is not None:
+            with self.arrived:
+                if epoch <= self.completed:
+                    return  # of an attempt whose micro-batch is closed: nothing of it is used
+                # Nothing of it was computed yet: a resent frame (a retried feed task) replaces its copy.
+                self.inbox[key] = sum(b.num_rows for b in batches)
+                self.frames[key] = batches
+                self.arrived.notify_all()
+            return
         shares = self._shares(batches)
         with self.arrived:
             if epoch <= self.completed:
@@ -346,13 +391,29 @@ class Feeder:
                     share.append(part)
         return shares
 
-    def _close(self, epoch: int, expected: dict[str, list[int]]) -> dict[str, Any]:
-        """Check the epoch's data, complete it on the workers, write the part; what ``DONE`` tells."""
+    def _close(self, epoch: int, expected: dict[str, list[int]], frontier: int | None = None) -> dict[str, Any]:
+        """Check the epoch's data, complete it on the workers, write the part; what ``DONE`` tells.
+
+        With an event-time column ``epoch`` is the micro-batch and ``frontier`` the epoch every row below which is
+        to complete now: the held rows and the micro-batch's rows below it go to the workers now, one command per
+        epoch in epoch order, the others are held (and written under ``CK/pytimely/held`` before the answer, so a
+        restart takes them up); then every epoch below the frontier completes. Without one, the frames went to
+        the workers as they arrived and ``epoch`` completes."""
         started = _time.perf_counter()
-        self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
+        kept = self._checked(epoch, {int(s): (int(f), int(r)) for s, (f, r) in expected.items()})
         received = _time.perf_counter()
+        if frontier is None:
+            target, moving = epoch + 1, True
+        else:
+            target, moving = frontier, False
+            for t, piece in self._event_pieces(epoch, kept, frontier):
+                for commands, share in zip(self.commands, self._shares(piece), strict=True):
+                    if share:
+                        commands.put((_DATA, t, share))
         for commands in self.commands:
-            commands.put((_CLOSE, epoch, []))
+            commands.put((_CLOSE, target, moving))
+        epoch_asked = epoch
+        epoch = target
         outputs: list[pa.RecordBatch] = []
         exchanged = 0
         deadline = _time.monotonic() + self.plan.close_timeout
@@ -371,14 +432,44 @@ class Feeder:
             exchanged += sent
         self.exchanged = exchanged
         computed = _time.perf_counter()
-        part = self._write_part(epoch, outputs)
+        part = self._write_part(epoch_asked, outputs)
         part["exchanged"] = exchanged
         part["timing"] = {"wait_s": round(received - started, 4), "compute_s": round(computed - received, 4),
                           "write_s": round(_time.perf_counter() - computed, 4)}  # fmt: skip
         return part
 
-    def _checked(self, epoch: int, expected: dict[int, tuple[int, int]]) -> None:
-        """Return once exactly the announced frames and rows of ``epoch`` are in (else :class:`StreamFeedError`)."""
+    def _event_pieces(self, batch: int, batches: list[pa.RecordBatch], frontier: int) -> list[tuple[int, Any]]:
+        """The rows below ``frontier`` (held ones first) as ``(epoch, [batch])`` pieces in epoch order; the rest
+        held."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from pytimely.spark.epoch_host import _pieces
+
+        column = self.plan.column
+        assert column is not None
+        tables = [t for t in (self.held, pa.Table.from_batches(batches) if batches else None) if t is not None]
+        table = pa.concat_tables(tables) if tables else None
+        if table is None or table.num_rows == 0:
+            ready, held = None, table
+        else:
+            below = pc.less(table.column(column), frontier)
+            ready, held = table.filter(below), table.filter(pc.invert(below))
+        self.held = held
+        if held is not None and held.num_rows:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, held.schema) as writer:
+                writer.write_table(held)
+            path = held_folder(self.plan.own, batch) / f"p{self.process:05d}.arrow"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, sink.getvalue().to_pybytes())
+        if ready is None or ready.num_rows == 0:
+            return []
+        return [(t, [piece]) for t, piece in _pieces(ready, None, column, -(1 << 62))]
+
+    def _checked(self, epoch: int, expected: dict[int, tuple[int, int]]) -> list[pa.RecordBatch]:
+        """Return once exactly the announced frames and rows of ``epoch`` are in (else :class:`StreamFeedError`):
+        the frames kept until now (with an event-time column; else none are kept, they went to the workers)."""
         want = {(epoch, s, q) for s, (frames, _) in expected.items() for q in range(frames)}
         deadline = _time.monotonic() + self.plan.close_timeout
         with self.arrived:
@@ -394,8 +485,11 @@ class Feeder:
             # Whatever the outcome, this epoch's frames are done with: later copies are left over.
             self.completed = max(self.completed, epoch)
             taken = {k: n for k, n in self.inbox.items() if k[0] == epoch}
+            kept = [b for k in sorted(taken) for b in self.frames.get(k, [])]
             for old in [k for k in self.inbox if k[0] <= epoch]:
                 del self.inbox[old]
+            for old in [k for k in self.frames if k[0] <= epoch]:
+                del self.frames[old]
             if epoch in self.resent:
                 raise StreamFeedError(f"process {self.process}, epoch {epoch}: a frame arrived twice (a retried "
                                       "feed task) after its first copy was computed")  # fmt: skip
@@ -408,6 +502,7 @@ class Feeder:
             if got != rows:
                 raise StreamFeedError(f"process {self.process}, epoch {epoch}: sender {sender} announced {rows} "
                                       f"row(s), {got} arrived")  # fmt: skip
+        return kept
 
     def _write_part(self, epoch: int, outputs: list[pa.RecordBatch]) -> dict[str, Any]:
         """This process's output of ``epoch``: a part of the query's :class:`EpochOutput`, or an Arrow file under
@@ -434,6 +529,7 @@ class Feeder:
         handle, probe, captured = worker.dataflow(lambda scope: _dataflow(scope, self.plan.build))
         commands = self.commands[index]
         hook = cast("WorkerRecovery | None", worker.recovery) if worker.index == 0 else None
+        name = self.plan.column or "epoch"
         idle = _IDLE_FIRST
         while True:
             worker.step()
@@ -448,17 +544,18 @@ class Feeder:
                 handle.close()
                 worker.step_while(lambda: not probe.done())
                 return
-            kind, epoch, share = command
+            # (_DATA, epoch, share): rows at an epoch left open; (_CLOSE, target, moving): complete below target.
+            kind, target, arg = command
             try:
                 if kind == _DATA:
-                    _send(handle, epoch, share)
+                    _send(handle, target, arg)
                     continue
-                _complete(worker, handle, probe, epoch, hook)
-                out = [to_record_batch(b, self.plan.schema, time=t, epoch="epoch") for t, b in captured if t <= epoch]
-                captured[:] = [(t, b) for t, b in captured if t > epoch]
-                self.results.put((epoch, index, (out, _data_bytes_sent(worker))))
+                _complete(worker, handle, probe, target, hook, moving=arg)
+                out = [to_record_batch(b, self.plan.schema, time=t, epoch=name) for t, b in captured if t < target]
+                captured[:] = [(t, b) for t, b in captured if t >= target]
+                self.results.put((target, index, (out, _data_bytes_sent(worker))))
             except BaseException as exc:
-                self.results.put((epoch, index, exc))
+                self.results.put((target, index, exc))
                 raise
 
 
@@ -471,14 +568,38 @@ def _send(handle: Any, epoch: int, share: list[pa.RecordBatch]) -> None:
         handle.send_batch(batch)
 
 
-def _complete(worker: Worker, handle: Any, probe: Any, epoch: int, hook: WorkerRecovery | None) -> None:
-    """Complete ``epoch`` and (worker 0) wait until its snapshot is durable."""
-    if epoch < handle.time:
-        raise StreamHostError(f"epoch {epoch} closed after epoch {handle.time - 1} was complete")
-    handle.advance_to(epoch + 1)
-    worker.step_while(lambda: probe.less_than(epoch + 1))
-    if hook is not None and any(df.stateful for df in hook.dataflows):
-        worker.step_while(lambda: not hook.holds(epoch))
+def _complete(worker: Worker, handle: Any, probe: Any, target: int, hook: WorkerRecovery | None, *,
+              moving: bool) -> None:  # fmt: skip
+    """Complete every epoch before ``target`` and (worker 0) wait until the last one's snapshot is durable.
+
+    ``moving``: ``target - 1`` must not be complete yet (a micro-batch's epoch); else (an event-time frontier that
+    did not move) a ``target`` already reached completes nothing new."""
+    if target < handle.time or (moving and target == handle.time):
+        raise StreamHostError(f"epoch {target - 1} closed after epoch {handle.time - 1} was complete")
+    moved = target > handle.time
+    if moved:
+        handle.advance_to(target)
+    worker.step_while(lambda: probe.less_than(target))
+    if moved and hook is not None and any(df.stateful for df in hook.dataflows):
+        worker.step_while(lambda: not hook.holds(target - 1))
+
+
+def held_folder(own: str | Path, batch: int) -> Path:
+    """Where the hosted processes keep the rows of epochs still open after micro-batch ``batch`` (event time)."""
+    return Path(own) / "held" / f"batch-{batch:012d}"
+
+
+def _load_held(plan: HostPlan, process: int) -> pa.Table | None:
+    """This process's share of the rows held after the last committed micro-batch (files taken in turn)."""
+    import pyarrow as pa
+
+    folder = held_folder(plan.own, plan.held_from)
+    files = sorted(folder.glob("p*.arrow")) if plan.held_from >= 0 and folder.is_dir() else []
+    tables = []
+    for path in files[process :: plan.processes]:
+        with pa.memory_map(str(path)) as source:
+            tables.append(pa.ipc.open_file(source).read_all())
+    return pa.concat_tables(tables) if tables else None
 
 
 def _data_bytes_sent(worker: Worker) -> int:

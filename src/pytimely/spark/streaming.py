@@ -40,7 +40,7 @@ from pytimely.spark.stream_handler import (
     BatchTiming,
     Check,
     ReplayRestore,
-    ServerSideHandler,
+    ServerSide,
     StateRestore,
     StreamHandler,
 )
@@ -88,6 +88,8 @@ def run_stream(
     processes: int | None = None,
     host: str | None = None,
     key: str | None = None,
+    recovery_mode: str = "resume",
+    idle_timeout: float | None = 600.0,
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
@@ -107,13 +109,34 @@ def run_stream(
     keeps the dataflow in this process. ``key`` names the input column the dataflow's first exchange is keyed by
     (a keyed operator keeping its state in bins, such as ``state_machine`` over ``(key, value)`` rows): the feed
     then sends each row to the process that owns its key's bin, so that exchange moves nothing between processes
-    (the results are the same either way; on the driver it changes nothing).
+    (the results are the same either way; on the driver it changes nothing). On the executors ``key`` does not go
+    with ``epoch=``: rows held for a later event-time epoch are taken up after a restart by whichever process,
+    not by their key's owner. Hosted processes that hear nothing from the control side for
+    ``idle_timeout`` seconds (no micro-batch, a client that died or cannot reach them) stop by themselves; the next
+    micro-batch starts them again from the snapshot.
+
+    The state is kept in snapshots under the checkpoint (batch ids as epochs). A restart resumes from the snapshot
+    of the last committed micro-batch; when a stateful query has committed output and no usable snapshot at or
+    before it, the run is refused (:class:`~pytimely.errors.StreamStateLostError`) unless
+    ``recovery_mode="fresh"``, which empties the state store and starts the dataflow over from empty state (the
+    committed output stays; Spark goes on after it).
     """
     hosted = _hosting(processes, host, workers, epoch, restore)
+    if idle_timeout is not None and not (isinstance(idle_timeout, int | float) and idle_timeout > 0):
+        raise InvalidArgument(f"idle_timeout must be seconds > 0 or None, got {idle_timeout!r}")
+    if recovery_mode not in ("resume", "fresh"):
+        raise InvalidArgument(f"recovery_mode must be 'resume' or 'fresh', got {recovery_mode!r}")
+    if recovery_mode == "fresh" and not hosted and (epoch is not None or restore is not None):
+        raise InvalidArgument("recovery_mode='fresh' starts over a state kept in snapshots; with epoch= or restore= "
+                              "the state is rebuilt from the staged inputs")  # fmt: skip
     if not source.isStreaming:
         raise InvalidArgument("run_stream needs a streaming DataFrame (spark.readStream...)")
     if key is not None and key not in source.columns:
         raise InvalidArgument(f"key column {key!r} is not among the source's columns {source.columns}")
+    if key is not None and epoch is not None and hosted:
+        raise InvalidArgument(f"key={key!r} with epoch={epoch!r} on the executors: rows held for a later event-time "
+                              "epoch would not stay with the process owning their key across a restart; drop key= "
+                              "(the results are the same without it) or use host='driver'")  # fmt: skip
     if epoch is not None and epoch not in source.columns:
         raise InvalidArgument(f"epoch column {epoch!r} is not among the source's columns {source.columns}")
     if watermark is not None and epoch is None:
@@ -126,7 +149,8 @@ def run_stream(
             build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
             restore=restore, step_timeout=step_timeout, available_now=available_now,
             processing_time=processing_time, timeout=timeout, watermark=watermark,
-            processes=processes if hosted else None, key=key,
+            processes=processes if hosted else None, key=key, recovery_mode=recovery_mode,
+            idle_timeout=idle_timeout,
         )
 
 
@@ -140,9 +164,9 @@ def _hosting(processes: int | None, host: str | None, workers: int, epoch: str |
     if host == "executors" and processes is None:
         raise InvalidArgument("host='executors' needs processes=N")
     hosted = processes is not None and host != "driver"
-    if hosted and (epoch is not None or restore is not None):
-        raise InvalidArgument("a dataflow hosted on the executors takes batch ids as epochs and restores from "
-                              "snapshots: epoch= and restore= need host='driver'")  # fmt: skip
+    if hosted and restore is not None:
+        raise InvalidArgument("a dataflow hosted on the executors restores from snapshots: restore= needs "
+                              "host='driver'")  # fmt: skip
     return hosted
 
 
@@ -166,6 +190,8 @@ def _run_locked(
     watermark: Watermark | None = None,
     processes: int | None = None,
     key: str | None = None,
+    recovery_mode: str = "resume",
+    idle_timeout: float | None = 600.0,
 ) -> StreamRun:
     """``run_stream`` once the checkpoint is held."""
     from pytimely.spark.session import is_connect
@@ -176,12 +202,17 @@ def _run_locked(
     identity = _identity(query, source, schema, epoch, name)
     if watermark is not None:
         identity["epoch"] = f"{epoch}; {watermark.describe()}"
+    if processes is not None or (epoch is None and restore is None):
+        # The state comes from snapshots: refuse to resume without it (or empty it, asked), before anything runs.
+        checkpoint.open(identity)
+        checkpoint.check_state(identity, recovery_mode)
     if processes is not None:
         from pytimely.spark.stream_control import run_hosted
 
         return run_hosted(
             build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,
             key=key, available_now=available_now, processing_time=processing_time, timeout=timeout,
+            idle_timeout=idle_timeout, epoch=epoch, watermark=watermark,
         )  # fmt: skip
     make = partial(StreamHandler, build, schema, sink, checkpoint, identity, workers=workers, epoch=epoch,
                    check=check, restore=restore, step_timeout=step_timeout, watermark=watermark)  # fmt: skip
@@ -215,9 +246,14 @@ def _handler(
         # checkpoint is checked here first, so a mismatch stops the run before the query starts.
         ship_by_value(build)
         restored = len(checkpoint.open(identity))
-        return None, ServerSideHandler(make), restored
+        return None, ServerSide(partial(_without_session, make)), restored
     handler = make()
     return handler, handler, len(handler.committed)
+
+
+def _without_session(make: Callable[[], StreamHandler], _session: Any) -> StreamHandler:
+    """``make()``: a driver-hosted handler needs nothing of the server's session."""
+    return make()
 
 
 def _outcome(handler: StreamHandler | None, running: Any, restored: int) -> StreamRun:
