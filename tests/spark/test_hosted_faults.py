@@ -19,6 +19,7 @@ pytest.importorskip("pyspark")
 
 from pytimely.spark.epoch_output import EpochOutput
 from pytimely.spark.streaming import CsvDirectorySink, run_stream
+from tests.spark.standalone import quick_jvm
 from tests.spark.test_hosted_stream import ROOT, SCHEMA, changelog, count_words, drop_texts
 from tests.spark.test_streaming import load
 
@@ -107,8 +108,8 @@ def wordcount_args(incoming: Path, out: Path, ck: Path) -> list[str]:
 
 
 def driver_env() -> dict[str, str]:
-    """The environment of a driver of its own: this tree of pytimely."""
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYSPARK_PYTHON": sys.executable}
+    """The environment of a driver of its own: this tree of pytimely, its JVM started as the suite's others are."""
+    return quick_jvm({**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYSPARK_PYTHON": sys.executable})
 
 
 def kill_group(job: subprocess.Popen[Any]) -> None:
