@@ -153,8 +153,8 @@ def test_routed_rows_cross_no_process_and_give_the_unrouted_results(spark: Any, 
     assert [rows for rows, _, _ in seen[None]] == expected
     assert [crossed for _, crossed, _ in seen["word"]] == [0, 0]
     assert sum(crossed for _, crossed, _ in seen[None]) > 0
-    # The cluster's counters: what crosses with routing is the snapshots' commits to worker 0, never rows.
-    assert seen["word"][-1][2] < seen[None][-1][2]
+    # Rows are counted, not the cluster's byte counters: with so few rows, the snapshots' commits to worker 0 (whose
+    # size varies from run to run) outweigh the rows that cross, so the byte totals do not tell the two runs apart.
 
 
 def test_routing_follows_the_owners_after_the_processes_change(spark: Any, tmp_path: Path) -> None:
