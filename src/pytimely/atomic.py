@@ -117,14 +117,15 @@ def atomic_output(
                 os.fsync(out.fileno())
         os.replace(tmp, target)
         if durable:
-            _sync_directory(target.parent if str(target.parent) else Path("."))
+            sync_directory(target.parent if str(target.parent) else Path("."))
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
+    """Make a folder's entries (a rename, a new file) durable: fsync the folder itself."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -22,7 +22,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from pytimely.atomic import remove_stale, write_atomic
+from pytimely.atomic import remove_stale, sync_directory, write_atomic
 from pytimely.errors import OutputPathError, RecoveryError, StoreNotWritableError, StoreWriteError
 
 __all__ = ["AppendingStore", "LocalStore", "SnapshotStore", "open_store"]
@@ -199,7 +199,7 @@ class LocalStore:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 self._open[name] = fd
                 if self.durable:
-                    _sync_folder(path.parent)
+                    sync_directory(path.parent)
             view = memoryview(data)
             while view:
                 written = os.pwrite(fd, view, offset)
@@ -305,14 +305,6 @@ class LocalStore:
 
 _datasync = getattr(os, "fdatasync", os.fsync)
 """``fdatasync`` where the platform has it (not macOS): the data and the file's size, not its times."""
-
-
-def _sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _target_of(name: str) -> str | None:

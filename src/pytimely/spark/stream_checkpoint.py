@@ -195,13 +195,7 @@ class StreamCheckpoint:
 
     def stage(self, batch_id: int, table: pa.Table) -> None:
         """Keep ``batch_id``'s input (Arrow IPC), so a restart can rebuild the state from it."""
-        import pyarrow as pa
-
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        self.inputs.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.input_path(batch_id), sink.getvalue().to_pybytes())
+        write_arrow_file(self.input_path(batch_id), table)
 
     def staged(self, batch_id: int) -> pa.Table:
         """``batch_id``'s staged input."""
@@ -425,3 +419,14 @@ def is_new_batch(batch_id: int, last_committed: int, input_schema: str, schema: 
     if schema != input_schema:
         raise StreamSchemaError(f"micro-batch {batch_id}: the source's schema changed from {input_schema} to {schema}")
     return True
+
+
+def write_arrow_file(path: Path, table: pa.Table) -> None:
+    """Write ``table`` to ``path`` as an Arrow IPC file, whole or not at all (its folder made if missing)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, sink.getvalue().to_pybytes())

@@ -35,7 +35,7 @@ from pytimely.errors import (
     StreamSchemaError,
 )
 from pytimely.spark.record_batches import _one_batch, split_by_owner
-from pytimely.spark.stream_checkpoint import is_new_batch
+from pytimely.spark.stream_checkpoint import is_new_batch, write_arrow_file
 from pytimely.spark.stream_feed import FeedLink, Kind, arrow_bytes, dial
 from pytimely.spark.stream_handler import MicroBatchFunction, ServerSide
 from pytimely.spark.stream_host import HostPlan, HostTask, await_exits, parts_folder, read_hosts
@@ -206,13 +206,7 @@ class EventTime:
 
         if self.late != "side" or not late:
             return
-        table = pa.concat_tables(late)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        path = late_folder(self.own, batch) / f"s{sender:05d}.arrow"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, sink.getvalue().to_pybytes())
+        write_arrow_file(late_folder(self.own, batch) / f"s{sender:05d}.arrow", pa.concat_tables(late))
 
     def target(self, top: int) -> int:
         """The new frontier: the largest epoch seen less the delay, never moving back."""

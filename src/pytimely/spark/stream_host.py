@@ -41,6 +41,7 @@ from pytimely.errors import BuildResultError, PytimelyError, StreamFeedError, St
 from pytimely.recovery import Recovery, SnapshotPolicy
 from pytimely.signed_lines import decode, encode
 from pytimely.spark.record_batches import split_by_owner
+from pytimely.spark.stream_checkpoint import write_arrow_file
 from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
 
 if TYPE_CHECKING:
@@ -457,12 +458,7 @@ class Feeder:
             ready, held = table.filter(below), table.filter(pc.invert(below))
         self.held = held
         if held is not None and held.num_rows:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_file(sink, held.schema) as writer:
-                writer.write_table(held)
-            path = held_folder(self.plan.own, batch) / f"p{self.process:05d}.arrow"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, sink.getvalue().to_pybytes())
+            write_arrow_file(held_folder(self.plan.own, batch) / f"p{self.process:05d}.arrow", held)
         if ready is None or ready.num_rows == 0:
             return []
         return [(t, [piece]) for t, piece in _pieces(ready, None, column, -(1 << 62))]
@@ -513,12 +509,8 @@ class Feeder:
         if self.plan.output is not None:
             name = f"g{self.plan.generation}-p{self.process:05d}"
             return {"part": self.plan.output.write_part(epoch, name, table).to_json(), "rows": table.num_rows}
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
         path = parts_folder(self.plan.own, epoch) / f"part-{self.process:05d}.arrow"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, sink.getvalue().to_pybytes())
+        write_arrow_file(path, table)
         return {"part": str(path), "rows": table.num_rows}
 
     def job(self, worker: Worker) -> None:
