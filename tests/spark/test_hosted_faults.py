@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 from pytimely.spark.epoch_output import EpochOutput
 from pytimely.spark.streaming import CsvDirectorySink, run_stream
 from tests.spark.standalone import quick_jvm
-from tests.spark.test_hosted_stream import ROOT, SCHEMA, changelog, count_words, drop_texts
+from tests.spark.test_hosted_stream import ROOT, SCHEMA, assert_batch_counts, changelog, count_words, drop_texts
 from tests.spark.test_streaming import load
 
 
@@ -147,15 +147,7 @@ def rerun_and_check(command: list[str], incoming: Path, out: Path, ck: Path) -> 
     assert sorted(p for batch in batches for p in batch) == sorted(incoming.glob("t*.txt")), batches
     output = EpochOutput(out, SCHEMA, format="csv")
     assert output.committed() == list(range(len(batches))), rerun.stderr[-3000:]
-    totals: dict[str, int] = {}
-    for epoch, batch in enumerate(batches):
-        seen = [w for path in batch for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
-        for word in seen:
-            totals[word] = totals.get(word, 0) + 1
-        table = output.read(epoch)
-        assert sorted(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)) == sorted(
-            (w, totals[w]) for w in set(seen)
-        ), f"epoch {epoch}"
+    assert_batch_counts(output, batches)
     named = {part.path for epoch in output.committed() for part in output.parts(epoch)}
     assert {p.name for p in out.glob("part-*")} == named
 

@@ -54,9 +54,15 @@ def count_words(spark: Any, incoming: Path, out: Path | EpochOutput, ck: Path, *
 def assert_running_counts(output: EpochOutput, incoming: Path) -> None:
     """Epoch ``e`` of ``output`` holds the running count of every word of the ``e``-th file of ``incoming`` (one file
     a micro-batch), counted over that file and the files before it."""
+    assert_batch_counts(output, [[path] for path in sorted(incoming.glob("t*.txt"))])
+
+
+def assert_batch_counts(output: EpochOutput, batches: list[list[Path]]) -> None:
+    """Epoch ``e`` of ``output`` holds the running count of every word of the files of ``batches[e]``, counted over
+    those files and the batches before."""
     totals: dict[str, int] = {}
-    for epoch, path in enumerate(sorted(incoming.glob("t*.txt"))):
-        seen = [w for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
+    for epoch, batch in enumerate(batches):
+        seen = [w for path in batch for line in path.read_text(encoding="utf-8").splitlines() for w in line.split()]
         for word in seen:
             totals[word] = totals.get(word, 0) + 1
         table = output.read(epoch)
