@@ -15,9 +15,10 @@ pytest.importorskip("pyspark")
 
 from pytimely.errors import InvalidArgument, PytimelyError
 from pytimely.spark.stream_checkpoint import _identity
-from pytimely.spark.stream_control import HostedHandler, _hosted_maker
 from pytimely.spark.stream_feed import dial
 from pytimely.spark.stream_host import await_exits, hosts_path
+from pytimely.spark.stream_hosted_handler import HostedHandler
+from pytimely.spark.stream_hosted_run import _hosted_maker
 from pytimely.spark.streaming import CsvDirectorySink, StreamCheckpoint, run_stream
 from tests.spark.test_streaming import load
 

@@ -22,7 +22,9 @@ Exactly once across a restart from ``CK``:
 The parts live in modules of their own: :mod:`pytimely.spark.stream_checkpoint` (the checkpoint),
 :mod:`pytimely.spark.stream_sinks` (the sinks), :mod:`pytimely.spark.stream_handler` (the driver-hosted
 ``foreachBatch`` function), :mod:`pytimely.spark.stream_query` (the query, its failures and record) and
-:mod:`pytimely.spark.stream_control` (the executor-hosted path); every public name is also importable from here.
+:mod:`pytimely.spark.stream_hosted_run` (the executor-hosted path: its processes in
+:mod:`~pytimely.spark.stream_hosted`, its ``foreachBatch`` function in :mod:`~pytimely.spark.stream_hosted_handler`,
+its feed job in :mod:`~pytimely.spark.stream_control`); every public name is also importable from here.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def run_stream(
 
     ``processes=N`` hosts the dataflow on the executors (``host="executors"``, the default once ``processes`` is
     given): N pytimely processes of ``workers`` workers each, the tasks of one background barrier job, fed by one
-    Spark job per micro-batch (:mod:`pytimely.spark.stream_control`). ``host="driver"`` (or no ``processes``)
+    Spark job per micro-batch (:mod:`pytimely.spark.stream_hosted_run`). ``host="driver"`` (or no ``processes``)
     keeps the dataflow in this process. ``key`` names the input column the dataflow's first exchange is keyed by
     (a keyed operator keeping its state in bins, such as ``state_machine`` over ``(key, value)`` rows): the feed
     then sends each row to the process that owns its key's bin, so that exchange moves nothing between processes
@@ -121,7 +123,35 @@ def run_stream(
     ``recovery_mode="fresh"``, which empties the state store and starts the dataflow over from empty state (the
     committed output stays; Spark goes on after it).
     """
-    hosted = _hosting(processes, host, workers, epoch, restore)
+    hosted = _checked_arguments(source, processes, host, workers, epoch, restore, key, watermark, recovery_mode,
+                                idle_timeout)  # fmt: skip
+    name = getattr(build, "__qualname__", None) or type(build).__name__
+    if not isinstance(checkpoint, StreamCheckpoint):
+        checkpoint = StreamCheckpoint(checkpoint)
+    with checkpoint.locked(_jvm_pid(source.sparkSession)):
+        return _run_locked(
+            build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
+            restore=restore, step_timeout=step_timeout, available_now=available_now,
+            processing_time=processing_time, timeout=timeout, watermark=watermark,
+            processes=processes if hosted else None, key=key, recovery_mode=recovery_mode,
+            idle_timeout=idle_timeout,
+        )
+
+
+def _checked_arguments(
+    source: DataFrame,
+    processes: int | None,
+    host: str | None,
+    workers: int,
+    epoch: str | None,
+    restore: Any,
+    key: str | None,
+    watermark: Watermark | None,
+    recovery_mode: str,
+    idle_timeout: float | None,
+) -> bool:
+    """Whether the dataflow runs on the executors; a setting that does not fit is refused here, before anything."""
+    hosted = _hosting(processes, host, workers, restore)
     if idle_timeout is not None and not (isinstance(idle_timeout, int | float) and idle_timeout > 0):
         raise InvalidArgument(f"idle_timeout must be seconds > 0 or None, got {idle_timeout!r}")
     if recovery_mode not in ("resume", "fresh"):
@@ -141,22 +171,12 @@ def run_stream(
         raise InvalidArgument(f"epoch column {epoch!r} is not among the source's columns {source.columns}")
     if watermark is not None and epoch is None:
         raise InvalidArgument("a watermark needs an event-time column: run_stream(..., epoch=COLUMN, watermark=...)")
-    name = getattr(build, "__qualname__", None) or type(build).__name__
-    if not isinstance(checkpoint, StreamCheckpoint):
-        checkpoint = StreamCheckpoint(checkpoint)
-    with checkpoint.locked(_jvm_pid(source.sparkSession)):
-        return _run_locked(
-            build, source, schema, sink, checkpoint, query, name, workers=workers, epoch=epoch, check=check,
-            restore=restore, step_timeout=step_timeout, available_now=available_now,
-            processing_time=processing_time, timeout=timeout, watermark=watermark,
-            processes=processes if hosted else None, key=key, recovery_mode=recovery_mode,
-            idle_timeout=idle_timeout,
-        )
+    return hosted
 
 
-def _hosting(processes: int | None, host: str | None, workers: int, epoch: str | None, restore: Any) -> bool:
+def _hosting(processes: int | None, host: str | None, workers: int, restore: Any) -> bool:
     """Whether the dataflow runs on the executors; a setting that does not fit is refused here."""
-    from pytimely.spark.stream_control import check_layout
+    from pytimely.spark.stream_hosted_run import check_layout
 
     check_layout(processes, workers)
     if host not in (None, "executors", "driver"):
@@ -207,7 +227,7 @@ def _run_locked(
         checkpoint.open(identity)
         checkpoint.check_state(identity, recovery_mode)
     if processes is not None:
-        from pytimely.spark.stream_control import run_hosted
+        from pytimely.spark.stream_hosted_run import run_hosted
 
         return run_hosted(
             build, source, schema, sink, checkpoint, identity, processes=processes, workers=workers, check=check,

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytimely.errors import InputFormatError, InvalidArgument
+from pytimely.errors import InputFormatError, InvalidArgument, StreamInputError
+from pytimely.spark.stream_checkpoint import write_arrow_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Watermark", "split_late"]
+__all__ = ["EventTime", "Watermark", "late_folder", "split_late"]
 
 log = logging.getLogger("pytimely.spark.streaming")
 
@@ -105,3 +107,57 @@ def split_late(table: pa.Table, column: str, frontier: int) -> tuple[pa.Table, p
         return table, table.slice(0, 0)
     return table.filter(keep), table.filter(pc.invert(keep))
 
+
+@dataclass(frozen=True)
+class EventTime:
+    """Event-time epochs on the executors: the column, the frontier the micro-batch found, the watermark."""
+
+    column: str
+    frontier: int
+    delay: int = 0
+    late: str | None = None
+    """``None``: a late row stops the query; ``"drop"``; ``"side"`` (its rows kept under ``late_folder``)."""
+    own: str = ""
+
+    @classmethod
+    def declared(cls, column: str, watermark: Watermark | None) -> EventTime:
+        """Event time by ``column`` under ``watermark`` (``None``: a late row stops the query), before any frontier."""
+        if watermark is None:
+            return cls(column, 0)
+        return cls(column, 0, watermark.delay, watermark.late)
+
+    def admit(self, table: pa.Table, batch: int, late: list[pa.Table], top: int) -> tuple[pa.Table, int]:
+        """The on-time rows of ``table`` (the late ones appended to ``late``) and the largest epoch seen so far."""
+        import pyarrow.compute as pc
+
+        from pytimely.spark.watermark import split_late
+
+        on_time, behind = split_late(table, self.column, self.frontier)
+        if behind.num_rows:
+            if self.late is None:
+                raise StreamInputError(
+                    f"micro-batch {batch}: {behind.num_rows} row(s) have an {self.column!r} before {self.frontier}, "
+                    "an epoch already complete (late data; a watermark, run_stream(..., watermark=Watermark(...)), "
+                    "drops them or sends them aside)"
+                )
+            late.append(behind)
+        if on_time.num_rows:
+            top = max(top, int(pc.max(on_time.column(self.column)).as_py()))
+        return on_time, top
+
+    def keep_late(self, late: list[pa.Table], batch: int, sender: int) -> None:
+        """Write a sender's late rows where the control side gathers them for the side output."""
+        import pyarrow as pa
+
+        if self.late != "side" or not late:
+            return
+        write_arrow_file(late_folder(self.own, batch) / f"s{sender:05d}.arrow", pa.concat_tables(late))
+
+    def target(self, top: int) -> int:
+        """The new frontier: the largest epoch seen less the delay, never moving back."""
+        return max(self.frontier, top - self.delay)
+
+
+def late_folder(own: str | Path, batch: int) -> Path:
+    """Where the feed tasks keep micro-batch ``batch``'s late rows for the side output."""
+    return Path(own) / "late" / f"batch-{batch:012d}"
