@@ -15,7 +15,9 @@ output appears whole or not at all.
 With ``--available-now`` the job processes what IN holds and stops; otherwise it runs until ``--timeout``
 seconds pass. Killed and run again with the same CK, it continues with no duplicate and no missing row.
 A file that does not parse, files whose columns change, or a CK made by another query stop the job with
-exit status 2, leaving OUT as it was after the last whole micro-batch.
+exit status 2, leaving OUT as it was after the last whole micro-batch. A CK whose state snapshots are lost
+stops it with exit status 3 before anything runs; ``--recovery-mode fresh`` then starts the state over (the
+committed output stays).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from typing import Any
 import numpy as np
 
 from pytimely.algorithms import connected_components
-from pytimely.errors import CheckpointMismatchError, InputFormatError, PytimelyError, StreamSchemaError
+from pytimely.errors import (
+    CheckpointMismatchError,
+    InputFormatError,
+    PytimelyError,
+    StreamSchemaError,
+    StreamStateLostError,
+)
 
 SCHEMA = "epoch long, vertex long, label long"
 
@@ -120,6 +128,7 @@ def run(args: argparse.Namespace) -> Any:
         checkpoint=args.checkpoint, query="stream_wcc", workers=args.workers,
         processes=processes(session, args) or None, check=check_edges,
         available_now=args.available_now, timeout=None if args.available_now else args.timeout,
+        recovery_mode=args.recovery_mode,
     )
 
 
@@ -155,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, help="pytimely processes on the executors (default 2; 0: the "
                         "dataflow on the driver)")
     parser.add_argument("--timeout", type=float, default=60.0, help="without --available-now: seconds to run")
+    parser.add_argument("--recovery-mode", choices=["resume", "fresh"], default="resume",
+                        help="resume: from the state's snapshots (refused, exit 3, when they are lost); fresh: "
+                        "start the state over, the committed output staying")  # fmt: skip
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
@@ -162,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     except (InputFormatError, CheckpointMismatchError) as exc:
         print(f"stream_wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except StreamStateLostError as exc:
+        said = " ".join(str(exc).split())
+        print(f"stream_wcc: {type(exc).__name__}: {said} (here: --recovery-mode fresh)", file=sys.stderr)
+        return 3
     except PytimelyError as exc:
         print(f"stream_wcc: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -8,7 +8,8 @@ Each micro-batch is an epoch of a dataflow hosted by ``--processes`` pytimely pr
 ``_pytimely/commits/epoch-<id>.json`` (``--processes 0``: on the driver, one ``batch-<id>.csv`` each), rows
 ``epoch,word,count`` with a row for every word seen in that micro-batch and its count over all micro-batches
 up to it. The last row of a word is its total. Killed and run again with the same CK, the job continues with
-no duplicate and no missing row.
+no duplicate and no missing row. A CK whose state snapshots are lost stops the job with exit status 3 before
+anything runs; ``--recovery-mode fresh`` then starts the state over (the committed output stays).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytimely.errors import CheckpointMismatchError, InputFormatError, PytimelyError
+from pytimely.errors import CheckpointMismatchError, InputFormatError, PytimelyError, StreamStateLostError
 
 SCHEMA = "epoch long, word string, count long"
 
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> Any:
         checkpoint=args.checkpoint, query="stream_wordcount", workers=args.workers,
         processes=processes(session, args) or None,
         available_now=args.available_now, timeout=None if args.available_now else args.timeout,
+        recovery_mode=args.recovery_mode,
     )
 
 
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, help="pytimely processes on the executors (default 2; 0: the "
                         "dataflow on the driver)")
     parser.add_argument("--timeout", type=float, default=60.0, help="without --available-now: seconds to run")
+    parser.add_argument("--recovery-mode", choices=["resume", "fresh"], default="resume",
+                        help="resume: from the state's snapshots (refused, exit 3, when they are lost); fresh: "
+                        "start the state over, the committed output staying")  # fmt: skip
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
@@ -98,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     except (InputFormatError, CheckpointMismatchError) as exc:
         print(f"stream_wordcount: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except StreamStateLostError as exc:
+        said = " ".join(str(exc).split())
+        print(f"stream_wordcount: {type(exc).__name__}: {said} (here: --recovery-mode fresh)", file=sys.stderr)
+        return 3
     except PytimelyError as exc:
         print(f"stream_wordcount: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ from pytimely.recovery import RecoveryWarning
 from pytimely.recovery.manifest import epoch_of
 from pytimely.spark.streaming import StreamCheckpoint
 from tests.spark.test_hosted_stream import count_words
-from tests.spark.test_streaming import drop
+from tests.spark.test_streaming import drop, load
 
 FILES = ["a a b\n", "a c\n", "a b\n"]
 
@@ -27,26 +27,33 @@ def counts(out: Path, batch: int) -> dict[str, int]:
         return {row["word"]: int(row["count"]) for row in csv.DictReader(handle)}
 
 
-def test_a_stateful_query_without_its_snapshots_is_refused_unless_started_fresh(spark: Any, tmp_path: Path) -> None:
-    """The state store deleted after two committed micro-batches: the next run stops before the query starts with
-    StreamStateLostError naming the checkpoint, the last committed micro-batch and the snapshots found (none), and
-    writes nothing; ``recovery_mode="fresh"`` then counts from empty state. Driver-hosted (the same check runs
-    for the executors). ~15 s."""
+def test_a_stateful_query_without_its_snapshots_is_refused_unless_started_fresh(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the word-count example's command line: the state store deleted after two committed micro-batches,
+    the next run stops before the query starts with exit status 3 and one line naming StreamStateLostError, the
+    checkpoint, the last committed micro-batch and the snapshots found (none), and writes nothing;
+    ``--recovery-mode fresh`` then counts from empty state. Driver-hosted (the same check runs for the
+    executors). ~15 s."""
+    wordcount = load("stream_wordcount")
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    args = ["--spark", "local[2]", "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
+            "--available-now", "--files-per-batch", "1", "--processes", "0"]  # fmt: skip
     for k in range(2):
         drop(incoming, f"t{k:03d}.txt", FILES[k], k)
-    assert count_words(spark, incoming, out, ck).processed == [0, 1]
+    assert wordcount.main(args) == 0
     shutil.rmtree(ck / "pytimely" / "state")
     drop(incoming, "t002.txt", FILES[2], 2)
-    with pytest.raises(StreamStateLostError) as refused:
-        count_words(spark, incoming, out, ck)
-    message = str(refused.value)
-    assert str(ck) in message and "micro-batches up to 1" in message and "found: none" in message, message
-    assert "recovery_mode='fresh'" in message, message
+    capsys.readouterr()
+    assert wordcount.main(args) == 3
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("stream_wordcount: StreamStateLostError: "), said
+    assert str(ck) in said and "micro-batches up to 1" in said and "found: none" in said, said
+    assert "--recovery-mode fresh" in said and "Traceback" not in said, said
     assert StreamCheckpoint(ck).last_committed() == 1 and not (out / "batch-000000000002.csv").exists()
     with pytest.raises(InvalidArgument, match="recovery_mode"):
         count_words(spark, incoming, out, ck, recovery_mode="again")
-    assert count_words(spark, incoming, out, ck, recovery_mode="fresh").processed == [2]
+    assert wordcount.main([*args, "--recovery-mode", "fresh"]) == 0
     assert counts(out, 2) == {"a": 1, "b": 1}, "the state started over"
 
 

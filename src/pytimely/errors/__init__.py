@@ -100,6 +100,7 @@ from pytimely.errors.recovery import (
 )
 from pytimely.errors.spark import (
     BuildResultError,
+    CheckpointFileError,
     CheckpointInUseError,
     CheckpointLocationError,
     CheckpointMismatchError,
@@ -170,6 +171,7 @@ __all__ = [
     "BootstrapError",
     "BuildResultError",
     "CapabilityError",
+    "CheckpointFileError",
     "CheckpointInUseError",
     "CheckpointLocationError",
     "CheckpointMismatchError",

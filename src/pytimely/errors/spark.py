@@ -95,5 +95,10 @@ class StreamStateLostError(StreamError):
     micro-batch and the snapshots found; ``recovery_mode="fresh"`` starts the state over instead."""
 
 
+class CheckpointFileError(StreamError):
+    """A file pytimely reads back from a streaming checkpoint (held or late rows) is not signed with the
+    checkpoint's key: planted, altered or cut short. Names the file; nothing of it is parsed."""
+
+
 class BuildResultError(SparkError, TypeError):
     """The function that builds a hosted dataflow returned something other than its output ``Stream``."""

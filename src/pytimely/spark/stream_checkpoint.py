@@ -3,16 +3,21 @@ commits, ownership and host generations) and the lock that holds it for one run.
 
 ``CK/spark`` is Spark's (source offsets); ``CK/pytimely`` is ours: ``query.json`` (the identity a later run
 must match), ``inputs/`` (each micro-batch's input as Arrow), ``committed.json``, ``state/`` (snapshots),
-each file written under a temporary name and renamed.
+each file written under a temporary name and renamed. The Arrow files the hosted processes and the feed tasks
+leave for a later run to read (held and late rows) are signed with the checkpoint's key (``CK/pytimely/key``,
+readable by its owner only): :func:`write_signed_arrow`, :func:`read_signed_arrow`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import time as _time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytimely.atomic import write_atomic
 from pytimely.errors import (
+    CheckpointFileError,
     CheckpointInUseError,
     CheckpointMismatchError,
     InvalidArgument,
@@ -35,9 +41,12 @@ if TYPE_CHECKING:
 
     from pytimely.recovery import Recovery
 
-__all__ = ["StreamCheckpoint"]
+__all__ = ["StreamCheckpoint", "read_signed_arrow", "write_signed_arrow"]
 
 _FORMAT = 2
+_KEY_BYTES = 32
+_SIGNED = b"PYTIMELY-SIGNED-ARROW-1\n"
+"""The first bytes of a signed Arrow file; the HMAC-SHA256 (32 bytes) follows, then the Arrow IPC file."""
 _BATCH = re.compile(r"^batch-(\d{12})\.(arrow|done)$")
 
 
@@ -317,8 +326,6 @@ class StreamCheckpoint:
     def take_ownership(self) -> str:
         """Make this run the checkpoint's owner (a fresh token in ``owner.json``); an earlier owner can no longer
         commit (:meth:`fenced_commit`). Called by a run that holds the checkpoint's lock."""
-        import secrets
-
         token = secrets.token_hex(16)
         self.own.mkdir(parents=True, exist_ok=True)
         write_atomic(self.own / "owner.json", json.dumps({"owner": token, "pid": os.getpid()}) + "\n")
@@ -355,6 +362,39 @@ class StreamCheckpoint:
                 yield
             finally:
                 fcntl.flock(file, fcntl.LOCK_UN)
+
+    def key(self) -> bytes:
+        """The checkpoint's key for the files it reads back (``CK/pytimely/key``: made at the first call, readable
+        and writable by its owner only); a key file another user could have made or read is refused."""
+        path = self.own / "key"
+        self.own.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            # Written whole under another name, then linked into place: a crash leaves no empty key, and of two
+            # runs racing the first link wins.
+            aside = self.own / f".key-{os.getpid()}-{secrets.token_hex(4)}"
+            made = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(made, secrets.token_bytes(_KEY_BYTES))
+                os.fsync(made)
+            finally:
+                os.close(made)
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+            aside.unlink()
+        try:
+            with open(path, "rb") as file:
+                status = os.fstat(file.fileno())
+                key = file.read(_KEY_BYTES + 1)
+        except OSError as exc:
+            raise CheckpointFileError(f"{path}: the checkpoint's key cannot be read: {exc.strerror or exc}") from None
+        if status.st_uid != os.getuid() or status.st_mode & 0o077:
+            raise CheckpointFileError(
+                f"{path}: the checkpoint's key must belong to this user and be readable by it only (mode "
+                f"{status.st_mode & 0o777:o}, owner {status.st_uid}); remove it to make a new one"
+            )
+        if len(key) != _KEY_BYTES:
+            raise CheckpointFileError(f"{path} holds {len(key)} bytes, not a {_KEY_BYTES}-byte checkpoint key")
+        return key
 
     def next_generation(self) -> int:
         """A new host generation of this checkpoint (one more than any before; the caller holds the lock)."""
@@ -430,3 +470,41 @@ def write_arrow_file(path: Path, table: pa.Table) -> None:
         writer.write_table(table)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, sink.getvalue().to_pybytes())
+
+
+def _mac(key: bytes, name: str, body: bytes) -> bytes:
+    """The HMAC of a signed file's ``body``, bound to its ``name`` (a file cannot stand in for another)."""
+    return hmac.new(key, b"pytimely-arrow-file\0" + name.encode() + b"\0" + body, hashlib.sha256).digest()
+
+
+def write_signed_arrow(path: Path, table: pa.Table, key: bytes) -> None:
+    """Write ``table`` to ``path`` as an Arrow IPC file signed with ``key`` (bound to the file's name), whole or
+    not at all."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    body = sink.getvalue().to_pybytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, _SIGNED + _mac(key, path.name, body) + body)
+
+
+def read_signed_arrow(path: Path, key: bytes) -> pa.Table:
+    """The table of a file :func:`write_signed_arrow` wrote under ``key``; :class:`CheckpointFileError` naming the
+    file for one that is not signed with it (planted, altered, renamed or cut short), before any of it is parsed."""
+    import pyarrow as pa
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointFileError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    start = len(_SIGNED) + hashlib.sha256().digest_size
+    if not data.startswith(_SIGNED) or len(data) < start:
+        raise CheckpointFileError(f"{path} is not a signed pytimely Arrow file (planted, or cut short)")
+    if not hmac.compare_digest(data[len(_SIGNED) : start], _mac(key, path.name, data[start:])):
+        raise CheckpointFileError(f"{path} is not signed with the checkpoint's key (altered, planted or renamed)")
+    try:
+        return pa.ipc.open_file(pa.BufferReader(data[start:])).read_all()
+    except (pa.ArrowException, OSError) as exc:  # signed, so written by this query: a bug, not an attack
+        raise CheckpointFileError(f"{path} is signed but is not an Arrow file: {exc}") from None

@@ -41,8 +41,9 @@ from pytimely.errors import BuildResultError, PytimelyError, StreamFeedError, St
 from pytimely.recovery import Recovery, SnapshotPolicy
 from pytimely.signed_lines import decode, encode
 from pytimely.spark.record_batches import split_by_owner
-from pytimely.spark.stream_checkpoint import write_arrow_file
+from pytimely.spark.stream_checkpoint import write_signed_arrow
 from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
+from pytimely.spark.stream_held import load_held, write_held
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -151,7 +152,9 @@ class HostPlan:
     """The event-time column (``run_stream(epoch=...)``): rows enter at its epochs; those at or above the frontier
     wait in the process (and under ``CK/pytimely/held``) until it reaches them. ``None``: batch ids are epochs."""
     held_from: int = -1
-    """With ``column``: the last committed micro-batch, whose held rows (``held/batch-<b>/p*.arrow``) are taken."""
+    """With ``column``: the last committed micro-batch; the rows held after it are taken (:mod:`.stream_held`)."""
+    files_key: bytes = field(default=b"", repr=False)
+    """The checkpoint's key, which signs the held rows' files."""
 
     def recovery(self) -> ResumeAt:
         """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
@@ -457,8 +460,9 @@ class Feeder:
             below = pc.less(table.column(column), frontier)
             ready, held = table.filter(below), table.filter(pc.invert(below))
         self.held = held
-        if held is not None and held.num_rows:
-            write_arrow_file(held_folder(self.plan.own, batch) / f"p{self.process:05d}.arrow", held)
+        if batches:  # only the rows this micro-batch adds to those held are written
+            write_held(self.plan.own, self.plan.files_key, batch, self.process, pa.Table.from_batches(batches),
+                       column, frontier)  # fmt: skip
         if ready is None or ready.num_rows == 0:
             return []
         return [(t, [piece]) for t, piece in _pieces(ready, None, column, -(1 << 62))]
@@ -510,7 +514,7 @@ class Feeder:
             name = f"g{self.plan.generation}-p{self.process:05d}"
             return {"part": self.plan.output.write_part(epoch, name, table).to_json(), "rows": table.num_rows}
         path = parts_folder(self.plan.own, epoch) / f"part-{self.process:05d}.arrow"
-        write_arrow_file(path, table)
+        write_signed_arrow(path, table, self.plan.files_key)
         return {"part": str(path), "rows": table.num_rows}
 
     def job(self, worker: Worker) -> None:
@@ -576,22 +580,11 @@ def _complete(worker: Worker, handle: Any, probe: Any, target: int, hook: Worker
         worker.step_while(lambda: not hook.holds(target - 1))
 
 
-def held_folder(own: str | Path, batch: int) -> Path:
-    """Where the hosted processes keep the rows of epochs still open after micro-batch ``batch`` (event time)."""
-    return Path(own) / "held" / f"batch-{batch:012d}"
-
-
 def _load_held(plan: HostPlan, process: int) -> pa.Table | None:
-    """This process's share of the rows held after the last committed micro-batch (files taken in turn)."""
-    import pyarrow as pa
-
-    folder = held_folder(plan.own, plan.held_from)
-    files = sorted(folder.glob("p*.arrow")) if plan.held_from >= 0 and folder.is_dir() else []
-    tables = []
-    for path in files[process :: plan.processes]:
-        with pa.memory_map(str(path)) as source:
-            tables.append(pa.ipc.open_file(source).read_all())
-    return pa.concat_tables(tables) if tables else None
+    """This process's share of the rows held after the last committed micro-batch."""
+    assert plan.column is not None
+    frontier = plan.resume_at + 1  # with event time the processes resume from the epoch before the frontier
+    return load_held(plan.own, plan.files_key, plan.held_from, frontier, process, plan.processes, plan.column)
 
 
 def _data_bytes_sent(worker: Worker) -> int:

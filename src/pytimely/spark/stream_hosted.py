@@ -65,12 +65,15 @@ class HostedDataflow:
         key: str | None = None,
         idle_timeout: float | None = 600.0,
         column: str | None = None,
+        files_key: bytes = b"",
     ) -> None:
         self.spark = spark
         self.key = key
         """The input column the dataflow's first exchange is keyed by: each row is sent to the process owning its
         key's bin (``None``: rows are spread evenly)."""
         self.column = column
+        self.files_key = files_key
+        """The checkpoint's key: the files the processes leave under it (held rows, parts) are signed with it."""
         """The event-time column (``None``: batch ids are the epochs)."""
         self.idle_timeout = idle_timeout
         """Seconds without a message from this side after which the processes stop by themselves."""
@@ -131,7 +134,7 @@ class HostedDataflow:
             secret=self._secret, own=str(self.own), schema=self.schema, job=self.job, parameters=self.parameters,
             resume_at=resume_at, local=slots_of(self.spark) is not None or is_connect(self.spark),
             close_timeout=self.close_timeout, output=self.output, owner=self.owner, key=self.key,
-            idle_timeout=self.idle_timeout, column=self.column, held_from=held_from,
+            idle_timeout=self.idle_timeout, column=self.column, held_from=held_from, files_key=self.files_key,
         )  # fmt: skip
         self._group = f"pytimely-hosted-{secrets.token_hex(4)}-g{generation}"
         self._thread = threading.Thread(target=self._host, args=(HostTask(plan),), daemon=True,

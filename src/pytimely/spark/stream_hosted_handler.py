@@ -12,12 +12,14 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.atomic import write_atomic
 from pytimely.errors import CheckpointMismatchError, StreamFeedError, StreamHostError
-from pytimely.spark.stream_checkpoint import is_new_batch
+from pytimely.spark.stream_checkpoint import is_new_batch, read_signed_arrow
 from pytimely.spark.stream_handler import MicroBatchFunction
+from pytimely.spark.stream_held import clear_held
 from pytimely.spark.stream_host import await_exits, parts_folder
 from pytimely.spark.watermark import late_folder
 
@@ -74,8 +76,9 @@ class HostedHandler(MicroBatchFunction):
         if hosted.output is not None:
             self._take_over(hosted.output)
         if self.event is not None:
-            self.event = replace(self.event, frontier=checkpoint.frontier(), own=str(checkpoint.own))
-            self._clear_held(keep=self.last_committed)
+            self.event = replace(self.event, frontier=checkpoint.frontier(), own=str(checkpoint.own),
+                                 key=checkpoint.key())  # fmt: skip
+            self._clear_held()
         self.generation = checkpoint.next_generation()
         self.skipped = 0
         self.restarts = 0
@@ -90,15 +93,14 @@ class HostedHandler(MicroBatchFunction):
         the last epoch before the frontier."""
         return self.last_committed if self.event is None else self.event.frontier - 1
 
-    def _clear_held(self, keep: int) -> None:
-        """Remove held and late rows of every micro-batch but ``keep`` (uncommitted attempts, or superseded)."""
+    def _clear_held(self) -> None:
+        """Remove the held rows no run can need (of uncommitted attempts, or all past the committed frontier) and
+        every micro-batch's late rows (taken up by the commit of their micro-batch, or sent again)."""
         import shutil
 
-        for kind in ("held", "late"):
-            folder = self.checkpoint.own / kind
-            for old in folder.iterdir() if folder.is_dir() else []:
-                if old.name != f"batch-{keep:012d}" or kind == "late":
-                    shutil.rmtree(old, ignore_errors=True)
+        assert self.event is not None
+        clear_held(self.checkpoint.own, self.last_committed, self.event.frontier)
+        shutil.rmtree(self.checkpoint.own / "late", ignore_errors=True)
 
     @property
     def last_committed(self) -> int:
@@ -118,7 +120,7 @@ class HostedHandler(MicroBatchFunction):
         while True:
             try:
                 if self.event is not None:
-                    self._clear_held(keep=self.last_committed)
+                    self._clear_held()
                     self._pending(batch_id, None)
                 parts = self.hosted.epoch(frame, batch_id, self.check, self.event)
                 break
@@ -154,9 +156,9 @@ class HostedHandler(MicroBatchFunction):
         if self.watermark is None or self.watermark.side is None:
             return
         tables = []
+        key = self.event.key if self.event is not None else b""
         for path in sorted(late_folder(self.checkpoint.own, batch_id).glob("s*.arrow")):
-            with pa.memory_map(str(path)) as source:
-                tables.append(pa.ipc.open_file(source).read_all())
+            tables.append(read_signed_arrow(path, key))
         table = pa.concat_tables(tables) if tables else to_arrow_schema(frame.schema).empty_table()
         self.watermark.side.commit(batch_id, table)
 
@@ -204,7 +206,7 @@ class HostedHandler(MicroBatchFunction):
         self.processed.append(batch_id)
         if self.event is not None and self.hosted.frontier is not None:
             self.event = replace(self.event, frontier=self.hosted.frontier)
-            self._clear_held(keep=batch_id)
+            self._clear_held()
 
     def _commit_through_driver(self, batch_id: int, parts: list[str]) -> None:
         """A sink that is not an :class:`EpochOutput` gets the parts joined here; they are removed after."""
@@ -214,8 +216,7 @@ class HostedHandler(MicroBatchFunction):
 
         tables = []
         for path in parts:
-            with pa.memory_map(path) as source:
-                tables.append(pa.ipc.open_file(source).read_all())
+            tables.append(read_signed_arrow(Path(path), self.hosted.files_key))
         self.sink.commit(batch_id, pa.concat_tables(tables))
         shutil.rmtree(parts_folder(self.hosted.own, batch_id), ignore_errors=True)
 

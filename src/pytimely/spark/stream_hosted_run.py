@@ -104,7 +104,7 @@ def _hosted_maker(
         job=identity["query"], parameters={"input": identity["input"], "output": identity["output"]},
         describe=f"pytimely dataflow {identity['build']} (query {identity['query']})",
         output=sink if isinstance(sink, EpochOutput) else None, secret=secret, key=key, idle_timeout=idle_timeout,
-        column=column,
+        column=column, files_key=checkpoint.key(),
     )  # fmt: skip
 
 

@@ -19,12 +19,12 @@ changes silently). With ``watermark=Watermark(...)`` the query goes on:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely.errors import InputFormatError, InvalidArgument, StreamInputError
-from pytimely.spark.stream_checkpoint import write_arrow_file
+from pytimely.spark.stream_checkpoint import write_signed_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -118,6 +118,8 @@ class EventTime:
     late: str | None = None
     """``None``: a late row stops the query; ``"drop"``; ``"side"`` (its rows kept under ``late_folder``)."""
     own: str = ""
+    key: bytes = field(default=b"", repr=False)
+    """The checkpoint's key, which signs the late rows' files."""
 
     @classmethod
     def declared(cls, column: str, watermark: Watermark | None) -> EventTime:
@@ -151,7 +153,7 @@ class EventTime:
 
         if self.late != "side" or not late:
             return
-        write_arrow_file(late_folder(self.own, batch) / f"s{sender:05d}.arrow", pa.concat_tables(late))
+        write_signed_arrow(late_folder(self.own, batch) / f"s{sender:05d}.arrow", pa.concat_tables(late), self.key)
 
     def target(self, top: int) -> int:
         """The new frontier: the largest epoch seen less the delay, never moving back."""
