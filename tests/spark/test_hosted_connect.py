@@ -16,7 +16,9 @@ import pytest
 pytest.importorskip("pyspark")
 
 from pytimely.spark.epoch_output import EpochOutput
-from pytimely.spark.streaming import run_stream
+from pytimely.spark.streaming import CsvDirectorySink, run_stream
+from pytimely.spark.watermark import Watermark
+from tests.spark.test_hosted_eventtime import run as run_event_time
 from tests.spark.test_hosted_stream import (
     ROOT,
     SCHEMA,
@@ -27,6 +29,7 @@ from tests.spark.test_hosted_stream import (
     output_changelog,
 )
 from tests.spark.test_streaming import load
+from tests.spark.test_watermark import BATCHES, drop_file, read_rows, reference
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -35,7 +38,9 @@ def test_hosted_word_count_through_connect_equals_the_driver_hosted_path(
     connect: Any, spark: Any, tmp_path: Path
 ) -> None:
     """Two hosted processes started from the server's foreachBatch process, two runs of the client: the same
-    changelog as the driver-hosted path in this process; the client stops the processes when its query ends."""
+    changelog as the driver-hosted path in this process; the client stops the processes when its query ends. Then
+    an event-time query with a watermark and a side output through the same server: the same changelog and side
+    output as the driver-hosted path."""
     rng = random.Random(43)
     incoming = tmp_path / "in"
     output = EpochOutput(tmp_path / "out", SCHEMA, format="csv", order_by=["word"])
@@ -52,6 +57,21 @@ def test_hosted_word_count_through_connect_equals_the_driver_hosted_path(
     driver_out = tmp_path / "driver"
     count_words(spark, incoming, driver_out, tmp_path / "driver-ck")
     assert output_changelog(output) == changelog(driver_out)
+    # Event time through Connect on the same server: delay 2, late rows to a side output (the held and late rows'
+    # files signed with the checkpoint's key on the server's side), as the driver-hosted path in this process.
+    events = tmp_path / "events"
+    for k, rows in enumerate(BATCHES):
+        drop_file(events, f"b{k}.csv", rows, k)
+    for session, name, hosting in ((connect, "connect", {"processes": 2}), (spark, "driver", {})):
+        side = CsvDirectorySink(tmp_path / f"{name}-side", order_by=["epoch", "value"])
+        run_event_time(session, events, tmp_path / f"{name}-events", tmp_path / f"{name}-events-ck",
+                       Watermark(delay=2, late="side", side=side), **hosting)  # fmt: skip
+    files = {kind: [read_rows(p) for p in sorted((tmp_path / kind).glob("batch-*.csv"))]
+             for kind in ("connect-events", "connect-side", "driver-events", "driver-side")}  # fmt: skip
+    assert files["connect-events"] == files["driver-events"] and files["connect-side"] == files["driver-side"]
+    late, outputs = reference(BATCHES, 2)
+    assert files["connect-events"] == [[[str(e), w, str(c)] for e, w, c in batch] for batch in outputs]
+    assert sum(map(len, files["connect-side"])) == sum(map(len, late)) > 0
 
 
 def test_a_connect_client_killed_mid_micro_batch_is_taken_over_by_the_next(
