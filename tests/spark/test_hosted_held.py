@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-pa = pytest.importorskip("pyarrow")
+pytest.importorskip("pyarrow")
 
-from pytimely.errors import CheckpointFileError
+import pyarrow as pa
+
+from pytimely.errors import CheckpointFileError, CheckpointMismatchError
 from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
 from pytimely.spark.stream_held import clear_held, load_held, write_held
 
@@ -49,17 +51,17 @@ def test_a_flipped_byte_a_planted_and_a_renamed_file_are_refused_naming_the_file
         flipped = bytearray(data)
         flipped[at] ^= 0x01
         path.write_bytes(bytes(flipped))
-        with pytest.raises(CheckpointFileError, match="s00000.arrow is not signed"):
+        with pytest.raises(CheckpointFileError, match=r"s00000\.arrow is not signed"):
             read_signed_arrow(path, key)
     path.write_bytes(bytes(data[: len(data) - 8]))
-    with pytest.raises(CheckpointFileError, match="s00000.arrow"):
+    with pytest.raises(CheckpointFileError, match=r"s00000\.arrow"):
         read_signed_arrow(path, key)
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointFileError, match="not signed with the checkpoint's key"):
         read_signed_arrow(path, os.urandom(32))
     renamed = path.with_name("s00001.arrow")
     renamed.write_bytes(bytes(data))
-    with pytest.raises(CheckpointFileError, match="s00001.arrow is not signed"):
+    with pytest.raises(CheckpointFileError, match=r"s00001\.arrow is not signed"):
         read_signed_arrow(renamed, key)
     # A plain Arrow file planted among the held rows, named as a process would name it, is refused before parsing.
     own = tmp_path / "ck" / "pytimely"
@@ -69,7 +71,7 @@ def test_a_flipped_byte_a_planted_and_a_renamed_file_are_refused_naming_the_file
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(rows(("planted", 9)))
     planted.write_bytes(sink.getvalue().to_pybytes())
-    with pytest.raises(CheckpointFileError, match="batch-000000000000-p00000-until9.arrow is not a signed"):
+    with pytest.raises(CheckpointFileError, match=r"batch-000000000000-p00000-until9\.arrow is not a signed"):
         load_held(own, key, 0, 0, 0, 1, "epoch")
 
 
@@ -100,3 +102,6 @@ def test_held_rows_are_written_as_they_change_and_a_crash_before_the_commit_resu
     ]
     assert held_rows(load_held(own, key, 1, 5, 0, 1, "epoch")) == [("c", 5), ("d", 7)]
     assert load_held(own, key, -1, 0, 0, 1, "epoch") is None
+    (own / "held" / "batch-000000000001").mkdir()  # the earlier layout, whose rows this one would not find
+    with pytest.raises(CheckpointMismatchError, match="batch-000000000001 holds held rows in an earlier layout"):
+        clear_held(own, 1, 5)

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytimely.errors import CheckpointMismatchError
 from pytimely.spark.stream_checkpoint import read_signed_arrow, write_signed_arrow
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["clear_held", "load_held", "write_held"]
 
 _NAME = re.compile(r"^batch-(\d{12})-p(\d{5})-until(-?\d+)\.arrow$")
+_EARLIER = re.compile(r"^batch-\d{12}$")
 
 
 def _folder(own: str | Path) -> Path:
@@ -35,6 +37,11 @@ def _files(own: str | Path) -> list[tuple[Path, int, int]]:
     folder = _folder(own)
     found = []
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if _EARLIER.match(path.name) and path.is_dir():
+            raise CheckpointMismatchError(
+                f"{path} holds held rows in an earlier layout (one folder a micro-batch, rewritten whole): finish "
+                "the query with the pytimely that wrote it, or start it on a new checkpoint"
+            )
         match = _NAME.match(path.name)
         if match is not None:
             found.append((path, int(match.group(1)), int(match.group(3))))
