@@ -35,9 +35,10 @@ def test_the_checkpoint_key_is_made_once_and_kept_private(tmp_path: Path) -> Non
     assert len(key) == 32 and checkpoint.key() == key
     assert (checkpoint.own / "key").stat().st_mode & 0o777 == 0o600
     assert [p.name for p in checkpoint.own.iterdir()] == ["key"]  # nothing left aside
+    assert StreamCheckpoint(tmp_path / "ck").key() == key  # the next run's
     os.chmod(checkpoint.own / "key", 0o644)
     with pytest.raises(CheckpointFileError, match="readable by it only"):
-        checkpoint.key()
+        StreamCheckpoint(tmp_path / "ck").key()
 
 
 def test_a_flipped_byte_a_planted_and_a_renamed_file_are_refused_naming_the_file(tmp_path: Path) -> None:

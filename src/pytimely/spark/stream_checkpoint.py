@@ -3,9 +3,10 @@ commits, ownership and host generations) and the lock that holds it for one run.
 
 ``CK/spark`` is Spark's (source offsets); ``CK/pytimely`` is ours: ``query.json`` (the identity a later run
 must match), ``inputs/`` (each micro-batch's input as Arrow), ``committed.json``, ``state/`` (snapshots),
-each file written under a temporary name and renamed. The Arrow files the hosted processes and the feed tasks
-leave for a later run to read (held and late rows) are signed with the checkpoint's key (``CK/pytimely/key``,
-readable by its owner only): :func:`write_signed_arrow`, :func:`read_signed_arrow`.
+each file written under a temporary name and renamed. Every Arrow file read back from the checkpoint (staged
+inputs; the held rows, late rows and output parts the hosted processes and feed tasks leave) is signed with the
+checkpoint's key (``CK/pytimely/key``, readable by its owner only): :func:`write_signed_arrow`,
+:func:`read_signed_arrow`.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class StreamCheckpoint:
         self.inputs = self.own / "inputs"
         self.state = self.own / "state"
         self.committed = self.own / "committed.json"
+        self._key: bytes | None = None
 
     @contextlib.contextmanager
     def locked(self, jvm_pid: int | None = None, *, wait: float = 30.0) -> Iterator[None]:
@@ -203,15 +205,12 @@ class StreamCheckpoint:
         return self.inputs / f"batch-{batch_id:012d}.arrow"
 
     def stage(self, batch_id: int, table: pa.Table) -> None:
-        """Keep ``batch_id``'s input (Arrow IPC), so a restart can rebuild the state from it."""
-        write_arrow_file(self.input_path(batch_id), table)
+        """Keep ``batch_id``'s input (Arrow IPC signed with :meth:`key`), so a restart can rebuild the state from it."""
+        write_signed_arrow(self.input_path(batch_id), table, self.key())
 
     def staged(self, batch_id: int) -> pa.Table:
-        """``batch_id``'s staged input."""
-        import pyarrow as pa
-
-        with pa.memory_map(str(self.input_path(batch_id))) as source:
-            return pa.ipc.open_file(source).read_all()
+        """``batch_id``'s staged input (:class:`CheckpointFileError` when it is not signed with :meth:`key`)."""
+        return read_signed_arrow(self.input_path(batch_id), self.key())
 
     def commit(self, batch_id: int, *, frontier: int | None = None) -> None:
         """Record that ``batch_id``'s output is in the sink (one small file, replaced: it does not grow), and whether
@@ -366,6 +365,11 @@ class StreamCheckpoint:
     def key(self) -> bytes:
         """The checkpoint's key for the files it reads back (``CK/pytimely/key``: made at the first call, readable
         and writable by its owner only); a key file another user could have made or read is refused."""
+        if self._key is None:
+            self._key = self._read_key()
+        return self._key
+
+    def _read_key(self) -> bytes:
         path = self.own / "key"
         self.own.mkdir(parents=True, exist_ok=True)
         if not path.exists():
@@ -461,17 +465,6 @@ def is_new_batch(batch_id: int, last_committed: int, input_schema: str, schema: 
     return True
 
 
-def write_arrow_file(path: Path, table: pa.Table) -> None:
-    """Write ``table`` to ``path`` as an Arrow IPC file, whole or not at all (its folder made if missing)."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, sink.getvalue().to_pybytes())
-
-
 def _mac(key: bytes, name: str, body: bytes) -> bytes:
     """The HMAC of a signed file's ``body``, bound to its ``name`` (a file cannot stand in for another)."""
     return hmac.new(key, b"pytimely-arrow-file\0" + name.encode() + b"\0" + body, hashlib.sha256).digest()
@@ -501,7 +494,9 @@ def read_signed_arrow(path: Path, key: bytes) -> pa.Table:
         raise CheckpointFileError(f"{path} cannot be read: {exc.strerror or exc}") from None
     start = len(_SIGNED) + hashlib.sha256().digest_size
     if not data.startswith(_SIGNED) or len(data) < start:
-        raise CheckpointFileError(f"{path} is not a signed pytimely Arrow file (planted, or cut short)")
+        raise CheckpointFileError(
+            f"{path} is not a signed pytimely Arrow file (planted, cut short, or written by an earlier pytimely)"
+        )
     if not hmac.compare_digest(data[len(_SIGNED) : start], _mac(key, path.name, data[start:])):
         raise CheckpointFileError(f"{path} is not signed with the checkpoint's key (altered, planted or renamed)")
     try:
