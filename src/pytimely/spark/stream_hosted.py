@@ -45,6 +45,19 @@ log = logging.getLogger("pytimely.spark.streaming")
 class HostedDataflow:
     """The hosted processes of one generation, seen from the control side: start, feed an epoch, stop."""
 
+    generation = 0
+    owner: str | None = None
+    """The run that owns the checkpoint (its processes stop once another run does)."""
+    exchanged = 0
+    """Data bytes the processes' workers sent to each other so far in this generation (the cluster's counters, as
+    of the last epoch's close): with rows routed to their owners, the first exchange adds nothing."""
+    received = 0
+    """Bytes of results and answers this side received for the last epoch (counts and part names only)."""
+    late = 0
+    """Late rows of the last micro-batch (event time)."""
+    frontier: int | None = None
+    """The frontier the last micro-batch moved to (event time)."""
+
     def __init__(
         self,
         spark: Any,
@@ -72,9 +85,9 @@ class HostedDataflow:
         """The input column the dataflow's first exchange is keyed by: each row is sent to the process owning its
         key's bin (``None``: rows are spread evenly)."""
         self.column = column
+        """The event-time column (``None``: batch ids are the epochs)."""
         self.files_key = files_key
         """The checkpoint's key: the files the processes leave under it (held rows, parts) are signed with it."""
-        """The event-time column (``None``: batch ids are the epochs)."""
         self.idle_timeout = idle_timeout
         """Seconds without a message from this side after which the processes stop by themselves."""
         self.output = output
@@ -93,9 +106,6 @@ class HostedDataflow:
         self.describe = describe
         self.start_timeout = start_timeout
         self.close_timeout = close_timeout
-        self.generation = 0
-        self.owner: str | None = None
-        """The run that owns the checkpoint (its processes stop once another run does)."""
         self.feeds: list[str] = []
         self._control: list[FeedLink] = []
         """This side's connection to each process of the generation (for closing epochs), made at the first close."""
@@ -103,17 +113,8 @@ class HostedDataflow:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._group = ""
-        self.exchanged = 0
-        """Data bytes the processes' workers sent to each other so far in this generation (the cluster's counters,
-        as of the last epoch's close): with rows routed to their owners, the first exchange adds nothing."""
         self.timing: dict[str, Any] = {}
         """Where the last epoch's time went: the feed job, the close, and each process's wait, compute, write."""
-        self.received = 0
-        """Bytes of results and answers this side received for the last epoch (counts and part names only)."""
-        self.late = 0
-        """Late rows of the last micro-batch (event time)."""
-        self.frontier: int | None = None
-        """The frontier the last micro-batch moved to (event time)."""
 
     def start(self, generation: int, resume_at: int, held_from: int = -1) -> None:
         """Start generation ``generation`` of the hosted processes, restored at ``resume_at``; wait for their ports."""

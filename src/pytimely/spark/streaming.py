@@ -95,33 +95,26 @@ def run_stream(
 ) -> StreamRun:
     """Run ``build`` over the streaming DataFrame ``source``, one epoch per micro-batch, output to ``sink``.
 
-    ``schema`` is the output's schema (DDL or ``StructType``); a column named ``epoch`` (or like ``epoch=``)
-    is filled with the batch's epoch when the output lacks it. ``query`` names the query: a checkpoint made
-    by another name, output schema, epoch setting or input schema is refused. ``check(table, batch_id)``
-    may refuse a micro-batch before anything of it is kept (raising a typed error); it returns the rows to
-    keep. With ``available_now`` the query processes what
-    the source holds and stops; otherwise it runs (every ``processing_time``, e.g. ``"1 second"``) until
-    ``timeout`` seconds pass. With ``epoch=``, ``watermark`` (:class:`~pytimely.spark.watermark.Watermark`)
-    drops late rows or sends them aside instead of stopping the query. A failure stops the query and raises
-    its typed error; committed micro-batches stay committed and the next run continues after them.
+    ``schema`` is the output's schema (DDL or ``StructType``); a column named ``epoch`` (or like ``epoch=``) is
+    filled with the batch's epoch when the output lacks it. ``query`` names the query: a checkpoint made by another
+    name, output schema, epoch setting or input schema is refused. ``check(table, batch_id)`` may refuse a
+    micro-batch before anything of it is kept (raising a typed error); it returns the rows to keep. With
+    ``available_now`` the query processes what the source holds and stops; otherwise it runs (every
+    ``processing_time``, e.g. ``"1 second"``) until ``timeout`` seconds pass. With ``epoch=``, ``watermark``
+    (:class:`~pytimely.spark.watermark.Watermark`) drops late rows or sends them aside instead of stopping the
+    query. A failure stops the query and raises its typed error; committed micro-batches stay committed.
 
     ``processes=N`` hosts the dataflow on the executors (``host="executors"``, the default once ``processes`` is
-    given): N pytimely processes of ``workers`` workers each, the tasks of one background barrier job, fed by one
-    Spark job per micro-batch (:mod:`pytimely.spark.stream_hosted_run`). ``host="driver"`` (or no ``processes``)
-    keeps the dataflow in this process. ``key`` names the input column the dataflow's first exchange is keyed by
-    (a keyed operator keeping its state in bins, such as ``state_machine`` over ``(key, value)`` rows): the feed
-    then sends each row to the process that owns its key's bin, so that exchange moves nothing between processes
-    (the results are the same either way; on the driver it changes nothing). On the executors ``key`` does not go
-    with ``epoch=``: rows held for a later event-time epoch are taken up after a restart by whichever process,
-    not by their key's owner. Hosted processes that hear nothing from the control side for
-    ``idle_timeout`` seconds (no micro-batch, a client that died or cannot reach them) stop by themselves; the next
-    micro-batch starts them again from the snapshot.
+    given): N processes of ``workers`` workers, the tasks of one background barrier job, fed by one Spark job per
+    micro-batch (:mod:`pytimely.spark.stream_hosted_run`); ``host="driver"`` (or no ``processes``) keeps it here.
+    ``key`` names the input column the dataflow's first exchange is keyed by (a keyed operator keeping its state
+    in bins): the feed sends each row to the process owning its key's bin, so that exchange moves nothing (the
+    results are the same either way; not with ``epoch=`` on the executors, whose held rows go to any process).
+    Hosted processes that hear nothing from the control side for ``idle_timeout`` seconds stop by themselves; the
+    next micro-batch starts them again from the snapshot.
 
-    The state is kept in snapshots under the checkpoint (batch ids as epochs). A restart resumes from the snapshot
-    of the last committed micro-batch; when a stateful query has committed output and no usable snapshot at or
-    before it, the run is refused (:class:`~pytimely.errors.StreamStateLostError`) unless
-    ``recovery_mode="fresh"``, which empties the state store and starts the dataflow over from empty state (the
-    committed output stays; Spark goes on after it).
+    A restart resumes the state from the last committed micro-batch's snapshot; without a usable one a stateful
+    query is refused (:class:`~pytimely.errors.StreamStateLostError`) unless ``recovery_mode="fresh"`` (empty state).
     """
     hosted = _checked_arguments(source, processes, host, workers, epoch, restore, key, watermark, recovery_mode,
                                 idle_timeout)  # fmt: skip
