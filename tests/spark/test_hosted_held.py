@@ -14,7 +14,7 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
-from pytimely.errors import CheckpointFileError, CheckpointMismatchError
+from pytimely.errors import CheckpointFileError, CheckpointMismatchError, InvalidArgument
 from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
 from pytimely.spark.stream_held import clear_held, load_held, write_held
 
@@ -45,6 +45,8 @@ def test_a_flipped_byte_a_planted_and_a_renamed_file_are_refused_naming_the_file
     key = StreamCheckpoint(tmp_path / "ck").key()
     path = tmp_path / "late" / "s00000.arrow"
     table = rows(("a", 1), ("b", 2))
+    with pytest.raises(InvalidArgument, match="at least 16 bytes"):
+        write_signed_arrow(path, table, b"")  # no key is no signature
     write_signed_arrow(path, table, key)
     assert read_signed_arrow(path, key).equals(table)
     data = bytearray(path.read_bytes())

@@ -14,6 +14,7 @@ pytest.importorskip("pyspark")
 
 from pytimely.errors import InputFormatError, InvalidArgument
 from pytimely.spark.record_batches import owners, split_by_owner
+from pytimely.spark.stream_checkpoint import read_signed_arrow
 from pytimely.spark.stream_hosted import HostedDataflow
 from pytimely.spark.streaming import CsvDirectorySink, run_stream
 from tests.spark.test_hosted_stream import changelog
@@ -109,8 +110,7 @@ def feed(
         parts = dataflow.epoch(frame, first + k)
         rows: list[tuple[str, int]] = []
         for path in parts:
-            with pa.memory_map(path) as source:
-                out = pa.ipc.open_file(source).read_all()
+            out = read_signed_arrow(Path(path), dataflow.files_key)
             assert set(out.column("epoch").to_pylist()) <= {first + k}
             rows += zip(out.column("word").to_pylist(), out.column("count").to_pylist(), strict=True)
         crossed = sum(n for w, n in rows if w == CROSSED)

@@ -33,8 +33,8 @@ def test_a_stateful_query_without_its_snapshots_is_refused_unless_started_fresh(
     """Through the word-count example's command line: the state store deleted after two committed micro-batches,
     the next run stops before the query starts with exit status 3 and one line naming StreamStateLostError, the
     checkpoint, the last committed micro-batch and the snapshots found (none), and writes nothing;
-    ``--recovery-mode fresh`` then counts from empty state. Driver-hosted (the same check runs for the
-    executors). ~15 s."""
+    ``--recovery-mode fresh`` then counts from empty state; the components example refuses the same way.
+    Driver-hosted (the same check runs for the executors). ~20 s."""
     wordcount = load("stream_wordcount")
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     args = ["--spark", "local[2]", "--text-dir", str(incoming), "--output", str(out), "--checkpoint", str(ck),
@@ -55,6 +55,20 @@ def test_a_stateful_query_without_its_snapshots_is_refused_unless_started_fresh(
         count_words(spark, incoming, out, ck, recovery_mode="again")
     assert wordcount.main([*args, "--recovery-mode", "fresh"]) == 0
     assert counts(out, 2) == {"a": 1, "b": 1}, "the state started over"
+    # The components example says the same at its command line.
+    stream_wcc = load("stream_wcc")
+    edges, ck = tmp_path / "edges", tmp_path / "wcc-ck"
+    args = ["--spark", "local[2]", "--edges-dir", str(edges), "--output", str(tmp_path / "wcc"), "--checkpoint",
+            str(ck), "--available-now", "--processes", "0"]  # fmt: skip
+    drop(edges, "e0.csv", "src,dst\n1,2\n", 0)
+    assert stream_wcc.main(args) == 0
+    shutil.rmtree(ck / "pytimely" / "state")
+    drop(edges, "e1.csv", "src,dst\n2,3\n", 1)
+    capsys.readouterr()
+    assert stream_wcc.main(args) == 3
+    said = capsys.readouterr().err
+    assert said.startswith("stream_wcc: StreamStateLostError: ") and said.count("\n") == 1, said
+    assert "--recovery-mode fresh" in said and "micro-batches up to 0" in said, said
 
 
 def test_a_hosted_query_passes_a_damaged_snapshot_over_with_warnings_and_refuses_when_none_is_left(

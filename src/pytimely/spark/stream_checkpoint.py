@@ -467,6 +467,8 @@ def is_new_batch(batch_id: int, last_committed: int, input_schema: str, schema: 
 
 def _mac(key: bytes, name: str, body: bytes) -> bytes:
     """The HMAC of a signed file's ``body``, bound to its ``name`` (a file cannot stand in for another)."""
+    if len(key) < 16:
+        raise InvalidArgument(f"a signed file's key must be at least 16 bytes, got {len(key)}")
     return hmac.new(key, b"pytimely-arrow-file\0" + name.encode() + b"\0" + body, hashlib.sha256).digest()
 
 

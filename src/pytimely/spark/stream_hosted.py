@@ -78,7 +78,7 @@ class HostedDataflow:
         key: str | None = None,
         idle_timeout: float | None = 600.0,
         column: str | None = None,
-        files_key: bytes = b"",
+        files_key: bytes | None = None,
     ) -> None:
         self.spark = spark
         self.key = key
@@ -86,8 +86,9 @@ class HostedDataflow:
         key's bin (``None``: rows are spread evenly)."""
         self.column = column
         """The event-time column (``None``: batch ids are the epochs)."""
-        self.files_key = files_key
-        """The checkpoint's key: the files the processes leave under it (held rows, parts) are signed with it."""
+        self.files_key = files_key or secrets.token_bytes(32)
+        """The checkpoint's key: the files the processes leave under it (held rows, parts) are signed with it
+        (``None``: a key of this object's own, for files no later run reads)."""
         self.idle_timeout = idle_timeout
         """Seconds without a message from this side after which the processes stop by themselves."""
         self.output = output
