@@ -27,10 +27,16 @@ lint: venv
 TEST_PROCESSES ?= 3
 
 # Compiled once here: the tests start hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set each
-# would compile every module it imports again.
-test: lint
+# would compile every module it imports again. mypy (the same check as `make lint`) runs beside the tests, not
+# before them: with a cold cache it takes 20-30 s of one core, and the tests leave a core idle much of the time
+# (they wait on processes, sockets and Spark). Its report is printed after the tests'; either failing fails the run.
+test: venv
+	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m compileall -q src tests examples
-	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
+	types=$$(mktemp); $(VENV)/bin/mypy >$$types 2>&1 & mypy=$$!; \
+	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder; tests=$$?; \
+	wait $$mypy; typed=$$?; echo "mypy:"; cat $$types; rm -f $$types; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
 verify: venv
 	for model in clocks exchange propagation combined datagram rescale; do $(PY) -m pytimely.verify $$model || exit 1; done
