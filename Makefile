@@ -20,11 +20,12 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
-# Three test processes on two cores: many tests wait on other processes, sockets and Spark; a file's tests stay
-# together (--dist loadfile) so module fixtures (Spark Connect servers) start once; files are handed out in the
-# order tests/conftest.py gives them, the slowest first (--no-loadscope-reorder: else the files with most tests
-# go first and a long file of one test starts last).
-TEST_PROCESSES ?= 3
+# Four test processes on two cores: most tests wait on other processes, sockets and Spark. With three, a quiet
+# 2-core run used 876 s of CPU in 856 s (one core's worth: half the machine idle); a fourth process fills some of
+# that. A file's tests stay together (--dist loadfile) so module fixtures (Spark Connect servers) start once; files
+# are handed out in the order tests/conftest.py gives them, the slowest first (--no-loadscope-reorder: else the
+# files with most tests go first and a long file of one test starts last).
+TEST_PROCESSES ?= 4
 
 # Compiled once here: the tests start hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set each
 # would compile every module it imports again. mypy (the same check as `make lint`) runs beside the tests, not
