@@ -55,9 +55,8 @@ __all__ = [
 ]
 
 Queue = tuple[ZMSet[Any], ...]
-PerfOption = tuple[Action, ZMSet[Any], ZMSet[tuple[int, Any]], ZMSet[Any], ZMSet[Any], ZMSet[Any], int]
-"""A cached enabled ``perf_op``: the action, ``Δneg``, ``Δdata``, ``Δself``, ``snd # Δdata``, ``Δself - Δneg`` and
-the size of ``Δdata``."""
+PerfOption = tuple[Action, ZMSet[Any], ZMSet[tuple[int, Any]], ZMSet[Any], ZMSet[Any]]
+"""A cached enabled ``perf_op``: the action, ``Δneg``, ``Δdata``, ``Δself`` and ``snd # Δdata``."""
 
 
 class State(NamedTuple):
@@ -215,15 +214,10 @@ def perf_op(
     """Effect of ``perf_op``: ``caps w += Δself - Δneg``, ``data += Δdata``,
     ``temp w += snd # Δdata + Δself - Δneg`` (Fig. 4)."""
     own = d_self - d_neg
-    return _perf_op_with(c, w, own, d_data, c.temp[w] + d_data.image(_snd) + own)
-
-
-def _perf_op_with(c: State, w: int, own: ZMSet[Any], d_data: ZMSet[tuple[int, Any]], temp_w: ZMSet[Any]) -> State:
-    """:func:`perf_op` given ``own = Δself - Δneg`` and the new ``temp c w`` (worked out by the caller)."""
     caps = list(c.caps)
     caps[w] = caps[w] + own
     temp = list(c.temp)
-    temp[w] = temp_w
+    temp[w] = temp[w] + d_data.image(_snd) + own
     return c._replace(caps=tuple(caps), data=c.data + d_data, temp=tuple(temp))
 
 
@@ -386,7 +380,7 @@ def _perf_op_options(cfg: ExchangeConfig, targets: Sequence[tuple[int, Any]], c:
                     continue
                 if perf_op_enabled(cfg, c, w, d_neg, d_data, d_self):
                     act = Action("perf_op", (("w", w), ("Δneg", d_neg), ("Δdata", d_data), ("Δself", d_self)))
-                    out.append((act, d_neg, d_data, d_self, sent, own, d_data.total()))
+                    out.append((act, d_neg, d_data, d_self, sent))
     cache[key] = out
     return out
 
@@ -404,17 +398,15 @@ def exchange_actions(
     """
     workers = range(cfg.workers)
     data_size = c.data.total()
-    max_data, max_temp = cfg.max_data, cfg.max_temp
     for w in workers:
-        temp_w = c.temp[w]
-        for act, _, d_data, _, sent, own, data_total in _perf_op_options(cfg, targets, c, w):
-            if data_size + data_total > max_data:
+        for act, d_neg, d_data, d_self, sent in _perf_op_options(cfg, targets, c, w):
+            if data_size + d_data.total() > cfg.max_data:
                 continue
-            # perf_op's new temp w, worked out once for the bound and the successor
-            tw = temp_w + sent + own
-            if max_temp is not None and any(abs(k) > max_temp for k in tw.values()):
-                continue
-            yield act, _perf_op_with(c, w, own, d_data, tw)
+            if cfg.max_temp is not None:
+                tw = c.temp[w] + sent + d_self - d_neg
+                if any(abs(k) > cfg.max_temp for k in tw.values()):
+                    continue
+            yield act, perf_op(cfg, c, w, d_neg, d_data, d_self)
         if c.temp[w] and all(len(q) < cfg.queue_bound for q in c.msg[w]):
             for P in nonempty_subsets(c.temp[w]):
                 if send_upd_enabled(cfg, c, w, P):

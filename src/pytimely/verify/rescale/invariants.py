@@ -19,11 +19,8 @@ def _members(s: State) -> list[int]:
 
 def _due(s: State, w: int, r: int) -> Link:
     """The batches on link ``w → r`` that ``r`` will apply (not those its state already included)."""
-    link = s.links[w][r]
-    if not link:
-        return link
     k0 = s.recvd[r][w]
-    return tuple([b for b in link if b[0] >= k0])
+    return tuple(b for b in s.links[w][r] if b[0] >= k0)
 
 
 def Safe(cfg: RescaleConfig, s: State) -> bool:
@@ -34,32 +31,11 @@ def Safe(cfg: RescaleConfig, s: State) -> bool:
 def _coming(cfg: RescaleConfig, s: State, r: int) -> list[ZMSet[Any]]:
     """The batches on their way to member ``r``: due on its links and (aggregated) waiting in the outboxes of other
     processes, whose combined batches will reach it."""
-    cached = _last_coming
-    if cached[0] is s and cached[1] is cfg:
-        by_member: dict[int, list[ZMSet[Any]]] = cached[2]
-        if r in by_member:
-            return by_member[r]
-    else:
-        by_member = {}
-        cached[:] = [s, cfg, by_member]
-    coming: list[ZMSet[Any]] = []
-    recvd = s.recvd[r]
-    for w, row in enumerate(s.links):
-        link = row[r]
-        if link and cfg.feeds(w, r):
-            k0 = recvd[w]
-            coming += [gamma for k, gamma in link if k >= k0]
+    coming = [gamma for w in range(cfg.senders) if cfg.feeds(w, r) for _, gamma in _due(s, w, r)]
     if cfg.aggregated:
         mine = cfg.process(r)
         coming += [gamma for q, box in enumerate(s.out) if q != mine for _, gamma in box]
-    by_member[r] = coming
     return coming
-
-
-_last_coming: list[Any] = [None, None, {}]
-"""The state and configuration :func:`_coming` last answered for, and its answers per member: ``BootstrapView`` and
-the ``glob`` lemma ask the same of each state one after the other (states are immutable, and the entry holds the
-state, so an identity test is sound)."""
 
 
 def BootstrapView(cfg: RescaleConfig, s: State) -> bool:
@@ -76,18 +52,12 @@ def BootstrapView(cfg: RescaleConfig, s: State) -> bool:
 def NoGap(cfg: RescaleConfig, s: State) -> bool:
     """For every member ``r`` and sender ``w``: the batches ``recvd[r][w] ..`` of ``w`` are on the link, once each,
     in order, and nothing beyond what ``w`` sent (none missed, none applied twice)."""
-    hist = s.hist
     for r in _members(s):
-        recvd = s.recvd[r]
-        for w, row in enumerate(s.links):
+        for w in range(cfg.senders):
             if not cfg.feeds(w, r):
                 continue
-            k0 = recvd[w]
-            link = row[r]
-            if not link:
-                if k0 < len(hist[w]):  # a batch is missing
-                    return False
-            elif [k for k, _ in link if k >= k0] != list(range(k0, len(hist[w]))):
+            k0 = s.recvd[r][w]
+            if [k for k, _ in _due(s, w, r)] != list(range(k0, len(s.hist[w]))):
                 return False
     return True
 
