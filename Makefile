@@ -30,7 +30,8 @@ TEST_PROCESSES ?= 4
 # Compiled once here: the tests start hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set each
 # would compile every module it imports again. mypy (the same check as `make lint`) runs beside the tests, not
 # before them: with a cold cache it takes about 10 s of CPU (more of the clock on a busy machine), and the tests
-# leave a core idle much of the time (they wait on processes, sockets and Spark). Its report is printed after the tests'; either failing fails the run.
+# leave a core idle much of the time (they wait on processes, sockets and Spark). Its report is printed after the
+# tests'; either failing fails the run.
 test: venv
 	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m compileall -q src tests examples
