@@ -20,17 +20,25 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
-# Three test processes on two cores: many tests wait on other processes, sockets and Spark; a file's tests stay
-# together (--dist loadfile) so module fixtures (Spark Connect servers) start once; files are handed out in the
-# order tests/conftest.py gives them, the slowest first (--no-loadscope-reorder: else the files with most tests
-# go first and a long file of one test starts last).
-TEST_PROCESSES ?= 3
+# Four test processes on two cores: most tests wait on other processes, sockets and Spark. With three, a quiet
+# 2-core run used 876 s of CPU in 856 s (one core's worth: half the machine idle); a fourth process fills some of
+# that. A file's tests stay together (--dist loadfile) so module fixtures (Spark Connect servers) start once; files
+# are handed out in the order tests/conftest.py gives them, the slowest first (--no-loadscope-reorder: else the
+# files with most tests go first and a long file of one test starts last).
+TEST_PROCESSES ?= 4
 
 # Compiled once here: the tests start hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set each
-# would compile every module it imports again.
-test: lint
+# would compile every module it imports again. mypy (the same check as `make lint`) runs beside the tests, not
+# before them: with a cold cache it takes about 10 s of CPU (more of the clock on a busy machine), and the tests
+# leave a core idle much of the time (they wait on processes, sockets and Spark). Its report is printed after the
+# tests'; either failing fails the run.
+test: venv
+	$(VENV)/bin/ruff check src tests bench examples
 	$(PY) -m compileall -q src tests examples
-	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
+	types=$$(mktemp); $(VENV)/bin/mypy >$$types 2>&1 & mypy=$$!; \
+	$(PY) -m pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder; tests=$$?; \
+	wait $$mypy; typed=$$?; echo "mypy:"; cat $$types; rm -f $$types; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
 verify: venv
 	for model in clocks exchange propagation combined datagram rescale; do $(PY) -m pytimely.verify $$model || exit 1; done

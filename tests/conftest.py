@@ -97,10 +97,28 @@ SLOWEST_FIRST = (
     "cluster/test_elastic.py",
     "spark/test_executor_setup.py",
     "bench/test_bench_cluster_smoke.py",
+    "workflow/test_staging.py",
+    "verify/test_statemachine.py",
+    "lockstep/test_rescale_lockstep.py",
+    "verify/test_models.py",
+    "workflow/test_staging_formats.py",
+    "bench/test_bench_elastic_smoke.py",
+    "verify/test_aggregate.py",
+    "cluster/test_mint_race.py",
+    "bench/test_bench_progress_smoke.py",
+    "workflow/test_executors.py",
+    "dataflow/test_bins.py",
+    "workflow/test_staging_crash.py",
+    "verify/test_datagram.py",
+    "examples/test_example_windows.py",
+    "cluster/test_shared_memory.py",
+    "lockstep/test_aggregate_lockstep.py",
+    "dataflow/test_batch_kinds.py",
 )
 """The files that take longest (``--durations``), slowest first: run in parallel, a file's tests stay together
 (``--dist loadfile``) and files are handed out in collection order (``--no-loadscope-reorder``), so a long file
-started last would hold up the whole run while the other processes sit idle."""
+started last would hold up the whole run while the other processes sit idle. The list runs down to files of about
+10 s, so that the last files handed out are short ones, whichever folder they are in."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,8 +1,9 @@
 """A process for ``pytimely launch --elastic`` that only talks to the control endpoint (no dataflow).
 
 ``python -m tests.cluster.launcher_jobs OUT``: process 0 asks the launcher to remove process 1 and, at once, for a
-newcomer, and records what the launcher reports meanwhile; process 1 leaves (exits) a second after it is asked;
-the newcomer records the hosts it was told to dial and those it was told have left.
+newcomer, and records what the launcher reports meanwhile; process 1 leaves (exits) a second after process 0 has
+taken its first look (however slow the machine, that look sees it still leaving); the newcomer records the hosts it
+was told to dial and those it was told have left.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def main(out: str) -> int:
         open(os.path.join(out, "ready"), "w").close()  # SIGUSR1 no longer kills it
         if not asked.wait(60):
             return 3
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(out, "looked")):
+            if time.monotonic() > deadline:
+                return 5
+            time.sleep(0.01)
         time.sleep(1.0)  # a leave that takes a while: the newcomer must not be started before it is over
         return 0
     seen: list[dict[str, Any]] = []
@@ -52,8 +58,15 @@ def main(out: str) -> int:
     newcomer = int(request("add", **_control())["process"])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        leaver, joiner = request("status", 1, **_control()), request("status", newcomer, **_control())
+        # Two requests, so not one instant: the newcomer is asked first. Both only move forward (leaving, then
+        # exited; waiting, then running, then exited), so a newcomer seen started means the leaver had exited
+        # before the second request too; asked the other way round, a leaver seen leaving and a newcomer started
+        # just after it exited would look like a newcomer started too early.
+        joiner = request("status", newcomer, **_control())
+        leaver = request("status", 1, **_control())
         seen.append({"leaver": leaver["state"], "newcomer": joiner["state"]})
+        if not os.path.exists(os.path.join(out, "looked")):
+            open(os.path.join(out, "looked"), "w").close()  # the leaver may go now
         if joiner["state"] == "exited":
             break
         time.sleep(0.05)

@@ -84,10 +84,14 @@ def slow_last_process(worker: Worker) -> None:
 
 def leave_on_its_own(worker: Worker) -> str | None:
     """Process 1 calls ``Worker.leave`` without asking anyone, then lingers; process 0 waits until worker 1 is no
-    longer a member and returns what ``pytimely launch --elastic`` says of process 1 at that moment."""
+    longer a member and returns what ``pytimely launch --elastic`` says of process 1 at that moment (run it in an
+    empty folder: process 1 lingers until process 0 leaves a file ``asked`` there)."""
     import time
+    from pathlib import Path
 
     from pytimely.membership import request
+
+    asked = Path("asked")
 
     def build(scope: Scope[int]) -> Any:
         handle, stream = scope.new_input()
@@ -98,11 +102,16 @@ def leave_on_its_own(worker: Worker) -> str | None:
     handle.advance_to(1)
     if worker.index == 1:
         worker.leave(at=1)
-        time.sleep(2.0)  # still running: only a leave it announced tells the launcher it is going
+        # Still running when process 0 asks, however slow the machine: only a leave it announced tells the
+        # launcher it is going.
+        deadline = time.monotonic() + 60
+        while not asked.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return None
     deadline = time.monotonic() + 30
     worker.step_while(lambda: 1 in worker.members and time.monotonic() < deadline)
     state = request("status", 1, **_control())["state"]
+    asked.touch()
     handle.close()
     worker.step_while(lambda: not probe.done(), timeout=30)
     return str(state)

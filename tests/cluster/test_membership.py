@@ -309,14 +309,16 @@ def test_the_launcher_starts_a_newcomer_only_after_a_leave_and_never_hands_it_th
     assert states[-1] == ("exited", "exited"), states
 
 
-def test_a_process_that_leaves_on_its_own_is_known_to_the_launcher_before_its_peers_hear_of_it() -> None:
+def test_a_process_that_leaves_on_its_own_is_known_to_the_launcher_before_its_peers_hear_of_it(
+    tmp_path: Path,
+) -> None:
     import os
 
     path = os.pathsep.join([str(ROOT), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, "-m", "pytimely", "launch", "-n", "2", "--elastic", "--",
          sys.executable, "-m", "pytimely", "run", "tests.cluster.misuse_jobs:leave_on_its_own"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": path},
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": path},
     )
     assert done.returncode == 0, done.stderr
     assert "worker 0: 'leaving'" in done.stdout, done.stdout + done.stderr

@@ -104,21 +104,14 @@ def test_leave_and_churn_no_violation(config: str) -> None:
 
 
 def test_every_action_is_reached_by_the_default_check() -> None:
-    """The bootstrap and leave actions all occur within the checked depths (the checks are not vacuous)."""
+    """The bootstrap and leave actions all occur within the checked depths (the checks are not vacuous): within 8
+    steps of ``join`` or 5 of ``leave``, read off the full checks' breadth-first searches (the same searches, deeper)
+    rather than searched again."""
     names: set[str] = set()
     for config, depth in (("join", 8), ("leave", 5)):
-        m = make_model("rescale", config)
-        layer = list(m.initial_states())
-        seen = set(layer)
-        for _ in range(depth):
-            nxt = []
-            for s in layer:
-                for act, s2 in m.successors(s):
-                    names.add(act.name)
-                    if s2 not in seen:
-                        seen.add(s2)
-                        nxt.append(s2)
-            layer = nxt
+        r = _full_check(config)
+        assert r.ok and r.depth > depth
+        names |= {name for name, step in r.first_steps.items() if step <= depth}
     assert {
         "perf_op",
         "send_upd",
@@ -134,6 +127,24 @@ def test_every_action_is_reached_by_the_default_check() -> None:
         "hand_over",
         "disconnect",
     } <= names
+
+
+def test_first_steps_are_those_of_a_breadth_first_search() -> None:
+    """:attr:`CheckResult.first_steps`, which the test above reads, against a search written out here."""
+    m = make_model("rescale", "leave")
+    first: dict[str, int] = {}
+    layer = list(dict.fromkeys(m.initial_states()))
+    seen = set(layer)
+    for step in range(1, 5):
+        nxt = []
+        for s in layer:
+            for act, s2 in m.successors(s):
+                first.setdefault(act.name, step)
+                if s2 not in seen:
+                    seen.add(s2)
+                    nxt.append(s2)
+        layer = nxt
+    assert check(m, 4).first_steps == first and len(set(first.values())) > 1
 
 
 # --- mutants ------------------------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ class CheckResult(Generic[S]):
     """The greatest depth at which :func:`check` of the same model and invariants finds no violation, as far as this
     run shows: the depth of every layer fully checked before it stopped (its search is a prefix of this one, the
     search being deterministic); ``depth`` when it found none; ``-1`` when an initial state violates."""
+    first_steps: dict[str, int] = field(default_factory=dict)
+    """For each action name taken, the number of the first step at which the search took it (1: from an initial
+    state): the actions a check to a given depth reaches, read off a deeper one."""
 
     @property
     def states_per_second(self) -> float:
@@ -119,6 +122,7 @@ class _Search(Generic[S]):
         self.levels: list[int] = []
         self.checked = -1
         """The deepest layer whose states are all checked, with the transitions out of every layer above it."""
+        self.first_steps: dict[str, int] = {}
 
     def result(
         self, violation: str | None = None, trace: list[Step[Any]] | None = None, complete: bool = False
@@ -136,6 +140,7 @@ class _Search(Generic[S]):
             complete,
             self.levels,
             passed,
+            self.first_steps,
         )
 
     def first_layer(self) -> list[Any] | CheckResult[S]:
@@ -158,9 +163,13 @@ class _Search(Generic[S]):
         """The states first reached from ``layer``, or the result on a violation, at ``max_states`` or at the end."""
         nxt: list[Any] = []
         parent = self.parent
+        first_steps = self.first_steps
+        step = self.checked + 1
         for s in layer:
             for act, s2 in self.model.successors(s):
                 self.transitions += 1
+                if act.name not in first_steps:
+                    first_steps[act.name] = step
                 for tinv in self.tinvs:
                     if not tinv.holds(s, act, s2):
                         return self.result(tinv.name, [*_trace(parent, s), Step(act, s2)])

@@ -32,14 +32,19 @@ def state_machine(model: Model[Any], invariants: list[str] | None = None) -> typ
         raise ValueError(f"{model.name} has no initial state")
     invs, tinvs = select_invariants(model, invariants)
 
+    def trace(self: Any) -> str:
+        # The walk's states are formatted only for a failure's report (formatting each step cost as much as
+        # working out its successors).
+        return "\n".join(f"{act}: {model.format_state(state)}" for act, state in self.steps)
+
     def __init__(self: Any) -> None:
         RuleBasedStateMachine.__init__(self)
         self.state = None
-        self.trace = []
+        self.steps = []
 
     def start(self: Any, data: st.DataObject) -> None:
         self.state = data.draw(st.sampled_from(initial), label="initial state")
-        self.trace = [f"init: {model.format_state(self.state)}"]
+        self.steps = [("init", self.state)]
 
     def step(self: Any, data: st.DataObject) -> None:
         options: list[tuple[Action, Any]] = list(model.successors(self.state))
@@ -47,9 +52,9 @@ def state_machine(model: Model[Any], invariants: list[str] | None = None) -> typ
             return  # no action is enabled: only stutter steps remain
         i = data.draw(st.integers(0, len(options) - 1), label="action")
         act, nxt = options[i]
-        self.trace.append(f"{act}: {model.format_state(nxt)}")
+        self.steps.append((act, nxt))
         for tinv in tinvs:
-            assert tinv.holds(self.state, act, nxt), f"violation of {tinv.name}\n" + "\n".join(self.trace)
+            assert tinv.holds(self.state, act, nxt), f"violation of {tinv.name}\n" + trace(self)
         self.state = nxt
 
     ns: dict[str, Any] = {
@@ -61,7 +66,7 @@ def state_machine(model: Model[Any], invariants: list[str] | None = None) -> typ
 
         def check(self: Any, inv: Any = inv) -> None:
             if self.state is not None:
-                assert inv.holds(self.state), f"violation of {inv.name}\n" + "\n".join(self.trace)
+                assert inv.holds(self.state), f"violation of {inv.name}\n" + trace(self)
 
         ns["inv_" + re.sub(r"\W", "_", inv.name)] = invariant()(check)
     return type(f"{model.name.capitalize()}Machine", (RuleBasedStateMachine,), ns)
