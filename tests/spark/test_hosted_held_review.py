@@ -1,0 +1,220 @@
+"""Held rows and signed checkpoint files under crashes, a changed process count and a hostile checkpoint folder.
+
+No Spark here: the files are what the hosted processes, the feed tasks and the driver write and a later run reads
+back, and each test plays one of the runs that would write or read them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+import pyarrow as pa
+
+from pytimely.errors import CheckpointFileError, CheckpointLocationError
+from pytimely.spark import stream_checkpoint
+from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
+from pytimely.spark.stream_held import clear_held, load_held, write_held
+from pytimely.spark.watermark import late_folder
+
+
+def rows(*pairs: tuple[str, int]) -> pa.Table:
+    return pa.table({"word": [w for w, _ in pairs], "epoch": pa.array([e for _, e in pairs], pa.int64())})
+
+
+def listed(table: pa.Table | None) -> list[tuple[str, int]]:
+    if table is None:
+        return []
+    return sorted(zip(table.column("word").to_pylist(), table.column("epoch").to_pylist(), strict=True))
+
+
+def run_batches(own: Path, key: bytes, processes: int) -> None:
+    """Three committed micro-batches on ``processes`` processes (frontiers 2, 4, 6), each adding held rows."""
+    added = {
+        0: [rows(("a", 1), ("b", 2), ("c", 5)), rows(("d", 2), ("e", 9))],
+        1: [rows(("f", 4), ("g", 7)), rows(("h", 4), ("i", 6))],
+        2: [rows(("j", 6), ("k", 8)), rows(("l", 11))],
+    }
+    frontiers = {0: 2, 1: 4, 2: 6}
+    for batch, tables in added.items():
+        for process in range(processes):
+            mine = tables[process::processes]
+            if mine:
+                write_held(own, key, batch, process, pa.concat_tables(mine), "epoch", frontiers[batch])
+        clear_held(own, batch, frontiers[batch])
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 3), (2, 3), (3, 2)])
+def test_every_held_row_is_taken_up_once_when_the_process_count_changes(
+    tmp_path: Path, before: int, after: int
+) -> None:
+    """Run ``before`` processes, restart on ``after``: the rows at or past the committed frontier (6) come back,
+    each exactly once across the new processes (a file is read by one of them), rows below it do not."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    run_batches(own, key, before)
+    shares = [load_held(own, key, 2, 6, p, after, "epoch") for p in range(after)]
+    together = sorted(r for share in shares for r in listed(share))
+    assert together == sorted([("e", 9), ("g", 7), ("i", 6), ("j", 6), ("k", 8), ("l", 11)])
+    # c@5 lies below the frontier: it entered epoch 5 and is in the snapshot, not held.
+    assert ("c", 5) not in together
+
+
+def test_a_row_at_the_frontier_is_held_and_one_below_it_has_entered(tmp_path: Path) -> None:
+    """The frontier F is the first epoch not complete: a row at F waits (written, kept, taken up), a row at F-1
+    entered (not written; its file goes once the frontier passes its largest epoch)."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    write_held(own, key, 0, 0, rows(("below", 3), ("at", 4)), "epoch", 4)
+    names = sorted(p.name for p in (own / "held").iterdir())
+    assert names == ["batch-000000000000-p00000-until4.arrow"]
+    assert listed(read_signed_arrow(own / "held" / names[0], key)) == [("at", 4)]
+    clear_held(own, 0, 4)
+    assert listed(load_held(own, key, 0, 4, 0, 1, "epoch")) == [("at", 4)]
+    clear_held(own, 1, 5)  # the next micro-batch moved the frontier past 4: the row entered epoch 4
+    assert not list((own / "held").iterdir())
+    assert load_held(own, key, 1, 5, 0, 1, "epoch") is None
+
+
+def test_a_retried_micro_batch_replaces_its_held_file_whole(tmp_path: Path) -> None:
+    """A micro-batch sent again (its first attempt crashed after writing) writes a file of the same name: the new
+    rows replace the old ones whole, and no temporary file is left beside it."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    write_held(own, key, 0, 0, rows(("first", 7), ("attempt", 7)), "epoch", 2)
+    write_held(own, key, 0, 0, rows(("second", 7)), "epoch", 2)
+    assert [p.name for p in (own / "held").iterdir()] == ["batch-000000000000-p00000-until7.arrow"]
+    assert listed(load_held(own, key, 0, 2, 0, 1, "epoch")) == [("second", 7)]
+
+
+def test_a_lost_key_is_refused_while_signed_files_need_it(tmp_path: Path) -> None:
+    """A key file removed (or lost) while held rows or staged inputs signed with it are kept: no new key is made
+    silently (it would refuse every one of them as planted); the error names the key file and a file that needs
+    it. A checkpoint with nothing signed makes its key as before."""
+    checkpoint = StreamCheckpoint(tmp_path / "ck")
+    key = checkpoint.key()
+    write_held(checkpoint.own, key, 0, 1, rows(("x", 9)), "epoch", 3)
+    (checkpoint.own / "key").unlink()
+    with pytest.raises(CheckpointFileError, match=r"pytimely/key is missing.*batch-000000000000-p00001-until9"):
+        StreamCheckpoint(tmp_path / "ck").key()
+    assert not (checkpoint.own / "key").exists()  # nothing made
+    shutil.rmtree(checkpoint.own / "held")
+    staged = StreamCheckpoint(tmp_path / "ck2")
+    staged.stage(0, rows(("y", 1)))
+    (staged.own / "key").unlink()
+    with pytest.raises(CheckpointFileError, match=r"key is missing.*batch-000000000000\.arrow"):
+        StreamCheckpoint(tmp_path / "ck2").staged(0)
+    assert len(StreamCheckpoint(tmp_path / "ck").key()) == 32  # nothing signed left: a new key
+
+
+def test_a_key_readable_by_others_is_not_answered_with_remove_it(tmp_path: Path) -> None:
+    """A key file others can read is refused, and the advice is not to remove it (that would orphan every signed
+    file) but to tighten its mode, or start on a new checkpoint."""
+    checkpoint = StreamCheckpoint(tmp_path / "ck")
+    checkpoint.key()
+    os.chmod(checkpoint.own / "key", 0o640)
+    with pytest.raises(CheckpointFileError, match="readable by it only") as refused:
+        StreamCheckpoint(tmp_path / "ck").key()
+    assert "remove it" not in str(refused.value) and "chmod 600" in str(refused.value)
+
+
+def test_drivers_racing_to_make_the_key_all_get_the_one_that_won(tmp_path: Path) -> None:
+    """Several runs make the key of one checkpoint at once: one link wins and every run reads that key."""
+    for trial in range(5):
+        where = tmp_path / f"ck{trial}"
+        start = threading.Barrier(4)
+        keys: list[bytes] = []
+
+        def make(where: Path = where, start: threading.Barrier = start, keys: list[bytes] = keys) -> None:
+            checkpoint = StreamCheckpoint(where)
+            start.wait(10.0)
+            keys.append(checkpoint.key())
+
+        threads = [threading.Thread(target=make) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30.0)
+        assert len(keys) == 4 and len(set(keys)) == 1
+        assert sorted(p.name for p in (where / "pytimely").iterdir()) == ["key"]  # nothing left aside
+
+
+def test_an_object_store_checkpoint_is_refused_before_a_key_is_made(tmp_path: Path) -> None:
+    """An ``s3://`` checkpoint (no mode bits, no links, no locks) is refused when named, so no key is ever kept
+    where others could read it."""
+    with pytest.raises(CheckpointLocationError, match="s3://"):
+        StreamCheckpoint("s3://bucket/ck")
+
+
+def test_a_signed_file_copied_into_another_micro_batchs_folder_is_refused(tmp_path: Path) -> None:
+    """Late rows are ``late/batch-<b>/s<sender>.arrow`` and parts ``parts/epoch-<e>/part-<p>.arrow``: the same
+    name in every micro-batch's folder. The signature binds the folder too, so a genuine file of micro-batch 3
+    copied into micro-batch 5's folder is refused, not committed to 5's side output."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    three = late_folder(own, 3) / "s00000.arrow"
+    write_signed_arrow(three, rows(("late", 1)), key)
+    five = late_folder(own, 5) / "s00000.arrow"
+    five.parent.mkdir(parents=True)
+    shutil.copyfile(three, five)
+    assert listed(read_signed_arrow(three, key)) == [("late", 1)]
+    with pytest.raises(CheckpointFileError, match=r"batch-000000000005/s00000\.arrow is not signed"):
+        read_signed_arrow(five, key)
+
+
+def test_a_fifo_or_a_device_planted_as_a_signed_file_is_refused_at_once(tmp_path: Path) -> None:
+    """A named pipe planted under a held file's name would block the read for ever, a link to a device would
+    read without end: only regular files are read, within a deadline of no waiting at all."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    (own / "held").mkdir()
+    fifo = own / "held" / "batch-000000000000-p00000-until9.arrow"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            load_held(own, key, 0, 0, 0, 1, "epoch")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(20.0)
+    if reader.is_alive():  # blocked in open(): let it go before failing
+        with open(fifo, "wb"):
+            pass
+        reader.join(10.0)
+        pytest.fail("reading a planted named pipe blocked")
+    assert isinstance(outcome[0], CheckpointFileError) and "not a regular file" in str(outcome[0])
+    assert "until9" in str(outcome[0])
+    device = own / "held" / "batch-000000000001-p00000-until9.arrow"
+    device.symlink_to("/dev/null")
+    with pytest.raises(CheckpointFileError, match=r"until9\.arrow is not a regular file"):
+        read_signed_arrow(device, key)
+
+
+def test_a_signed_file_larger_than_the_bound_is_neither_written_nor_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads are bounded (a planted huge file is refused by its size, unread), and a writer refuses a file above
+    the same bound, so nothing is written that a restart would refuse."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    path = own / "held" / "batch-000000000000-p00000-until9.arrow"
+    write_signed_arrow(path, rows(("small", 9)), key)
+    size = path.stat().st_size
+    monkeypatch.setattr(stream_checkpoint, "SIGNED_FILE_LIMIT", size - 1)
+    with pytest.raises(CheckpointFileError, match=rf"until9\.arrow is {size} bytes, more than"):
+        read_signed_arrow(path, key)
+    big = own / "held" / "batch-000000000001-p00000-until9.arrow"
+    with pytest.raises(CheckpointFileError, match=r"batch-000000000001-p00000-until9\.arrow would be"):
+        write_signed_arrow(big, rows(("small", 9)), key)
+    assert not big.exists() and sorted(p.name for p in big.parent.iterdir()) == [path.name]
