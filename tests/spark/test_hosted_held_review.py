@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,7 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
-from pytimely.errors import CheckpointFileError, CheckpointLocationError
+from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamStateLostError
 from pytimely.spark import stream_checkpoint
 from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
 from pytimely.spark.stream_held import clear_held, load_held, write_held
@@ -218,3 +220,58 @@ def test_a_signed_file_larger_than_the_bound_is_neither_written_nor_read(
     with pytest.raises(CheckpointFileError, match=r"batch-000000000001-p00000-until9\.arrow would be"):
         write_signed_arrow(big, rows(("small", 9)), key)
     assert not big.exists() and sorted(p.name for p in big.parent.iterdir()) == [path.name]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=StreamStateLostError,
+    reason="the hosted processes keep 3 snapshots (HostPlan.recovery), one per event-time epoch with changes: a "
+    "micro-batch that completes 3 or more epochs and is not committed prunes the committed frontier's snapshot",
+)
+def test_an_uncommitted_micro_batch_completing_several_epochs_keeps_the_committed_snapshot(tmp_path: Path) -> None:
+    """Micro-batch 0 completes epoch 0 (frontier 1) and is committed; micro-batch 1 completes epochs 1..4 (frontier
+    5), each snapshotted by the hosted processes' own recovery policy, and dies before its commit. The restart
+    resumes from the snapshot before the committed frontier (epoch 0): it must still be there."""
+    from pytimely import Worker, execute
+    from pytimely.spark.stream_host import HostPlan
+    from tests.recovery.jobs import Crash, running_sums
+
+    checkpoint = StreamCheckpoint(tmp_path / "ck")
+    identity = {"query": "q", "input": "struct<k:bigint>", "output": "struct<k:bigint,total:bigint>"}
+    plan = HostPlan(
+        build=running_sums, processes=1, workers=1, generation=1, secret=b"s" * 32, own=str(checkpoint.own),
+        schema=pa.schema([]), job=identity["query"], local=True, resume_at=-1,
+        parameters={"input": identity["input"], "output": identity["output"]},
+    )  # fmt: skip
+    checkpoint.own.mkdir(parents=True)
+    manifests = checkpoint.state / "manifests"
+
+    def durable(worker: Worker, epoch: int) -> None:
+        deadline = time.monotonic() + 60.0
+        while not (manifests / f"{epoch:020d}").exists():
+            assert time.monotonic() < deadline, f"epoch {epoch}'s snapshot never became durable"
+            worker.step()
+            time.sleep(0.005)
+
+    def build(scope: Any) -> Any:
+        handle, stream = scope.new_input(name="records")
+        running_sums(scope, stream)
+        return handle
+
+    def job(worker: Worker) -> None:
+        handle = worker.dataflow(build)
+        handle.send_batch([(1, 1)])
+        handle.advance_to(1)
+        durable(worker, 0)
+        checkpoint.commit(0, frontier=1)
+        for epoch in range(1, 5):  # the held rows of several event-time epochs enter in one micro-batch
+            handle.advance_to(epoch)
+            handle.send_batch([(epoch, epoch)])
+            handle.advance_to(epoch + 1)
+            durable(worker, epoch)
+        raise Crash("killed before micro-batch 1's commit record")
+
+    with pytest.raises(Crash):
+        execute(job, 1, recovery=plan.recovery())
+    assert checkpoint.resume_bound() == 0
+    checkpoint.check_state(identity)  # a snapshot at or before epoch 0 is still there
