@@ -275,3 +275,15 @@ def test_an_uncommitted_micro_batch_completing_several_epochs_keeps_the_committe
         execute(job, 1, recovery=plan.recovery())
     assert checkpoint.resume_bound() == 0
     checkpoint.check_state(identity)  # a snapshot at or before epoch 0 is still there
+
+
+def test_a_held_file_that_cannot_be_written_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    """A held file that cannot be written (here its folder's name is taken by a file; a full disk alike) is a
+    :class:`CheckpointFileError` naming it, which a hosted process answers ``CLOSE`` with, not a bare ``OSError``
+    that ends its connection; nothing is left half-written."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    (own / "held").write_bytes(b"")
+    with pytest.raises(CheckpointFileError, match=r"held/batch-000000000000-p00000-until9\.arrow cannot be written"):
+        write_held(own, key, 0, 0, rows(("x", 9)), "epoch", 3)
+    assert (own / "held").read_bytes() == b""

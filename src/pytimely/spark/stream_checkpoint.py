@@ -532,8 +532,11 @@ def write_signed_arrow(path: Path, table: pa.Table, key: bytes) -> None:
             f"{path} would be {size} bytes, more than the {SIGNED_FILE_LIMIT} a checkpoint file is read back with "
             f"({table.num_rows} rows): nothing written"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, _SIGNED + _mac(key, _signed_name(path), body) + body)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, _SIGNED + _mac(key, _signed_name(path), body) + body)
+    except OSError as exc:  # a full disk, a folder's name taken: typed, so a hosted process answers with it
+        raise CheckpointFileError(f"{path} cannot be written: {exc.strerror or exc}") from None
 
 
 def read_signed_arrow(path: Path, key: bytes) -> pa.Table:
