@@ -287,3 +287,29 @@ def test_a_held_file_that_cannot_be_written_is_a_typed_error_naming_it(tmp_path:
     with pytest.raises(CheckpointFileError, match=r"held/batch-000000000000-p00000-until9\.arrow cannot be written"):
         write_held(own, key, 0, 0, rows(("x", 9)), "epoch", 3)
     assert (own / "held").read_bytes() == b""
+
+
+def test_a_cancelled_generations_late_held_write_is_not_taken_up_with_the_committed_attempts(tmp_path: Path) -> None:
+    """Micro-batch 1's first attempt (generation 2) fails; its process 0, not yet killed, writes its held file after
+    the retry (generation 3) began and cleared the attempt's files. The retry commits. A restart takes micro-batch
+    1's held rows from generation 3's files only (not twice), and the orphan's file is removed."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    write_held(own, key, 0, 0, rows(("a", 8)), "epoch", 2, generation=2)  # micro-batch 0, committed
+    clear_held(own, 0, 2)
+    write_held(own, key, 1, 0, rows(("b", 7), ("c", 9)), "epoch", 3, generation=3)  # the retry's processes
+    write_held(own, key, 1, 1, rows(("d", 6)), "epoch", 3, generation=3)
+    write_held(own, key, 1, 0, rows(("b", 7), ("d", 6)), "epoch", 3, generation=2)  # the orphan, after the clear
+    together = sorted(r for p in range(2) for r in listed(load_held(own, key, 1, 3, p, 2, "epoch")))
+    assert together == [("a", 8), ("b", 7), ("c", 9), ("d", 6)]
+    clear_held(own, 1, 3)
+    assert sorted(p.name for p in (own / "held").iterdir()) == [
+        "batch-000000000000-g2-p00000-until8.arrow",
+        "batch-000000000001-g3-p00000-until9.arrow",
+        "batch-000000000001-g3-p00001-until6.arrow",
+    ]
+    # Files named without a generation (written before they were named): taken up as before.
+    other = tmp_path / "ck2" / "pytimely"
+    write_held(other, key, 0, 0, rows(("e", 5)), "epoch", 2)
+    write_held(other, key, 0, 1, rows(("f", 6)), "epoch", 2)
+    assert listed(load_held(other, key, 0, 2, 0, 1, "epoch")) == [("e", 5), ("f", 6)]

@@ -8,6 +8,12 @@ Nothing is rewritten. The frontier in the commit record decides what is held aft
 it in the files of committed micro-batches. A file of a micro-batch never committed (a crash between the write and
 the commit) is removed, and so is one whose rows all lie below the committed frontier (every one of them entered
 its epoch).
+
+Given the host generation (``write_held(..., generation=G)``), a file is named ``batch-<b>-g<G>-p<P>-until<E>``
+and, of a micro-batch's files, only those of the newest generation that wrote any are taken up: a process of a
+cancelled generation that writes after the next attempt began (its task not yet killed) cannot add its copy of
+the rows to the committed attempt's. A retried attempt holds the same rows (the frontier follows from the
+micro-batch's rows), so the newest generation's files are the committed attempt's.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["clear_held", "load_held", "write_held"]
 
-_NAME = re.compile(r"^batch-(\d{12})-p(\d{5})-until(-?\d+)\.arrow$")
+_NAME = re.compile(r"^batch-(\d{12})(?:-g(\d+))?-p(\d{5})-until(-?\d+)\.arrow$")
 _EARLIER = re.compile(r"^batch-\d{12}$")
 
 
@@ -32,8 +38,9 @@ def _folder(own: str | Path) -> Path:
     return Path(own) / "held"
 
 
-def _files(own: str | Path) -> list[tuple[Path, int, int]]:
-    """The held files as ``(path, micro-batch, largest epoch)``, in name order; other names are no held files."""
+def _files(own: str | Path) -> list[tuple[Path, int, int, int]]:
+    """The held files as ``(path, micro-batch, generation, largest epoch)``, in name order (generation -1 when the
+    name has none); other names are no held files."""
     folder = _folder(own)
     found = []
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
@@ -44,21 +51,31 @@ def _files(own: str | Path) -> list[tuple[Path, int, int]]:
             )
         match = _NAME.match(path.name)
         if match is not None:
-            found.append((path, int(match.group(1)), int(match.group(3))))
+            generation = -1 if match.group(2) is None else int(match.group(2))
+            found.append((path, int(match.group(1)), generation, int(match.group(4))))
     return found
 
 
 def write_held(
-    own: str | Path, key: bytes, batch: int, process: int, rows: pa.Table, column: str, frontier: int
+    own: str | Path,
+    key: bytes,
+    batch: int,
+    process: int,
+    rows: pa.Table,
+    column: str,
+    frontier: int,
+    generation: int | None = None,
 ) -> None:
-    """Keep the rows of ``rows`` at or past ``frontier`` (micro-batch ``batch``'s newly held rows in ``process``)."""
+    """Keep the rows of ``rows`` at or past ``frontier`` (micro-batch ``batch``'s newly held rows in ``process`` of
+    host generation ``generation``)."""
     import pyarrow.compute as pc
 
     held = rows.filter(pc.greater_equal(rows.column(column), frontier))
     if held.num_rows == 0:
         return
     until = int(pc.max(held.column(column)).as_py())
-    path = _folder(own) / f"batch-{batch:012d}-p{process:05d}-until{until}.arrow"
+    tag = "" if generation is None else f"-g{generation}"
+    path = _folder(own) / f"batch-{batch:012d}{tag}-p{process:05d}-until{until}.arrow"
     write_signed_arrow(path, held, key)
 
 
@@ -66,14 +83,15 @@ def load_held(
     own: str | Path, key: bytes, committed: int, frontier: int, process: int, processes: int, column: str
 ) -> pa.Table | None:
     """``process``'s share of the rows held after micro-batch ``committed`` moved the frontier to ``frontier``: the
-    rows at or past it in the files of committed micro-batches, the files taken in turn by the ``processes``
-    processes. A file not signed with ``key`` is refused (:class:`~pytimely.errors.CheckpointFileError`)."""
+    rows at or past it in the files of committed micro-batches (of each, the newest generation's), the files taken
+    in turn by the ``processes`` processes. A file not signed with ``key`` is refused
+    (:class:`~pytimely.errors.CheckpointFileError`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if committed < 0:
         return None
-    files = [path for path, batch, until in _files(own) if batch <= committed and until >= frontier]
+    files = [path for path, batch, until in _taken(_files(own)) if batch <= committed and until >= frontier]
     tables = []
     for path in files[process::processes]:
         table = read_signed_arrow(path, key)
@@ -82,8 +100,19 @@ def load_held(
 
 
 def clear_held(own: str | Path, committed: int, frontier: int) -> None:
-    """Remove the held files no run can need: those of micro-batches after ``committed`` (never committed), and
-    those whose rows all lie below ``frontier`` (all entered their epochs)."""
-    for path, batch, until in _files(own):
-        if batch > committed or until < frontier:
+    """Remove the held files no run can need: those of micro-batches after ``committed`` (never committed), those
+    whose rows all lie below ``frontier`` (all entered their epochs), and those of a generation older than another
+    that wrote for the same micro-batch (a cancelled attempt's)."""
+    found = _files(own)
+    taken = {path for path, _, _ in _taken(found)}
+    for path, batch, _, until in found:
+        if batch > committed or until < frontier or path not in taken:
             path.unlink(missing_ok=True)
+
+
+def _taken(found: list[tuple[Path, int, int, int]]) -> list[tuple[Path, int, int]]:
+    """Of each micro-batch's files, those of the newest generation that wrote any, as ``(path, batch, until)``."""
+    newest: dict[int, int] = {}
+    for _, batch, generation, _ in found:
+        newest[batch] = max(newest.get(batch, generation), generation)
+    return [(path, batch, until) for path, batch, generation, until in found if generation == newest[batch]]
