@@ -313,3 +313,16 @@ def test_a_cancelled_generations_late_held_write_is_not_taken_up_with_the_commit
     write_held(other, key, 0, 0, rows(("e", 5)), "epoch", 2)
     write_held(other, key, 0, 1, rows(("f", 6)), "epoch", 2)
     assert listed(load_held(other, key, 0, 2, 0, 1, "epoch")) == [("e", 5), ("f", 6)]
+
+
+def test_a_held_name_that_cannot_be_removed_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    """A folder planted under a held file's name (past the frontier, so clearing removes it) stops the clearing with
+    :class:`CheckpointFileError` naming it, not a bare ``IsADirectoryError``; reading it is refused the same way."""
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    planted = own / "held" / "batch-000000000000-p00000-until1.arrow"
+    planted.mkdir(parents=True)
+    with pytest.raises(CheckpointFileError, match=r"until1\.arrow is not a regular file"):
+        load_held(own, key, 0, 0, 0, 1, "epoch")
+    with pytest.raises(CheckpointFileError, match=r"until1\.arrow cannot be removed"):
+        clear_held(own, 0, 5)

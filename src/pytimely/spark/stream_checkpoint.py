@@ -502,16 +502,25 @@ def _read_regular(path: Path, limit: int, what: str) -> tuple[bytes, os.stat_res
         handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise CheckpointFileError(f"{path}: {what} cannot be read: {exc.strerror or exc}") from None
-    with os.fdopen(handle, "rb") as file:
+    try:
         status = os.fstat(handle)
         if not stat.S_ISREG(status.st_mode):
             raise CheckpointFileError(f"{path} is not a regular file ({what}; planted?)")
         if status.st_size > limit:
             raise CheckpointFileError(f"{path} is {status.st_size} bytes, more than the {limit} {what} may be")
-        try:
-            data = file.read(limit + 1)
-        except OSError as exc:
-            raise CheckpointFileError(f"{path}: {what} cannot be read: {exc.strerror or exc}") from None
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(handle, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise CheckpointFileError(f"{path}: {what} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(handle)
+    data = b"".join(chunks)
     if len(data) > limit:  # grew since it was looked at
         raise CheckpointFileError(f"{path} is more than the {limit} bytes {what} may be")
     return data, status

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytimely.errors import CheckpointMismatchError
+from pytimely.errors import CheckpointFileError, CheckpointMismatchError
 from pytimely.spark.stream_checkpoint import read_signed_arrow, write_signed_arrow
 
 if TYPE_CHECKING:
@@ -107,7 +107,10 @@ def clear_held(own: str | Path, committed: int, frontier: int) -> None:
     taken = {path for path, _, _ in _taken(found)}
     for path, batch, _, until in found:
         if batch > committed or until < frontier or path not in taken:
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise CheckpointFileError(f"{path} cannot be removed: {exc.strerror or exc}") from None
 
 
 def _taken(found: list[tuple[Path, int, int, int]]) -> list[tuple[Path, int, int]]:
