@@ -19,7 +19,7 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
-from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamStateLostError
+from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamFencedError, StreamStateLostError
 from pytimely.spark import stream_checkpoint
 from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
 from pytimely.spark.stream_held import clear_held, load_held, write_held
@@ -326,3 +326,20 @@ def test_a_held_name_that_cannot_be_removed_is_a_typed_error_naming_it(tmp_path:
         load_held(own, key, 0, 0, 0, 1, "epoch")
     with pytest.raises(CheckpointFileError, match=r"until1\.arrow cannot be removed"):
         clear_held(own, 0, 5)
+
+
+def test_a_run_taken_over_removes_no_held_file(tmp_path: Path) -> None:
+    """A run that lost the checkpoint to another (its query orphaned on a Spark Connect server, still triggered)
+    knows an older last commit: clearing with its ownership token is refused, so it cannot remove the held rows of
+    micro-batches the new owner committed since; the new owner clears as before."""
+    checkpoint = StreamCheckpoint(tmp_path / "ck")
+    key = checkpoint.key()
+    orphan = checkpoint.take_ownership()
+    owner = StreamCheckpoint(tmp_path / "ck").take_ownership()
+    write_held(checkpoint.own, key, 3, 0, rows(("x", 9)), "epoch", 5)  # micro-batch 3, committed by the new owner
+    checkpoint.commit(3, frontier=5)
+    with pytest.raises(StreamFencedError, match="taken over by another run"):
+        clear_held(checkpoint.own, 1, 2, owner=orphan)  # the orphan's view: micro-batch 1 committed
+    assert [p.name for p in (checkpoint.own / "held").iterdir()] == ["batch-000000000003-p00000-until9.arrow"]
+    clear_held(checkpoint.own, 3, 5, owner=owner)
+    assert listed(load_held(checkpoint.own, key, 3, 5, 0, 1, "epoch")) == [("x", 9)]

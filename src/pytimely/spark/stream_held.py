@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytimely.errors import CheckpointFileError, CheckpointMismatchError
-from pytimely.spark.stream_checkpoint import read_signed_arrow, write_signed_arrow
+from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,10 +99,16 @@ def load_held(
     return pa.concat_tables(tables) if tables else None
 
 
-def clear_held(own: str | Path, committed: int, frontier: int) -> None:
+def clear_held(own: str | Path, committed: int, frontier: int, *, owner: str | None = None) -> None:
     """Remove the held files no run can need: those of micro-batches after ``committed`` (never committed), those
     whose rows all lie below ``frontier`` (all entered their epochs), and those of a generation older than another
-    that wrote for the same micro-batch (a cancelled attempt's)."""
+    that wrote for the same micro-batch (a cancelled attempt's).
+
+    With ``owner`` (the run's ownership token) nothing is removed unless that run still owns the checkpoint, else
+    :class:`~pytimely.errors.StreamFencedError`: a run taken over (an orphaned query left on a Spark Connect server)
+    knows an older ``committed`` and would remove the held rows of micro-batches the new owner committed since."""
+    if owner is not None:
+        StreamCheckpoint(Path(own).parent).check_owner(owner, committed + 1)
     found = _files(own)
     taken = {path for path, _, _ in _taken(found)}
     for path, batch, _, until in found:
