@@ -343,3 +343,12 @@ def test_a_run_taken_over_removes_no_held_file(tmp_path: Path) -> None:
     assert [p.name for p in (checkpoint.own / "held").iterdir()] == ["batch-000000000003-p00000-until9.arrow"]
     clear_held(checkpoint.own, 3, 5, owner=owner)
     assert listed(load_held(checkpoint.own, key, 3, 5, 0, 1, "epoch")) == [("x", 9)]
+
+
+def test_a_key_that_cannot_be_made_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    """The key's folder cannot be made (its name is taken by a file; a share without hard links fails alike at the
+    link): :class:`CheckpointFileError` naming the key, not a bare ``OSError``."""
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "pytimely").write_bytes(b"")
+    with pytest.raises(CheckpointFileError, match=r"pytimely/key: the checkpoint's key cannot be made"):
+        StreamCheckpoint(tmp_path / "ck").key()

@@ -376,21 +376,13 @@ class StreamCheckpoint:
 
     def _read_key(self) -> bytes:
         path = self.own / "key"
-        self.own.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            self._refuse_lost_key(path)
-            # Written whole under another name, then linked into place: a crash leaves no empty key, and of two
-            # runs racing the first link wins.
-            aside = self.own / f".key-{os.getpid()}-{secrets.token_hex(4)}"
-            made = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.write(made, secrets.token_bytes(_KEY_BYTES))
-                os.fsync(made)
-            finally:
-                os.close(made)
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, path)
-            aside.unlink()
+        try:
+            self.own.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                self._refuse_lost_key(path)
+                self._make_key(path)
+        except OSError as exc:
+            raise CheckpointFileError(f"{path}: the checkpoint's key cannot be made: {exc.strerror or exc}") from None
         key, status = _read_regular(path, _KEY_BYTES + 1, "the checkpoint's key")
         if status.st_uid != os.getuid() or status.st_mode & 0o077:
             raise CheckpointFileError(
@@ -402,6 +394,22 @@ class StreamCheckpoint:
         if len(key) != _KEY_BYTES:
             raise CheckpointFileError(f"{path} holds {len(key)} bytes, not a {_KEY_BYTES}-byte checkpoint key")
         return key
+
+    def _make_key(self, path: Path) -> None:
+        """Make the key at ``path``: written whole under another name, then linked into place, so a crash leaves no
+        empty key, and of two runs racing the first link wins."""
+        aside = self.own / f".key-{os.getpid()}-{secrets.token_hex(4)}"
+        made = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                os.write(made, secrets.token_bytes(_KEY_BYTES))
+                os.fsync(made)
+            finally:
+                os.close(made)
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+        finally:
+            aside.unlink(missing_ok=True)
 
     def _refuse_lost_key(self, path: Path) -> None:
         """Refuse to make a key while files signed with an earlier one are to be read back (held rows, staged
