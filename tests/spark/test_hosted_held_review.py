@@ -352,3 +352,30 @@ def test_a_key_that_cannot_be_made_is_a_typed_error_naming_it(tmp_path: Path) ->
     (tmp_path / "ck" / "pytimely").write_bytes(b"")
     with pytest.raises(CheckpointFileError, match=r"pytimely/key: the checkpoint's key cannot be made"):
         StreamCheckpoint(tmp_path / "ck").key()
+
+
+def test_a_held_write_cut_short_by_a_kill_leaves_nothing_for_long(tmp_path: Path) -> None:
+    """A process killed while writing its held file leaves the temporary file (never the held file's name); its
+    name is its own each micro-batch, so no later write of it tidies it: the next clearing removes the temporary
+    files of writers that no longer run, and keeps a running writer's."""
+    import socket
+    import subprocess
+    import sys
+
+    from pytimely.atomic import temporary_name
+
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    write_held(own, key, 0, 0, rows(("a", 9)), "epoch", 2)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True, timeout=60).stdout.strip()  # fmt: skip
+    target = own / "held" / "batch-000000000001-p00001-until9.arrow"
+    host = "".join(c if c.isalnum() or c in "_-" else "_" for c in socket.gethostname()) or "host"
+    cut = target.with_name(f".{target.name}.{host}.{dead}.{'0' * 16}.tmp")
+    cut.write_bytes(b"PYTIMELY-SIGNED-ARROW-2\n half")
+    running = temporary_name(target)  # this process's: still writing
+    running.write_bytes(b"")
+    clear_held(own, 0, 2)
+    assert sorted(p.name for p in (own / "held").iterdir()) == sorted(
+        [running.name, "batch-000000000000-p00000-until9.arrow"]
+    )

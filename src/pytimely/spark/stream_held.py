@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["clear_held", "load_held", "write_held"]
 
 _NAME = re.compile(r"^batch-(\d{12})(?:-g(\d+))?-p(\d{5})-until(-?\d+)\.arrow$")
+_CUT = re.compile(r"^\.(batch-\d{12}(?:-g\d+)?-p\d{5}-until-?\d+\.arrow)\..*\.tmp$")
 _EARLIER = re.compile(r"^batch-\d{12}$")
 
 
@@ -109,6 +110,7 @@ def clear_held(own: str | Path, committed: int, frontier: int, *, owner: str | N
     knows an older ``committed`` and would remove the held rows of micro-batches the new owner committed since."""
     if owner is not None:
         StreamCheckpoint(Path(own).parent).check_owner(owner, committed + 1)
+    _remove_cut_short(own)
     found = _files(own)
     taken = {path for path, _, _ in _taken(found)}
     for path, batch, _, until in found:
@@ -117,6 +119,17 @@ def clear_held(own: str | Path, committed: int, frontier: int, *, owner: str | N
                 path.unlink(missing_ok=True)
             except OSError as exc:
                 raise CheckpointFileError(f"{path} cannot be removed: {exc.strerror or exc}") from None
+
+
+def _remove_cut_short(own: str | Path) -> None:
+    """Remove the temporary files of held writes whose writer no longer runs (a process killed mid-write): each
+    micro-batch's file has a name of its own, so no later write of the same name would tidy them."""
+    from pytimely.atomic import remove_stale
+
+    folder = _folder(own)
+    names = {m.group(1) for p in (folder.iterdir() if folder.is_dir() else []) if (m := _CUT.match(p.name))}
+    for name in sorted(names):
+        remove_stale(folder / name)
 
 
 def _taken(found: list[tuple[Path, int, int, int]]) -> list[tuple[Path, int, int]]:
