@@ -113,6 +113,15 @@ def test_a_lost_key_is_refused_while_signed_files_need_it(tmp_path: Path) -> Non
     with pytest.raises(CheckpointFileError, match=r"key is missing.*batch-000000000000\.arrow"):
         StreamCheckpoint(tmp_path / "ck2").staged(0)
     assert len(StreamCheckpoint(tmp_path / "ck").key()) == 32  # nothing signed left: a new key
+    # An unsigned input of an earlier pytimely is no reason to refuse a key: reading it is refused, naming why.
+    earlier = StreamCheckpoint(tmp_path / "ck3")
+    earlier.inputs.mkdir(parents=True)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, rows(("z", 1)).schema) as writer:
+        writer.write_table(rows(("z", 1)))
+    earlier.input_path(0).write_bytes(sink.getvalue().to_pybytes())
+    with pytest.raises(CheckpointFileError, match="written by an earlier pytimely"):
+        earlier.staged(0)
 
 
 def test_a_key_readable_by_others_is_not_answered_with_remove_it(tmp_path: Path) -> None:

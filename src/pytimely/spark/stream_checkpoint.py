@@ -415,7 +415,7 @@ class StreamCheckpoint:
         """Refuse to make a key while files signed with an earlier one are to be read back (held rows, staged
         inputs): a new key would refuse each of them as planted, and the query could not resume."""
         for folder in (self.own / "held", self.inputs):
-            signed = sorted(folder.glob("*.arrow")) if folder.is_dir() else []
+            signed = [p for p in sorted(folder.glob("*.arrow")) if _marked(p)] if folder.is_dir() else []
             if signed:
                 raise CheckpointFileError(
                     f"{path} is missing, but the checkpoint holds files signed with it ({signed[0]}"
@@ -499,6 +499,20 @@ def _mac(key: bytes, name: str, body: bytes) -> bytes:
     if len(key) < 16:
         raise InvalidArgument(f"a signed file's key must be at least 16 bytes, got {len(key)}")
     return hmac.new(key, b"pytimely-arrow-file\0" + name.encode() + b"\0" + body, hashlib.sha256).digest()
+
+
+def _marked(path: Path) -> bool:
+    """Whether ``path`` starts as a signed file does (any version; read without waiting, a few bytes only)."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(handle).st_mode) and os.read(handle, 22) == _SIGNED[:22]
+    except OSError:
+        return False
+    finally:
+        os.close(handle)
 
 
 def _read_regular(path: Path, limit: int, what: str) -> tuple[bytes, os.stat_result]:
