@@ -96,8 +96,9 @@ class StreamStateLostError(StreamError):
 
 
 class CheckpointFileError(StreamError):
-    """A file pytimely reads back from a streaming checkpoint (held or late rows) is not signed with the
-    checkpoint's key: planted, altered or cut short. Names the file; nothing of it is parsed."""
+    """A file pytimely reads back from a streaming checkpoint (held or late rows, staged inputs, parts) is not
+    signed with the checkpoint's key (planted, altered, moved or cut short), is no regular file or too large, or
+    the key itself is unusable or lost. Names the file; nothing of it is parsed."""
 
 
 class BuildResultError(SparkError, TypeError):

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import time as _time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,8 +47,12 @@ __all__ = ["StreamCheckpoint", "read_signed_arrow", "write_signed_arrow"]
 
 _FORMAT = 2
 _KEY_BYTES = 32
-_SIGNED = b"PYTIMELY-SIGNED-ARROW-1\n"
-"""The first bytes of a signed Arrow file; the HMAC-SHA256 (32 bytes) follows, then the Arrow IPC file."""
+_SIGNED = b"PYTIMELY-SIGNED-ARROW-2\n"
+"""The first bytes of a signed Arrow file; the HMAC-SHA256 (32 bytes) follows, then the Arrow IPC file. (``-1``
+bound the file's name only.)"""
+SIGNED_FILE_LIMIT = 1 << 32
+"""The most bytes a signed checkpoint file may hold (4 GiB): a read is bounded by it, and a larger file is not
+written (one micro-batch's held rows, late rows or staged input, or one process's output part)."""
 _BATCH = re.compile(r"^batch-(\d{12})\.(arrow|done)$")
 
 
@@ -371,12 +376,31 @@ class StreamCheckpoint:
 
     def _read_key(self) -> bytes:
         path = self.own / "key"
-        self.own.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            # Written whole under another name, then linked into place: a crash leaves no empty key, and of two
-            # runs racing the first link wins.
-            aside = self.own / f".key-{os.getpid()}-{secrets.token_hex(4)}"
-            made = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            self.own.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                self._refuse_lost_key(path)
+                self._make_key(path)
+        except OSError as exc:
+            raise CheckpointFileError(f"{path}: the checkpoint's key cannot be made: {exc.strerror or exc}") from None
+        key, status = _read_regular(path, _KEY_BYTES + 1, "the checkpoint's key")
+        if status.st_uid != os.getuid() or status.st_mode & 0o077:
+            raise CheckpointFileError(
+                f"{path}: the checkpoint's key must belong to this user and be readable by it only (mode "
+                f"{status.st_mode & 0o777:o}, owner {status.st_uid}); if no one else could have read it, chmod 600 "
+                "it (as its owner); else start the query on a new checkpoint (a new key cannot read the files "
+                "signed with this one)"
+            )
+        if len(key) != _KEY_BYTES:
+            raise CheckpointFileError(f"{path} holds {len(key)} bytes, not a {_KEY_BYTES}-byte checkpoint key")
+        return key
+
+    def _make_key(self, path: Path) -> None:
+        """Make the key at ``path``: written whole under another name, then linked into place, so a crash leaves no
+        empty key, and of two runs racing the first link wins."""
+        aside = self.own / f".key-{os.getpid()}-{secrets.token_hex(4)}"
+        made = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
             try:
                 os.write(made, secrets.token_bytes(_KEY_BYTES))
                 os.fsync(made)
@@ -384,21 +408,20 @@ class StreamCheckpoint:
                 os.close(made)
             with contextlib.suppress(FileExistsError):
                 os.link(aside, path)
-            aside.unlink()
-        try:
-            with open(path, "rb") as file:
-                status = os.fstat(file.fileno())
-                key = file.read(_KEY_BYTES + 1)
-        except OSError as exc:
-            raise CheckpointFileError(f"{path}: the checkpoint's key cannot be read: {exc.strerror or exc}") from None
-        if status.st_uid != os.getuid() or status.st_mode & 0o077:
-            raise CheckpointFileError(
-                f"{path}: the checkpoint's key must belong to this user and be readable by it only (mode "
-                f"{status.st_mode & 0o777:o}, owner {status.st_uid}); remove it to make a new one"
-            )
-        if len(key) != _KEY_BYTES:
-            raise CheckpointFileError(f"{path} holds {len(key)} bytes, not a {_KEY_BYTES}-byte checkpoint key")
-        return key
+        finally:
+            aside.unlink(missing_ok=True)
+
+    def _refuse_lost_key(self, path: Path) -> None:
+        """Refuse to make a key while files signed with an earlier one are to be read back (held rows, staged
+        inputs): a new key would refuse each of them as planted, and the query could not resume."""
+        for folder in (self.own / "held", self.inputs):
+            signed = [p for p in sorted(folder.glob("*.arrow")) if _marked(p)] if folder.is_dir() else []
+            if signed:
+                raise CheckpointFileError(
+                    f"{path} is missing, but the checkpoint holds files signed with it ({signed[0]}"
+                    f"{f' and {len(signed) - 1} more' if len(signed) > 1 else ''}): restore the key file, or start "
+                    "the query on a new checkpoint"
+                )
 
     def next_generation(self) -> int:
         """A new host generation of this checkpoint (one more than any before; the caller holds the lock)."""
@@ -465,6 +488,12 @@ def is_new_batch(batch_id: int, last_committed: int, input_schema: str, schema: 
     return True
 
 
+def _signed_name(path: Path) -> str:
+    """What a signature binds of a file's place: its folder's name and its own (``late/batch-3/s00000.arrow`` and
+    ``late/batch-5/s00000.arrow`` differ), not where the checkpoint lies (it may be moved whole)."""
+    return f"{path.parent.name}/{path.name}"
+
+
 def _mac(key: bytes, name: str, body: bytes) -> bytes:
     """The HMAC of a signed file's ``body``, bound to its ``name`` (a file cannot stand in for another)."""
     if len(key) < 16:
@@ -472,35 +501,91 @@ def _mac(key: bytes, name: str, body: bytes) -> bytes:
     return hmac.new(key, b"pytimely-arrow-file\0" + name.encode() + b"\0" + body, hashlib.sha256).digest()
 
 
+def _marked(path: Path) -> bool:
+    """Whether ``path`` starts as a signed file does (any version; read without waiting, a few bytes only)."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(handle).st_mode) and os.read(handle, 22) == _SIGNED[:22]
+    except OSError:
+        return False
+    finally:
+        os.close(handle)
+
+
+def _read_regular(path: Path, limit: int, what: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``path`` (at most ``limit``, else :class:`CheckpointFileError`), and its status.
+
+    Opened without waiting and refused unless it is a regular file: a named pipe planted under the name would
+    block the read for ever, a link to a device would read without end."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CheckpointFileError(f"{path}: {what} cannot be read: {exc.strerror or exc}") from None
+    try:
+        status = os.fstat(handle)
+        if not stat.S_ISREG(status.st_mode):
+            raise CheckpointFileError(f"{path} is not a regular file ({what}; planted?)")
+        if status.st_size > limit:
+            raise CheckpointFileError(f"{path} is {status.st_size} bytes, more than the {limit} {what} may be")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(handle, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise CheckpointFileError(f"{path}: {what} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(handle)
+    data = b"".join(chunks)
+    if len(data) > limit:  # grew since it was looked at
+        raise CheckpointFileError(f"{path} is more than the {limit} bytes {what} may be")
+    return data, status
+
+
 def write_signed_arrow(path: Path, table: pa.Table, key: bytes) -> None:
-    """Write ``table`` to ``path`` as an Arrow IPC file signed with ``key`` (bound to the file's name), whole or
-    not at all."""
+    """Write ``table`` to ``path`` as an Arrow IPC file signed with ``key`` (bound to the file's folder and name),
+    whole or not at all; one larger than :data:`SIGNED_FILE_LIMIT` is refused (a later read would refuse it)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     body = sink.getvalue().to_pybytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, _SIGNED + _mac(key, path.name, body) + body)
+    size = len(_SIGNED) + hashlib.sha256().digest_size + len(body)
+    if size > SIGNED_FILE_LIMIT:
+        raise CheckpointFileError(
+            f"{path} would be {size} bytes, more than the {SIGNED_FILE_LIMIT} a checkpoint file is read back with "
+            f"({table.num_rows} rows): nothing written"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, _SIGNED + _mac(key, _signed_name(path), body) + body)
+    except OSError as exc:  # a full disk, a folder's name taken: typed, so a hosted process answers with it
+        raise CheckpointFileError(f"{path} cannot be written: {exc.strerror or exc}") from None
 
 
 def read_signed_arrow(path: Path, key: bytes) -> pa.Table:
     """The table of a file :func:`write_signed_arrow` wrote under ``key``; :class:`CheckpointFileError` naming the
-    file for one that is not signed with it (planted, altered, renamed or cut short), before any of it is parsed."""
+    file for one that is not signed with it (planted, altered, moved or cut short), before any of it is parsed, and
+    for one that is no regular file or larger than :data:`SIGNED_FILE_LIMIT` (before any of it is read)."""
     import pyarrow as pa
 
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointFileError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    data, _ = _read_regular(path, SIGNED_FILE_LIMIT, "a signed checkpoint file")
     start = len(_SIGNED) + hashlib.sha256().digest_size
     if not data.startswith(_SIGNED) or len(data) < start:
         raise CheckpointFileError(
             f"{path} is not a signed pytimely Arrow file (planted, cut short, or written by an earlier pytimely)"
         )
-    if not hmac.compare_digest(data[len(_SIGNED) : start], _mac(key, path.name, data[start:])):
-        raise CheckpointFileError(f"{path} is not signed with the checkpoint's key (altered, planted or renamed)")
+    if not hmac.compare_digest(data[len(_SIGNED) : start], _mac(key, _signed_name(path), data[start:])):
+        raise CheckpointFileError(
+            f"{path} is not signed with the checkpoint's key (altered, planted, renamed or moved from another folder)"
+        )
     try:
         return pa.ipc.open_file(pa.BufferReader(data[start:])).read_all()
     except (pa.ArrowException, OSError) as exc:  # signed, so written by this query: a bug, not an attack

@@ -99,7 +99,7 @@ class HostedHandler(MicroBatchFunction):
         import shutil
 
         assert self.event is not None
-        clear_held(self.checkpoint.own, self.last_committed, self.event.frontier)
+        clear_held(self.checkpoint.own, self.last_committed, self.event.frontier, owner=self.owner)
         shutil.rmtree(self.checkpoint.own / "late", ignore_errors=True)
 
     @property
