@@ -225,13 +225,17 @@ def ring_digest(values: Any) -> str:
 def ring_exchange(worker: Worker) -> None:
     """Every worker sends its :func:`ring_batches` by value to their owners; each writes ``OUT.PID.json``: the
     digest and count of what it received and its process's communication counters."""
-    out, epochs, rows, _ = _args()
+    out, epochs, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    # ``keep``: kept as received (not copied): a receive buffer handed out again, or a place in the ring given back,
+    # while an array lives on it would show. Otherwise copied, and the received arrays let go of at once.
+    keep = sys.argv[4:5] == ["keep"]
     received: list[Any] = []
 
     def build(scope: Scope[int]) -> Any:
         handle, stream = scope.new_input()
-        # Kept as received (not copied): a receive buffer handed out again while an array lives on it would show.
-        routed = stream.exchange(lambda b: b, vectorized=True).inspect_batch(lambda _t, b: received.append(b))
+        routed = stream.exchange(lambda b: b, vectorized=True).inspect_batch(
+            lambda _t, b: received.append(b if keep else b.copy())
+        )
         return handle, routed.probe()
 
     handle, probe = worker.dataflow(build)

@@ -532,14 +532,18 @@ class FrameDecoder:
                 channel=(dataflow, channel),
             )
         try:
-            stored = ring.payload(start, length)
+            lent = ring.lend(start, length)
         except RingError as exc:
             raise RingError(f"process {self.peer} sent frame {seq} with {exc}", self.peer) from None
-        # The payload is copied out of the ring into its own buffer and authenticated there, not in the ring: what
-        # is checked is then what is decoded, whatever is written into the ring meanwhile, and the ring's place is
-        # free again as soon as the frame is decoded.
-        plain = self.buffers.take(length)
-        plain[:length] = stored[:length]
+        if lent is not None:
+            # Authenticated where it lies and decoded there: only the writer can change the ring, and it writes a
+            # place only once this process gave it back, which happens when nothing built on the view is left.
+            plain: bytearray | memoryview = lent
+        else:
+            # Too much of the ring is lent already (a consumer keeps arrays built on it): copied out into a buffer
+            # of its own and authenticated there, so that its place is free at once.
+            plain = self.buffers.take(length)
+            plain[:length] = ring.payload(start, length)[:length]
         if not hmac.compare_digest(_ring_tag(self._aead, seq, self._prefix + descriptor, plain), tag):
             raise FrameAuthenticationError(
                 f"the payload of frame {seq} from process {self.peer} on channel {_name(dataflow, channel)} fails "
@@ -548,7 +552,8 @@ class FrameDecoder:
                 peer=self.peer,
                 channel=(dataflow, channel),
             )
-        ring.taken(start, length)
+        if lent is None:
+            ring.taken(start, length)
         self.expected += 1
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, memoryview(plain))
 

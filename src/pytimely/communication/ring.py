@@ -38,15 +38,23 @@ control block to read (the peer offered none) always works.
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import re
 import secrets
 import stat
 import struct
+import threading
 import time
+import weakref
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from pytimely.config import is_loopback
 from pytimely.errors import InvalidArgument, RingError
@@ -196,6 +204,8 @@ class RingWriter:
         self.feedback: RingReader | None = None
         """The peer's ring, mapped by this process, whose control block says how far the peer has read this one."""
         self._closed = False
+        self._publishing = threading.RLock()
+        self._last_published = 0
 
     @property
     def offer(self) -> RingOffer:
@@ -225,9 +235,16 @@ class RingWriter:
         """Say in this ring's control block that the peer's ring has been read up to ``read``."""
         if self._closed:
             return
-        with contextlib.suppress(ValueError):  # closed meanwhile by the sending thread: nothing to tell any more
-            self._view[: _PUBLISHED.size] = _PUBLISHED.pack(read, read ^ _COMPLEMENT)
-            self.published += 1
+        check = read ^ _COMPLEMENT
+        # Any thread may publish (the last view of a lent payload dies where it dies): never an older position
+        # after a newer one. Reentrant, as a collection inside may let go of a lent payload on this thread.
+        with self._publishing:
+            if read <= self._last_published:
+                return
+            with contextlib.suppress(ValueError):  # closed meanwhile by the sending thread: nothing to tell any more
+                _PUBLISHED.pack_into(self._view, 0, read, check)
+                self._last_published = read
+                self.published += 1
 
     def reserve(self, size: int) -> tuple[int, memoryview] | None:
         """Room for ``size`` contiguous bytes: their start position and a view to fill; ``None`` if full.
@@ -310,9 +327,20 @@ class RingWriter:
 
 
 class RingReader:
-    """The receiving side of a ring: a read-only mapping of the peer's ring."""
+    """The receiving side of a ring: a read-only mapping of the peer's ring.
 
-    def __init__(self, offer: RingOffer, directory: Path) -> None:
+    A payload is either copied out of the ring (:meth:`payload`, then :meth:`taken`) or *lent* (:meth:`lend`): a
+    read-only view of the ring's memory, on which the message is rebuilt without a copy, whose place is given back
+    to the writer once the last view, array or Arrow buffer built on it is gone. Places are given back in the order
+    they were taken (the writer learns one position), so a payload still alive holds back the places after it:
+    one waiting in a mailbox, or one a consumer keeps in its state. Lending is therefore bounded: while the bytes
+    taken and not yet given back would pass :attr:`lend_limit`, payloads are copied out instead (and lent again once
+    the ones held are gone). A payload kept for long holds its place that long: the writer fills the ring up to that
+    place and meanwhile puts its payloads on the socket (after its :attr:`RingWriter.patience`), so a consumer's
+    memory is never waited on for long and never written over.
+    """
+
+    def __init__(self, offer: RingOffer, directory: Path, lend_share: float = 0.5) -> None:
         path = directory / offer.name
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
@@ -331,16 +359,58 @@ class RingReader:
         self.span = offer.capacity - CONTROL
         self._view = memoryview(self._map)
         self.read = 0
-        """Position up to which payloads have been taken out of the ring."""
+        """Position up to which the writer may reuse the ring: every payload before it was taken, and nothing built
+        on a lent one is alive any more."""
+        self.end = 0
+        """Position up to which payloads have been taken (copied out or lent); the next descriptor points past it."""
+        self.lend_limit = int(self.span * lend_share)
+        """Bytes lent and not yet given back beyond which payloads are copied out instead of lent."""
+        self.lent = 0
+        """How many payloads were lent (for tests and stats)."""
+        self.on_release: Callable[[int], None] | None = None
+        """Called with :attr:`read` whenever it advances, from whichever thread let go of the last view of a lent
+        payload (the link publishes it in its own ring's control block; it must not block)."""
+        self.copied = 0
+        """How many payloads were copied out (for tests and stats)."""
+        # Payloads taken and not yet given back, oldest first: [end position, given back, weak reference].
+        self._taken: deque[list[Any]] = deque()
+        # Reentrant: a collection inside the locked part may let go of a lent payload on this same thread.
+        self._lock = threading.RLock()
 
     def payload(self, start: int, size: int) -> memoryview:
         """The ``size`` bytes placed at ``start``; call :meth:`taken` once they are opened (the descriptor saying
         where is authenticated only then)."""
+        at = self._check(start, size)
+        return self._view[CONTROL + at : CONTROL + at + size]
+
+    def lend(self, start: int, size: int) -> memoryview | None:
+        """A read-only view of the ``size`` bytes placed at ``start``, whose place stays the reader's until every
+        object built on the view is gone; ``None`` (copy it out) when lending it would pass :attr:`lend_limit`.
+
+        The payload counts as taken at once: authenticate it before anything is built on it."""
+        at = self._check(start, size)
+        if start + size - self.read > self.lend_limit:
+            return None
+        # The view's owner: an array that every slice, array or Arrow buffer rebuilt on the view refers to (through
+        # the view's buffer), so it dies with the last of them. It refers to the mapping itself, which therefore
+        # stays mapped while anything built on it lives, whenever the ring is closed.
+        owner = np.frombuffer(self._map, dtype=np.uint8, count=size, offset=CONTROL + at)
+        entry: list[Any] = [start + size, False, None]
+        entry[2] = weakref.ref(owner, functools.partial(self._given_back, entry))
+        with self._lock:
+            self._taken.append(entry)
+        self.end = start + size
+        self.lent += 1
+        return owner.data  # a view whose buffer is the owner's: every slice of it refers to the owner
+
+    def _check(self, start: int, size: int) -> int:
+        """Where in the ring's payload area the payload at ``start`` begins, after checking it lies in the unread
+        part and does not wrap."""
         span = self.span
         at = start % span
-        if start < self.read or size > span or at + size > span:
+        if start < self.end or size > span or at + size > span:
             raise RingError(f"a ring descriptor points at {start} (+{size} bytes), outside the ring's unread part")
-        return self._view[CONTROL + at : CONTROL + at + size]
+        return at
 
     def peer_read(self) -> int | None:
         """How far the ring's creator says it has read this process's ring (``None``: not said, or torn)."""
@@ -351,11 +421,40 @@ class RingReader:
         return read if read ^ check == _COMPLEMENT and read else None
 
     def taken(self, start: int, size: int) -> None:
-        """The payload at ``start`` is out of the ring: its place may be reused."""
-        self.read = start + size
+        """The payload at ``start`` is copied out of the ring: its place may be reused (once the lent payloads
+        before it are given back)."""
+        self.end = start + size
+        self.copied += 1
+        with self._lock:
+            self._taken.append([start + size, True, None])
+        self._settle()
+
+    @property
+    def held(self) -> int:
+        """Bytes of the ring taken and not yet free for the writer (lent payloads still in use, and what follows)."""
+        return self.end - self.read
+
+    def _given_back(self, entry: list[Any], _ref: object) -> None:
+        entry[1] = True
+        entry[2] = None  # the entry, the reference and its callback form a cycle: broken here
+        self._settle()
+
+    def _settle(self) -> None:
+        """Advance :attr:`read` past the payloads given back in order, and say so."""
+        with self._lock:
+            before = read = self.read
+            taken = self._taken
+            while taken and taken[0][1]:
+                read = max(read, taken.popleft()[0])
+            self.read = read
+        callback = self.on_release
+        if read > before and callback is not None:
+            callback(read)
 
     def close(self) -> None:
-        """Unmap the ring."""
+        """Unmap the ring, or leave that to the last lent payload's end (an array still built on the ring keeps its
+        mapping: closing it under the array would make every read of the array a crash)."""
+        self.on_release = None
         self._view.release()
         with contextlib.suppress(BufferError):
             self._map.close()

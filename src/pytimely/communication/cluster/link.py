@@ -347,6 +347,8 @@ class Link:
                     checkpoint("link-receive")
                     self.last_heard = now()
                     self._take(frames)
+                    # Not held while this thread waits for more: a frame lent from the ring keeps its place there.
+                    del frames
                 else:
                     self._check_silence()
                 if events.throttle():
@@ -377,14 +379,20 @@ class Link:
             self._handle(frame)
         ring = self.decoder.ring
         if ring is not None and ring.read > self._ring_reported:
-            # Taken out of the ring as they were decoded: the writer may reuse their place. A peer that
-            # mapped this process's ring reads that in its control block at once; otherwise it is told.
+            # Copied out, or lent and given back already: the writer may reuse their place. A peer that mapped
+            # this process's ring reads that in its control block at once; otherwise it is told.
             self._ring_reported = ring.read
             own = self.ring
             if own is not None and own.ready:
                 own.publish(ring.read)
             else:
                 self.control(Control.RING_FREE, str(ring.read))
+
+    def _ring_given_back(self, read: int) -> None:
+        """The peer's ring is free up to ``read`` (called on any thread): publish it if this process has a ring."""
+        own = self.ring
+        if own is not None and own.ready:
+            own.publish(read)
 
     def _check_silence(self) -> None:
         """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
@@ -438,6 +446,9 @@ class Link:
                 if directory is None or not self.config.shared_memory or self.decoder.ring is not None:
                     raise OSError("no shared memory here (or PYTIMELY_SHARED_MEMORY=0), or a ring is mapped already")
                 self.decoder.ring = RingReader(offer, directory)
+                # A payload lent to the worker is given back wherever its last array dies: the writer hears of it
+                # at once through this process's control block, when there is one (else with the next frames).
+                self.decoder.ring.on_release = self._ring_given_back
                 if self.ring is not None:
                     # The peer's ring's control block says how far the peer has read this process's ring.
                     self.ring.feedback = self.decoder.ring
