@@ -540,8 +540,8 @@ class FrameDecoder:
             # place only once this process gave it back, which happens when nothing built on the view is left.
             plain: bytearray | memoryview = lent
         else:
-            # Too much of the ring is lent already (a consumer keeps arrays built on it): copied out into a buffer
-            # of its own and authenticated there, so that its place is free at once.
+            # Too much of the ring is held already (payloads not yet decoded, or kept): copied out into a buffer
+            # of its own and authenticated there, so that it holds no place in the ring once taken.
             plain = self.buffers.take(length)
             plain[:length] = ring.payload(start, length)[:length]
         if not hmac.compare_digest(_ring_tag(self._aead, seq, self._prefix + descriptor, plain), tag):

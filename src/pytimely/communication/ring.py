@@ -24,12 +24,12 @@ writer reads through its read-only mapping of that ring whenever its own ring lo
 (:meth:`RingWriter.reserve`). The control frame travels behind whatever the reader's process is sending and
 waits for its sending thread to hold the interpreter lock, often many milliseconds; the control block is seen at
 once, so a ring of a few megabytes keeps up with a stream of megabyte payloads. The position is published only
-after the payloads before it were copied out of the ring and authenticated: the store that publishes it depends,
-by control, on every byte read, which orders it after those reads on every architecture (and x86 never moves a
-store before an earlier load anyway). It is published with its complement, so a torn read is recognised and
-ignored. A published position is a claim of the peer like a ``RING_FREE``: one beyond what the writer placed is a
-:class:`~pytimely.errors.RingError`, and one that lies the other way can only make the peer's own next payloads
-fail authentication. A full ring is waited on while its reader frees some of it at least every
+after the payloads before it were copied out of the ring and authenticated, or lent and given back once nothing
+built on them is alive (:class:`RingReader`): after every read of their bytes (x86 never moves a store before an
+earlier load; elsewhere the locks taken in between order them). It is published with its complement, so a torn
+read is recognised and ignored. A published position is a claim of the peer like a ``RING_FREE``: one beyond what
+the writer placed is a :class:`~pytimely.errors.RingError`, and one that lies the other way can only make the
+peer's own next payloads fail authentication. A full ring is waited on while its reader frees some of it at least every
 :attr:`RingWriter.patience` seconds (a reader that keeps up a stream is worth waiting for: the socket would only
 add two copies to its work); a payload that still does not fit goes on the socket, which is how a ring without a
 control block to read (the peer offered none) always works.
@@ -364,7 +364,7 @@ class RingReader:
         self.end = 0
         """Position up to which payloads have been taken (copied out or lent); the next descriptor points past it."""
         self.lend_limit = int(self.span * lend_share)
-        """Bytes lent and not yet given back beyond which payloads are copied out instead of lent."""
+        """Bytes taken and not yet given back (see :attr:`held`) beyond which payloads are copied out, not lent."""
         self.lent = 0
         """How many payloads were lent (for tests and stats)."""
         self.on_release: Callable[[int], None] | None = None
