@@ -186,12 +186,16 @@ def job_exchange(worker: Worker) -> Row:
     seconds = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
     bytes_after, frames_after = _bytes_sent(worker)
+    links = worker.communication_stats().get("links", {}).values()
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
         "rows_received": received[0],
         "bytes_sent": bytes_after - bytes_before,
         "frames_sent": frames_after - frames_before,
+        # Payloads of the peer's ring decoded where they lay, and copied out (too much of the ring was held).
+        "ring_lent": sum(s.get("ring_lent", 0) for s in links),
+        "ring_copied": sum(s.get("ring_copied", 0) for s in links),
     }
 
 

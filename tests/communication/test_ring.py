@@ -337,10 +337,14 @@ def test_a_full_ring_waits_for_a_reader_that_frees_it_and_not_for_one_that_stopp
 
     def reader() -> None:
         # Frees one payload's room at a time, each within the writer's patience.
-        for k in range(1, 4):
+        for k in range(2, 4):
             time.sleep(0.02)
             ba.publish(k * size)
 
+    started = time.monotonic()
+    assert ab.reserve(size) is None  # nor waited for again, while it frees nothing
+    assert time.monotonic() - started < ab.patience / 2, "waited again for a reader that had stopped"
+    ba.publish(size)  # until it frees some
     thread = threading.Thread(target=reader)
     thread.start()
     got = []
@@ -432,6 +436,7 @@ def test_past_the_lend_limit_payloads_are_copied_out_and_nothing_lent_is_overwri
     # A consumer that keeps what it received (in its state): the ring is lent up to its limit, then payloads are
     # copied out; the writer never writes over a payload still lent, and keeps the rest of the ring.
     writer, reader = ring
+    reader.lend_limit = reader.span // 2
     encoder, decoder = FrameEncoder(keys), FrameDecoder(0, keys)
     decoder.ring = reader
     size = 100_000

@@ -204,6 +204,7 @@ class RingWriter:
         self.feedback: RingReader | None = None
         """The peer's ring, mapped by this process, whose control block says how far the peer has read this one."""
         self._closed = False
+        self._stalled = -1  # the tail at which a wait for room last ran out of patience
         self._publishing = threading.RLock()
         self._last_published = 0
 
@@ -251,9 +252,10 @@ class RingWriter:
 
         A full ring whose reader publishes its position (:attr:`feedback`) is waited on for as long as the reader
         frees some of it at least every :attr:`patience` seconds: a reader that keeps up a stream is worth waiting for
-        (the socket would only add two copies to what it has to do), a reader that stopped is not. Only room the
-        reader can free is waited for: payloads placed after :attr:`announced` have no header on the wire yet, so
-        waiting for them would only run out the patience.
+        (the socket would only add two copies to what it has to do), a reader that stopped is not, and is not waited
+        for again until it frees some (a consumer keeping what it was lent holds its place for as long as it likes).
+        Only room the reader can free is waited for: payloads placed after :attr:`announced` have no header on the
+        wire yet, so waiting for them would only run out the patience.
         """
         span = self.span
         if not self.ready or size > span or self._closed:
@@ -265,6 +267,9 @@ class RingWriter:
             if feedback is None or need > self.announced:
                 return None
             last, since = self.tail, time.monotonic()
+            # Given up on at this very position before: the reader holds its place (its consumer keeps what was lent
+            # to it), so one look, and no wait for each payload until it frees some.
+            patience = 0.0 if self._stalled == self.tail else self.patience
             while True:
                 read = feedback.peer_read()
                 if read is not None and read > self.tail:
@@ -275,7 +280,8 @@ class RingWriter:
                 now = time.monotonic()
                 if self.tail > last:
                     last, since = self.tail, now
-                elif now - since >= self.patience or self._closed:
+                elif now - since >= patience or self._closed:
+                    self._stalled = self.tail
                     return None
                 time.sleep(_POLL)
         start = head + skip
@@ -332,15 +338,15 @@ class RingReader:
     A payload is either copied out of the ring (:meth:`payload`, then :meth:`taken`) or *lent* (:meth:`lend`): a
     read-only view of the ring's memory, on which the message is rebuilt without a copy, whose place is given back
     to the writer once the last view, array or Arrow buffer built on it is gone. Places are given back in the order
-    they were taken (the writer learns one position), so a payload still alive holds back the places after it:
-    one waiting in a mailbox, or one a consumer keeps in its state. Lending is therefore bounded: while the bytes
-    taken and not yet given back would pass :attr:`lend_limit`, payloads are copied out instead (and lent again once
-    the ones held are gone). A payload kept for long holds its place that long: the writer fills the ring up to that
-    place and meanwhile puts its payloads on the socket (after its :attr:`RingWriter.patience`), so a consumer's
-    memory is never waited on for long and never written over.
+    they were taken (the writer learns one position), so a payload still alive (waiting in a mailbox, or kept by
+    its consumer) holds back the places after it. Payloads are copied out instead while the bytes held would pass
+    :attr:`lend_limit`; by default that is the whole ring, since a payload copied out behind a held one frees
+    nothing for the writer before the held one is given back: what keeps a consumer's memory from holding up the
+    sender is the writer's patience (:meth:`RingWriter.reserve`): it fills the ring up to the held place, then puts
+    its payloads on the socket until the reader frees some, and a lent payload is never written over.
     """
 
-    def __init__(self, offer: RingOffer, directory: Path, lend_share: float = 0.5) -> None:
+    def __init__(self, offer: RingOffer, directory: Path, lend_share: float = 1.0) -> None:
         path = directory / offer.name
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
