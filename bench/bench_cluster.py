@@ -193,7 +193,9 @@ def job_exchange(worker: Worker) -> Row:
         "rows_received": received[0],
         "bytes_sent": bytes_after - bytes_before,
         "frames_sent": frames_after - frames_before,
-        # Payloads of the peer's ring decoded where they lay, and copied out (too much of the ring was held).
+        # Payloads placed in this process's rings (the rest of the big ones went on the socket), and payloads of
+        # the peer's ring decoded where they lay or copied out.
+        "ring_placed": sum(s.get("ring_frames", 0) for s in links),
         "ring_lent": sum(s.get("ring_lent", 0) for s in links),
         "ring_copied": sum(s.get("ring_copied", 0) for s in links),
     }

@@ -162,7 +162,7 @@ def sweep(directory: Path) -> list[str]:
 class RingWriter:
     """The sending side of a ring: places sealed payloads and learns from its reader what it may reuse."""
 
-    def __init__(self, capacity: int, directory: Path, patience: float = 0.01) -> None:
+    def __init__(self, capacity: int, directory: Path, patience: float = 0.05) -> None:
         if not MIN_CAPACITY <= capacity <= _MAX_CAPACITY:
             raise InvalidArgument(f"a ring holds {MIN_CAPACITY} bytes to 4 GiB, not {capacity}")
         self.capacity = capacity
