@@ -197,6 +197,7 @@ def job_exchange(worker: Worker) -> Row:
         # the peer's ring decoded where they lay or copied out.
         "ring_placed": sum(s.get("ring_frames", 0) for s in links),
         "ring_lent": sum(s.get("ring_lent", 0) for s in links),
+        "ring_unlent": sum(s.get("ring_unlent", 0) for s in links),
         "ring_copied": sum(s.get("ring_copied", 0) for s in links),
     }
 

@@ -355,6 +355,9 @@ class FrameDecoder:
         """Where payloads of 64 KiB and more are received (or decrypted out of the ring) into."""
         self.ring: RingReader | None = None
         """The peer's ring, once mapped: frames with :data:`RING_FLAG` have their payload there."""
+        self.spilled = False
+        """Set when a payload big enough for the ring came on the socket although the ring is mapped (its writer
+        found it full); cleared by whoever acts on it."""
         self.held = False
         """Whether the last :meth:`advance` stopped after a frame from the ring with more bytes buffered: call
         ``advance(0)`` for the rest (a few buffered bytes may describe many megabytes in the ring, so a reader that
@@ -514,6 +517,8 @@ class FrameDecoder:
                 channel=(dataflow, channel),
             ) from None
         self.expected += 1
+        if len(plain) >= RING_MIN and self.ring is not None:
+            self.spilled = True
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, plain)
 
     def _finish_from_ring(self, header: tuple[int, ...], sealed: bytearray | memoryview) -> Frame:

@@ -17,6 +17,7 @@ the peer's control frames, the receiving side's flow control) and its :class:`~.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from pytimely.communication.allocator import Precedence
 from pytimely.communication.cluster.events import LinkEvents
@@ -100,6 +101,11 @@ class Link:
         self.ring: RingWriter | None = None
         """The ring this process puts big payloads for the peer in, once offered (see :mod:`~.ring`)."""
         self._ring_reported = 0
+        self.unlend: Callable[[int], int] | None = None
+        """Set by the process: copies out the payloads lent from the peer's ring that still wait in a mailbox
+        (given the peer), so that their places go back to the writer; the number copied."""
+        self.unlent = 0
+        """Payloads lent from the peer's ring and copied out while they waited for their worker."""
         self._sender: Task | None = None
         self._receiver: Task | None = None
 
@@ -378,6 +384,12 @@ class Link:
         for frame in frames:
             self._handle(frame)
         ring = self.decoder.ring
+        if ring is not None and self.decoder.spilled and self.unlend is not None:
+            # The peer sent a big payload on the socket: its ring was full past its patience, held by payloads lent
+            # here. Those still waiting for their worker (it lags) are copied out now, as all payloads once were, so
+            # that the next ones go through the ring again; those decoded already stay lent.
+            self.decoder.spilled = False
+            self.unlent += self.unlend(self.peer)
         if ring is not None and ring.read > self._ring_reported:
             # Copied out, or lent and given back already: the writer may reuse their place. A peer that mapped
             # this process's ring reads that in its control block at once; otherwise it is told.
