@@ -19,7 +19,7 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
-from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamFencedError, StreamStateLostError
+from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamFencedError
 from pytimely.spark import stream_checkpoint
 from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
 from pytimely.spark.stream_held import clear_held, load_held, write_held
@@ -231,12 +231,6 @@ def test_a_signed_file_larger_than_the_bound_is_neither_written_nor_read(
     assert not big.exists() and sorted(p.name for p in big.parent.iterdir()) == [path.name]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=StreamStateLostError,
-    reason="the hosted processes keep 3 snapshots (HostPlan.recovery), one per event-time epoch with changes: a "
-    "micro-batch that completes 3 or more epochs and is not committed prunes the committed frontier's snapshot",
-)
 def test_an_uncommitted_micro_batch_completing_several_epochs_keeps_the_committed_snapshot(tmp_path: Path) -> None:
     """Micro-batch 0 completes epoch 0 (frontier 1) and is committed; micro-batch 1 completes epochs 1..4 (frontier
     5), each snapshotted by the hosted processes' own recovery policy, and dies before its commit. The restart
@@ -284,6 +278,34 @@ def test_an_uncommitted_micro_batch_completing_several_epochs_keeps_the_committe
         execute(job, 1, recovery=plan.recovery())
     assert checkpoint.resume_bound() == 0
     checkpoint.check_state(identity)  # a snapshot at or before epoch 0 is still there
+    # Beside it the newest three: retention still removes the others.
+    assert sorted(int(p.name) for p in manifests.iterdir()) == [0, 2, 3, 4]
+
+
+@pytest.mark.parametrize("remembered", [True, False])
+def test_retention_keeps_the_protected_snapshot_besides_the_newest(tmp_path: Path, remembered: bool) -> None:
+    """The recovery store keeps its newest ``keep`` snapshots and the newest at or before the protected epoch (the
+    committed one), with the files it reads, whether the committer removes what it remembers committing or lists
+    the store; the others go."""
+    from pytimely.recovery import LocalStore, Manifest, Seal, Snapshots
+    from pytimely.recovery.manifest import epoch_of
+    from pytimely.recovery.snapshots import Retained
+
+    snapshots = Snapshots(LocalStore(tmp_path / "state"), Seal(None))
+    retained = Retained() if remembered else None
+
+    def snapshot(epoch: int, committed: int) -> list[int | None]:
+        file = snapshots.put_payload(snapshots.payload_name(epoch, 0, 0), f"state {epoch}".encode())
+        snapshots.commit(Manifest(epoch, "id", 1, [file]), 2, retained, lambda: committed)
+        return [epoch_of(n) for n in snapshots.store.list("manifests")]
+
+    for epoch in range(5):  # epoch 1 committed; the next commit is late
+        snapshot(epoch, 1)
+    assert snapshot(5, 1) == [1, 4, 5]
+    opened = snapshots.latest("id", at_most=3)
+    assert opened is not None and opened.manifest.epoch == 1  # whole: every file it reads is there
+    assert snapshot(6, 4) == [4, 5, 6]  # the commit moved on: epoch 1's snapshot is needed no more
+    assert snapshots.latest("id", at_most=3) is None
 
 
 def test_a_held_file_that_cannot_be_written_is_a_typed_error_naming_it(tmp_path: Path) -> None:
