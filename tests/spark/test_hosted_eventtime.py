@@ -28,7 +28,7 @@ def crash_before_commit(ck: Path, batch: int, frontier: int) -> None:
     pytimely's and Spark's commit records of it rolled back (its held rows' files stay: the run must not take them)."""
     import json
 
-    assert list((ck / "pytimely" / "held").glob(f"batch-{batch:012d}-p*.arrow")), "the micro-batch held nothing"
+    assert list((ck / "pytimely" / "held").glob(f"batch-{batch:012d}-*.arrow")), "the micro-batch held nothing"
     (ck / "pytimely" / "committed.json").write_text(json.dumps({"batch": batch - 1, "frontier": frontier}) + "\n")
     for name in (str(batch), f".{batch}.crc"):
         (ck / "spark" / "commits" / name).unlink(missing_ok=True)
