@@ -410,3 +410,54 @@ def test_a_held_write_cut_short_by_a_kill_leaves_nothing_for_long(tmp_path: Path
     assert sorted(p.name for p in (own / "held").iterdir()) == sorted(
         [running.name, "batch-000000000000-p00000-until9.arrow"]
     )
+
+
+def test_a_hosted_checkpoint_file_error_reaches_the_control_side_typed_whatever_way_it_came(tmp_path: Path) -> None:
+    """A held file refused in a hosted process reaches the control side as the process's ``FAILED`` answer (its
+    type's name and message), as a worker's result (``process P, epoch E: Kind: message``) or as the hosting
+    task's traceback inside Spark's error: each is the :class:`CheckpointFileError` naming the file again (no
+    restart reads it differently); any other failure is not one (a new generation may get past it)."""
+    import traceback
+
+    from pytimely.errors import CheckpointMismatchError
+    from pytimely.spark.stream_hosted import checkpoint_failure
+    from pytimely.spark.stream_query import _typed
+
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    write_held(own, key, 0, 0, rows(("x", 9)), "epoch", 3, generation=1)
+    (path,) = (own / "held").iterdir()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointFileError) as refused:
+        load_held(own, key, 0, 3, 0, 1, "epoch")
+    message = str(refused.value)
+    assert path.name in message
+    task = "".join(traceback.format_exception(refused.value))
+    spark_text = (
+        "org.apache.spark.api.python.PythonException: An exception was thrown from the Python worker.\n"
+        f"{task}\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+    )
+    reported = [
+        (message, "CheckpointFileError"),
+        (f"process 1, epoch 4: CheckpointFileError: {message}", "StreamHostError"),
+        (spark_text, None),
+        (spark_text.replace("pytimely.errors.CheckpointFileError", "pytimely.errors.spark.CheckpointFileError"), None),
+    ]
+    for text, kind in reported:
+        found = checkpoint_failure(text, kind)
+        assert isinstance(found, CheckpointFileError), text
+        assert path.name in str(found) and "Traceback" not in str(found) and " at org." not in str(found)
+    assert str(checkpoint_failure(*reported[1])).startswith("process 1, epoch 4: ")
+    assert isinstance(_typed(reported[3][0]), CheckpointFileError)
+    mismatch = checkpoint_failure("process 0, epoch 2: CheckpointMismatchError: CK/pytimely/held/x is odd")
+    assert isinstance(mismatch, CheckpointMismatchError)
+    assert str(mismatch) == "process 0, epoch 2: CK/pytimely/held/x is odd"
+    for other, kind in [
+        ("process 0, epoch 2: a frame arrived twice", "StreamFeedError"),
+        ("process 0 did not complete epoch 3 within 600 s", "StreamHostError"),
+        ("pytimely.errors.StreamHostError: process 0, epoch 2: RuntimeError: boom", None),
+        ("Job 12 cancelled part of cancelled job group pytimely-hosted-ab12-g3", None),
+    ]:
+        assert checkpoint_failure(other, kind) is None, other
