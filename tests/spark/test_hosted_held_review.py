@@ -419,8 +419,8 @@ def test_a_hosted_checkpoint_file_error_reaches_the_control_side_typed_whatever_
     restart reads it differently); any other failure is not one (a new generation may get past it)."""
     import traceback
 
-    from pytimely.errors import CheckpointMismatchError
-    from pytimely.spark.stream_hosted import checkpoint_failure
+    from pytimely.errors import CheckpointMismatchError, StreamFeedError
+    from pytimely.spark.stream_hosted import _feed_failure, checkpoint_failure
     from pytimely.spark.stream_query import _typed
 
     own = tmp_path / "ck" / "pytimely"
@@ -451,6 +451,9 @@ def test_a_hosted_checkpoint_file_error_reaches_the_control_side_typed_whatever_
         assert path.name in str(found) and "Traceback" not in str(found) and " at org." not in str(found)
     assert str(checkpoint_failure(*reported[1])).startswith("process 1, epoch 4: ")
     assert isinstance(_typed(reported[3][0]), CheckpointFileError)
+    # A feed task refusing a file (late rows' signing key) fails the feed job: the same error, not a feed failure.
+    assert isinstance(_feed_failure(RuntimeError(spark_text), 3), CheckpointFileError)
+    assert type(_feed_failure(RuntimeError("Task 0 in stage 3.0 failed 1 times"), 3)) is StreamFeedError
     mismatch = checkpoint_failure("process 0, epoch 2: CheckpointMismatchError: CK/pytimely/held/x is odd")
     assert isinstance(mismatch, CheckpointMismatchError)
     assert str(mismatch) == "process 0, epoch 2: CK/pytimely/held/x is odd"

@@ -321,7 +321,7 @@ def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
     from pytimely.spark.stream_query import _typed
 
     found = _typed(str(exc))
-    if isinstance(found, StreamFeedError | StreamSchemaError | StreamInputError | _FATAL):
+    if isinstance(found, (StreamFeedError, StreamSchemaError, StreamInputError, *_FATAL)):
         return found
     return StreamFeedError(f"the feed job of epoch {epoch} failed: {_short(exc)}")
 
