@@ -30,6 +30,7 @@ import threading
 import time as _time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,7 +42,7 @@ from pytimely.errors import BuildResultError, PytimelyError, StreamFeedError, St
 from pytimely.recovery import Recovery, SnapshotPolicy
 from pytimely.signed_lines import decode, encode
 from pytimely.spark.record_batches import split_by_owner
-from pytimely.spark.stream_checkpoint import write_signed_arrow
+from pytimely.spark.stream_checkpoint import committed_bound, write_signed_arrow
 from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
 from pytimely.spark.stream_held import load_held, write_held
 
@@ -160,11 +161,12 @@ class HostPlan:
         """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
         # Stopped processes close their input, so the store's last manifest is the final one; before it may be a
         # snapshot of an epoch whose output was never committed (a run taken over, or stopped, between the two).
-        # Keeping three leaves the last committed epoch's snapshot for the next run to resume from.
+        # Keeping three leaves the last committed epoch's snapshot for the next run to resume from; with event time
+        # one micro-batch may complete more epochs than that before its commit, so that snapshot is protected.
         policy = SnapshotPolicy(every_epochs=1, keep=3, rewrite_every=4)
         return ResumeAt(
             str(Path(self.own) / "state"), job=self.job, policy=policy, parameters=self.parameters,
-            at_most=self.resume_at,
+            at_most=self.resume_at, protect=partial(committed_bound, self.own),
         )  # fmt: skip
 
 
@@ -462,7 +464,7 @@ class Feeder:
         self.held = held
         if batches:  # only the rows this micro-batch adds to those held are written
             write_held(self.plan.own, self.plan.files_key, batch, self.process, pa.Table.from_batches(batches),
-                       column, frontier)  # fmt: skip
+                       column, frontier, generation=self.plan.generation)  # fmt: skip
         if ready is None or ready.num_rows == 0:
             return []
         return [(t, [piece]) for t, piece in _pieces(ready, None, column, -(1 << 62))]
