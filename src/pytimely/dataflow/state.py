@@ -299,7 +299,8 @@ class KeyedState(MutableMapping[K, V]):
         """Captures since the last whole piece."""
         self._distinct = 0.0
         """Of the keys written by the last capture that counted them, the share that were distinct (writes of a
-        key twice count twice): a capture that would find too many for a delta does not count them again, mostly."""
+        key twice count twice): a capture that would find too many for a delta by it does not count them (one in 64
+        does, so a change of workload is seen)."""
         self._skipped = 0
         """Captures since the keys written were last counted."""
         self._rebase = False
@@ -463,7 +464,7 @@ class KeyedState(MutableMapping[K, V]):
             and 0 < written < 2 * size
         ):
             self._skipped += 1
-            if 10 * self._distinct * written < 3 * size or self._skipped > 8:
+            if 10 * self._distinct * written < 3 * size or self._skipped > 64:
                 self._skipped = 0
                 keys = self._written_keys()
                 self._distinct = len(keys) / written
