@@ -163,6 +163,6 @@ def test_two_workers_deltas_over_one_bin_are_refused() -> None:
 def test_a_delta_decoded_is_the_delta_encoded() -> None:
     from pytimely.recovery.codec import decode, encode
 
-    delta = Delta((0, 3), {"a": 1, ("b", 2): [3]}, ("gone",))
+    delta = Delta({"a": 1, ("b", 2): [3]}, ("gone",))
     assert decode(encode(delta)) == delta
     assert encode(delta)[:1] == b"D"

@@ -49,9 +49,9 @@ def test_deltas_hold_the_keys_written_and_removed_until_a_whole_piece_cuts_the_c
     assert not any(isinstance(v, Delta) for _, v in pieces)
     del state[5]  # through the mapping: noted as touched; its bin still holds other keys
     _write(state, [7, 7, 9])
-    [(_, delta)] = state.capture(1, 4)
+    [(covered, delta)] = state.capture(1, 4)
     assert isinstance(delta, Delta) and delta.changed == {7: 3, 9: 2} and delta.removed == (5,)
-    pieces.append((delta.bins, delta))
+    pieces.append((covered, delta))
     kinds = []
     for turn in range(2, 8):
         _write(state, [turn])

@@ -509,7 +509,7 @@ class KeyedState(MutableMapping[K, V]):
         if removed:
             self._moved = True
         bins = tuple(sorted(self._reported))
-        return [(bins, Delta(bins, {k: data[k] for k in present}, removed))]
+        return [(bins, Delta({k: data[k] for k in present}, removed))]
 
     def _whole(self, changed: set[int]) -> list[tuple[tuple[int, ...], Any]]:
         """Every bin held as one piece (the index is up to date), and ``None`` for each bin emptied: bins it stood
@@ -627,9 +627,8 @@ class Delta:
     """A piece standing for many bins of a :class:`KeyedState`: the keys written (``changed``, with their values) and
     ``removed`` since the capture before. Restored over the bins' last whole piece and the deltas before it, in
     order (what :meth:`KeyedState.capture` gives when few keys changed, and :meth:`KeyedState.restore_piece`
-    takes)."""
+    takes). The bins it stands for are the manifest's to say (a bit set), not the piece's."""
 
-    bins: tuple[int, ...]
     changed: dict[Any, Any]
     removed: tuple[Any, ...] = ()
 

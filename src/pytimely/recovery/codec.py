@@ -13,10 +13,10 @@ those written then, in that order (checked: one comparison of two lists of the s
 those written then, and only the values are pickled.
 
 A :class:`~pytimely.dataflow.state.Delta` (the keys a keyed state wrote and removed since the snapshot before) is
-pickled the same way: its bins, its written keys without the memo, their values with it, and the removed keys.
+pickled the same way: its written keys without the memo, their values with it, and the removed keys.
 
 A piece starts with one byte saying which it is: ``K`` (a dict), ``W`` (a :class:`Whole`: its bins, then the
-dict), ``D`` (a :class:`Delta`: its bins, the dict, the removed keys) or a pickle's own first byte. Pieces
+dict), ``D`` (a :class:`Delta`: the dict, then the removed keys) or a pickle's own first byte. Pieces
 are decoded only once the manifest's seal and the payload file's checksum are verified
 (:mod:`pytimely.recovery.snapshots`).
 """
@@ -44,7 +44,7 @@ def encode(value: Any) -> bytes:
     if type(value) is Whole:
         return _keyed(_WHOLE, value.data, value.bins, value.memo)
     if type(value) is Delta:
-        return _keyed(_DELTA, value.changed, value.bins) + _keys(list(value.removed))
+        return _keyed(_DELTA, value.changed) + _keys(list(value.removed))
     return pickle.dumps(value, protocol=_PROTOCOL)
 
 
@@ -55,18 +55,16 @@ def decode(data: bytes) -> Any:
         return pickle.loads(data)
     stream = io.BytesIO(data)
     stream.seek(1)
-    bins = pickle.load(stream) if tag != _DICT else None
+    bins = pickle.load(stream) if tag == _WHOLE else None
     keys = pickle.load(stream)
     values = pickle.load(stream)
     removed = pickle.load(stream) if tag == _DELTA else None
     if len(keys) != len(values) or stream.tell() != len(data):
         raise ValueError(f"a keyed piece of {len(data)} bytes holds {len(keys)} keys and {len(values)} values")
     restored = dict(zip(keys, values, strict=True))
-    if bins is None:
-        return restored
     if removed is not None:
-        return Delta(tuple(bins), restored, tuple(removed))
-    return Whole(tuple(bins), restored)
+        return Delta(restored, tuple(removed))
+    return restored if bins is None else Whole(tuple(bins), restored)
 
 
 def _keyed(
