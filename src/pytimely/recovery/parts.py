@@ -94,13 +94,10 @@ def _fold_bins(binned: dict[str, dict[int, Where]], deltas: Chains, ordered: lis
     """Each bin a part holds goes where that part says, leaving the deltas before; a bin emptied and held by no
     part goes; a part's deltas go at the end of their chain."""
     holder: dict[tuple[str, int], int] = {}
-    rebased: dict[str, int] = {}
     for part in ordered:
         for key, bins in part.binned.items():
             into = binned.setdefault(key, {})
-            mask = rebased.get(key, 0)
             for b, piece in bins.items():
-                mask |= 1 << b
                 if piece is None:
                     continue
                 other = holder.get((key, b))
@@ -108,7 +105,16 @@ def _fold_bins(binned: dict[str, dict[int, Where]], deltas: Chains, ordered: lis
                     _held_twice(epoch, key, b, other, part.worker)
                 holder[(key, b)] = part.worker
                 into[b] = piece
-            rebased[key] = mask
+    # Bins given pieces, as bit sets: only for the states with deltas (a job without any pays nothing for them).
+    chained = {key for key, chain in deltas.items() if chain} | {key for p in ordered for key in p.deltas}
+    rebased: dict[str, int] = {}
+    for part in ordered:
+        for key, bins in part.binned.items():
+            if key in chained:
+                mask = rebased.get(key, 0)
+                for b in bins:
+                    mask |= 1 << b
+                rebased[key] = mask
     delta_held: dict[str, list[tuple[int, int]]] = {}
     for part in ordered:
         for key, chain in part.deltas.items():
