@@ -583,8 +583,9 @@ class KeyedState(MutableMapping[K, V]):
                 m = members.get(b)
                 if m is not None:
                     m.discard(k)
-        self._reported.update(b for b in wanted if members.get(b))
-        self._reported.difference_update([b for b in wanted if not members.get(b)])
+        # A bin the delta emptied stays reported: the next whole piece says it is empty, which takes it, and the
+        # deltas naming it, out of the manifest.
+        self._reported.update(b for b in wanted if b in members)
 
     def extract(self, bins: Collection[int]) -> dict[Any, V]:
         """Remove and return the keys of ``bins`` (a bin moving to another worker)."""
