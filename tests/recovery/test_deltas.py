@@ -166,3 +166,27 @@ def test_a_delta_decoded_is_the_delta_encoded() -> None:
     delta = Delta({"a": 1, ("b", 2): [3]}, ("gone",))
     assert decode(encode(delta)) == delta
     assert encode(delta)[:1] == b"D"
+
+
+def test_a_bin_a_delta_emptied_leaves_the_manifest_after_a_restore() -> None:
+    run = _Run(1)
+    for k in range(400):
+        run.write(k, 0)
+    run.snapshot(0)
+    emptied = run.find(0)
+    for k in [k for k in range(400) if run.find(k) == emptied]:
+        run.write(k, None)
+    run.snapshot(1)
+    assert run.manifest is not None and run.manifest.deltas and emptied in run.manifest.binned[KEY]
+    again = _Run(1)  # a run started again from that snapshot
+    again.files, again.manifest = dict(run.files), run.manifest
+    opened = Opened(Manifest.from_json(run.manifest.to_json()), run.files)
+    restore_states(opened, "store", _declared(again.states[0]), 1, 0, again.histories[0])
+    assert again.restored(1) == _truth(run)
+    for epoch in range(2, 2 + REWRITE_EVERY + 1):
+        again.write(1000 + epoch, epoch)
+        again.snapshot(epoch)
+    # The whole piece that cut the new chain said the bin is empty: neither it nor the old deltas are named now.
+    assert emptied not in again.manifest.binned[KEY]
+    assert not {name for name, _, _ in again.manifest.files} & {"snapshots/0-0", "snapshots/1-0"}
+    assert again.restored(2) == _truth(again)
