@@ -20,9 +20,10 @@
 2. **Snapshot bytes against bytes changed.** A state of 100,000 keys in 256 bins (and in 4,096); each epoch
    changes K keys (1 to 100,000). Per epoch: the bytes the snapshot wrote (payload files) against the bytes of
    the keys that changed (each changed key and value pickled on its own) and the bytes of the whole state.
-   Snapshots are incremental by bin: a bin with one changed key is written whole, and each snapshot also writes
-   again 1/32 of the bins that did not change (``SnapshotPolicy.rewrite_every``), which bounds the store; when at
-   least half of the keys or of the bins held changed, the state is written whole, as one piece.
+   When fewer than a quarter of a worker's keys changed, its snapshot is a delta of the keys written and removed
+   (whatever bins they fall in), the chain of deltas cut by writing the state whole every 32 snapshots
+   (``SnapshotPolicy.rewrite_every``), which bounds the store; a worker whose keys did not change writes again
+   1/32 of its bins; when at least half of the keys or of the bins held changed, the state is written whole.
 3. **Resume time against state size.** A store holding a snapshot of N keys (10^4 to 10^6, 2 workers): the time
    for a new run to open it (find, verify and read the snapshot) and restore every key, against the time the
    run that wrote it took, and the same run's time on an empty store.
