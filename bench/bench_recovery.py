@@ -1,7 +1,7 @@
 """Recovery: what a snapshot per epoch costs, what a snapshot writes against what changed, how resuming grows.
 
     python bench/bench_recovery.py [--quick] [--json] [--runs R] [--epoch-ms 10,30,100] [--words N,...]
-                                   [--figures throughput,...]
+                                   [--figures throughput,zipf,...]
 
 1. **Throughput.** Word count on 2 workers (20,000 distinct words, seed 16), the counts kept across epochs by
    ``state_machine`` (its state declared, so the runtime snapshots it), with epochs sized so that the job
@@ -11,13 +11,19 @@
    and a snapshot every 4th epoch (fsynced). The ratio is the baseline's time over the variant's; the CPU
    ratio is the same of the CPU time the process spent (every thread's, the fsyncs' kernel time included,
    best of R), which a busy machine disturbs less than the time. ``--words N,...`` fixes the words per epoch
-   for each ``--epoch-ms`` instead of sizing them from a probe (which a busy machine makes drift).
+   for each ``--epoch-ms`` instead of sizing them from a probe (which a busy machine makes drift). The words
+   are drawn uniformly, so nearly every key is written at every epoch at 10 ms and more (the state is written
+   whole); *KB/snapshot* is what a snapshot wrote: payload records (and, after ``+``, the manifest).
+1b. **Throughput of skewed word counts** (``zipf``): the same with the words drawn from 100,000 by Zipf's law
+   (the ``r``-th most frequent with weight ``1/r``): every epoch writes the few hot words and some of the cold
+   ones, a small share of the keys held, which is what snapshots of changed keys (deltas) are for.
 2. **Snapshot bytes against bytes changed.** A state of 100,000 keys in 256 bins (and in 4,096); each epoch
    changes K keys (1 to 100,000). Per epoch: the bytes the snapshot wrote (payload files) against the bytes of
    the keys that changed (each changed key and value pickled on its own) and the bytes of the whole state.
-   Snapshots are incremental by bin: a bin with one changed key is written whole, and each snapshot also writes
-   again 1/32 of the bins that did not change (``SnapshotPolicy.rewrite_every``), which bounds the store; when at
-   least half of the keys or of the bins held changed, the state is written whole, as one piece.
+   When fewer than a quarter of a worker's keys changed, its snapshot is a delta of the keys written and removed
+   (whatever bins they fall in), the chain of deltas cut by writing the state whole every 32 snapshots
+   (``SnapshotPolicy.rewrite_every``), which bounds the store; a worker whose keys did not change writes again
+   1/32 of its bins; when at least half of the keys or of the bins held changed, the state is written whole.
 3. **Resume time against state size.** A store holding a snapshot of N keys (10^4 to 10^6, 2 workers): the time
    for a new run to open it (find, verify and read the snapshot) and restore every key, against the time the
    run that wrote it took, and the same run's time on an empty store.
@@ -35,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +57,31 @@ def _add(_word: str, _value: str, count: int | None) -> tuple[int, None]:
 
 def _same(word: str) -> str:
     return word
+
+
+class CountingStore(LocalStore):
+    """A local store that counts the bytes written: payload records, and manifests apart."""
+
+    def __init__(self, path: Path, *, durable: bool = True) -> None:
+        super().__init__(path, durable=durable)
+        self.payload = 0
+        self.manifests = 0
+
+    def write_at(self, name: str, offset: int, data: bytes) -> None:
+        """Count, then write."""
+        self.payload += len(data)
+        super().write_at(name, offset, data)
+
+    def put_new(self, name: str, data: bytes) -> None:
+        """Count, then write."""
+        self.payload += len(data)
+        super().put_new(name, data)
+
+    def put(self, name: str, data: bytes) -> None:
+        """Count a manifest, then write."""
+        if name.startswith("manifests/"):
+            self.manifests += len(data)
+        super().put(name, data)
 
 
 def wordcount(
@@ -88,39 +120,58 @@ def wordcount(
 
 
 def _noting(
-    cpus: list[float], words: list[str], epochs: int, make: Callable[[], Any], every: int
+    cpus: list[float], written: list[tuple[int, int]], words: list[str], epochs: int, make: Callable[[], Any],
+    every: int,
 ) -> tuple[float, dict[str, int], float]:
-    """:func:`wordcount` into the store ``make()`` gives, its CPU seconds noted in ``cpus``."""
-    result = wordcount(words, epochs, make(), every)
+    """:func:`wordcount` into the store ``make()`` gives, its CPU seconds noted in ``cpus`` and the bytes it
+    wrote (payloads, manifests) in ``written``."""
+    store = make()
+    result = wordcount(words, epochs, store, every)
     cpus.append(result[2])
+    if isinstance(store, CountingStore):
+        written.append((store.payload, store.manifests))
     return result
 
 
+def _draw(rng: random.Random, vocabulary: list[str], k: int, skewed: bool) -> list[str]:
+    """``k`` words of ``vocabulary``: uniformly, or by Zipf's law (the ``r``-th word with weight ``1/r``)."""
+    if not skewed:
+        return [rng.choice(vocabulary) for _ in range(k)]
+    return rng.choices(vocabulary, cum_weights=list(accumulate(1 / r for r in range(1, len(vocabulary) + 1))), k=k)
+
+
 def throughput(
-    targets: list[float], distinct: int, epochs: int, runs: int, tmp: Path, sizes: list[int] | None = None
+    targets: list[float], distinct: int, epochs: int, runs: int, tmp: Path, sizes: list[int] | None = None,
+    *, skewed: bool = False,
 ) -> list[Row]:
     """Word count with and without a snapshot every epoch, at epochs of about each of ``targets`` seconds (or of
-    ``sizes`` words each, when given: no calibration, so that runs on a busy machine compare like with like)."""
+    ``sizes`` words each, when given: no calibration, so that runs on a busy machine compare like with like);
+    ``skewed``: words drawn by Zipf's law."""
     rng = random.Random(16)
     vocabulary = [f"w{i}" for i in range(distinct)]
     probe_size = 25_000
-    sample = [rng.choice(vocabulary) for _ in range(probe_size * 4)]
+    sample = _draw(rng, vocabulary, probe_size * 4, skewed) if not sizes else []
     per_epoch = 1.0 if sizes else min(wordcount(sample, 4, None)[0] for _ in range(3)) / 4
     rows: list[Row] = []
     counter = iter(range(1 << 30))
+    tmp = tmp / ("zipf" if skewed else "uniform")  # a store per run: one of another figure would be resumed
+    tmp.mkdir(exist_ok=True)
     for n, target in enumerate(targets):
         size = sizes[n] if sizes else max(1000, int(probe_size * target / per_epoch))
-        words = [rng.choice(vocabulary) for _ in range(size * epochs)]
+        words = _draw(rng, vocabulary, size * epochs, skewed)
         variants: dict[str, tuple[Callable[[], Any], int]] = {
             "no recovery": (lambda: None, 1),
-            "snapshot every epoch": (lambda: tmp / f"wc-{next(counter)}", 1),
-            "snapshot every epoch, no fsync": (lambda: LocalStore(tmp / f"wc-{next(counter)}", durable=False), 1),
-            "snapshot every 4th epoch": (lambda: tmp / f"wc-{next(counter)}", 4),
+            "snapshot every epoch": (lambda: CountingStore(tmp / f"wc-{next(counter)}"), 1),
+            "snapshot every epoch, no fsync": (
+                lambda: CountingStore(tmp / f"wc-{next(counter)}", durable=False), 1
+            ),
+            "snapshot every 4th epoch": (lambda: CountingStore(tmp / f"wc-{next(counter)}"), 4),
         }
         every_run: dict[str, list[float]] = {name: [] for name in variants}
+        written: dict[str, list[tuple[int, int]]] = {name: [] for name in variants}
 
         measures = {
-            name: partial(_noting, every_run[name], words, epochs, make, every)
+            name: partial(_noting, every_run[name], written[name], words, epochs, make, every)
             for name, (make, every) in variants.items()
         }
         best = taking_turns(runs, measures, key=lambda r: r[0])
@@ -129,12 +180,17 @@ def throughput(
         for name, (seconds, counts, _cpu) in best.items():
             assert counts == base_counts, f"{name}: the counts differ from the run without recovery"
             cpu = min(every_run[name])
+            snapshots = epochs // variants[name][1]
+            payload, manifests = written[name][-1] if written[name] else (0, 0)
             rows.append({
-                "figure": "throughput", "target ms/epoch": round(1000 * target), "words/epoch": size,
-                "variant": name, "ms/epoch": round(1000 * seconds / epochs, 2),
-                "ms per snapshot": round(1000 * (seconds - base_time) / (epochs // variants[name][1]), 2),
+                "figure": "throughput", "words": "zipf" if skewed else "uniform",
+                "target ms/epoch": round(1000 * target), "words/epoch": size, "variant": name,
+                "ms/epoch": round(1000 * seconds / epochs, 2),
+                "ms per snapshot": round(1000 * (seconds - base_time) / snapshots, 2),
                 "ratio": round(base_time / seconds, 3), "cpu ms/epoch": round(1000 * cpu / epochs, 2),
                 "cpu ratio": round(base_cpu / cpu, 3),
+                "KB/snapshot": f"{payload / snapshots / 1000:.1f} + {manifests / snapshots / 1000:.1f}"
+                if written[name] else "",
             })  # fmt: skip
     return rows
 
@@ -246,8 +302,8 @@ def resume_time(sizes: list[int], tmp: Path) -> list[Row]:
 TABLES = {
     "throughput": (
         "Throughput: the ratio is the time without recovery over the variant's",
-        ["target ms/epoch", "words/epoch", "variant", "ms/epoch", "ms per snapshot", "ratio", "cpu ms/epoch",
-         "cpu ratio"],
+        ["words", "target ms/epoch", "words/epoch", "variant", "ms/epoch", "ms per snapshot", "ratio",
+         "cpu ms/epoch", "cpu ratio", "KB/snapshot"],
     ),
     "snapshot bytes": (
         "Snapshot bytes against bytes changed",
@@ -277,7 +333,7 @@ def tables(rows: list[Row]) -> list[Table]:
     ]
 
 
-FIGURES = ("throughput", "bytes", "resume")
+FIGURES = ("throughput", "zipf", "bytes", "resume")
 
 
 def main() -> None:
@@ -311,6 +367,8 @@ def main() -> None:
         if args.quick:
             if "throughput" in figures:
                 rows += throughput(targets[:1], 2_000, 8, 1, tmp, sizes[:1] if sizes else None)
+            if "zipf" in figures:
+                rows += throughput(targets[:1], 10_000, 8, 1, tmp, sizes[:1] if sizes else None, skewed=True)
             if "bytes" in figures:
                 rows += changed_bytes(2_000, [10, 2_000], [256], 3, tmp)
             if "resume" in figures:
@@ -318,6 +376,8 @@ def main() -> None:
         else:
             if "throughput" in figures:
                 rows += throughput(targets, 20_000, 40, args.runs, tmp, sizes)
+            if "zipf" in figures:
+                rows += throughput(targets, 100_000, 40, args.runs, tmp, sizes, skewed=True)
             if "bytes" in figures:
                 rows += changed_bytes(100_000, [1, 10, 100, 1_000, 10_000, 100_000], [256, 4096], 5, tmp)
             if "resume" in figures:

@@ -17,10 +17,16 @@ class Crash(Exception):
     """Raised inside a worker to stand for a process dying mid-epoch."""
 
 
-def records(epoch: int, seed: int = 7) -> list[tuple[int, int]]:
-    """The ``(key, value)`` records of ``epoch`` (the same in every run)."""
+SKEWED = (400, 600)
+"""A workload of few changes per epoch (``keys=`` of :func:`run_sums`): 400 keys, 600 records in the first epoch
+and 60 in each after, so that most epochs write few of the keys held (snapshots take deltas)."""
+
+
+def records(epoch: int, seed: int = 7, keys: tuple[int, int] = (40, 60)) -> list[tuple[int, int]]:
+    """The ``(key, value)`` records of ``epoch`` (the same in every run): ``keys`` = (distinct keys, records in
+    the first epoch); 60 records in every epoch after it."""
     rng = random.Random(seed * 1000 + epoch)
-    return [(rng.randrange(40), rng.randrange(1, 10)) for _ in range(60)]
+    return [(rng.randrange(keys[0]), rng.randrange(1, 10)) for _ in range(keys[1] if epoch == 0 else 60)]
 
 
 def running_sums(scope: Any, stream: Any, name: str = "sum", seen: list[int] | None = None) -> Any:
@@ -80,6 +86,7 @@ def sums_job(
     seen: list[int] | None = None,
     name: str = "sum",
     on_epoch: Callable[[Worker, int], None] | None = None,
+    keys: tuple[int, int] = (40, 60),
 ) -> Callable[[Worker], list[Any]]:
     """The job: every worker sends its share of each epoch, steps until the epoch is through; worker 0's log of
     ``(epoch, key, total)`` changes is what it returns. ``crash_at=(worker, epoch)`` dies mid-epoch."""
@@ -95,7 +102,7 @@ def sums_job(
 
         handle, probe = worker.dataflow(build)
         for epoch in range(epochs):
-            mine = records(epoch)[worker.index :: worker.peers]
+            mine = records(epoch, keys=keys)[worker.index :: worker.peers]
             handle.send_batch(mine[: len(mine) // 2])
             if crash_at == (worker.index, epoch):
                 raise Crash(f"worker {worker.index} dies in epoch {epoch}")
@@ -121,12 +128,13 @@ def run_sums(
     name: str = "sum",
     seen: list[int] | None = None,
     on_epoch: Callable[[Worker, int], None] | None = None,
+    keys: tuple[int, int] = (40, 60),
     **options: Any,
 ) -> list[tuple[int, int, int, int]]:
     """Run the job with recovery into ``store``; its changelog as :func:`changes` gives it."""
     options.setdefault("parameters", {"epochs": epochs})
     recovery = Recovery(store, job="sums", policy=SnapshotPolicy(every_epochs=every, keep=keep), **options)
-    job = sums_job(epochs, crash_at=crash_at, seen=seen, name=name, on_epoch=on_epoch)
+    job = sums_job(epochs, crash_at=crash_at, seen=seen, name=name, on_epoch=on_epoch, keys=keys)
     results = execute(job, workers, recovery=recovery, seed=seed)
     return changes(row for part in results for row in part)
 
@@ -143,13 +151,13 @@ def changes(log: Any) -> list[tuple[int, int, int, int]]:
     return sorted((t, k, len(v), max(v)) for (t, k), v in seen.items())
 
 
-def expected(epochs: int) -> list[tuple[int, int, int, int]]:
+def expected(epochs: int, keys: tuple[int, int] = (40, 60)) -> list[tuple[int, int, int, int]]:
     """What :func:`changes` gives for an uninterrupted run, computed without pytimely."""
     totals: dict[int, int] = {}
     rows = []
     for epoch in range(epochs):
         count: dict[int, int] = {}
-        for k, v in records(epoch):
+        for k, v in records(epoch, keys=keys):
             totals[k] = totals.get(k, 0) + v
             count[k] = count.get(k, 0) + 1
         rows.extend((epoch, k, n, totals[k]) for k, n in count.items())

@@ -23,6 +23,7 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -106,8 +107,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[str
     """Per job: its arguments (OUT last) and the output an uninterrupted run writes, computed without pytimely."""
     folder = tmp_path_factory.mktemp("inputs")
     rng = random.Random(16)
-    vocabulary = [f"w{i}" for i in range(500)]
-    words = [rng.choice(vocabulary) for _ in range(20000)]
+    # Words by Zipf's law (the r-th with weight 1/r): most epochs write few of the counts held, so snapshots take
+    # deltas (and the elastic trial's bins move between workers in their midst).
+    vocabulary = [f"w{i}" for i in range(20000)]
+    weights = list(accumulate(1 / r for r in range(1, len(vocabulary) + 1)))
+    words = random.Random(17).choices(vocabulary, cum_weights=weights, k=20000)
     (folder / "text.txt").write_text("\n".join(" ".join(words[i : i + 10]) for i in range(0, len(words), 10)))
     counts = "".join(f"{w}\t{c}\n" for w, c in sorted(Counter(words).items()))
     edges = [(rng.randrange(300), rng.randrange(300), rng.randrange(EPOCHS)) for _ in range(400)]

@@ -3,6 +3,7 @@ changelog is exactly once; a store of another job, parameter or input is refused
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from pytimely.dataflow.operators.builder import OperatorBuilder
 from pytimely.dataflow.state import Positions
 from pytimely.errors import RecoveryError, RecoveryMismatchError, StoreNotWritableError
 from pytimely.recovery import Recovery, SnapshotPolicy
-from tests.recovery.jobs import Crash, expected, records, run_sums
+from tests.recovery.jobs import SKEWED, Crash, expected, records, run_sums
 
 EPOCHS = 8
 
@@ -24,6 +25,15 @@ def _slowly(worker: Any, epoch: int) -> None:
     """Give the writer thread time, so that crashes find committed snapshots to resume from."""
     time.sleep(0.01)
     worker.step()
+
+
+def _committed(worker: Any, epoch: int) -> None:
+    """Worker 0 steps until the snapshot of ``epoch`` is durable (a generous deadline), so that a crash in a later
+    epoch resumes from it."""
+    deadline = time.monotonic() + 60
+    while worker.index == 0 and not worker.recovery.holds(epoch) and time.monotonic() < deadline:
+        worker.step()
+        time.sleep(0.001)
 
 
 def _manifests(store: Path) -> list[str]:
@@ -48,6 +58,23 @@ def test_a_run_that_died_resumes_and_the_changelog_has_no_duplicate_and_no_gap(t
     assert run_sums(tmp_path / "r", EPOCHS, after, every=every, seed=trial) == expected(EPOCHS)
     if crash[1] >= 3 and every == 1:
         assert resumed_from, "the crash came late enough for a snapshot to be committed"
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_a_run_of_few_changes_per_epoch_resumes_from_its_deltas_on_any_number_of_workers(
+    tmp_path: Path, trial: int
+) -> None:
+    rng = random.Random(100 + trial)
+    before, after = rng.choice([(2, 1), (2, 3), (1, 2), (3, 2)])
+    crash = (rng.randrange(before), rng.randrange(4, EPOCHS))
+    store = tmp_path / "r"
+    with pytest.raises(Crash):
+        run_sums(store, EPOCHS, before, crash_at=crash, seed=trial, on_epoch=_committed, keys=SKEWED)
+    names = _manifests(store)
+    assert names, "the crash came late enough for a snapshot to be committed"
+    body = json.loads((store / "manifests" / names[-1]).read_bytes())["body"]
+    assert body["epoch"] >= 1 and body["deltas"], "the snapshot resumed from holds deltas (few keys changed)"
+    assert run_sums(store, EPOCHS, after, seed=trial, keys=SKEWED) == expected(EPOCHS, SKEWED)
 
 
 def test_a_resumed_run_computes_only_the_epochs_after_its_snapshot(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BinnedState",
     "Declared",
+    "Delta",
     "KeyedState",
     "KeysMemo",
     "Log",
@@ -254,12 +255,18 @@ class KeyedState(MutableMapping[K, V]):
         "_added",
         "_batches",
         "_bin_of",
+        "_delta_keys",
+        "_deltas",
         "_dirty",
+        "_distinct",
         "_find",
         "_keys",
         "_members",
         "_moved",
+        "_rebase",
         "_reported",
+        "_since_whole",
+        "_skipped",
         "_touched",
         "_tracking",
         "_written",
@@ -284,6 +291,21 @@ class KeyedState(MutableMapping[K, V]):
         self._keys = KeysMemo()
         self._moved = True
         """Whether a key may have come or gone since the last whole piece (then its keys are written anew)."""
+        self._deltas = 0
+        """:class:`Delta` pieces written since the last whole piece (the bins' chains)."""
+        self._delta_keys = 0
+        """Keys those deltas held, together (a chain that outgrows the state is cut by a whole piece)."""
+        self._since_whole = 0
+        """Captures since the last whole piece."""
+        self._distinct = 0.0
+        """Of the keys written by the last capture that counted them, the share that were distinct (writes of a
+        key twice count twice): a capture that would find too many for a delta by it does not count them (one in 64
+        does, so a change of workload is seen)."""
+        self._skipped = 0
+        """Captures since the keys written were last counted."""
+        self._rebase = False
+        """Whether keys moved between workers with their bins since the last whole piece (:meth:`touch`,
+        :meth:`extract`): two workers' deltas would then stand for one bin, so the next capture takes none."""
 
     def __getitem__(self, key: K) -> V:
         return self.data[key]
@@ -315,9 +337,10 @@ class KeyedState(MutableMapping[K, V]):
         return self.data.get(key, default)
 
     def touch(self, keys: Iterable[Any]) -> None:
-        """Note that ``keys`` were written (or removed) in :attr:`data` directly."""
+        """Note that ``keys`` were written (or removed) in :attr:`data` directly (a bin moving here or away)."""
         self._touched.update(keys)
         self._moved = True
+        self._rebase = True
 
     def touch_batch(self, keys: Sequence[Any], changed_keys: Sequence[Any]) -> None:
         """Note that ``keys`` were written in :attr:`data` directly, of which ``changed_keys`` were added or removed.
@@ -421,12 +444,33 @@ class KeyedState(MutableMapping[K, V]):
         self.restore_piece((bin,), value)
 
     def capture(self, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
-        """The pieces to write (:class:`PiecewiseState`): one piece for the whole state when at least half of its
-        keys were written since the last capture (no per-key work but the pickling) or at least half of the bins
-        it holds changed (a few keys in each: one piece costs less than a piece per bin and holds no more), else
-        one per bin."""
+        """The pieces to write (:class:`PiecewiseState`).
+
+        * A :class:`Delta` (the keys written and removed since the last capture, standing for every bin held) when
+          fewer than a quarter of the keys were, no keys moved between workers with their bins, and the chain of
+          deltas since the last whole piece is short (at most ``rewrite_every`` captures, no more keys in all than
+          the state holds);
+        * else one piece for the whole state when at least half of its keys were written (no per-key work but the
+          pickling), at least half of the bins it holds changed, or a chain of deltas is due to be cut;
+        * else one piece per changed bin, and in turn the unchanged bins with ``b % rewrite_every == turn``.
+        """
+        self._since_whole += 1
         data = self.data
-        if data and (len(self._touched) + self._written) * 2 >= len(data):
+        size = len(data)
+        written = len(self._touched) + self._written
+        if (
+            not self._rebase
+            and self._since_whole <= rewrite_every
+            and 0 < written < 2 * size
+        ):
+            self._skipped += 1
+            if 10 * self._distinct * written < 3 * size or self._skipped > 64:
+                self._skipped = 0
+                keys = self._written_keys()
+                self._distinct = len(keys) / written
+                if 4 * len(keys) < size and self._delta_keys + len(keys) <= size:
+                    return self._delta(keys)
+        if data and (written * 2 >= size or (self._deltas and self._since_whole > rewrite_every)):
             gone = self._sync(dirty=False) | self._dirty
             self._dirty = set()
             return self._whole(gone)
@@ -443,9 +487,35 @@ class KeyedState(MutableMapping[K, V]):
                 self._reported.add(b)
         return [((b,), v) for b, v in sorted(values.items())]
 
+    def _written_keys(self) -> set[Any]:
+        """Every key written or removed since the last capture (without bringing the index up to date)."""
+        keys = set(self._touched)
+        for batch in self._batches:
+            keys.update(batch)
+        keys.update(self._added)
+        return keys
+
+    def _delta(self, keys: set[Any]) -> list[tuple[tuple[int, ...], Any]]:
+        """``keys`` as a :class:`Delta` standing for every bin held or reported (a bin its removals emptied stays
+        reported until a whole piece says it is empty)."""
+        self._sync(dirty=False)
+        self._dirty = set()
+        self._reported.update(b for b, m in self._members.items() if m)
+        data = self.data
+        present = data.keys() & keys  # a dict's keys view walks the smaller side (set.intersection walks the dict)
+        removed = tuple(keys - present) if len(present) < len(keys) else ()
+        self._deltas += 1
+        self._delta_keys += len(keys)
+        if removed:
+            self._moved = True
+        bins = tuple(sorted(self._reported))
+        return [(bins, Delta({k: data[k] for k in present}, removed))]
+
     def _whole(self, changed: set[int]) -> list[tuple[tuple[int, ...], Any]]:
         """Every bin held as one piece (the index is up to date), and ``None`` for each bin emptied: bins it stood
         for before, and bins ``changed`` (a key left them: given away or deleted) that hold nothing now."""
+        self._deltas = self._delta_keys = self._since_whole = 0
+        self._rebase = False
         held = sorted(b for b, m in self._members.items() if m)
         emptied = (self._reported | changed) - set(held)
         pieces: list[tuple[tuple[int, ...], Any]] = [((b,), None) for b in sorted(emptied)]
@@ -459,10 +529,14 @@ class KeyedState(MutableMapping[K, V]):
         return pieces
 
     def restore_piece(self, bins: Collection[int], value: Any) -> None:
-        """Install a piece's keys of ``bins``: all of it when it stands for exactly those bins, else filtered."""
+        """Install a piece's keys of ``bins``: all of it when it stands for exactly those bins, else filtered; a
+        :class:`Delta` is applied (its keys of ``bins`` set or removed) over what its bins hold."""
         if not value:
             return
         self._moved = True
+        if isinstance(value, Delta):
+            self._apply(bins, value)
+            return
         if isinstance(value, Whole):
             covered, items = value.bins, value.data
         else:
@@ -487,9 +561,36 @@ class KeyedState(MutableMapping[K, V]):
                         m.add(k)
         self._reported.update(b for b in wanted if members.get(b))
 
+    def _apply(self, bins: Collection[int], delta: Delta) -> None:
+        """Set and remove the keys of ``delta`` that lie in ``bins``."""
+        wanted = set(bins)
+        find, bin_of, members, data = self._find, self._bin_of, self._members, self.data
+        for k, v in delta.changed.items():
+            b = find(k)
+            if b in wanted:
+                data[k] = v
+                bin_of[k] = b
+                m = members.get(b)
+                if m is None:
+                    members[b] = {k}
+                else:
+                    m.add(k)
+        for k in delta.removed:
+            b = find(k)
+            if b in wanted and k in data:
+                del data[k]
+                bin_of.pop(k, None)
+                m = members.get(b)
+                if m is not None:
+                    m.discard(k)
+        # A bin the delta emptied stays reported: the next whole piece says it is empty, which takes it, and the
+        # deltas naming it, out of the manifest.
+        self._reported.update(b for b in wanted if b in members)
+
     def extract(self, bins: Collection[int]) -> dict[Any, V]:
         """Remove and return the keys of ``bins`` (a bin moving to another worker)."""
         self._moved = True
+        self._rebase = True
         self._sync()
         out: dict[Any, V] = {}
         data = self.data
@@ -520,6 +621,17 @@ class Whole:
     bins: tuple[int, ...]
     data: dict[Any, Any]
     memo: KeysMemo | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece standing for many bins of a :class:`KeyedState`: the keys written (``changed``, with their values) and
+    ``removed`` since the capture before. Restored over the bins' last whole piece and the deltas before it, in
+    order (what :meth:`KeyedState.capture` gives when few keys changed, and :meth:`KeyedState.restore_piece`
+    takes). The bins it stands for are the manifest's to say (a bit set), not the piece's."""
+
+    changed: dict[Any, Any]
+    removed: tuple[Any, ...] = ()
 
 
 class Value(Generic[V]):

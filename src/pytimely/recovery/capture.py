@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytimely.dataflow.state import PiecewiseState
+from pytimely.dataflow.state import Delta, PiecewiseState
 from pytimely.errors import RecoveryError
 from pytimely.recovery.codec import encode
 from pytimely.recovery.parts import Part, Where
@@ -22,7 +22,15 @@ from pytimely.recovery.parts import Part, Where
 if TYPE_CHECKING:
     from pytimely.dataflow.state import BinnedState, Declared, LogState, WorkerState
 
-__all__ = ["Assembling", "Capture", "History", "binned_changes", "capture_states"]
+__all__ = ["Assembling", "Capture", "History", "bin_mask", "binned_changes", "capture_states"]
+
+
+def bin_mask(bins: tuple[int, ...]) -> int:
+    """``bins`` as a set of bits (bit ``b`` for bin ``b``): how a delta names the bins it stands for."""
+    mask = 0
+    for b in bins:
+        mask |= 1 << b
+    return mask
 
 
 def binned_changes(state: BinnedState, turn: int, rewrite_every: int) -> list[tuple[tuple[int, ...], Any]]:
@@ -86,6 +94,8 @@ class History:
 
     logs: dict[str, list[Where]] = field(default_factory=dict)
     values: dict[str, bytes] = field(default_factory=dict)
+    masks: dict[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    """Per keyed state: the bins its last delta stood for, and their :func:`bin_mask` (mostly the same again)."""
     absorbed: dict[str, list[int]] = field(default_factory=dict)
     """Per worker or log state: the slots of old workers taken over on restore, reported with the next part."""
 
@@ -105,7 +115,7 @@ def capture_states(
         state = declared.state
         kind = declared.kind
         if kind == "binned":
-            _binned(into, operator, key, state, turn, rewrite_every)
+            _binned(into, operator, key, state, history, turn, rewrite_every)
         elif kind == "worker":
             _value(into, operator, key, state, history, rewrite=turn == 0)
         elif kind == "log":
@@ -116,14 +126,23 @@ def capture_states(
                 part.positions[key] = changed
 
 
-def _binned(into: Assembling, operator: str, key: str, state: BinnedState, turn: int, rewrite_every: int) -> None:
+def _binned(
+    into: Assembling, operator: str, key: str, state: BinnedState, history: History, turn: int, rewrite_every: int
+) -> None:
     written = binned_changes(state, turn, rewrite_every)
-    if written:
-        places = into.part.binned[key] = {}
-        for bins, v in written:
-            where = None if v is None else into.piece(v, operator, key)
-            for b in bins:
-                places[b] = where
+    part = into.part
+    for bins, v in written:
+        where = None if v is None else into.piece(v, operator, key)
+        if type(v) is Delta:
+            assert where is not None
+            known = history.masks.get(key)
+            if known is None or known[0] != bins:
+                known = history.masks[key] = (bins, bin_mask(bins))
+            part.deltas.setdefault(key, []).append((where, known[1]))
+            continue
+        places = part.binned.setdefault(key, {})
+        for b in bins:
+            places[b] = where
 
 
 def _value(

@@ -12,9 +12,13 @@ refuses) are pickled with it. A :class:`Whole` carries its state's
 those written then, in that order (checked: one comparison of two lists of the same objects), their bytes are
 those written then, and only the values are pickled.
 
+A :class:`~pytimely.dataflow.state.Delta` (the keys a keyed state wrote and removed since the snapshot before) is
+pickled the same way: its written keys without the memo, their values with it, and the removed keys.
+
 A piece starts with one byte saying which it is: ``K`` (a dict), ``W`` (a :class:`Whole`: its bins, then the
-dict) or a pickle's own first byte. Pieces are decoded only once the manifest's seal and the payload file's
-checksum are verified (:mod:`pytimely.recovery.snapshots`).
+dict), ``D`` (a :class:`Delta`: the dict, then the removed keys) or a pickle's own first byte. Pieces
+are decoded only once the manifest's seal and the payload file's checksum are verified
+(:mod:`pytimely.recovery.snapshots`).
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ import io
 import pickle
 from typing import Any
 
-from pytimely.dataflow.state import KeysMemo, Whole
+from pytimely.dataflow.state import Delta, KeysMemo, Whole
 
 __all__ = ["decode", "encode"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _DICT = b"K"
 _WHOLE = b"W"
+_DELTA = b"D"
 
 
 def encode(value: Any) -> bytes:
@@ -38,22 +43,27 @@ def encode(value: Any) -> bytes:
         return _keyed(_DICT, value)
     if type(value) is Whole:
         return _keyed(_WHOLE, value.data, value.bins, value.memo)
+    if type(value) is Delta:
+        return _keyed(_DELTA, value.changed) + _keys(list(value.removed))
     return pickle.dumps(value, protocol=_PROTOCOL)
 
 
 def decode(data: bytes) -> Any:
     """The piece of state ``data`` holds (what :func:`encode` gave)."""
     tag = data[:1]
-    if tag not in (_DICT, _WHOLE):
+    if tag not in (_DICT, _WHOLE, _DELTA):
         return pickle.loads(data)
     stream = io.BytesIO(data)
     stream.seek(1)
     bins = pickle.load(stream) if tag == _WHOLE else None
     keys = pickle.load(stream)
     values = pickle.load(stream)
+    removed = pickle.load(stream) if tag == _DELTA else None
     if len(keys) != len(values) or stream.tell() != len(data):
         raise ValueError(f"a keyed piece of {len(data)} bytes holds {len(keys)} keys and {len(values)} values")
     restored = dict(zip(keys, values, strict=True))
+    if removed is not None:
+        return Delta(restored, tuple(removed))
     return restored if bins is None else Whole(tuple(bins), restored)
 
 

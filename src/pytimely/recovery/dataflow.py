@@ -231,7 +231,7 @@ class DataflowRecovery:
             if any(history.absorbed.values()):
                 part.absorbed = {k: v for k, v in history.absorbed.items() if v}
                 history.absorbed = {}
-            if not (part.binned or part.values or part.logs or part.positions or part.absorbed):
+            if not (part.binned or part.deltas or part.values or part.logs or part.positions or part.absorbed):
                 continue
             write = self._write(assembling) if assembling.buffer else None
             self.owner.capture_taken(Capture(epoch, part, write))
@@ -271,6 +271,10 @@ def _rename(part: Part, history: History, old: str, new: str) -> None:
         for b, where in places.items():
             if where is not None and where[0] == old:
                 places[b] = (new, where[1], where[2])
+    for chain in part.deltas.values():
+        for i, (where, bins) in enumerate(chain):
+            if where[0] == old:
+                chain[i] = ((new, where[1], where[2]), bins)
     for key, where in part.values.items():
         if where[0] == old:
             part.values[key] = (new, where[1], where[2])

@@ -14,8 +14,10 @@ like the program's own files).
 * :class:`Manifest` (``manifests/<epoch>``): the commit of a snapshot. It names the payload records it reads
   (``<segment>@<offset>``, :mod:`pytimely.recovery.segments`, or a payload file of its own) with their size and
   SHA-256, and for every state where each piece lives: a bin of a keyed state, a worker's value,
-  a worker's log (a list of pieces), or a source's positions (JSON, inline). A manifest is complete in itself:
-  a bin that did not change since an earlier snapshot is named where it was written then.
+  a worker's log (a list of pieces), or a source's positions (JSON, inline); and for every keyed state its chain
+  of deltas, oldest first, each with the bins it stands for (restored over the bins' pieces, in order). A
+  manifest is complete in itself: a bin that did not change since an earlier snapshot is named where it was
+  written then.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ __all__ = [
     "fingerprint",
 ]
 
-FORMAT_VERSION = 4
-"""The layout of stores, manifests and payloads; a store of another version is refused, never rewritten (4:
-payload records appended to segments; 3: a payload file per worker and snapshot)."""
+FORMAT_VERSION = 5
+"""The layout of stores, manifests and payloads; a store of another version is refused, never rewritten (5:
+keyed states' deltas chained after their bins' pieces; 4: payload records appended to segments; 3: a payload
+file per worker and snapshot)."""
 
 FINAL = 1 << 62
 """The epoch of the snapshot taken once every dataflow has finished: a run resuming from it has nothing to do."""
@@ -261,6 +264,9 @@ class Manifest:
     worker: dict[str, dict[int, Piece]] = field(default_factory=dict)
     logs: dict[str, dict[int, list[Piece]]] = field(default_factory=dict)
     positions: dict[str, dict[int, Any]] = field(default_factory=dict)
+    deltas: dict[str, list[tuple[Piece, int]]] = field(default_factory=dict)
+    """Per keyed state: its deltas, oldest first, each with the bins it stands for (bit ``b`` for bin ``b``; in
+    JSON as a hexadecimal string)."""
 
     @property
     def complete(self) -> bool:
@@ -283,6 +289,7 @@ class Manifest:
             "worker": {k: {str(w): list(p) for w, p in v.items()} for k, v in self.worker.items()},
             "logs": {k: {str(w): [list(p) for p in ps] for w, ps in v.items()} for k, v in self.logs.items()},
             "positions": {k: {str(p): v2 for p, v2 in v.items()} for k, v in self.positions.items()},
+            "deltas": {k: [[*p, format(mask, "x")] for p, mask in v] for k, v in self.deltas.items()},
         }
 
     @staticmethod
@@ -301,6 +308,10 @@ class Manifest:
             worker={str(k): {int(w): piece(p) for w, p in v.items()} for k, v in data["worker"].items()},
             logs={str(k): {int(w): [piece(p) for p in ps] for w, ps in v.items()} for k, v in data["logs"].items()},
             positions={str(k): {int(p): v2 for p, v2 in v.items()} for k, v in data["positions"].items()},
+            deltas={
+                str(k): [((int(f), int(off), int(n)), int(str(mask), 16)) for f, off, n, mask in v]
+                for k, v in data["deltas"].items()
+            },
         )
 
     def file_names(self) -> set[str]:

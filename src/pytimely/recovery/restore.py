@@ -63,6 +63,7 @@ def restore_states(
         kind = declared.kind
         if kind == "binned":
             _binned(load, manifest.binned.get(key, {}), key, state, peers, me)
+            _deltas(load, manifest.deltas.get(key, []), key, state, peers, me)
         elif kind == "worker":
             places = manifest.worker.get(key, {})
             slots = sorted(s for s in places if owner_on_restore(s, peers) == me)
@@ -88,6 +89,14 @@ def _binned(load: _Loader, places: dict[int, Piece], key: str, state: Any, peers
         else:
             for b in bins:
                 state.restore(b, value)
+
+
+def _deltas(load: _Loader, chain: list[tuple[Piece, int]], key: str, state: Any, peers: int, me: int) -> None:
+    """Apply a keyed state's deltas, oldest first, to the bins of theirs this worker restores."""
+    for piece, mask in chain:
+        mine = [b for b in range(mask.bit_length()) if mask >> b & 1 and owner_on_restore(b, peers) == me]
+        if mine:
+            state.restore_piece(mine, load(piece, key))
 
 
 def _log(
