@@ -1,5 +1,8 @@
 """The batch jobs through ``spark://`` on a real standalone cluster (one worker, one core) and its slot limit.
 
+The examples' ``main(argv)`` run in a driver of their own on the cluster (``standalone_driver``), one after another
+on its one session; the command lines as processes of their own are run in ``test_connect.py``.
+
 The streaming jobs on the same kind of cluster are in ``test_standalone_streaming.py``: a file of their own, so
 the test processes run the two files side by side.
 """
@@ -13,15 +16,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.spark.standalone import run_example
 from tests.spark.test_hosting import wcc, wordcount
 
-# Each example runs as a driver of its own, bounded at 300 s; a test runs up to two of them in turn, which a
-# heavily loaded machine can stretch past the suite's 600 s a test.
+# Each example's run is bounded at 300 s; a test runs up to two of them in turn (and the first starts the driver's
+# session), which a heavily loaded machine can stretch past the suite's 600 s a test.
 pytestmark = pytest.mark.timeout(1200)
 
 
-def test_wcc_and_wordcount_through_spark_standalone_equal_the_in_process_jobs(standalone: Any, tmp_path: Path) -> None:
+def test_wcc_and_wordcount_through_spark_standalone_equal_the_in_process_jobs(
+    standalone: Any, standalone_driver: Any, tmp_path: Path
+) -> None:
     edges = np.random.default_rng(11).integers(0, 400, size=(1500, 2))
     source = tmp_path / "edges.csv"
     np.savetxt(source, edges, fmt="%d", delimiter=",")
@@ -29,8 +33,8 @@ def test_wcc_and_wordcount_through_spark_standalone_equal_the_in_process_jobs(st
     assert wcc.main(["--edges", str(source), "--output", str(reference), "-w", "2"]) == 0
     out = tmp_path / "spark.csv"
     # One core: one process (the barrier stage's one task), two workers in it.
-    done = run_example("wcc", ["--spark", standalone.url, "-n", "1", "-w", "2", "--edges", str(source),
-                                "--output", str(out)])
+    done = standalone_driver.run("wcc", ["--spark", standalone.url, "-n", "1", "-w", "2", "--edges", str(source),
+                                         "--output", str(out)])  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert out.read_bytes() == reference.read_bytes()
 
@@ -39,17 +43,20 @@ def test_wcc_and_wordcount_through_spark_standalone_equal_the_in_process_jobs(st
     expected = tmp_path / "ref.tsv"
     assert wordcount.main(["--input", str(text), "--output", str(expected), "-w", "2"]) == 0
     counted = tmp_path / "spark.tsv"
-    done = run_example("wordcount", ["--spark", standalone.url, "--input", str(text), "--output", str(counted)])
+    args = ["--spark", standalone.url, "--input", str(text), "--output", str(counted)]
+    done = standalone_driver.run("wordcount", args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert counted.read_bytes() == expected.read_bytes()
 
 
-def test_more_processes_than_the_cluster_has_cores_fail_at_once(standalone: Any, tmp_path: Path) -> None:
+def test_more_processes_than_the_cluster_has_cores_fail_at_once(
+    standalone: Any, standalone_driver: Any, tmp_path: Path
+) -> None:
     source = tmp_path / "edges.csv"
     source.write_text("1,2\n2,3\n")
     started = time.monotonic()
-    done = run_example("wcc", ["--spark", standalone.url, "-n", "2", "--edges", str(source),
-                                "--output", str(tmp_path / "out.csv")])
+    done = standalone_driver.run("wcc", ["--spark", standalone.url, "-n", "2", "--edges", str(source),
+                                         "--output", str(tmp_path / "out.csv")])  # fmt: skip
     elapsed = time.monotonic() - started
     assert done.returncode == 1, done.stderr[-3000:]
     assert "SparkSlotsError: 2 pytimely processes need 2 Spark task slots" in done.stderr

@@ -1,5 +1,6 @@
-"""The streaming jobs through ``spark://`` on a real standalone cluster (one worker, one core), each run a
-driver of its own."""
+"""The streaming jobs through ``spark://`` on a real standalone cluster (one worker, one core): the examples'
+``main(argv)`` in a driver of their own on the cluster, one run after another on its one session (a rerun starts
+its query again from the checkpoint, as a new driver would)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from typing import Any
 
 import pytest
 
-from tests.spark.standalone import run_example
 from tests.spark.test_streaming import drop, edge_csv, random_edges, read_changelog, reference_changelog
 
-# Each example runs as a driver of its own, bounded at 300 s; the test runs three of them in turn, which a
-# heavily loaded machine can stretch past the suite's 600 s a test.
+# Each example's run is bounded at 300 s; the test runs three of them in turn, which a heavily loaded machine can
+# stretch past the suite's 600 s a test.
 pytestmark = pytest.mark.timeout(1200)
 
 
-def test_streaming_jobs_through_spark_standalone_equal_their_references(standalone: Any, tmp_path: Path) -> None:
-    """stream_wcc over two rounds of files and stream_wordcount, each run a driver of its own on ``spark://``."""
+def test_streaming_jobs_through_spark_standalone_equal_their_references(
+    standalone: Any, standalone_driver: Any, tmp_path: Path
+) -> None:
+    """stream_wcc over two rounds of files and stream_wordcount on ``spark://``, the dataflow on the driver."""
     import random
     from collections import Counter
 
@@ -28,7 +30,7 @@ def test_streaming_jobs_through_spark_standalone_equal_their_references(standalo
         edges = random_edges(rng, rng.randint(5, 25))
         drop(incoming, f"r{number}.csv", edge_csv(edges), number)
         rounds.append(edges)
-        done = run_example(
+        done = standalone_driver.run(
             "stream_wcc",
             [
                 "--processes",
@@ -50,7 +52,7 @@ def test_streaming_jobs_through_spark_standalone_equal_their_references(standalo
     texts, counted, ck2 = tmp_path / "text", tmp_path / "counted", tmp_path / "ck2"
     lines = ["the fox", "the dog and the fox", "é é x"]
     drop(texts, "t0.txt", "\n".join(lines) + "\n", 0)
-    done = run_example(
+    done = standalone_driver.run(
         "stream_wordcount",
         [
             "--processes",
