@@ -204,12 +204,21 @@ class ExampleDriver:
             self.process.wait(timeout=60)
 
 
-def start_example_driver(directory: Path, env: dict[str, str] | None = None) -> ExampleDriver:
+DRIVER_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+"""Settings of an :class:`ExampleDriver`'s session, as the suite's local one has them: no web UI (nothing reads it)
+and few shuffle partitions for the tests' tiny jobs (the results are ordered, whatever the partitions)."""
+
+
+def start_example_driver(directory: Path, conf: dict[str, object] | None = None) -> ExampleDriver:
     """Start an :class:`ExampleDriver` (its own output to ``directory/driver.log``) in a process group of its own,
-    its JVM started as the suite's others are; ``env`` adds to the environment (e.g. ``SPARK_CONF_DIR``)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    its JVM started as the suite's others are, its session's settings :data:`DRIVER_CONF` and ``conf`` (written to
+    ``directory/conf/spark-defaults.conf``, which Spark reads through ``SPARK_CONF_DIR``)."""
+    conf_dir = directory / "conf"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    settings = {**DRIVER_CONF, **(conf or {})}
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in settings.items()))
     log = directory / "driver.log"
-    environment = quick_jvm({**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})})
+    environment = quick_jvm({**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(conf_dir)})
     with open(log, "wb") as errors:
         process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("example_driver.py"))],

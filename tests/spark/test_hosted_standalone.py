@@ -47,8 +47,7 @@ def driver(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
     from tests.spark.standalone import start_example_driver
 
     directory = tmp_path_factory.mktemp("driver")
-    conf_dir, events = directory / "conf", directory / "events"
-    conf_dir.mkdir()
+    events = directory / "events"
     events.mkdir()
     settings = {
         "spark.cores.max": WORKERS * CORES,
@@ -59,8 +58,7 @@ def driver(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
         "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark.executor.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
-    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in settings.items()))
-    started = start_example_driver(directory, {"SPARK_CONF_DIR": str(conf_dir)})
+    started = start_example_driver(directory, settings)
     yield started
     started.stop()
 
