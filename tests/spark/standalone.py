@@ -173,12 +173,13 @@ class ExampleDriver:
         them (an error the driver itself dies of fails the test naming its log)."""
         assert self.process.stdin is not None
         logged = self.log.stat().st_size
-        self.process.stdin.write(json.dumps({"example": name, "args": args}) + "\n")
-        self.process.stdin.flush()
+        answer = None
         try:
+            self.process.stdin.write(json.dumps({"example": name, "args": args}) + "\n")
+            self.process.stdin.flush()
             answer = self.answers.get(timeout=timeout)
-        except queue.Empty:
-            answer = None
+        except (OSError, queue.Empty):
+            pass  # the driver is gone (a closed pipe) or gave no answer in time: both named below
         if answer is None:
             tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
             raise AssertionError(f"the example driver gave no answer to {name} within {timeout:g} s:\n{tail}")
