@@ -30,6 +30,17 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
+def standalone_driver(standalone: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A driver of its own on the standalone cluster that runs the examples' ``main(argv)`` in turn, for one module:
+    one driver JVM and one executor for the module's runs, where a process a run would start them for each."""
+    from tests.spark.standalone import start_example_driver
+
+    driver = start_example_driver(tmp_path_factory.mktemp("standalone-driver"))
+    yield driver
+    driver.stop()
+
+
+@pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Spark Connect server (``local[4]``) on loopback, from PySpark's own ``spark-submit``, for one module."""
     from tests.spark.connect_server import start_connect_server

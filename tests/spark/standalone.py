@@ -6,11 +6,14 @@ ports of 127.0.0.1; started with deadlines (a log line each must print), stopped
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,10 +159,80 @@ def start_standalone(
     return cluster
 
 
-def run_example(name: str, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The example's command line in its own process: a driver of its own, as a user would run it."""
-    env = quick_jvm({**os.environ, "PYSPARK_PYTHON": sys.executable})
-    return subprocess.run(
-        [sys.executable, str(EXAMPLES / f"{name}.py"), *args],
-        capture_output=True, text=True, timeout=timeout, env=env, check=False,
-    )  # fmt: skip
+@dataclass
+class ExampleDriver:
+    """A driver of its own (``tests/spark/example_driver.py``) that runs examples' ``main(argv)`` in turn on one
+    session: a test module's runs on a cluster start one driver JVM and one set of executors, not one per run."""
+
+    process: subprocess.Popen[str]
+    log: Path
+    answers: queue.Queue[str | None]
+
+    def run(self, name: str, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """``examples/NAME.py``'s ``main(args)`` in the driver: its status and what it printed, as a process gives
+        them (an error the driver itself dies of fails the test naming its log)."""
+        assert self.process.stdin is not None
+        logged = self.log.stat().st_size
+        answer = None
+        try:
+            self.process.stdin.write(json.dumps({"example": name, "args": args}) + "\n")
+            self.process.stdin.flush()
+            answer = self.answers.get(timeout=timeout)
+        except (OSError, queue.Empty):
+            pass  # the driver is gone (a closed pipe) or gave no answer in time: both named below
+        if answer is None:
+            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+            raise AssertionError(f"the example driver gave no answer to {name} within {timeout:g} s:\n{tail}")
+        done = json.loads(answer)
+        # What the driver process wrote to its own stderr meanwhile (Spark's JVM, warnings) belongs to the run too.
+        with self.log.open("rb") as errors:
+            errors.seek(logged)
+            printed = errors.read().decode(errors="replace")
+        return subprocess.CompletedProcess([name, *args], done["status"], done["stdout"], done["stderr"] + printed)
+
+    def stop(self) -> None:
+        """Stop the session (its executors go with it) and the driver; kill what is left after a deadline."""
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write(json.dumps({"stop": True}) + "\n")
+                self.process.stdin.close()
+                self.process.wait(timeout=120)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=60)
+
+
+DRIVER_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+"""Settings of an :class:`ExampleDriver`'s session, as the suite's local one has them: no web UI (nothing reads it)
+and few shuffle partitions for the tests' tiny jobs (the results are ordered, whatever the partitions)."""
+
+
+def start_example_driver(directory: Path, conf: dict[str, object] | None = None) -> ExampleDriver:
+    """Start an :class:`ExampleDriver` (its own output to ``directory/driver.log``) in a process group of its own,
+    its JVM started as the suite's others are, its session's settings :data:`DRIVER_CONF` and ``conf`` (written to
+    ``directory/conf/spark-defaults.conf``, which Spark reads through ``SPARK_CONF_DIR``)."""
+    conf_dir = directory / "conf"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    settings = {**DRIVER_CONF, **(conf or {})}
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in settings.items()))
+    log = directory / "driver.log"
+    environment = quick_jvm({**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(conf_dir)})
+    with open(log, "wb") as errors:
+        process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("example_driver.py"))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True, env=environment,
+            start_new_session=True,
+        )  # fmt: skip
+    answers: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            answers.put(line)
+        answers.put(None)
+
+    threading.Thread(target=read, name="example-driver-answers", daemon=True).start()
+    return ExampleDriver(process, log, answers)

@@ -101,7 +101,7 @@ def test_stream_wcc_on_connect_equals_the_reference_and_a_rerun_continues(
 
 
 def test_the_wcc_command_runs_on_a_connect_server(connect_server: Any, tmp_path: Path) -> None:
-    """``wcc.py --spark sc://...`` writes the same file as the in-process job."""
+    """``wcc.py --spark sc://...`` writes the same file as the in-process job (its ``main()`` here, the reference)."""
     import os
     import subprocess
     import sys
@@ -111,16 +111,15 @@ def test_the_wcc_command_runs_on_a_connect_server(connect_server: Any, tmp_path:
     source = tmp_path / "edges.csv"
     np.savetxt(source, edges, fmt="%d", delimiter=",")
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
-    outputs = {}
-    for name, extra in (("here", []), ("connect", ["--spark", connect_server.url, "-n", "2"])):
-        out = tmp_path / f"{name}.csv"
-        done = subprocess.run(
-            [sys.executable, str(root / "examples" / "wcc.py"), "--edges", str(source), "--output", str(out), *extra],
-            env=env, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
-        outputs[name] = out.read_text()
-    assert outputs["connect"] == outputs["here"]
+    here, out = tmp_path / "here.csv", tmp_path / "connect.csv"
+    assert wcc.main(["--edges", str(source), "--output", str(here)]) == 0
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "wcc.py"), "--edges", str(source), "--output", str(out), "--spark",
+         connect_server.url, "-n", "2"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.read_text() == here.read_text()
 
 
 def test_the_connect_fragment_of_the_docs_runs(connect: Any, connect_server: Any, tmp_path: Path) -> None:
@@ -136,24 +135,25 @@ def test_the_connect_fragment_of_the_docs_runs(connect: Any, connect_server: Any
 
 def test_the_wordcount_command_writes_text_through_a_connect_server(connect_server: Any, tmp_path: Path) -> None:
     """``wordcount.py --spark sc://... --output X.txt``: the session is in remote mode, so Spark's column
-    functions build the text lines; the file equals the in-process job's."""
+    functions build the text lines; the file equals the in-process job's (its ``main()`` here, the reference)."""
     import os
     import subprocess
     import sys
+
+    from tests.spark.test_hosting import wordcount
 
     root = Path(__file__).resolve().parents[2]
     source = tmp_path / "words.txt"
     source.write_text("b a b\nc b\n\n a\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
-    outputs = {}
-    for name, extra in (("here", []), ("connect", ["--spark", connect_server.url, "-n", "2"])):
-        out = tmp_path / f"{name}.txt"
-        done = subprocess.run(
-            [sys.executable, str(root / "examples" / "wordcount.py"), "--input", str(source), "--output", str(out),
-             *extra],
-            env=env, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
-        outputs[name] = out.read_text() if out.is_file() else "".join(p.read_text() for p in sorted(out.glob("part-*")))
-    assert outputs["here"] == "a\t2\nb\t3\nc\t1\n"
-    assert outputs["connect"] == outputs["here"]
+    here, out = tmp_path / "here.txt", tmp_path / "connect.txt"
+    assert wordcount.main(["--input", str(source), "--output", str(here)]) == 0
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "wordcount.py"), "--input", str(source), "--output", str(out),
+         "--spark", connect_server.url, "-n", "2"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = out.read_text() if out.is_file() else "".join(p.read_text() for p in sorted(out.glob("part-*")))
+    assert here.read_text() == "a\t2\nb\t3\nc\t1\n"
+    assert written == here.read_text()

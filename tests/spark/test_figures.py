@@ -55,8 +55,8 @@ def test_the_wordcount_job_prints_the_figures(spark: Any, tmp_path: Path, capsys
     """``wordcount.py --spark local[2] -n 2`` prints each process's figures and their total on stderr.
 
     Its ``main()`` on the suite's session: what is checked is what the job prints, and a driver of its own would
-    start a JVM for it; the command line itself runs in processes of its own in ``test_standalone.py`` and
-    ``test_connect.py``.
+    start a JVM for it; its ``main()`` runs in a driver of its own in ``test_standalone.py``, and the command line
+    in a process of its own in ``test_connect.py``.
     """
     path = tmp_path / "words.txt"
     path.write_text("x y x\n" * 100)

@@ -4,10 +4,7 @@ processes, one on each worker, over rounds of files."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,6 @@ import pytest
 pytest.importorskip("pyspark")
 
 from pytimely.spark.epoch_output import EpochOutput
-from tests.spark.standalone import EXAMPLES
 from tests.spark.test_hosted_stream import assert_running_counts, drop_texts
 from tests.spark.test_streaming import drop, edge_csv, random_edges, reference_changelog
 
@@ -38,15 +34,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     started.stop()
 
 
-def run_driver(name: str, args: list[str], conf_dir: Path, events: Path) -> None:
-    """The example as a driver of its own, with Spark's event log in ``events``; it must end well.
+@pytest.fixture(scope="module")
+def driver(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A driver of its own on the cluster that runs the examples' ``main(argv)`` in turn, with Spark's event log in
+    ``events`` beside its log: one driver JVM and one executor a worker for the module's runs, where a process a run
+    would start them for each.
 
     The driver waits until every core of the cluster has registered (``minRegisteredResourcesRatio``) before its
     first job: else the hosting job may start while one executor alone has the slots, and both processes land on it.
     Its JVM and the executors' compile less and collect with one thread (they start sooner; what they do is the same).
     """
-    conf_dir.mkdir(exist_ok=True)
-    events.mkdir(exist_ok=True)
+    from tests.spark.standalone import start_example_driver
+
+    directory = tmp_path_factory.mktemp("driver")
+    events = directory / "events"
+    events.mkdir()
     settings = {
         "spark.cores.max": WORKERS * CORES,
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
@@ -56,15 +58,19 @@ def run_driver(name: str, args: list[str], conf_dir: Path, events: Path) -> None
         "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark.executor.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
-    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in settings.items()))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(conf_dir)}
-    done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args], capture_output=True, text=True,
-                          timeout=400, env=env, check=False)  # fmt: skip
+    started = start_example_driver(directory, settings)
+    yield started
+    started.stop()
+
+
+def run_driver(driver: Any, name: str, args: list[str]) -> None:
+    """The example's ``main(args)`` in the driver; it must end well."""
+    done = driver.run(name, args, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def hosting_workers(events: Path, cluster: Any) -> list[list[str]]:
-    """Per driver run (event log), the workers whose executors ran the tasks of its hosting jobs, one per task.
+    """Per hosting job (one a run of an example), the workers whose executors ran its tasks, one per task.
 
     The hosting jobs are found by their description; a task's executor by its id; the worker that started an
     executor by the executor's folder under that worker's work directory (``work-K/APP/EXECUTOR``). Spark 4 writes
@@ -74,7 +80,7 @@ def hosting_workers(events: Path, cluster: Any) -> list[list[str]]:
     for log in sorted(events.iterdir()):
         files = sorted(log.glob("events_*"), key=lambda f: int(f.name.split("_")[1])) if log.is_dir() else [log]
         lines = [line for f in files for line in f.read_text(encoding="utf-8").splitlines()]
-        app, hosting_stages, placed = None, set(), []
+        app, hosting_stages, placed = None, {}, {}
         for line in lines:
             event = json.loads(line)
             kind = event["Event"]
@@ -82,33 +88,34 @@ def hosting_workers(events: Path, cluster: Any) -> list[list[str]]:
                 app = event["App ID"]
             elif kind == "SparkListenerJobStart":
                 if "hosted processes" in (event.get("Properties") or {}).get("spark.job.description", ""):
-                    hosting_stages.update(event["Stage IDs"])
+                    hosting_stages.update((stage, event["Job ID"]) for stage in event["Stage IDs"])
             elif kind == "SparkListenerTaskStart" and event["Stage ID"] in hosting_stages:
-                placed.append(event["Task Info"]["Executor ID"])
+                placed.setdefault(hosting_stages[event["Stage ID"]], []).append(event["Task Info"]["Executor ID"])
         assert app is not None and placed, f"{log.name}: no hosting job in Spark's event log"
-        workers = []
-        for executor in placed:
-            owners = [f"work-{k}" for k in range(cluster.workers)
-                      if (cluster.directory / f"work-{k}" / app / executor).is_dir()]  # fmt: skip
-            assert len(owners) == 1, (log.name, executor, owners)
-            workers.append(owners[0])
-        found.append(workers)
+        for job in sorted(placed):
+            workers = []
+            for executor in placed[job]:
+                owners = [f"work-{k}" for k in range(cluster.workers)
+                          if (cluster.directory / f"work-{k}" / app / executor).is_dir()]  # fmt: skip
+                assert len(owners) == 1, (log.name, job, executor, owners)
+                workers.append(owners[0])
+            found.append(workers)
     return found
 
 
-def test_both_examples_on_two_workers_over_rounds_of_files(cluster: Any, tmp_path: Path) -> None:
+def test_both_examples_on_two_workers_over_rounds_of_files(cluster: Any, driver: Any, tmp_path: Path) -> None:
     """stream_wordcount and stream_wcc with ``--processes 2`` on ``spark://`` (two workers), each over two rounds of
-    two files (a driver of its own per round, one file per micro-batch): every micro-batch is committed once and
-    equals its reference (the second round resumed from the snapshots), each process writes its part, and the two
-    processes ran on different workers. ~300 s (four drivers, each starting two executors)."""
+    two files (a run of the example's ``main`` per round, in one driver of its own; one file per micro-batch): every
+    micro-batch is committed once and equals its reference (the second round's query started again from the
+    checkpoint and its hosted processes from the snapshots), each process writes its part, and the two processes of
+    each run ran on different workers. ~100 s."""
     rng = random.Random(29)
-    conf_dir, events = tmp_path / "conf", tmp_path / "events"
     words, out, ck = tmp_path / "words", tmp_path / "counted", tmp_path / "ck-words"
     args = ["--spark", cluster.url, "--processes", "2", "--text-dir", str(words), "--output", str(out),
             "--checkpoint", str(ck), "--available-now", "--files-per-batch", "1"]  # fmt: skip
     for rounds in (range(2), range(2, 4)):
         drop_texts(words, rng, rounds)
-        run_driver("stream_wordcount", args, conf_dir, events)
+        run_driver(driver, "stream_wordcount", args)
     schema = pa.schema([("epoch", pa.int64()), ("word", pa.string()), ("count", pa.int64())])
     output = EpochOutput(out, schema, format="csv")
     assert output.committed() == [0, 1, 2, 3]
@@ -125,7 +132,7 @@ def test_both_examples_on_two_workers_over_rounds_of_files(cluster: Any, tmp_pat
         for k in rounds:
             files.append(random_edges(rng, rng.randint(5, 25)))
             drop(edges_in, f"e{k}.csv", edge_csv(files[-1]), k)
-        run_driver("stream_wcc", args, conf_dir, events)
+        run_driver(driver, "stream_wcc", args)
     schema = pa.schema([("epoch", pa.int64()), ("vertex", pa.int64()), ("label", pa.int64())])
     labels = EpochOutput(labels_out, schema, format="csv")
     assert labels.committed() == [0, 1, 2, 3]
@@ -135,7 +142,7 @@ def test_both_examples_on_two_workers_over_rounds_of_files(cluster: Any, tmp_pat
         rows += sorted(zip(*(table.column(n).to_pylist() for n in ("epoch", "vertex", "label")), strict=True))
     assert rows == reference_changelog(files)
 
-    placements = hosting_workers(events, cluster)
+    placements = hosting_workers(driver.log.parent / "events", cluster)
     assert len(placements) == 4, placements
     for placed in placements:
         assert sorted(placed) == ["work-0", "work-1"], placements
