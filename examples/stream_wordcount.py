@@ -14,7 +14,6 @@ no duplicate and no missing row.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import time
 from pathlib import Path
@@ -29,10 +28,10 @@ PYTHON_WHITESPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
 """The characters ``str.split()`` splits on (``str.isspace()``; U+3000 is the last of them)."""
 
 
-@functools.cache
 def arrow_splits_as_python() -> bool:
-    """Whether Arrow's ``utf8_split_whitespace`` splits on exactly :data:`PYTHON_WHITESPACE` (tried once, on them
-    and on look-alikes that older Unicode versions counted as whitespace)."""
+    """Whether Arrow's ``utf8_split_whitespace`` splits on exactly :data:`PYTHON_WHITESPACE` (tried on them and on
+    look-alikes that older Unicode versions counted as whitespace; some 30 strings, so it is not worth a cache,
+    which would also keep the dataflow from being shipped by value to the executors)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
