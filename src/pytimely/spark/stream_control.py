@@ -11,6 +11,7 @@ snapshot of the last committed micro-batch, and sends the micro-batch again (a b
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
@@ -54,7 +55,17 @@ __all__ = ["HostedDataflow", "HostedHandler", "Sender", "check_layout", "run_hos
 
 log = logging.getLogger("pytimely.spark.streaming")
 
-_COUNTS = "process int, sender long, frames long, rows long, late long, top long"
+_COUNTS = "process int, sender long, frames long, rows long, late long, top long, task_s double"
+
+
+@functools.cache
+def _counts_schema() -> Any:
+    """:data:`_COUNTS` as a Spark schema, made once (a DDL string is parsed by the JVM at every feed job)."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(_COUNTS)
+
+
 _FRAME_ROWS = 1 << 16
 """Rows per DATA message at most: Spark's Arrow batches (10,000 rows by default) are joined up to this."""
 
@@ -90,6 +101,7 @@ class Sender:
         import pyarrow as pa
         from pyspark import TaskContext
 
+        began = _time.perf_counter()
         context = TaskContext.get()
         sender = 0 if context is None else context.partitionId()
         links: dict[int, FeedLink] = {}
@@ -145,6 +157,7 @@ class Sender:
             "rows": pa.array([counts[p][1] if p >= 0 else 0 for p in used], pa.int64()),
             "late": pa.array([lates] * len(used), pa.int64()),
             "top": pa.array([top] * len(used), pa.int64()),
+            "task_s": pa.array([_time.perf_counter() - began] * len(used), pa.float64()),
         })
 
 
@@ -383,14 +396,18 @@ class HostedDataflow:
         started = _time.perf_counter()
         with _job_description(frame, f"{self.describe}: feed epoch {epoch} (generation {self.generation})"):
             try:
-                counts = frame.mapInArrow(sender, _COUNTS).toArrow()
+                job = frame.mapInArrow(sender, _counts_schema())
+                planned = _time.perf_counter()
+                counts = job.toArrow()
             except Exception as exc:
                 self._raise_if_failed()
                 raise _feed_failure(exc, epoch) from None
         self.received = counts.nbytes
         expected: list[dict[str, list[int]]] = [{} for _ in self.feeds]
         per_sender: dict[int, tuple[int, int]] = {}
+        task_s = 0.0
         for row in counts.to_pylist():
+            task_s = max(task_s, row["task_s"])
             per_sender[row["sender"]] = (row["late"], row["top"])
             if row["process"] >= 0:
                 expected[row["process"]][str(row["sender"])] = [row["frames"], row["rows"]]
@@ -399,7 +416,10 @@ class HostedDataflow:
         self.frontier = None if event is None else event.target(top)
         fed = _time.perf_counter()
         parts = self._close(epoch, expected, self.frontier)
-        self.timing = {"feed_s": round(fed - started, 4), "close_s": round(_time.perf_counter() - fed, 4),
+        # feed_s: the feed job, of which plan_s building it on this side and task_s the slowest sender's own time
+        # (the rest is Spark's: planning, scheduling, launching the task, reading the input, the counts back).
+        self.timing = {"feed_s": round(fed - started, 4), "plan_s": round(planned - started, 4),
+                       "task_s": round(task_s, 4), "close_s": round(_time.perf_counter() - fed, 4),
                        "senders": len(per_sender), **self.timing}  # fmt: skip
         log.info("%s: epoch %d: %s", self.describe, epoch, self.timing)
         return parts

@@ -55,7 +55,11 @@ class Feeder:
         self.listener = listener
         self.first = first_worker
         self.commands: list[queue.Queue[Any]] = [queue.Queue() for _ in range(plan.workers)]
-        self.results: queue.Queue[tuple[int, int, tuple[list[pa.RecordBatch], int] | BaseException]] = queue.Queue()
+        self.results: queue.Queue[tuple[int, int, tuple[list[pa.RecordBatch], int, float] | BaseException]] = (
+            queue.Queue()
+        )
+        """Each worker's answer to a close: the epoch, the worker, and its output, bytes sent and seconds waited for
+        the snapshot (or what failed)."""
         self.inbox: dict[tuple[int, int, int], int] = {}
         """The rows of each frame received, by (epoch, sender partition, sequence number). A frame goes to the
         workers as it arrives, so the epoch is computed while the rest of it is still on its way."""
@@ -244,6 +248,7 @@ class Feeder:
         epoch = target
         outputs: list[pa.RecordBatch] = []
         exchanged = 0
+        snapshot_s = 0.0
         deadline = _time.monotonic() + self.plan.close_timeout
         for _ in self.commands:
             try:
@@ -255,15 +260,19 @@ class Feeder:
                 raise StreamHostError(f"process {self.process}, epoch {epoch}: {type(result).__name__}: {result}")
             if got_epoch != epoch:
                 raise StreamHostError(f"process {self.process} completed epoch {got_epoch} while closing {epoch}")
-            batches, sent = result
+            batches, sent, waited = result
             outputs.extend(batches)
             exchanged += sent
+            snapshot_s = max(snapshot_s, waited)
         self.exchanged = exchanged
         computed = _time.perf_counter()
         part = self._write_part(epoch_asked, outputs)
         part["exchanged"] = exchanged
+        # compute_s: from the last frame in to every worker's answer, of which snapshot_s worker 0's wait for the
+        # epoch's snapshot to be durable.
+        written = _time.perf_counter() - computed
         part["timing"] = {"wait_s": round(received - started, 4), "compute_s": round(computed - received, 4),
-                          "write_s": round(_time.perf_counter() - computed, 4)}  # fmt: skip
+                          "snapshot_s": round(snapshot_s, 4), "write_s": round(written, 4)}  # fmt: skip
         return part
 
     def _event_pieces(self, batch: int, batches: list[pa.RecordBatch], frontier: int) -> list[tuple[int, Any]]:
@@ -369,10 +378,10 @@ class Feeder:
                 if kind == _DATA:
                     _send(handle, target, arg)
                     continue
-                _complete(worker, handle, probe, target, hook, moving=arg)
+                waited = _complete(worker, handle, probe, target, hook, moving=arg)
                 out = [to_record_batch(b, self.plan.schema, time=t, epoch=name) for t, b in captured if t < target]
                 captured[:] = [(t, b) for t, b in captured if t >= target]
-                self.results.put((target, index, (out, _data_bytes_sent(worker))))
+                self.results.put((target, index, (out, _data_bytes_sent(worker), waited)))
             except BaseException as exc:
                 self.results.put((target, index, exc))
                 raise
@@ -388,8 +397,9 @@ def _send(handle: Any, epoch: int, share: list[pa.RecordBatch]) -> None:
 
 
 def _complete(worker: Worker, handle: Any, probe: Any, target: int, hook: WorkerRecovery | None, *,
-              moving: bool) -> None:  # fmt: skip
-    """Complete every epoch before ``target`` and (worker 0) wait until the last one's snapshot is durable.
+              moving: bool) -> float:  # fmt: skip
+    """Complete every epoch before ``target`` and (worker 0) wait until the last one's snapshot is durable; the
+    seconds that wait took.
 
     ``moving``: ``target - 1`` must not be complete yet (a micro-batch's epoch); else (an event-time frontier that
     did not move) a ``target`` already reached completes nothing new."""
@@ -400,7 +410,10 @@ def _complete(worker: Worker, handle: Any, probe: Any, target: int, hook: Worker
         handle.advance_to(target)
     worker.step_while(lambda: probe.less_than(target))
     if moved and hook is not None and any(df.stateful for df in hook.dataflows):
+        started = _time.perf_counter()
         worker.step_while(lambda: not hook.holds(target - 1))
+        return _time.perf_counter() - started
+    return 0.0
 
 
 def held_folder(own: str | Path, batch: int) -> Path:
