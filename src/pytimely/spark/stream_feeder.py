@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from pytimely.recovery.runtime import WorkerRecovery
-    from pytimely.spark.stream_host import HostPlan
+    from pytimely.spark.stream_plan import HostPlan
     from pytimely.worker import Worker
 
 __all__ = ["Feeder", "parts_folder"]

@@ -7,7 +7,8 @@ their state from the query's recovery store (the newest snapshot at or before th
 Process 0 publishes every process's feed address under the checkpoint (``CK/pytimely/hosts/gen-<G>.json``,
 signed with the run's secret), so the control side finds them without any message through the driver.
 
-What each process does with the micro-batches it is sent is :mod:`pytimely.spark.stream_feeder`'s.
+What each process is told is :mod:`pytimely.spark.stream_plan`'s (re-exported here); what it does with the
+micro-batches it is sent, :mod:`pytimely.spark.stream_feeder`'s.
 """
 
 from __future__ import annotations
@@ -15,25 +16,19 @@ from __future__ import annotations
 import json
 import socket
 import time as _time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytimely.atomic import write_atomic
-from pytimely.communication.platform import REAL_THREADS, Threads
 from pytimely.config import Config
-from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.errors import PytimelyError, StreamHostError
-from pytimely.recovery import Recovery, SnapshotPolicy
 from pytimely.signed_lines import decode, encode
 from pytimely.spark.stream_feeder import Feeder, parts_folder
+from pytimely.spark.stream_plan import HostPlan, ResumeAt
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from pytimely.recovery.session import Session
-    from pytimely.spark.epoch_output import EpochOutput
 
 __all__ = ["HostPlan", "HostTask", "ResumeAt", "await_exits", "hosts_path", "parts_folder", "read_hosts"]
 
@@ -78,71 +73,6 @@ def read_hosts(own: str | Path, generation: int, secret: bytes) -> list[str] | N
     if body.get("generation") != generation or not isinstance(body.get("feeds"), list):
         raise StreamHostError(f"{path} names generation {body.get('generation')!r}, not {generation}")
     return [str(a) for a in body["feeds"]]
-
-
-@dataclass
-class ResumeAt(Recovery):
-    """A :class:`~pytimely.recovery.Recovery` that resumes from the newest snapshot at or before ``at_most``."""
-
-    at_most: int | None = None
-
-    def open(
-        self, *, process: int = 0, joining: bool = False, at_most: int | None = None, threads: Threads = REAL_THREADS
-    ) -> Session:
-        """Open the store as :meth:`Recovery.open` does, never past ``self.at_most``."""
-        limit = self.at_most if at_most is None else at_most
-        return super().open(process=process, joining=joining, at_most=limit, threads=threads)
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    """What every hosted process is told (it travels in the hosting job's closure)."""
-
-    build: Callable[..., Any]
-    processes: int
-    workers: int
-    generation: int
-    secret: bytes = field(repr=False)
-    own: str
-    """The checkpoint's pytimely folder (``CK/pytimely``): hosts, parts and state live under it."""
-    schema: pa.Schema
-    job: str
-    parameters: dict[str, Any]
-    resume_at: int
-    local: bool
-    heartbeat: float = 0.5
-    timeout: float = 10.0
-    close_timeout: float = 600.0
-    output: EpochOutput | None = None
-    """Where the processes write their parts themselves (else under ``CK/pytimely/parts``, for the driver)."""
-    owner: str | None = None
-    """The run that started the processes: once another run owns the checkpoint they stop by themselves (an
-    orphaned query's processes, left by a killed Spark Connect client, give their task slots back)."""
-    key: str | None = None
-    """The input column the dataflow's first exchange is keyed by: rows arrive at the process owning their key's
-    bin and go to the worker owning it (else each frame is shared out evenly among the process's workers)."""
-    bins: int = DEFAULT_BINS
-    idle_timeout: float | None = 600.0
-    """Seconds without a message from the control side after which the processes stop by themselves (a control
-    side that died or cannot reach them leaves nothing running for long); ``None``: never."""
-    column: str | None = None
-    """The event-time column (``run_stream(epoch=...)``): rows enter at its epochs; those at or above the frontier
-    wait in the process (and under ``CK/pytimely/held``) until it reaches them. ``None``: batch ids are epochs."""
-    held_from: int = -1
-    """With ``column``: the last committed micro-batch; the rows held after it are taken (:mod:`.stream_held`)."""
-    files_key: bytes = field(default=b"", repr=False)
-    """The checkpoint's key, which signs the held rows' files."""
-
-    def recovery(self) -> ResumeAt:
-        """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
-        # Stopped processes close their input, so the store's last manifest is the final one; before it may be a
-        # snapshot of an epoch whose output was never committed (a run taken over, or stopped, between the two).
-        # Keeping three leaves the last committed epoch's snapshot for the next run to resume from.
-        policy = SnapshotPolicy(every_epochs=1, keep=3, rewrite_every=4)
-        return ResumeAt(
-            str(Path(self.own) / "state"), job=self.job, policy=policy, parameters=self.parameters,
-            at_most=self.resume_at,
-        )  # fmt: skip
 
 
 class HostTask:
