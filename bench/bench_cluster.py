@@ -186,12 +186,19 @@ def job_exchange(worker: Worker) -> Row:
     seconds = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
     bytes_after, frames_after = _bytes_sent(worker)
+    links = worker.communication_stats().get("links", {}).values()
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
         "rows_received": received[0],
         "bytes_sent": bytes_after - bytes_before,
         "frames_sent": frames_after - frames_before,
+        # Payloads placed in this process's rings (the rest of the big ones went on the socket), and payloads of
+        # the peer's ring decoded where they lay or copied out.
+        "ring_placed": sum(s.get("ring_frames", 0) for s in links),
+        "ring_lent": sum(s.get("ring_lent", 0) for s in links),
+        "ring_unlent": sum(s.get("ring_unlent", 0) for s in links),
+        "ring_copied": sum(s.get("ring_copied", 0) for s in links),
     }
 
 
@@ -535,8 +542,9 @@ SECURITY = (
 )
 
 
-def exchange_rows(quick: bool, runs: int) -> list[Row]:
-    """Throughput of columnar and tuple exchanges between two processes, against the raw-socket ceiling."""
+def exchange_rows(quick: bool, runs: int, cases_only: tuple[str, ...] = ()) -> list[Row]:
+    """Throughput of columnar and tuple exchanges between two processes, against the raw-socket ceiling (only the
+    rows ``cases_only`` names, if any)."""
     rows = []
     cases = [
         ("a1", "columnar", 48 if quick else 384, COLUMNAR_ROWS, "int64 arrays, 65,536 x 2 per batch", 0.7),
@@ -551,6 +559,8 @@ def exchange_rows(quick: bool, runs: int) -> list[Row]:
         ("a2", "tuples", 16 if quick else 96, TUPLE_ROWS, "lists of (int, int), 16,384 per batch", 0.9),
     ]
     for ident, kind, batches, per_batch, what, share in cases:
+        if cases_only and ident not in cases_only:
+            continue
         args = [kind, str(batches), str(per_batch)]
         make = {"columnar": columnar_batch, "arrow": arrow_batch, "tuples": tuple_batch}[kind]
         chunk = HEADER.size + dumps((0, make(0, 1, per_batch)))[1] + TAG
@@ -911,13 +921,18 @@ MAC_COLUMNS = [
 
 ROWS = ("a", "b", "c")
 """The row groups: exchange throughput, word count scaling, epoch latency."""
+EXCHANGE_ROWS = ("a1", "a1-columnar", "a2")
+"""The rows of group a, each of which ``--only`` may also name alone."""
 
 
 def run(quick: bool, runs: int, only: tuple[str, ...] = ROWS) -> list[Row]:
     """The measurements of the groups ``only``, as table rows (the best of ``runs`` runs each), each with the
     machine's load average (1 minute) before and after it: other programs on the cores move every figure."""
+    cases = tuple(name for name in only if name in EXCHANGE_ROWS)
+    if cases:
+        only = ("a", *(name for name in only if name in ROWS and name != "a"))
     groups = {
-        "a": lambda: exchange_rows(quick, runs),
+        "a": lambda: exchange_rows(quick, runs, cases),
         "b": lambda: wordcount_rows(quick, runs),
         "c": lambda: latency_rows(quick),
     }
@@ -1009,9 +1024,9 @@ def main() -> None:
     command.add_argument(
         "--only",
         nargs="+",
-        choices=ROWS,
+        choices=ROWS + EXCHANGE_ROWS,
         default=list(ROWS),
-        help="run only these groups of rows: a (exchange), b (word count), c (latency)",
+        help="run only these groups of rows: a (exchange), b (word count), c (latency), or rows of a alone",
     )
     command.add_argument("--macs", action="store_true", help="instead of the table, time keyed MACs for the ring")
     command.add_argument("--raw-peer", nargs=4, help=argparse.SUPPRESS)

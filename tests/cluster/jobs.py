@@ -176,8 +176,9 @@ def broadcast_traffic(worker: Worker) -> None:
 
 def broadcast_arrays(worker: Worker) -> None:
     """Every worker broadcasts an int64 array of ``ROWS`` copies of ``1000 * worker + epoch`` per epoch over
-    ``EPOCHS`` epochs; a worker overwrites every array it receives from another process once it has read it. Each
-    writes ``OUT/worker-I.json``: the values it read, the arrays it found overwritten already, its data frames."""
+    ``EPOCHS`` epochs; a worker overwrites every array it receives from another process once it has read it, unless
+    the array is read-only (lent from a shared-memory ring: then nobody can write it, which is checked). Each writes
+    ``OUT/worker-I.json``: the values it read, the arrays it found overwritten already, its data frames."""
     out, epochs, rows, _ = _args()
     workers = worker.peers // 2
     mine = worker.index // workers
@@ -191,7 +192,16 @@ def broadcast_arrays(worker: Worker) -> None:
             return
         values.append(seen[0])
         if seen[0] // 1000 // workers != mine:
-            batch[:] = -1  # received from another process: had a worker here the same memory, it would see this
+            # Received from another process: had a worker here the same memory, it would see this.
+            if batch.flags.writeable:
+                batch[:] = -1
+            else:
+                try:
+                    batch[:] = -1
+                except ValueError:
+                    pass  # lent from the ring, read-only: no worker can change what another sees
+                else:
+                    spoiled.append([-2])  # marked read-only, and written all the same
 
     def build(scope: Scope[int]) -> tuple[Any, Any]:
         handle, arrays = scope.new_input(name="arrays")
@@ -225,13 +235,17 @@ def ring_digest(values: Any) -> str:
 def ring_exchange(worker: Worker) -> None:
     """Every worker sends its :func:`ring_batches` by value to their owners; each writes ``OUT.PID.json``: the
     digest and count of what it received and its process's communication counters."""
-    out, epochs, rows, _ = _args()
+    out, epochs, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    # ``keep``: kept as received (not copied): a receive buffer handed out again, or a place in the ring given back,
+    # while an array lives on it would show. Otherwise copied, and the received arrays let go of at once.
+    keep = sys.argv[4:5] == ["keep"]
     received: list[Any] = []
 
     def build(scope: Scope[int]) -> Any:
         handle, stream = scope.new_input()
-        # Kept as received (not copied): a receive buffer handed out again while an array lives on it would show.
-        routed = stream.exchange(lambda b: b, vectorized=True).inspect_batch(lambda _t, b: received.append(b))
+        routed = stream.exchange(lambda b: b, vectorized=True).inspect_batch(
+            lambda _t, b: received.append(b if keep else b.copy())
+        )
         return handle, routed.probe()
 
     handle, probe = worker.dataflow(build)

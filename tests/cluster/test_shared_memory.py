@@ -40,10 +40,13 @@ def expected(workers: int) -> dict[int, tuple[int, str]]:
     return {w: (int(np.sum(sent % workers == w)), ring_digest(sent[sent % workers == w])) for w in range(workers)}
 
 
-def run(tmp_path: Path, workers: int = 1, env: dict[int, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+def run(
+    tmp_path: Path, workers: int = 1, env: dict[int, dict[str, str]] | None = None, keep: bool = True
+) -> list[dict[str, Any]]:
     cluster = Cluster(2, workers=str(workers))
+    args = [str(tmp_path / "out"), str(EPOCHS), str(ROWS), "keep" if keep else "copy"]
     try:
-        cluster.start(["tests.cluster.jobs:ring_exchange", str(tmp_path / "out"), str(EPOCHS), str(ROWS)], env=env)
+        cluster.start(["tests.cluster.jobs:ring_exchange", *args], env=env)
         results = cluster.wait(timeout=120)
     finally:
         cluster.kill()
@@ -52,18 +55,23 @@ def run(tmp_path: Path, workers: int = 1, env: dict[int, dict[str, str]] | None 
 
 
 @pytest.mark.usefixtures("no_leftover_rings")
-@pytest.mark.parametrize("workers", [1, 2])
-def test_payloads_cross_through_rings_and_arrive_whole(tmp_path: Path, workers: int) -> None:
+@pytest.mark.parametrize(("workers", "keep"), [(1, False), (2, True)], ids=["1-letting-go", "2-keeping"])
+def test_payloads_cross_through_rings_and_arrive_whole(tmp_path: Path, workers: int, keep: bool) -> None:
     # A 2 MiB ring holds two of the ~0.8 MB payloads a process sends per epoch: it wraps several times, and its
-    # writer can reuse it only by reading what the reader published in its own ring's control block.
+    # writer can reuse it only by reading what the reader published in its own ring's control block. A consumer
+    # that lets go of what it receives is lent payloads in the ring, and their places come back; one that keeps
+    # it all holds the places lent to it, and its peer sends the rest on the socket once the ring is full: either
+    # way every value arrives unchanged, none written over while an array still lives on it.
     small = {"PYTIMELY_SHARED_MEMORY": str(2 << 20)}
-    records = run(tmp_path, workers, env={0: small, 1: small})
+    records = run(tmp_path, workers, env={0: small, 1: small}, keep=keep)
     want = expected(2 * workers)
     assert {r["worker"]: (r["count"], r["digest"]) for r in records} == want
     for record in records:
         for peer, link in record["links"].items():
-            assert link["ring"] == "ready" and link["ring_frames"] > 2, (record["worker"], peer, link)
-            assert link["ring_published"] > 0 and link["ring_learned"] > 0, (record["worker"], peer, link)
+            assert link["ring"] == "ready" and link["ring_lent"] > 0, (record["worker"], peer, link)
+            if not keep:
+                assert link["ring_frames"] > 2, (record["worker"], peer, link)
+                assert link["ring_published"] > 0 and link["ring_learned"] > 0, (record["worker"], peer, link)
 
 
 @pytest.mark.usefixtures("no_leftover_rings")

@@ -132,6 +132,7 @@ def test_a_full_ring_is_waited_on_for_a_reader_that_frees_it_and_nothing_spills_
             while decoder.held:
                 taken += decoder.advance(0)
             got.extend(bytes(f.payload) for f in taken)
+            del taken  # a payload lent from the ring keeps its place there while its frame lives
             ba.publish(b_reads.read)  # what the reader freed, in its own ring's control block
 
     thread = threading.Thread(target=reader)

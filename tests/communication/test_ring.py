@@ -58,12 +58,12 @@ def test_payloads_go_through_the_ring_and_round_trip(keys: FrameKeys, ring: tupl
         payload = rng.randbytes(rng.choice([100, RING_MIN, 200_000, 300_000]))
         wire = send(encoder, payload, writer)
         in_ring = len(payload) >= RING_MIN and len(wire) < len(payload)
-        got += decoder.feed(wire)
+        got += [bytes(f.payload) for f in decoder.feed(wire)]  # a lent payload's place is given back once copied
         sent.append(payload)
         if in_ring:
             writer.release(reader.read)  # what the link's RING_FREE tells the writer
         assert not os.path.exists(SHM / writer.name), "the ring's name outlives the peer mapping it"
-    assert [bytes(f.payload) for f in got] == sent
+    assert got == sent
     assert writer.placed > 20
     assert writer.head > writer.capacity, "the ring never wrapped"
 
@@ -337,10 +337,14 @@ def test_a_full_ring_waits_for_a_reader_that_frees_it_and_not_for_one_that_stopp
 
     def reader() -> None:
         # Frees one payload's room at a time, each within the writer's patience.
-        for k in range(1, 4):
+        for k in range(2, 4):
             time.sleep(0.02)
             ba.publish(k * size)
 
+    started = time.monotonic()
+    assert ab.reserve(size) is None  # nor waited for again, while it frees nothing
+    assert time.monotonic() - started < ab.patience / 2, "waited again for a reader that had stopped"
+    ba.publish(size)  # until it frees some
     thread = threading.Thread(target=reader)
     thread.start()
     got = []
@@ -391,3 +395,102 @@ def test_a_closed_ring_takes_nothing(ring: tuple[RingWriter, RingReader]) -> Non
     writer, _ = ring
     writer.close()
     assert writer.reserve(RING_MIN + TAG) is None
+
+
+def test_a_lent_payload_keeps_its_place_until_its_last_array_is_gone(
+    keys: FrameKeys, ring: tuple[RingWriter, RingReader]
+) -> None:
+    import gc
+
+    import numpy as np
+
+    from pytimely.communication.payload import dumps, loads
+
+    writer, reader = ring
+    given_back: list[int] = []
+    reader.on_release = given_back.append
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(0, keys)
+    decoder.ring = reader
+    sent = np.arange(40_000, dtype=np.int64)
+    parts, length = dumps(sent)
+    wire = b"".join(bytes(b) for b in encoder.encode(1, 2, 3, 0, 1, parts, length, writer))
+    assert len(wire) < 200, "the payload did not go through the ring"
+    [frame] = decoder.feed(wire)
+    array = loads(frame.payload)
+    del frame
+    gc.collect()
+    # Rebuilt on the ring's memory, not on a copy: read-only (the mapping is), and its place still lent.
+    assert reader.lent == 1 and not array.flags.writeable and (array == sent).all()
+    assert reader.read == 0 and given_back == [] and reader.held == length
+    tail = array[30_000:]  # a view of a view keeps it too
+    del array
+    gc.collect()
+    assert reader.read == 0 and tail[0] == 30_000
+    del tail
+    assert reader.read == length and given_back == [length], "the last array's end did not give the place back"
+
+
+def test_past_the_lend_limit_payloads_are_copied_out_and_nothing_lent_is_overwritten(
+    keys: FrameKeys, ring: tuple[RingWriter, RingReader]
+) -> None:
+    # A consumer that keeps what it received (in its state): the ring is lent up to its limit, then payloads are
+    # copied out; the writer never writes over a payload still lent, and keeps the rest of the ring.
+    writer, reader = ring
+    reader.lend_limit = reader.span // 2
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(0, keys)
+    decoder.ring = reader
+    size = 100_000
+    kept, sent = [], []
+    for i in range(30):
+        payload = bytes([i]) * size
+        kept += decoder.feed(send(encoder, payload, writer))
+        sent.append(payload)
+        writer.release(reader.read)
+    assert reader.lent == reader.lend_limit // size, "lent past the limit, or not up to it"
+    assert writer.placed > reader.lent, "nothing went through the ring past the lent payloads"
+    assert [bytes(f.payload) for f in kept] == sent, "a payload still lent was overwritten"
+    kept.clear()
+    assert reader.read == reader.end, "payloads let go of were not given back"
+    writer.release(reader.read)
+    # Nothing held any more: payloads are lent again.
+    lent = reader.lent
+    wire = send(encoder, b"k" * size, writer)
+    assert len(wire) < 200, "the payload did not go through the ring"
+    assert bytes(decoder.feed(wire)[0].payload) == b"k" * size and reader.lent == lent + 1
+
+
+def test_a_payload_changed_in_the_ring_is_refused_when_copied_out_too(keys: FrameKeys) -> None:
+    writer = RingWriter(1 << 20, SHM)
+    reader = RingReader(writer.offer, SHM, lend_share=0.0)  # never lends: every payload is copied out
+    writer.accepted()
+    try:
+        encoder, decoder = FrameEncoder(keys), FrameDecoder(4, keys)
+        decoder.ring = reader
+        good = send(encoder, b"y" * RING_MIN, writer)
+        assert [bytes(f.payload) for f in decoder.feed(good)] == [b"y" * RING_MIN] and reader.lent == 0
+        wire = send(encoder, b"x" * RING_MIN, writer)
+        writer._view[64 + RING_MIN + 100] ^= 1
+        with pytest.raises(FrameAuthenticationError, match=r"process 4 .* in the shared-memory ring"):
+            decoder.feed(wire)
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_an_array_lent_from_a_ring_outlives_the_ring_s_closing(keys: FrameKeys) -> None:
+    import numpy as np
+
+    from pytimely.communication.payload import dumps, loads
+
+    writer = RingWriter(1 << 20, SHM)
+    reader = RingReader(writer.offer, SHM)
+    writer.accepted()
+    encoder, decoder = FrameEncoder(keys), FrameDecoder(0, keys)
+    decoder.ring = reader
+    parts, length = dumps(np.full(30_000, 7, dtype=np.int64))
+    wire = b"".join(bytes(b) for b in encoder.encode(1, 2, 3, 0, 1, parts, length, writer))
+    array = loads(decoder.feed(wire)[0].payload)
+    reader.close()  # the link ends while the worker still holds the array: the mapping stays until it is gone
+    writer.close()
+    assert reader.lent == 1 and int(array.sum()) == 7 * 30_000
+    del array

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pytimely.errors import InputFormatError
+from pytimely.errors import CheckpointFileError, InputFormatError
 from pytimely.spark.streaming import CsvDirectorySink, run_stream
 from pytimely.spark.watermark import Watermark
 from tests.spark.test_watermark import BATCHES, SCHEMA, drop_file, read_rows, reference, running_counts, source
@@ -28,7 +28,7 @@ def crash_before_commit(ck: Path, batch: int, frontier: int) -> None:
     pytimely's and Spark's commit records of it rolled back (its held rows' files stay: the run must not take them)."""
     import json
 
-    assert list((ck / "pytimely" / "held").glob(f"batch-{batch:012d}-p*.arrow")), "the micro-batch held nothing"
+    assert list((ck / "pytimely" / "held").glob(f"batch-{batch:012d}-*.arrow")), "the micro-batch held nothing"
     (ck / "pytimely" / "committed.json").write_text(json.dumps({"batch": batch - 1, "frontier": frontier}) + "\n")
     for name in (str(batch), f".{batch}.crc"):
         (ck / "spark" / "commits" / name).unlink(missing_ok=True)
@@ -110,3 +110,24 @@ def test_late_rows_dropped_and_a_manifest_before_its_commit_record_on_the_execut
     with pytest.raises(InputFormatError, match="late data"):
         run(spark, incoming, tmp_path / "out2", tmp_path / "ck2", None, processes=1)
     assert not list((tmp_path / "out2").glob("batch-000000000001*"))
+
+
+def test_a_tampered_held_file_fails_the_run_with_the_typed_error_and_no_restart(spark: Any, tmp_path: Path) -> None:
+    """A held file altered between two runs: the hosted process that takes it up refuses it, and run_stream raises
+    CheckpointFileError naming the file, with no new generation started for it (every one would read the same
+    file). ~40 s."""
+    import re
+
+    incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    drop_file(incoming, "b0.csv", BATCHES[0], 0)
+    assert run(spark, incoming, out, ck, Watermark(delay=2), processes=1).processed == [0]
+    held = sorted((ck / "pytimely" / "held").glob("batch-*.arrow"))
+    assert held, "micro-batch 0 held nothing"
+    data = bytearray(held[0].read_bytes())
+    data[len(data) // 2] ^= 1
+    held[0].write_bytes(bytes(data))
+    generations = set((ck / "pytimely" / "hosts").glob("gen-*.json"))
+    drop_file(incoming, "b1.csv", BATCHES[1], 1)
+    with pytest.raises(CheckpointFileError, match=re.escape(held[0].name)):
+        run(spark, incoming, out, ck, Watermark(delay=2), processes=1)
+    assert len(set((ck / "pytimely" / "hosts").glob("gen-*.json")) - generations) == 1  # started once, not again

@@ -19,7 +19,7 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
-from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamFencedError, StreamStateLostError
+from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamFencedError
 from pytimely.spark import stream_checkpoint
 from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
 from pytimely.spark.stream_held import clear_held, load_held, write_held
@@ -231,12 +231,6 @@ def test_a_signed_file_larger_than_the_bound_is_neither_written_nor_read(
     assert not big.exists() and sorted(p.name for p in big.parent.iterdir()) == [path.name]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=StreamStateLostError,
-    reason="the hosted processes keep 3 snapshots (HostPlan.recovery), one per event-time epoch with changes: a "
-    "micro-batch that completes 3 or more epochs and is not committed prunes the committed frontier's snapshot",
-)
 def test_an_uncommitted_micro_batch_completing_several_epochs_keeps_the_committed_snapshot(tmp_path: Path) -> None:
     """Micro-batch 0 completes epoch 0 (frontier 1) and is committed; micro-batch 1 completes epochs 1..4 (frontier
     5), each snapshotted by the hosted processes' own recovery policy, and dies before its commit. The restart
@@ -284,6 +278,34 @@ def test_an_uncommitted_micro_batch_completing_several_epochs_keeps_the_committe
         execute(job, 1, recovery=plan.recovery())
     assert checkpoint.resume_bound() == 0
     checkpoint.check_state(identity)  # a snapshot at or before epoch 0 is still there
+    # Beside it the newest three: retention still removes the others.
+    assert sorted(int(p.name) for p in manifests.iterdir()) == [0, 2, 3, 4]
+
+
+@pytest.mark.parametrize("remembered", [True, False])
+def test_retention_keeps_the_protected_snapshot_besides_the_newest(tmp_path: Path, remembered: bool) -> None:
+    """The recovery store keeps its newest ``keep`` snapshots and the newest at or before the protected epoch (the
+    committed one), with the files it reads, whether the committer removes what it remembers committing or lists
+    the store; the others go."""
+    from pytimely.recovery import LocalStore, Manifest, Seal, Snapshots
+    from pytimely.recovery.manifest import epoch_of
+    from pytimely.recovery.snapshots import Retained
+
+    snapshots = Snapshots(LocalStore(tmp_path / "state"), Seal(None))
+    retained = Retained() if remembered else None
+
+    def snapshot(epoch: int, committed: int) -> list[int | None]:
+        file = snapshots.put_payload(snapshots.payload_name(epoch, 0, 0), f"state {epoch}".encode())
+        snapshots.commit(Manifest(epoch, "id", 1, [file]), 2, retained, lambda: committed)
+        return [epoch_of(n) for n in snapshots.store.list("manifests")]
+
+    for epoch in range(5):  # epoch 1 committed; the next commit is late
+        snapshot(epoch, 1)
+    assert snapshot(5, 1) == [1, 4, 5]
+    opened = snapshots.latest("id", at_most=3)
+    assert opened is not None and opened.manifest.epoch == 1  # whole: every file it reads is there
+    assert snapshot(6, 4) == [4, 5, 6]  # the commit moved on: epoch 1's snapshot is needed no more
+    assert snapshots.latest("id", at_most=3) is None
 
 
 def test_a_held_file_that_cannot_be_written_is_a_typed_error_naming_it(tmp_path: Path) -> None:
@@ -388,3 +410,57 @@ def test_a_held_write_cut_short_by_a_kill_leaves_nothing_for_long(tmp_path: Path
     assert sorted(p.name for p in (own / "held").iterdir()) == sorted(
         [running.name, "batch-000000000000-p00000-until9.arrow"]
     )
+
+
+def test_a_hosted_checkpoint_file_error_reaches_the_control_side_typed_whatever_way_it_came(tmp_path: Path) -> None:
+    """A held file refused in a hosted process reaches the control side as the process's ``FAILED`` answer (its
+    type's name and message), as a worker's result (``process P, epoch E: Kind: message``) or as the hosting
+    task's traceback inside Spark's error: each is the :class:`CheckpointFileError` naming the file again (no
+    restart reads it differently); any other failure is not one (a new generation may get past it)."""
+    import traceback
+
+    from pytimely.errors import CheckpointMismatchError, StreamFeedError
+    from pytimely.spark.stream_hosted import _feed_failure, checkpoint_failure
+    from pytimely.spark.stream_query import _typed
+
+    own = tmp_path / "ck" / "pytimely"
+    key = StreamCheckpoint(tmp_path / "ck").key()
+    write_held(own, key, 0, 0, rows(("x", 9)), "epoch", 3, generation=1)
+    (path,) = (own / "held").iterdir()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointFileError) as refused:
+        load_held(own, key, 0, 3, 0, 1, "epoch")
+    message = str(refused.value)
+    assert path.name in message
+    task = "".join(traceback.format_exception(refused.value))
+    spark_text = (
+        "org.apache.spark.api.python.PythonException: An exception was thrown from the Python worker.\n"
+        f"{task}\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+    )
+    reported = [
+        (message, "CheckpointFileError"),
+        (f"process 1, epoch 4: CheckpointFileError: {message}", "StreamHostError"),
+        (spark_text, None),
+        (spark_text.replace("pytimely.errors.CheckpointFileError", "pytimely.errors.spark.CheckpointFileError"), None),
+    ]
+    for text, kind in reported:
+        found = checkpoint_failure(text, kind)
+        assert isinstance(found, CheckpointFileError), text
+        assert path.name in str(found) and "Traceback" not in str(found) and " at org." not in str(found)
+    assert str(checkpoint_failure(*reported[1])).startswith("process 1, epoch 4: ")
+    assert isinstance(_typed(reported[3][0]), CheckpointFileError)
+    # A feed task refusing a file (late rows' signing key) fails the feed job: the same error, not a feed failure.
+    assert isinstance(_feed_failure(RuntimeError(spark_text), 3), CheckpointFileError)
+    assert type(_feed_failure(RuntimeError("Task 0 in stage 3.0 failed 1 times"), 3)) is StreamFeedError
+    mismatch = checkpoint_failure("process 0, epoch 2: CheckpointMismatchError: CK/pytimely/held/x is odd")
+    assert isinstance(mismatch, CheckpointMismatchError)
+    assert str(mismatch) == "process 0, epoch 2: CK/pytimely/held/x is odd"
+    for other, kind in [
+        ("process 0, epoch 2: a frame arrived twice", "StreamFeedError"),
+        ("process 0 did not complete epoch 3 within 600 s", "StreamHostError"),
+        ("pytimely.errors.StreamHostError: process 0, epoch 2: RuntimeError: boom", None),
+        ("Job 12 cancelled part of cancelled job group pytimely-hosted-ab12-g3", None),
+    ]:
+        assert checkpoint_failure(other, kind) is None, other

@@ -355,6 +355,9 @@ class FrameDecoder:
         """Where payloads of 64 KiB and more are received (or decrypted out of the ring) into."""
         self.ring: RingReader | None = None
         """The peer's ring, once mapped: frames with :data:`RING_FLAG` have their payload there."""
+        self.spilled = False
+        """Set when a payload big enough for the ring came on the socket although the ring is mapped (its writer
+        found it full); cleared by whoever acts on it."""
         self.held = False
         """Whether the last :meth:`advance` stopped after a frame from the ring with more bytes buffered: call
         ``advance(0)`` for the rest (a few buffered bytes may describe many megabytes in the ring, so a reader that
@@ -514,6 +517,8 @@ class FrameDecoder:
                 channel=(dataflow, channel),
             ) from None
         self.expected += 1
+        if len(plain) >= RING_MIN and self.ring is not None:
+            self.spilled = True
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, plain)
 
     def _finish_from_ring(self, header: tuple[int, ...], sealed: bytearray | memoryview) -> Frame:
@@ -532,14 +537,18 @@ class FrameDecoder:
                 channel=(dataflow, channel),
             )
         try:
-            stored = ring.payload(start, length)
+            lent = ring.lend(start, length)
         except RingError as exc:
             raise RingError(f"process {self.peer} sent frame {seq} with {exc}", self.peer) from None
-        # The payload is copied out of the ring into its own buffer and authenticated there, not in the ring: what
-        # is checked is then what is decoded, whatever is written into the ring meanwhile, and the ring's place is
-        # free again as soon as the frame is decoded.
-        plain = self.buffers.take(length)
-        plain[:length] = stored[:length]
+        if lent is not None:
+            # Authenticated where it lies and decoded there: only the writer can change the ring, and it writes a
+            # place only once this process gave it back, which happens when nothing built on the view is left.
+            plain: bytearray | memoryview = lent
+        else:
+            # Too much of the ring is held already (payloads not yet decoded, or kept): copied out into a buffer
+            # of its own and authenticated there, so that it holds no place in the ring once taken.
+            plain = self.buffers.take(length)
+            plain[:length] = ring.payload(start, length)[:length]
         if not hmac.compare_digest(_ring_tag(self._aead, seq, self._prefix + descriptor, plain), tag):
             raise FrameAuthenticationError(
                 f"the payload of frame {seq} from process {self.peer} on channel {_name(dataflow, channel)} fails "
@@ -548,7 +557,8 @@ class FrameDecoder:
                 peer=self.peer,
                 channel=(dataflow, channel),
             )
-        ring.taken(start, length)
+        if lent is None:
+            ring.taken(start, length)
         self.expected += 1
         return Frame(Precedence(precedence), dataflow, channel, source, target, seq, memoryview(plain))
 

@@ -24,12 +24,12 @@ writer reads through its read-only mapping of that ring whenever its own ring lo
 (:meth:`RingWriter.reserve`). The control frame travels behind whatever the reader's process is sending and
 waits for its sending thread to hold the interpreter lock, often many milliseconds; the control block is seen at
 once, so a ring of a few megabytes keeps up with a stream of megabyte payloads. The position is published only
-after the payloads before it were copied out of the ring and authenticated: the store that publishes it depends,
-by control, on every byte read, which orders it after those reads on every architecture (and x86 never moves a
-store before an earlier load anyway). It is published with its complement, so a torn read is recognised and
-ignored. A published position is a claim of the peer like a ``RING_FREE``: one beyond what the writer placed is a
-:class:`~pytimely.errors.RingError`, and one that lies the other way can only make the peer's own next payloads
-fail authentication. A full ring is waited on while its reader frees some of it at least every
+after the payloads before it were copied out of the ring and authenticated, or lent and given back once nothing
+built on them is alive (:class:`RingReader`): after every read of their bytes (x86 never moves a store before an
+earlier load; elsewhere the locks taken in between order them). It is published with its complement, so a torn
+read is recognised and ignored. A published position is a claim of the peer like a ``RING_FREE``: one beyond what
+the writer placed is a :class:`~pytimely.errors.RingError`, and one that lies the other way can only make the
+peer's own next payloads fail authentication. A full ring is waited on while its reader frees some of it at least every
 :attr:`RingWriter.patience` seconds (a reader that keeps up a stream is worth waiting for: the socket would only
 add two copies to its work); a payload that still does not fit goes on the socket, which is how a ring without a
 control block to read (the peer offered none) always works.
@@ -38,15 +38,23 @@ control block to read (the peer offered none) always works.
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import re
 import secrets
 import stat
 import struct
+import threading
 import time
+import weakref
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from pytimely.config import is_loopback
 from pytimely.errors import InvalidArgument, RingError
@@ -154,7 +162,7 @@ def sweep(directory: Path) -> list[str]:
 class RingWriter:
     """The sending side of a ring: places sealed payloads and learns from its reader what it may reuse."""
 
-    def __init__(self, capacity: int, directory: Path, patience: float = 0.01) -> None:
+    def __init__(self, capacity: int, directory: Path, patience: float = 0.05) -> None:
         if not MIN_CAPACITY <= capacity <= _MAX_CAPACITY:
             raise InvalidArgument(f"a ring holds {MIN_CAPACITY} bytes to 4 GiB, not {capacity}")
         self.capacity = capacity
@@ -196,6 +204,9 @@ class RingWriter:
         self.feedback: RingReader | None = None
         """The peer's ring, mapped by this process, whose control block says how far the peer has read this one."""
         self._closed = False
+        self._stalled = -1  # the tail at which a wait for room last ran out of patience
+        self._publishing = threading.RLock()
+        self._last_published = 0
 
     @property
     def offer(self) -> RingOffer:
@@ -225,18 +236,26 @@ class RingWriter:
         """Say in this ring's control block that the peer's ring has been read up to ``read``."""
         if self._closed:
             return
-        with contextlib.suppress(ValueError):  # closed meanwhile by the sending thread: nothing to tell any more
-            self._view[: _PUBLISHED.size] = _PUBLISHED.pack(read, read ^ _COMPLEMENT)
-            self.published += 1
+        check = read ^ _COMPLEMENT
+        # Any thread may publish (the last view of a lent payload dies where it dies): never an older position
+        # after a newer one. Reentrant, as a collection inside may let go of a lent payload on this thread.
+        with self._publishing:
+            if read <= self._last_published:
+                return
+            with contextlib.suppress(ValueError):  # closed meanwhile by the sending thread: nothing to tell any more
+                _PUBLISHED.pack_into(self._view, 0, read, check)
+                self._last_published = read
+                self.published += 1
 
     def reserve(self, size: int) -> tuple[int, memoryview] | None:
         """Room for ``size`` contiguous bytes: their start position and a view to fill; ``None`` if full.
 
         A full ring whose reader publishes its position (:attr:`feedback`) is waited on for as long as the reader
         frees some of it at least every :attr:`patience` seconds: a reader that keeps up a stream is worth waiting for
-        (the socket would only add two copies to what it has to do), a reader that stopped is not. Only room the
-        reader can free is waited for: payloads placed after :attr:`announced` have no header on the wire yet, so
-        waiting for them would only run out the patience.
+        (the socket would only add two copies to what it has to do), a reader that stopped is not, and is not waited
+        for again until it frees some (a consumer keeping what it was lent holds its place for as long as it likes).
+        Only room the reader can free is waited for: payloads placed after :attr:`announced` have no header on the
+        wire yet, so waiting for them would only run out the patience.
         """
         span = self.span
         if not self.ready or size > span or self._closed:
@@ -248,6 +267,9 @@ class RingWriter:
             if feedback is None or need > self.announced:
                 return None
             last, since = self.tail, time.monotonic()
+            # Given up on at this very position before: the reader holds its place (its consumer keeps what was lent
+            # to it), so one look, and no wait for each payload until it frees some.
+            patience = 0.0 if self._stalled == self.tail else self.patience
             while True:
                 read = feedback.peer_read()
                 if read is not None and read > self.tail:
@@ -258,7 +280,8 @@ class RingWriter:
                 now = time.monotonic()
                 if self.tail > last:
                     last, since = self.tail, now
-                elif now - since >= self.patience or self._closed:
+                elif now - since >= patience or self._closed:
+                    self._stalled = self.tail
                     return None
                 time.sleep(_POLL)
         start = head + skip
@@ -310,9 +333,20 @@ class RingWriter:
 
 
 class RingReader:
-    """The receiving side of a ring: a read-only mapping of the peer's ring."""
+    """The receiving side of a ring: a read-only mapping of the peer's ring.
 
-    def __init__(self, offer: RingOffer, directory: Path) -> None:
+    A payload is either copied out of the ring (:meth:`payload`, then :meth:`taken`) or *lent* (:meth:`lend`): a
+    read-only view of the ring's memory, on which the message is rebuilt without a copy, whose place is given back
+    to the writer once the last view, array or Arrow buffer built on it is gone. Places are given back in the order
+    they were taken (the writer learns one position), so a payload still alive (waiting in a mailbox, or kept by
+    its consumer) holds back the places after it. Payloads are copied out instead while the bytes held would pass
+    :attr:`lend_limit`; by default that is the whole ring, since a payload copied out behind a held one frees
+    nothing for the writer before the held one is given back: what keeps a consumer's memory from holding up the
+    sender is the writer's patience (:meth:`RingWriter.reserve`): it fills the ring up to the held place, then puts
+    its payloads on the socket until the reader frees some, and a lent payload is never written over.
+    """
+
+    def __init__(self, offer: RingOffer, directory: Path, lend_share: float = 1.0) -> None:
         path = directory / offer.name
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
@@ -331,16 +365,58 @@ class RingReader:
         self.span = offer.capacity - CONTROL
         self._view = memoryview(self._map)
         self.read = 0
-        """Position up to which payloads have been taken out of the ring."""
+        """Position up to which the writer may reuse the ring: every payload before it was taken, and nothing built
+        on a lent one is alive any more."""
+        self.end = 0
+        """Position up to which payloads have been taken (copied out or lent); the next descriptor points past it."""
+        self.lend_limit = int(self.span * lend_share)
+        """Bytes taken and not yet given back (see :attr:`held`) beyond which payloads are copied out, not lent."""
+        self.lent = 0
+        """How many payloads were lent (for tests and stats)."""
+        self.on_release: Callable[[int], None] | None = None
+        """Called with :attr:`read` whenever it advances, from whichever thread let go of the last view of a lent
+        payload (the link publishes it in its own ring's control block; it must not block)."""
+        self.copied = 0
+        """How many payloads were copied out (for tests and stats)."""
+        # Payloads taken and not yet given back, oldest first: [end position, given back, weak reference].
+        self._taken: deque[list[Any]] = deque()
+        # Reentrant: a collection inside the locked part may let go of a lent payload on this same thread.
+        self._lock = threading.RLock()
 
     def payload(self, start: int, size: int) -> memoryview:
         """The ``size`` bytes placed at ``start``; call :meth:`taken` once they are opened (the descriptor saying
         where is authenticated only then)."""
+        at = self._check(start, size)
+        return self._view[CONTROL + at : CONTROL + at + size]
+
+    def lend(self, start: int, size: int) -> memoryview | None:
+        """A read-only view of the ``size`` bytes placed at ``start``, whose place stays the reader's until every
+        object built on the view is gone; ``None`` (copy it out) when lending it would pass :attr:`lend_limit`.
+
+        The payload counts as taken at once: authenticate it before anything is built on it."""
+        at = self._check(start, size)
+        if start + size - self.read > self.lend_limit:
+            return None
+        # The view's owner: an array that every slice, array or Arrow buffer rebuilt on the view refers to (through
+        # the view's buffer), so it dies with the last of them. It refers to the mapping itself, which therefore
+        # stays mapped while anything built on it lives, whenever the ring is closed.
+        owner = np.frombuffer(self._map, dtype=np.uint8, count=size, offset=CONTROL + at)
+        entry: list[Any] = [start + size, False, None]
+        entry[2] = weakref.ref(owner, functools.partial(self._given_back, entry))
+        with self._lock:
+            self._taken.append(entry)
+        self.end = start + size
+        self.lent += 1
+        return owner.data  # a view whose buffer is the owner's: every slice of it refers to the owner
+
+    def _check(self, start: int, size: int) -> int:
+        """Where in the ring's payload area the payload at ``start`` begins, after checking it lies in the unread
+        part and does not wrap."""
         span = self.span
         at = start % span
-        if start < self.read or size > span or at + size > span:
+        if start < self.end or size > span or at + size > span:
             raise RingError(f"a ring descriptor points at {start} (+{size} bytes), outside the ring's unread part")
-        return self._view[CONTROL + at : CONTROL + at + size]
+        return at
 
     def peer_read(self) -> int | None:
         """How far the ring's creator says it has read this process's ring (``None``: not said, or torn)."""
@@ -351,11 +427,40 @@ class RingReader:
         return read if read ^ check == _COMPLEMENT and read else None
 
     def taken(self, start: int, size: int) -> None:
-        """The payload at ``start`` is out of the ring: its place may be reused."""
-        self.read = start + size
+        """The payload at ``start`` is copied out of the ring: its place may be reused (once the lent payloads
+        before it are given back)."""
+        self.end = start + size
+        self.copied += 1
+        with self._lock:
+            self._taken.append([start + size, True, None])
+        self._settle()
+
+    @property
+    def held(self) -> int:
+        """Bytes of the ring taken and not yet free for the writer (lent payloads still in use, and what follows)."""
+        return self.end - self.read
+
+    def _given_back(self, entry: list[Any], _ref: object) -> None:
+        entry[1] = True
+        entry[2] = None  # the entry, the reference and its callback form a cycle: broken here
+        self._settle()
+
+    def _settle(self) -> None:
+        """Advance :attr:`read` past the payloads given back in order, and say so."""
+        with self._lock:
+            before = read = self.read
+            taken = self._taken
+            while taken and taken[0][1]:
+                read = max(read, taken.popleft()[0])
+            self.read = read
+        callback = self.on_release
+        if read > before and callback is not None:
+            callback(read)
 
     def close(self) -> None:
-        """Unmap the ring."""
+        """Unmap the ring, or leave that to the last lent payload's end (an array still built on the ring keeps its
+        mapping: closing it under the array would make every read of the array a crash)."""
+        self.on_release = None
         self._view.release()
         with contextlib.suppress(BufferError):
             self._map.close()

@@ -259,7 +259,9 @@ class WorkerRecovery:
             if waiting.cancel():
                 self._commits.remove((waiting, taken))
                 taken()
-        commit = self.session.committer.submit(snapshots.commit, manifest, keep, self._retained)
+        commit = self.session.committer.submit(
+            snapshots.commit, manifest, keep, self._retained, self.session.recovery.protect
+        )
         commit.add_done_callback(partial(self._durable, manifest.epoch))
         self._commits.append((commit, self.worker.await_other_thread(commit)))
 

@@ -18,7 +18,7 @@ the program's own files: whoever can write to it can run code in the job.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -64,6 +64,9 @@ class Recovery:
     naming what differs. ``key`` seals the store (see the module doc). ``mode="fresh"`` starts over, emptying
     the store first. ``announce`` (a text stream, ``None`` for none) gets ``resumed at epoch N`` and the
     warnings about snapshots passed over. ``write_timeout`` bounds how long a worker waits for a write.
+    ``protect``, asked at each commit, names an epoch whose snapshot (the newest at or before it) is kept besides
+    the policy's newest ``keep``: a control plane's last committed epoch, which a restart resumes from however
+    many later snapshots the run takes before its next commit.
     """
 
     store: str | os.PathLike[str] | SnapshotStore
@@ -75,6 +78,7 @@ class Recovery:
     mode: Mode = "resume"
     announce: Any = None
     write_timeout: float = 600.0
+    protect: Callable[[], int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, str) or not self.job:

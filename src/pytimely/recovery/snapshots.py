@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import secrets
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -35,7 +35,7 @@ from pytimely.recovery.manifest import Identity, Layout, Manifest, Seal, digest,
 from pytimely.recovery.segments import container, record_name, segment_last, segment_token, split_record
 from pytimely.recovery.store import AppendingStore, SnapshotStore
 
-__all__ = ["Opened", "RecoveryWarning", "Retained", "Snapshots"]
+__all__ = ["Opened", "RecoveryWarning", "Retained", "Snapshots", "protected"]
 
 _OURS = ("identity.json", "run.json", "dataflows", "snapshots", "manifests")
 """The top-level names a recovery store holds; anything else means the folder is not one."""
@@ -56,17 +56,20 @@ class Retained:
             for _, files in self._kept:
                 self._seen |= files
 
-    def commit(self, manifest: Manifest, keep: int) -> list[tuple[str, list[str]]]:
+    def commit(self, manifest: Manifest, keep: int, protect: int | None = None) -> list[tuple[str, list[str]]]:
         """Note ``manifest`` as committed; the manifests to remove now, each with the files only it needed.
 
-        A segment whose window is not over yet is kept though no manifest reads it now: a worker may still
-        append to it (it goes once its last epoch is committed)."""
+        The newest ``keep`` stay, and the newest at or before epoch ``protect`` (:func:`protected`). A segment
+        whose window is not over yet is kept though no manifest reads it now: a worker may still append to it (it
+        goes once its last epoch is committed)."""
         name = f"manifests/{epoch_name(manifest.epoch)}"
         files = _containers(manifest)
         self._seen |= files
         self._kept = [(n, f) for n, f in self._kept if n != name] + [(name, files)]
-        gone = self._kept[: max(0, len(self._kept) - keep)]
-        self._kept = self._kept[len(gone) :]
+        over = max(0, len(self._kept) - keep)
+        floor = protected([n for n, _ in self._kept], protect)
+        gone = [k for k in self._kept[:over] if k[0] != floor]
+        self._kept = [k for i, k in enumerate(self._kept) if i >= over or k[0] == floor]
         live = set().union(*(f for _, f in self._kept)) if self._kept else set()
         out = []
         for removed, _ in gone:
@@ -74,6 +77,15 @@ class Retained:
             self._seen.difference_update(dead)
             out.append((removed, dead))
         return out
+
+
+def protected(names: list[str], protect: int | None) -> str | None:
+    """Of the manifests ``names`` (oldest first), the newest at or before epoch ``protect``: the one a restart
+    after ``protect`` was committed resumes from, which retention keeps whatever the snapshots taken since."""
+    if protect is None:
+        return None
+    at_or_before = [n for n in names if (e := epoch_of(n)) is not None and e <= protect]
+    return at_or_before[-1] if at_or_before else None
 
 
 def _containers(manifest: Manifest) -> set[str]:
@@ -232,32 +244,40 @@ class Snapshots:
                 self._appending.release(segment)
         self._open.clear()
 
-    def commit(self, manifest: Manifest, keep: int, retained: Retained | None = None) -> None:
+    def commit(
+        self, manifest: Manifest, keep: int, retained: Retained | None = None, protect: Callable[[], int] | None = None
+    ) -> None:
         """Commit ``manifest`` (its payload files must be written) and remove what no kept snapshot needs.
 
         With ``retained`` (the committer's memory of what it committed) nothing is listed or read back: files
-        no kept manifest names are removed as they are known to be.
+        no kept manifest names are removed as they are known to be. ``protect`` (asked now) names the epoch whose
+        snapshot is kept besides the newest ``keep`` (:attr:`Recovery.protect <pytimely.recovery.Recovery>`).
         """
         self.store.persist([name for name in manifest.file_names() if split_record(name) is None])
         self.store.put(f"manifests/{epoch_name(manifest.epoch)}", self.seal.wrap("manifest", manifest.to_json()))
+        floor = None if protect is None else protect()
         if retained is None:
-            self.prune(keep, manifest.epoch)
+            self.prune(keep, manifest.epoch, floor)
             return
-        for name, files in retained.commit(manifest, keep):
+        for name, files in retained.commit(manifest, keep, floor):
             self.store.delete(name)
             for file in files:
                 self.store.delete(file)
 
-    def prune(self, keep: int, newest: int) -> None:
-        """Keep the newest ``keep`` manifests; remove payload files none of them names, up to epoch ``newest``.
+    def prune(self, keep: int, newest: int, protect: int | None = None) -> None:
+        """Keep the newest ``keep`` manifests (and the newest at or before epoch ``protect``); remove payload files
+        none of them names, up to epoch ``newest``.
 
         Files of later epochs may belong to a snapshot being written now and are left alone.
         """
         manifests = self.store.list("manifests")
-        for name in manifests[: max(0, len(manifests) - keep)]:
-            self.store.delete(name)
+        floor = protected(manifests, protect)
+        kept = [n for i, n in enumerate(manifests) if i >= len(manifests) - keep or n == floor]
+        for name in manifests:
+            if name not in kept:
+                self.store.delete(name)
         live: set[str] = set()
-        for name in manifests[-keep:]:
+        for name in kept:
             try:
                 manifest = self._read_manifest(name)
             except SnapshotSealError:

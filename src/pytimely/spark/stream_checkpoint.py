@@ -31,6 +31,7 @@ from pytimely.errors import (
     CheckpointInUseError,
     CheckpointMismatchError,
     InvalidArgument,
+    PytimelyError,
     StreamFencedError,
     StreamSchemaError,
     StreamStateLostError,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
     from pytimely.recovery import Recovery
 
-__all__ = ["StreamCheckpoint", "read_signed_arrow", "write_signed_arrow"]
+__all__ = ["StreamCheckpoint", "committed_bound", "read_signed_arrow", "write_signed_arrow"]
 
 _FORMAT = 2
 _KEY_BYTES = 32
@@ -439,6 +440,17 @@ class StreamCheckpoint:
             for old in hosts.iterdir():
                 old.unlink(missing_ok=True)  # earlier generations' addresses: their processes are gone
         return last + 1
+
+
+def committed_bound(own: str | os.PathLike[str]) -> int:
+    """The epoch a restart of the checkpoint whose pytimely folder is ``own`` resumes from (at or before; -1 before
+    the first commit, or when its commit record cannot be read: it is refused when the run starts again). What the
+    hosted processes' recovery store protects (:attr:`Recovery.protect <pytimely.recovery.Recovery>`): one
+    micro-batch may complete several event-time epochs, each snapshotted, before its commit."""
+    try:
+        return StreamCheckpoint(Path(own).parent).resume_bound()
+    except PytimelyError:
+        return -1
 
 
 def _check_identity(recorded: dict[str, Any], identity: dict[str, Any], where: Path) -> None:

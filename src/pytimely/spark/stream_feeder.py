@@ -296,7 +296,7 @@ class Feeder:
         self.held = held
         if batches:  # only the rows this micro-batch adds to those held are written
             write_held(self.plan.own, self.plan.files_key, batch, self.process, pa.Table.from_batches(batches),
-                       column, frontier)  # fmt: skip
+                       column, frontier, generation=self.plan.generation)  # fmt: skip
         if ready is None or ready.num_rows == 0:
             return []
         return [(t, [piece]) for t, piece in _pieces(ready, None, column, -(1 << 62))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import threading
 import time as _time
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.errors import (
+    CheckpointFileError,
+    CheckpointMismatchError,
     PytimelyError,
     SparkSlotsError,
     StreamFeedError,
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from pytimely.spark.epoch_output import EpochOutput
     from pytimely.spark.watermark import EventTime
 
-__all__ = ["HostedDataflow", "stop_published"]
+__all__ = ["HostedDataflow", "checkpoint_failure", "stop_published"]
 
 log = logging.getLogger("pytimely.spark.streaming")
 
@@ -178,8 +181,16 @@ class HostedDataflow:
 
     def _raise_if_failed(self) -> None:
         if self._thread is not None and not self._thread.is_alive() and self._failure is not None:
+            self.raise_if_fatal()
             raise StreamHostError(f"the hosted processes of generation {self.generation} failed: "
                                   f"{_short(self._failure)}") from None  # fmt: skip
+
+    def raise_if_fatal(self) -> None:
+        """Raise the checkpoint file error the hosting job failed with, if it did (:func:`checkpoint_failure`):
+        a new generation would read the same file, so no restart can get past it."""
+        fatal = None if self._failure is None else checkpoint_failure(str(self._failure))
+        if fatal is not None:
+            raise fatal from None
 
     def epoch(
         self, frame: DataFrame, epoch: int, check: Callable[..., Any] | None = None, event: EventTime | None = None
@@ -242,7 +253,11 @@ class HostedDataflow:
                 answer = self._answer(link, self.close_timeout)
                 self.received += len(json.dumps(answer.header)) + len(answer.body)
                 if answer.kind != Kind.DONE:
-                    raise StreamFeedError(f"epoch {epoch}: {link.peer}: {answer.header.get('error')}")
+                    error = str(answer.header.get("error"))
+                    fatal = checkpoint_failure(error, answer.header.get("type"))
+                    if fatal is not None:
+                        raise fatal
+                    raise StreamFeedError(f"epoch {epoch}: {link.peer}: {error}")
                 parts.append(str(answer.header["part"]))
                 self.timing[f"p{p}"] = answer.header.get("timing")
                 self.exchanged += int(answer.header.get("exchanged", 0))
@@ -313,9 +328,35 @@ def _feed_failure(exc: BaseException, epoch: int) -> PytimelyError:
     from pytimely.spark.stream_query import _typed
 
     found = _typed(str(exc))
-    if isinstance(found, StreamFeedError | StreamSchemaError | StreamInputError):
+    if isinstance(found, (StreamFeedError, StreamSchemaError, StreamInputError, *_FATAL)):
         return found
     return StreamFeedError(f"the feed job of epoch {epoch} failed: {_short(exc)}")
+
+
+_FATAL = (CheckpointFileError, CheckpointMismatchError)
+_REPORTED = re.compile(r"(?:^|(?<=[\s.:]))(CheckpointFileError|CheckpointMismatchError): (.*)", re.MULTILINE)
+
+
+def checkpoint_failure(text: str, kind: Any = None) -> CheckpointFileError | CheckpointMismatchError | None:
+    """The checkpoint file error a hosted process failed with, from what reaches this side: its type's name
+    ``kind`` and message (a ``FAILED`` answer), a worker's result (``process P, epoch E: Kind: message``), or a
+    task's traceback (``pytimely.errors.Kind: message``); ``None`` for any other failure (a restart may help)."""
+    from pytimely.spark.stream_query import _typed
+
+    found = _typed(text)
+    if isinstance(found, _FATAL):
+        return found
+    if kind == "CheckpointFileError":
+        return CheckpointFileError(text)
+    if kind == "CheckpointMismatchError":
+        return CheckpointMismatchError(text)
+    matches = list(_REPORTED.finditer(text))
+    if not matches:
+        return None
+    last = matches[-1]
+    # What the same line says before the error's name (``process P, epoch E: ``) stays: it names the process.
+    message = text[text.rfind("\n", 0, last.start()) + 1 : last.start()] + last.group(2).strip()
+    return CheckpointFileError(message) if last.group(1) == "CheckpointFileError" else CheckpointMismatchError(message)
 
 
 def stop_published(own: Path, secret: bytes, timeout: float = 30.0) -> None:

@@ -163,8 +163,10 @@ class HostedHandler(MicroBatchFunction):
         self.watermark.side.commit(batch_id, table)
 
     def restart(self) -> None:
-        """Cancel this generation and start the next one, restored at the last committed micro-batch."""
+        """Cancel this generation and start the next one, restored at the last committed micro-batch (unless it
+        failed on a checkpoint file: the next one would read the same file)."""
         self.hosted.cancel()
+        self.hosted.raise_if_fatal()
         self.restarts += 1
         self.generation = self.checkpoint.next_generation()
         self.hosted.start(self.generation, self.resume_at, self.last_committed)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytimely.communication.platform import REAL_THREADS, Threads
 from pytimely.dataflow.bins import DEFAULT_BINS
 from pytimely.recovery import Recovery, SnapshotPolicy
+from pytimely.spark.stream_checkpoint import committed_bound
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,9 +85,10 @@ class HostPlan:
         """The query's recovery store, opened at the last committed micro-batch (three snapshots kept)."""
         # Stopped processes close their input, so the store's last manifest is the final one; before it may be a
         # snapshot of an epoch whose output was never committed (a run taken over, or stopped, between the two).
-        # Keeping three leaves the last committed epoch's snapshot for the next run to resume from.
+        # Keeping three leaves the last committed epoch's snapshot for the next run to resume from; with event time
+        # one micro-batch may complete more epochs than that before its commit, so that snapshot is protected.
         policy = SnapshotPolicy(every_epochs=1, keep=3, rewrite_every=4)
         return ResumeAt(
             str(Path(self.own) / "state"), job=self.job, policy=policy, parameters=self.parameters,
-            at_most=self.resume_at,
+            at_most=self.resume_at, protect=partial(committed_bound, self.own),
         )  # fmt: skip

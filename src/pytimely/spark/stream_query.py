@@ -84,7 +84,9 @@ def _await_query(
         raise _typed(str(exc)) or StreamError(f"the streaming query {query!r} failed: {_cause(str(exc))}") from exc
 
 
-_TYPED = re.compile(r"pytimely\.errors\.(\w+): (.*)")
+_TYPED = re.compile(r"pytimely\.errors\.(?:\w+\.)?(\w+): (.*)")
+"""A traceback's last line: ``pytimely.errors.X: ...`` (the name every error carries), or with the module it is
+defined in (``pytimely.errors.spark.X``), as an error pickled or printed by other means may show it."""
 
 
 def _typed(text: str) -> PytimelyError | None:

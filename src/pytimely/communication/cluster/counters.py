@@ -40,13 +40,23 @@ def cluster_stats(
 def _ring_stats(link: Link) -> dict[str, Any]:
     """``link``'s shared-memory ring: ``ring`` is ``ready`` once the peer mapped it, ``offered`` until it answers,
     ``none`` without one; then payloads placed (``ring_frames``), read positions learned from the peer's control
-    block and read positions of the peer's ring published in this one's."""
+    block and read positions of the peer's ring published in this one's; and of the peer's ring, the payloads lent
+    from it (decoded where they lie: ``ring_lent``; of those, copied out after all while they waited for their
+    worker, as half the ring was held: ``ring_unlent``) and copied out of it (``ring_copied``: the reader's
+    ``lend_share`` of the ring was held)."""
+    reader = link.decoder.ring
+    taken = {
+        "ring_lent": 0 if reader is None else reader.lent,
+        "ring_copied": 0 if reader is None else reader.copied,
+        "ring_unlent": link.unlent,
+    }
     ring = link.ring  # read once: the receiving thread may drop the ring meanwhile
     if ring is None:
-        return {"ring": "none", "ring_frames": 0, "ring_learned": 0, "ring_published": 0}
+        return {"ring": "none", "ring_frames": 0, "ring_learned": 0, "ring_published": 0, **taken}
     return {
         "ring": "ready" if ring.ready else "offered",
         "ring_frames": ring.placed,
         "ring_learned": ring.learned,
         "ring_published": ring.published,
+        **taken,
     }

@@ -17,6 +17,7 @@ the peer's control frames, the receiving side's flow control) and its :class:`~.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from pytimely.communication.allocator import Precedence
 from pytimely.communication.cluster.events import LinkEvents
@@ -100,6 +101,11 @@ class Link:
         self.ring: RingWriter | None = None
         """The ring this process puts big payloads for the peer in, once offered (see :mod:`~.ring`)."""
         self._ring_reported = 0
+        self.unlend: Callable[[int], int] | None = None
+        """Set by the process: copies out the payloads lent from the peer's ring that still wait in a mailbox
+        (given the peer), so that their places go back to the writer; the number copied."""
+        self.unlent = 0
+        """Payloads lent from the peer's ring and copied out while they waited for their worker."""
         self._sender: Task | None = None
         self._receiver: Task | None = None
 
@@ -347,6 +353,8 @@ class Link:
                     checkpoint("link-receive")
                     self.last_heard = now()
                     self._take(frames)
+                    # Not held while this thread waits for more: a frame lent from the ring keeps its place there.
+                    del frames
                 else:
                     self._check_silence()
                 if events.throttle():
@@ -376,15 +384,27 @@ class Link:
         for frame in frames:
             self._handle(frame)
         ring = self.decoder.ring
+        if ring is not None and self.decoder.spilled and self.unlend is not None:
+            # The peer sent a big payload on the socket: its ring was full past its patience, held by payloads lent
+            # here. Those still waiting for their worker (it lags) are copied out now, as all payloads once were, so
+            # that the next ones go through the ring again; those decoded already stay lent.
+            self.decoder.spilled = False
+            self.unlent += self.unlend(self.peer)
         if ring is not None and ring.read > self._ring_reported:
-            # Taken out of the ring as they were decoded: the writer may reuse their place. A peer that
-            # mapped this process's ring reads that in its control block at once; otherwise it is told.
+            # Copied out, or lent and given back already: the writer may reuse their place. A peer that mapped
+            # this process's ring reads that in its control block at once; otherwise it is told.
             self._ring_reported = ring.read
             own = self.ring
             if own is not None and own.ready:
                 own.publish(ring.read)
             else:
                 self.control(Control.RING_FREE, str(ring.read))
+
+    def _ring_given_back(self, read: int) -> None:
+        """The peer's ring is free up to ``read`` (called on any thread): publish it if this process has a ring."""
+        own = self.ring
+        if own is not None and own.ready:
+            own.publish(read)
 
     def _check_silence(self) -> None:
         """Fail the peer if no whole frame came from it for ``timeout`` seconds."""
@@ -438,6 +458,9 @@ class Link:
                 if directory is None or not self.config.shared_memory or self.decoder.ring is not None:
                     raise OSError("no shared memory here (or PYTIMELY_SHARED_MEMORY=0), or a ring is mapped already")
                 self.decoder.ring = RingReader(offer, directory)
+                # A payload lent to the worker is given back wherever its last array dies: the writer hears of it
+                # at once through this process's control block, when there is one (else with the next frames).
+                self.decoder.ring.on_release = self._ring_given_back
                 if self.ring is not None:
                     # The peer's ring's control block says how far the peer has read this process's ring.
                     self.ring.feedback = self.decoder.ring

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,8 @@ from pytimely.errors import (
 __all__ = ["Cluster"]
 
 log = logging.getLogger("pytimely.cluster")
+_LENT_PRUNE = 256
+"""Wires tracked per peer as lent (see :meth:`Cluster.unlend`) past which those decoded already are forgotten."""
 
 
 class Cluster:
@@ -63,6 +66,8 @@ class Cluster:
         self._lock = threads.condition()
         self._mailboxes: dict[tuple[int, tuple[int, int]], ClusterMailbox] = {}
         self._pending: dict[tuple[int, tuple[int, int]], list[Wire]] = {}
+        # Per peer, the wires delivered here whose payloads are lent from the peer's shared-memory ring (see unlend).
+        self._lent: dict[int, list[weakref.ref[Wire]]] = {}
         self._highest: tuple[int, int] = (-1, -1)
         self._sealed = -1
         self._wakes = [threads.event() for _ in range(config.workers)]
@@ -126,7 +131,24 @@ class Cluster:
         """The link to ``peer`` over an authenticated connection with its keys (not started yet)."""
         sock.start_streaming()
         link = self.links[peer] = Link(peer, sock, keys, self.config, self, self.quiescence, self.platform)
+        link.unlend = self.unlend
         return link
+
+    def unlend(self, peer: int) -> int:
+        """Copy out the payloads lent from ``peer``'s ring that still wait in a mailbox here, so that their places
+        in the ring go back to it; the number copied (a payload a worker decoded already stays lent: arrays live on
+        it). Called by the link's receiving thread when much of the ring is held."""
+        copied = 0
+        with self._lock:
+            refs, self._lent[peer] = self._lent.get(peer, []), []
+            for ref in refs:
+                # Alive means a mailbox holds it still (or its worker is decoding it just now: then the copy is
+                # wasted, and harmless, as the worker decodes one of the two and lets go of the other).
+                wire = ref()
+                if wire is not None and wire.payload.readonly:
+                    wire.payload = memoryview(bytearray(wire.payload))
+                    copied += 1
+        return copied
 
     def _start(self) -> None:
         config = self.config
@@ -456,6 +478,11 @@ class Cluster:
             for worker in targets:
                 own = memoryview(bytearray(payload)) if copies and worker != targets[0] else payload
                 wire = Wire(own, peer, channel, data=frame.precedence == Precedence.DATA)
+                if own.readonly:  # lent from the peer's ring: copied out later if it waits long (unlend)
+                    lent = self._lent.setdefault(peer, [])
+                    if len(lent) >= _LENT_PRUNE:
+                        lent[:] = [ref for ref in lent if ref() is not None]
+                    lent.append(weakref.ref(wire))
                 box = self._mailboxes.get((worker, channel))
                 if box is None:
                     if channel < self._highest or channel[0] <= self._sealed:

@@ -125,7 +125,9 @@ class Wire:
     """A checked payload from another process, decoded when its worker drains it (``data``: of a data channel,
     not progress)."""
 
-    __slots__ = ("channel", "data", "payload", "peer")
+    # Weakly referable: the process keeps track of the wires whose payloads are lent from a ring (without keeping
+    # them, which would keep their places in the ring).
+    __slots__ = ("__weakref__", "channel", "data", "payload", "peer")
 
     def __init__(self, payload: memoryview, peer: int, channel: tuple[int, int], *, data: bool = True) -> None:
         self.payload = payload
