@@ -8,6 +8,8 @@ side that runs it is :class:`~pytimely.spark.stream_hosted.HostedDataflow`.
 
 from __future__ import annotations
 
+import functools
+import time as _time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +22,20 @@ if TYPE_CHECKING:
 
     from pytimely.spark.watermark import EventTime
 
-__all__ = ["COUNTS", "Sender"]
+__all__ = ["COUNTS", "Sender", "counts_schema"]
 
-COUNTS = "process int, sender long, frames long, rows long, late long, top long"
+COUNTS = "process int, sender long, frames long, rows long, late long, top long, task_s double"
+"""What each task of the feed job gives back, as a DDL string: :func:`counts_schema` is the schema made of it."""
+
+
+@functools.cache
+def counts_schema() -> Any:
+    """:data:`COUNTS` as a Spark schema, made once (a DDL string is parsed by the JVM at every feed job)."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(COUNTS)
+
+
 _FRAME_ROWS = 1 << 16
 """Rows per DATA message at most: Spark's Arrow batches (10,000 rows by default) are joined up to this."""
 
@@ -58,6 +71,7 @@ class Sender:
         import pyarrow as pa
         from pyspark import TaskContext
 
+        began = _time.perf_counter()
         context = TaskContext.get()
         sender = 0 if context is None else context.partitionId()
         links: dict[int, FeedLink] = {}
@@ -113,6 +127,7 @@ class Sender:
             "rows": pa.array([counts[p][1] if p >= 0 else 0 for p in used], pa.int64()),
             "late": pa.array([lates] * len(used), pa.int64()),
             "top": pa.array([top] * len(used), pa.int64()),
+            "task_s": pa.array([_time.perf_counter() - began] * len(used), pa.float64()),
         })
 
 
