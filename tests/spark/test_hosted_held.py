@@ -15,7 +15,8 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 from pytimely.errors import CheckpointFileError, CheckpointMismatchError, InvalidArgument
-from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
+from pytimely.spark.signed_files import read_signed_arrow, write_signed_arrow
+from pytimely.spark.stream_checkpoint import StreamCheckpoint
 from pytimely.spark.stream_held import clear_held, load_held, write_held
 
 

@@ -20,8 +20,9 @@ pytest.importorskip("pyarrow")
 import pyarrow as pa
 
 from pytimely.errors import CheckpointFileError, CheckpointLocationError, StreamFencedError
-from pytimely.spark import stream_checkpoint
-from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
+from pytimely.spark import signed_files
+from pytimely.spark.signed_files import read_signed_arrow, write_signed_arrow
+from pytimely.spark.stream_checkpoint import StreamCheckpoint
 from pytimely.spark.stream_held import clear_held, load_held, write_held
 from pytimely.spark.watermark import late_folder
 
@@ -222,7 +223,7 @@ def test_a_signed_file_larger_than_the_bound_is_neither_written_nor_read(
     path = own / "held" / "batch-000000000000-p00000-until9.arrow"
     write_signed_arrow(path, rows(("small", 9)), key)
     size = path.stat().st_size
-    monkeypatch.setattr(stream_checkpoint, "SIGNED_FILE_LIMIT", size - 1)
+    monkeypatch.setattr(signed_files, "SIGNED_FILE_LIMIT", size - 1)
     with pytest.raises(CheckpointFileError, match=rf"until9\.arrow is {size} bytes, more than"):
         read_signed_arrow(path, key)
     big = own / "held" / "batch-000000000001-p00000-until9.arrow"

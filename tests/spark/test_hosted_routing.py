@@ -14,7 +14,7 @@ pytest.importorskip("pyspark")
 
 from pytimely.errors import InputFormatError, InvalidArgument
 from pytimely.spark.record_batches import owners, split_by_owner
-from pytimely.spark.stream_checkpoint import read_signed_arrow
+from pytimely.spark.signed_files import read_signed_arrow
 from pytimely.spark.stream_hosted import HostedDataflow
 from pytimely.spark.streaming import CsvDirectorySink, run_stream
 from tests.spark.test_hosted_stream import changelog

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pytimely.errors import BuildResultError, PytimelyError, StreamFeedError, StreamHostError
 from pytimely.spark.record_batches import split_by_owner
-from pytimely.spark.stream_checkpoint import write_signed_arrow
+from pytimely.spark.signed_files import write_signed_arrow
 from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
 from pytimely.spark.stream_held import load_held, write_held
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytimely.errors import CheckpointFileError, CheckpointMismatchError
-from pytimely.spark.stream_checkpoint import StreamCheckpoint, read_signed_arrow, write_signed_arrow
+from pytimely.spark.signed_files import read_signed_arrow, write_signed_arrow
+from pytimely.spark.stream_checkpoint import StreamCheckpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa

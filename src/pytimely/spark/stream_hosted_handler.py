@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytimely.atomic import write_atomic
 from pytimely.errors import CheckpointMismatchError, StreamFeedError, StreamHostError
-from pytimely.spark.stream_checkpoint import is_new_batch, read_signed_arrow
+from pytimely.spark.signed_files import read_signed_arrow
+from pytimely.spark.stream_checkpoint import is_new_batch
 from pytimely.spark.stream_handler import MicroBatchFunction
 from pytimely.spark.stream_held import clear_held
 from pytimely.spark.stream_host import await_exits, parts_folder

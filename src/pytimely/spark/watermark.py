@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytimely.errors import InputFormatError, InvalidArgument, StreamInputError
-from pytimely.spark.stream_checkpoint import write_signed_arrow
+from pytimely.spark.signed_files import write_signed_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
