@@ -39,8 +39,8 @@ def test_hosted_word_count_through_connect_equals_the_driver_hosted_path(
 ) -> None:
     """Two hosted processes started from the server's foreachBatch process, two runs of the client: the same
     changelog as the driver-hosted path in this process; the client stops the processes when its query ends. Then
-    an event-time query with a watermark and a side output through the same server: the same changelog and side
-    output as the driver-hosted path."""
+    an event-time query with a watermark and a side output through the same server (one hosted process): the same
+    changelog and side output as the driver-hosted path."""
     rng = random.Random(43)
     incoming = tmp_path / "in"
     output = EpochOutput(tmp_path / "out", SCHEMA, format="csv", order_by=["word"])
@@ -62,7 +62,9 @@ def test_hosted_word_count_through_connect_equals_the_driver_hosted_path(
     events = tmp_path / "events"
     for k, rows in enumerate(BATCHES):
         drop_file(events, f"b{k}.csv", rows, k)
-    for session, name, hosting in ((connect, "connect", {"processes": 2}), (spark, "driver", {})):
+    # One hosted process here: the word count above is the two-process run through Connect; this one adds the
+    # watermark, the held rows and the side output on the server's side, which one process shows as well.
+    for session, name, hosting in ((connect, "connect", {"processes": 1}), (spark, "driver", {})):
         side = CsvDirectorySink(tmp_path / f"{name}-side", order_by=["epoch", "value"])
         run_event_time(session, events, tmp_path / f"{name}-events", tmp_path / f"{name}-events-ck",
                        Watermark(delay=2, late="side", side=side), **hosting)  # fmt: skip
@@ -75,11 +77,12 @@ def test_hosted_word_count_through_connect_equals_the_driver_hosted_path(
 
 
 def test_a_connect_client_killed_mid_micro_batch_is_taken_over_by_the_next(
-    connect_server: Any, tmp_path: Path
+    connect: Any, connect_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """kill -9 of the word-count example's client while its query runs on the server: the next client takes the
-    checkpoint over (the orphaned query and its hosted processes are fenced and stop) and the output holds every
-    micro-batch once with its running counts."""
+    """kill -9 of the word-count example's client (a process of its own) while its query runs on the server: the
+    next client, the example's ``main()`` in this process on the module's Connect session, takes the checkpoint
+    over (the orphaned query and its hosted processes are fenced and stop) and the output holds every micro-batch
+    once with its running counts."""
     rng = random.Random(47)
     incoming, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     drop_texts(incoming, rng, range(6))
@@ -100,8 +103,8 @@ def test_a_connect_client_killed_mid_micro_batch_is_taken_over_by_the_next(
         os.killpg(client.pid, signal.SIGKILL)
         client.wait(60)
         log.close()
-    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    capsys.readouterr()
+    assert load("stream_wordcount").main(args) == 0, capsys.readouterr().err[-3000:]
     output = EpochOutput(out, SCHEMA, format="csv")
     committed = output.committed()
     assert committed == list(range(len(committed))) and committed[-1] == 5, committed
