@@ -67,7 +67,7 @@ def s3_server() -> Iterator[S3Server]:
 
 SLOWEST_FIRST = (
     "spark/test_hosted_faults.py",
-    "spark/test_hosted_connect.py",
+    "spark/test_connect.py",
     "bench/test_bench_streaming_smoke.py",
     "simulate/test_seeds.py",
     "spark/test_hosted_eventtime.py",
@@ -77,7 +77,6 @@ SLOWEST_FIRST = (
     "spark/test_hosting.py",
     "spark/test_hosted_stream.py",
     "spark/test_hosted_standalone.py",
-    "spark/test_connect.py",
     "verify/test_mutants.py",
     "spark/test_hosted_lifetime.py",
     "spark/test_hosted_state.py",

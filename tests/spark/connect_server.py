@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.spark.standalone import _free_port, spark_home
+from tests.spark.standalone import _free_port, quick_jvm, spark_home
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,9 @@ def start_connect_server(directory: Path, *, slots: int = 4, deadline: float = 1
 
     directory.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    env = {
+    # QUICK_JVM for every JVM spark-submit starts: the launcher that builds the server's command line as well as
+    # the server itself (its executors live in it: ``local[slots]``).
+    settings = {
         **os.environ,
         "JAVA_HOME": str(find_java_home()),
         "SPARK_HOME": str(spark_home()),
@@ -53,6 +55,7 @@ def start_connect_server(directory: Path, *, slots: int = 4, deadline: float = 1
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")) if p),
     }
+    env = quick_jvm(settings)
     command = [
         str(spark_home() / "bin" / "spark-submit"),
         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
@@ -61,7 +64,6 @@ def start_connect_server(directory: Path, *, slots: int = 4, deadline: float = 1
         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.shuffle.partitions=4",
-        "--driver-java-options", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark-internal",
     ]  # fmt: skip
     log = directory / "connect-server.log"
