@@ -19,7 +19,8 @@ Each contender first runs once on a 1,000-edge graph (Python workers started, JV
 is timed ``--repeat`` times (default 2) on the full graph and reported by its best time — what a
 long-running Spark application sees once its JVM has compiled the hot paths; the first full-size run of
 every Spark contender is slower (see docs/spark.md). Label propagation runs once. Every result is checked
-to give every vertex the same label.
+to give every vertex the same label. ``--quick`` (2,000 edges, 20,000 words, for the smoke test, which checks
+results, not speed) runs every contender once, without the warm-up runs.
 Ratios are the baseline's time over pytimely's (> 1: pytimely faster). Target: (a) >= 10x faster than (b).
 
 The keyed count (``--part keyed-count``, or ``all``): ``--keyed-rows`` words (default 2,000,000, a vocabulary of
@@ -77,12 +78,23 @@ def timed(func: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
-    """Measure every contender on one graph; the session facts and one row per contender."""
+def session(slots: int, given: Any, conf: dict[str, Any] | None = None) -> tuple[float, Any]:
+    """The session to measure on: ``given`` (its start not measured: 0 s), else a new ``local[slots]`` one with
+    ``conf``; and the seconds its start took."""
+    from pytimely.spark import local_session
+
+    if given is not None:
+        return 0.0, given
+    return timed(lambda: local_session(slots, conf=conf))
+
+
+def run(args: argparse.Namespace, given: Any = None) -> tuple[Row, list[Row]]:
+    """Measure every contender on one graph, on the session ``given`` (``None``: one of its own); the session
+    facts and one row per contender."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pytimely.spark import collect, local_session, read
+    from pytimely.spark import collect, read
     from pytimely.spark.baselines import graphx_components, label_propagation_components
 
     vertices = args.vertices or max(2, args.edges // 2)
@@ -92,11 +104,14 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         path = str(Path(tmp) / "edges.parquet")
         pq.write_table(pa.table({"src": edges[:, 0], "dst": edges[:, 1]}), path)
         conf = {"spark.driver.memory": args.driver_memory} if args.driver_memory else None
-        start_seconds, spark = timed(lambda: local_session(args.slots, conf=conf))
+        start_seconds, spark = session(args.slots, given, conf)
         frame = read(spark, path, "src long, dst long").repartition(args.slots).cache()
         frame.count()
-        small = spark.createDataFrame(edges[:1000].tolist(), "src long, dst long").repartition(args.slots).cache()
-        small.count()
+        small = None
+        if not args.quick:  # the warm-up graph (figures of a --quick run are not for reading)
+            small = spark.createDataFrame(edges[:1000].tolist(), "src long, dst long").repartition(args.slots)
+            small = small.cache()
+            small.count()
 
         def ours(data: Any) -> Any:
             return labels_of(collect(wcc.run_on_spark(spark, data, args.slots, 1)))
@@ -116,7 +131,8 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
         results: dict[str, tuple[float, Any]] = {}
         first: dict[str, float] = {}
         for ident, _, func in contenders:
-            func(small)
+            if small is not None:
+                func(small)
             runs = [
                 timed(lambda func=func: func(frame))  # type: ignore[misc]
                 for _ in range(1 if ident == "c" else args.runs)
@@ -128,6 +144,9 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
             results["d"] = min(runs, key=lambda run: run[0])
             first["d"] = runs[0][0]
         spark_version = spark.version
+        frame.unpersist()
+        if small is not None:
+            small.unpersist()
     names = {ident: name for ident, name, _ in contenders}
     names["d"] = "NetworkX build + connected_components (in process)"
     # Without NetworkX (graphs too large for it to build in memory soon), GraphX is the reference.
@@ -171,11 +190,12 @@ def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
     return facts, rows
 
 
-def keyed_count(args: argparse.Namespace) -> tuple[Row, list[Row]]:
-    """pytimely's ``count_by`` of a word column against Spark's ``groupBy().count()``, both to Parquet."""
+def keyed_count(args: argparse.Namespace, given: Any = None) -> tuple[Row, list[Row]]:
+    """pytimely's ``count_by`` of a word column against Spark's ``groupBy().count()``, both to Parquet, on the
+    session ``given`` (``None``: one of its own, stopped at the end)."""
     import pyarrow.parquet as pq
 
-    from pytimely.spark import local_session, run_dataflow, save
+    from pytimely.spark import run_dataflow, save
 
     rng = np.random.default_rng(42)
     words = np.char.add("w", rng.integers(0, 10_000, size=args.keyed_rows).astype(str))
@@ -184,7 +204,7 @@ def keyed_count(args: argparse.Namespace) -> tuple[Row, list[Row]]:
 
         source = str(Path(tmp) / "words.parquet")
         pq.write_table(pa.table({"word": words}), source)
-        start_seconds, spark = timed(lambda: local_session(args.slots))
+        start_seconds, spark = session(args.slots, given)
         frame = spark.read.parquet(source).repartition(args.slots).cache()
         frame.count()
         runs = iter(range(1_000_000))
@@ -202,10 +222,13 @@ def keyed_count(args: argparse.Namespace) -> tuple[Row, list[Row]]:
             seconds, _ = timed(lambda: frame.groupBy("word").count().write.parquet(out))
             return seconds, _counts(pq.read_table(out))
 
-        ours()  # warm-up: Python workers started, JVM code compiled
-        theirs()
+        if not args.quick:  # warm-up: Python workers started, JVM code compiled
+            ours()
+            theirs()
         best = taking_turns(args.runs, {"e": ours, "f": theirs}, key=lambda r: r[0])
-        spark.stop()
+        frame.unpersist()
+        if given is None:
+            spark.stop()
     if best["e"][1] != best["f"][1]:
         raise AssertionError("pytimely's counts differ from Spark's")
     facts: Row = {"rows": args.keyed_rows, "slots": args.slots, "spark_start_s": round(start_seconds, 1)}
@@ -257,8 +280,8 @@ COLUMNS = [
 ]
 
 
-def main() -> None:
-    """Parse, run, print."""
+def main(argv: list[str] | None = None, spark: Any = None) -> None:
+    """Parse ``argv`` (``None``: the command line's), run on ``spark`` (``None``: a session of its own), print."""
     command = parser(__doc__, runs=2)
     command.add_argument("--edges", type=int, default=1_000_000)
     command.add_argument("--vertices", type=int, default=0, help="vertex ids to draw from (default edges / 2)")
@@ -268,15 +291,15 @@ def main() -> None:
     command.add_argument("--driver-memory", default="", help="Spark driver (= local executor) memory, e.g. 8g")
     command.add_argument("--part", choices=["components", "keyed-count", "all"], default="all")
     command.add_argument("--keyed-rows", type=int, default=2_000_000, help="words of the keyed count")
-    args = command.parse_args()
+    args = command.parse_args(argv)
     if args.quick:
-        args.edges = 20_000  # and --quick's one run each (runs_of)
+        args.edges = 2_000  # and --quick's one run each (runs_of), no warm-up
         args.keyed_rows = 20_000
     if args.runs < 1 and not args.quick:
         command.error("--runs must be at least 1")
     args.runs = runs_of(args)
     if args.part in ("keyed-count", "all"):
-        count_facts, count_rows = keyed_count(args)
+        count_facts, count_rows = keyed_count(args, spark)
         note = (
             f"keyed count of {args.keyed_rows:,} words to Parquet, local[{args.slots}], best of {args.runs} "
             "turns each"
@@ -286,7 +309,7 @@ def main() -> None:
             print()
     if args.part == "keyed-count":
         return
-    facts, rows = run(args)
+    facts, rows = run(args, spark)
     note = (
         f"Spark {facts['spark']} local[{facts['slots']}] (started in {facts['spark_start_s']} s, not counted); "
         f"{args.edges:,} edges, {facts['vertices']:,} vertices, {facts['components']:,} components, the largest "

@@ -521,16 +521,17 @@ def session(args: argparse.Namespace) -> tuple[Any, Any]:
         raise
 
 
-def run(args: argparse.Namespace) -> tuple[Row, list[Row]]:
-    """Start Spark, run both parts, return the facts and the rows."""
+def run(args: argparse.Namespace, given: Any = None) -> tuple[Row, list[Row]]:
+    """Start Spark (or run on the session ``given``, its start not measured), run the parts, return the facts and
+    the rows."""
     from pytimely.spark.session import concurrent_slots, master_of
 
     started = time.perf_counter()
-    spark, cluster = session(args)
+    spark, cluster = (given, None) if given is not None else session(args)
     facts: Row = {
         "python": platform.python_version(), "spark": spark.version, "slots": args.slots,
         "master": "standalone" if cluster is not None else master_of(spark), "cluster_slots": concurrent_slots(spark),
-        "spark_start_s": round(time.perf_counter() - started, 1), "batches": args.batches,
+        "spark_start_s": round(time.perf_counter() - started, 1) if given is None else 0.0, "batches": args.batches,
         "sizes": args.sizes, "processes": args.processes, "executors_path": executors_available(),
         "dataflow": args.dataflow,
         "edges": args.edges, "edge_batches": args.edge_batches,
@@ -612,8 +613,8 @@ def _counts(text: str) -> list[int]:
     return [int(x[:-1]) * scale[x[-1].lower()] if x[-1].lower() in scale else int(x) for x in text.split(",") if x]
 
 
-def main() -> None:
-    """Parse, run, print."""
+def main(argv: list[str] | None = None, spark: Any = None) -> None:
+    """Parse ``argv`` (``None``: the command line's), run on ``spark`` (``None``: a session of its own), print."""
     command = parser(__doc__)
     command.add_argument("--batches", type=int, default=8, help="micro-batches per size (the first two: warm-up)")
     command.add_argument("--sizes", type=_counts, default=[10_000, 100_000, 1_000_000],
@@ -641,7 +642,7 @@ def main() -> None:
                          "--standalone-workers workers of --slots cores each, started (and stopped) by this bench")
     command.add_argument("--standalone-workers", type=int, default=2)
     command.add_argument("--scaling-runs", type=int, default=2, help="turns of 1 and 2 processes (the best kept)")
-    args = command.parse_args()
+    args = command.parse_args(argv)
     if args.quick:
         args.batches, args.sizes, args.edges, args.edge_batches = 4, [2_000], 20_000, 3
         args.restart_at, args.restart_edges, args.scaling_runs = [2, 4], 200, 1
@@ -658,7 +659,7 @@ def main() -> None:
         command.error("--parts names wordcount, components, restart and/or scaling")
     if set(args.restart_contenders) - set(RESTART_CONTENDERS):
         command.error(f"--restart-contenders names {', '.join(RESTART_CONTENDERS)}")
-    facts, rows = run(args)
+    facts, rows = run(args, spark)
     words = [row for row in rows if "rows_per_batch" in row and row["id"] not in ("s1", "s2")]
     graph = [row for row in rows if row["id"] == "c-d-e"]
     restarts = [row for row in rows if row["id"] in ("f", "g", "h")]
