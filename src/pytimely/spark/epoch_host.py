@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pytimely.recovery import Recovery
     from pytimely.recovery.runtime import WorkerRecovery
 
-__all__ = ["EpochHost", "late_rows"]
+__all__ = ["EpochHost", "epoch_dataflow", "late_rows"]
 
 Build = Callable[["Stream[Any]"], "Stream[Any]"]
 
@@ -73,7 +73,7 @@ class EpochHost:
         """Every epoch before this one is complete: its output has been handed out (or is in the snapshot
         restored from)."""
         for worker in self._workers:
-            handle, probe, captured = worker.dataflow(lambda scope: _dataflow(scope, build))
+            handle, probe, captured = worker.dataflow(lambda scope: epoch_dataflow(scope, build))
             self._handles.append(handle)
             self._probes.append(probe)
             self._captured.append(captured)
@@ -209,7 +209,8 @@ class EpochHost:
                 raise StepTimeoutError(f"the streaming dataflow did not finish within {self._step_timeout} s")
 
 
-def _dataflow(scope: Any, build: Build) -> tuple[Any, Any, Any]:
+def epoch_dataflow(scope: Any, build: Build) -> tuple[Any, Any, list[tuple[Any, Any]]]:
+    """The micro-batch input, the user's dataflow built on it, its probe and the list its output is sunk into."""
     handle, stream = scope.new_input(name="micro-batches")
     out = build(stream)
     if out is None or not hasattr(out, "capture"):

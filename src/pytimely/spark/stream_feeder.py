@@ -21,11 +21,11 @@ import queue
 import socket
 import threading
 import time as _time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from pytimely.errors import BuildResultError, PytimelyError, StreamFeedError, StreamHostError
+from pytimely.errors import PytimelyError, StreamFeedError, StreamHostError
+from pytimely.spark.epoch_host import epoch_dataflow
 from pytimely.spark.record_batches import split_by_owner
 from pytimely.spark.signed_files import write_signed_arrow
 from pytimely.spark.stream_feed import FeedLink, Kind, Message, answer, arrow_batches
@@ -356,7 +356,7 @@ class Feeder:
         from pytimely.spark.hosting import to_record_batch
 
         index = worker.index - self.first
-        handle, probe, captured = worker.dataflow(lambda scope: _dataflow(scope, self.plan.build))
+        handle, probe, captured = worker.dataflow(lambda scope: epoch_dataflow(scope, self.plan.build))
         commands = self.commands[index]
         hook = cast("WorkerRecovery | None", worker.recovery) if worker.index == 0 else None
         name = self.plan.column or "epoch"
@@ -434,17 +434,6 @@ def _data_bytes_sent(worker: Worker) -> int:
 def parts_folder(own: str | Path, epoch: int) -> Path:
     """Where the hosted processes write their output parts of ``epoch`` before the commit."""
     return Path(own) / "parts" / f"epoch-{epoch:012d}"
-
-
-def _dataflow(scope: Any, build: Callable[..., Any]) -> tuple[Any, Any, list[tuple[int, Any]]]:
-    handle, stream = scope.new_input(name="micro-batches")
-    out = build(stream)
-    if out is None or not hasattr(out, "capture"):
-        raise BuildResultError(f"build must return the output Stream, returned {type(out).__name__}")
-    # A sink, not a capture: a capture's list is declared state, and snapshots would keep every epoch's output.
-    captured: list[tuple[int, Any]] = []
-    out.sink(lambda time, batch: captured.append((time, batch)), name="epoch-output")
-    return handle, out.probe(name="epoch-probe"), captured
 
 
 def _shares(batches: list[pa.RecordBatch], workers: int) -> list[list[pa.RecordBatch]]:
